@@ -1,0 +1,41 @@
+# The two commands of the README: `make demo` and `make test`.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench env system-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+env: $(STAMP)
+
+## Build a simulated 32-host lab fleet, enroll, collect and validate it, print the summary.
+demo: env
+	$(BIN)/gpufleet --home .gpufleet-demo lab demo --hosts 32
+
+## Everything CI runs: system packages for the SSH lab, lint, types, the whole test suite.
+test: env system-deps
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+system-deps:
+	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+	@mkdir -p /run/sshd
+	@pg_isready -h 127.0.0.1 -p 5432 -q || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start || true
+
+## Benchmark: gpufleet vs ansible over N real sshd lab hosts (default 100).
+bench: env system-deps
+	$(BIN)/python bench/collect_vs_ansible.py --hosts $${N:-100}
+
+lint: env
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .gpufleet-demo .pytest_cache .mypy_cache

@@ -1,0 +1,106 @@
+"""The one remote script that gathers every fact of a host in a single round trip.
+
+It is plain POSIX ``sh`` so it runs on any Linux image without an agent. Each tool's output
+is framed as a *section* (see :mod:`gpufleet.collect.bundle`); a tool that is missing or fails
+only marks its own section (rc 127, rc != 0), never the whole collection. Each tool runs under
+``timeout`` so one hung ``nvidia-smi`` (a classic symptom of a wedged GPU) still lets lspci and
+the kernel log come back.
+
+``GPUFLEET_SYSROOT`` prefixes the files read directly (``/etc/os-release``, ``/proc/...``,
+``/sys/...``); it is empty on real hosts and lets the lab serve per-host files.
+"""
+
+from __future__ import annotations
+
+#: sysctls compared with baselines; kept short so the script stays cheap.
+SYSCTL_KEYS: tuple[str, ...] = (
+    "vm.max_map_count",
+    "vm.swappiness",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "kernel.numa_balancing",
+    "net.ipv4.tcp_mtu_probing",
+)
+
+#: Section names, in the order the script emits them.
+SECTIONS: tuple[str, ...] = (
+    "hostname",
+    "os-release",
+    "uname-r",
+    "nproc",
+    "meminfo",
+    "dmi",
+    "modules",
+    "sysctl",
+    "nvidia-smi-xml",
+    "nvidia-smi-q",
+    "topo-m",
+    "nvlink-s",
+    "ibstat",
+    "lspci-nn",
+    "kernel-xid",
+    "lsblk",
+    "fabricmanager",
+)
+
+_TEMPLATE = r"""
+R="${GPUFLEET_SYSROOT:-}"
+TMO=__TOOL_TIMEOUT__
+T=$(mktemp -d 2>/dev/null || echo /tmp/gpufleet.$$)
+mkdir -p "$T"
+if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $TMO"; else TO=""; fi
+sec() {
+  name=$1; shift
+  printf '\n@@gpufleet:begin %s@@\n' "$name"
+  "$@" 2>"$T/err"
+  rc=$?
+  printf '\n@@gpufleet:stderr %s@@\n' "$name"
+  head -c 2048 "$T/err"
+  printf '\n@@gpufleet:end %s rc=%d@@\n' "$name" "$rc"
+}
+nvsmi_q() {
+  # XML is the machine format; only when it is refused do we fall back to the text report.
+  if [ "$nvx_rc" = 0 ]; then return 0; fi
+  $TO nvidia-smi -q
+}
+xids() {
+  { dmesg --time-format=iso 2>/dev/null || dmesg 2>/dev/null || journalctl -k -q --no-pager -o short-iso 2>/dev/null; } \
+    | grep -E 'NVRM: Xid' | tail -n 500
+  return 0
+}
+fm() {
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active nvidia-fabricmanager 2>/dev/null; then return 0; fi
+  if pgrep -x nv-fabricmanager >/dev/null 2>&1; then echo active; return 0; fi
+  echo inactive
+}
+echo "@@gpufleet:script v1@@"
+sec hostname hostname
+sec os-release cat "$R/etc/os-release"
+sec uname-r uname -r
+sec nproc nproc
+sec meminfo cat "$R/proc/meminfo"
+sec dmi sh -c "cat '$R/sys/class/dmi/id/sys_vendor' '$R/sys/class/dmi/id/product_name' 2>/dev/null; true"
+sec modules cat "$R/proc/modules"
+sec sysctl sysctl -e __SYSCTL_KEYS__
+sec nvidia-smi-xml $TO nvidia-smi -q -x
+nvx_rc=$rc
+sec nvidia-smi-q nvsmi_q
+sec topo-m $TO nvidia-smi topo -m
+sec nvlink-s $TO nvidia-smi nvlink -s
+sec ibstat $TO ibstat
+sec lspci-nn $TO lspci -nn -D
+sec kernel-xid xids
+sec lsblk lsblk -b -d -n -P -o NAME,SIZE,TRAN,ROTA,MODEL
+sec fabricmanager fm
+rm -rf "$T"
+echo "@@gpufleet:done@@"
+"""
+
+
+def remote_script(tool_timeout_s: int = 45) -> str:
+    """The collection script, with each tool limited to ``tool_timeout_s`` seconds."""
+    return (
+        _TEMPLATE.replace("__TOOL_TIMEOUT__", str(int(tool_timeout_s)))
+        .replace("__SYSCTL_KEYS__", " ".join(SYSCTL_KEYS))
+        .lstrip("\n")
+    )
