@@ -1,11 +1,11 @@
 """The gpufleet error tree, sorted by what the caller should do.
 
-    GpufleetError                 base; ``exit_code`` for the CLI, ``http_status`` for the API
-    ├── ParseError                tool output we cannot read (names source and position)
-    ├── InventoryError            a malformed inventory file (names file and line)
-    ├── NotFound                  an unknown host, baseline, pool ...
-    ├── InvalidTransition         a lifecycle event refused in the host's current state
-    └── ConfigError               bad user configuration (profiles, Xid policy ...)
+GpufleetError                 base; ``exit_code`` for the CLI, ``http_status`` for the API
+├── ParseError                tool output we cannot read (names source and position)
+├── InventoryError            a malformed inventory file (names file and line)
+├── NotFound                  an unknown host, baseline, pool ...
+├── InvalidTransition         a lifecycle event refused in the host's current state
+└── ConfigError               bad user configuration (profiles, Xid policy ...)
 """
 
 from __future__ import annotations
@@ -24,8 +24,15 @@ class ParseError(GpufleetError):
     exit_code = 3
     http_status = 422
 
-    def __init__(self, source: str, message: str, *, line: int | None = None,
-                 column: int | None = None, host: str | None = None) -> None:
+    def __init__(
+        self,
+        source: str,
+        message: str,
+        *,
+        line: int | None = None,
+        column: int | None = None,
+        host: str | None = None,
+    ) -> None:
         self.source = source
         self.message = message
         self.line = line

@@ -75,7 +75,9 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
         m = _BEGIN.match(line)
         if not m:
             if line.strip():
-                raise ParseError(source, f"unexpected text between sections: {line[:80]!r}", line=i + 1)
+                raise ParseError(
+                    source, f"unexpected text between sections: {line[:80]!r}", line=i + 1
+                )
             i += 1
             continue
         name = m.group("name")
@@ -97,7 +99,9 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
                 target.append(cur)
             i += 1
         if rc is None:
-            raise ParseError(source, f"section '{name}' is truncated (no end marker)", line=begin_line)
+            raise ParseError(
+                source, f"section '{name}' is truncated (no end marker)", line=begin_line
+            )
         sections[name] = Section(name, _strip_frame(out), _strip_frame(err), rc)
         i += 1
     if not done:

@@ -79,8 +79,12 @@ async def run_many(
             try:
                 res = await transport.run(t, script, timeout_s)
             except Exception as exc:  # a transport bug must not sink the sweep
-                res = RawResult(t.name, Outcome.ERROR, f"{type(exc).__name__}: {exc}",
-                                duration_s=time.monotonic() - start)
+                res = RawResult(
+                    t.name,
+                    Outcome.ERROR,
+                    f"{type(exc).__name__}: {exc}",
+                    duration_s=time.monotonic() - start,
+                )
         if on_result is not None:
             on_result(res)
         return res

@@ -1,0 +1,62 @@
+"""What a host is *expected* to be (from its pool/group) and the validated software baselines.
+
+Pure data; checks compare :class:`~gpufleet.domain.facts.HostFacts` with these.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ExpectedSpec(BaseModel):
+    """Expected hardware of a host, usually set per inventory group (``gpu_h800`` -> 8x H800).
+
+    Every field is optional: an unset expectation is simply not checked.
+    Inventory variables map 1:1 with a ``gpufleet_`` prefix (``gpufleet_gpu_count=8``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu_count: int | None = None
+    gpu_model: str | None = None  # substring match against product_name, e.g. "H800"
+    gpu_memory_mib: int | None = None
+    nvlink_per_gpu: int | None = None  # expected active NVLinks per GPU (e.g. 18 on H100 SXM)
+    nvswitch: bool | None = None  # expects nvidia-fabricmanager running
+    fabric: str | None = None  # "ib" | "roce" | "none"
+    ib_ports: int | None = None  # number of high-speed ports that must be up
+    ib_rate_gbps: float | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    rack: str | None = None
+
+
+class BaselineStatus(StrEnum):
+    """Life of a baseline: proposed, proven, on its way out."""
+
+    CANDIDATE = "candidate"
+    VALIDATED = "validated"
+    DEPRECATED = "deprecated"
+
+
+class Baseline(BaseModel):
+    """A validated image + driver + CUDA + firmware combination, mapped to purposes.
+
+    ``None`` means "not pinned by this baseline"; pinned fields are compared exactly, except
+    ``vbios`` which is a list of accepted versions.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    purpose: str = ""
+    status: BaselineStatus = BaselineStatus.CANDIDATE
+    os_image: str | None = None  # matched against os-release PRETTY_NAME or "ID VERSION_ID"
+    kernel: str | None = None
+    driver: str | None = None
+    cuda: str | None = None
+    container_toolkit: str | None = None
+    vbios: list[str] = Field(default_factory=list)
+    fabric_manager: str | None = None
+    sysctls: dict[str, str] = Field(default_factory=dict)

@@ -1,0 +1,246 @@
+"""SQLAlchemy 2 tables. The same schema serves SQLite (embedded) and PostgreSQL (shared).
+
+History is append-only: a collection adds a ``FactSnapshot`` and never rewrites an earlier
+one; ``Host.latest_snapshot_id`` points at the newest *good* snapshot, so a host that answers
+garbage keeps its last known truth. ``Event`` is the append-only audit log.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware datetimes on both backends (SQLite drops tzinfo otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime stored; use datetime.now(UTC)")
+        return value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            from datetime import UTC
+
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    """Declarative base for every gpufleet table."""
+
+
+class Host(Base):
+    """One server: how to reach it, what it should be, where it is in its lifecycle."""
+
+    __tablename__ = "hosts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    address: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer, default=22)
+    user: Mapped[str | None] = mapped_column(String(64))
+    key_file: Mapped[str | None] = mapped_column(Text)
+    groups: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    vars: Mapped[dict[str, str]] = mapped_column(JsonType, default=dict)
+    pool: Mapped[str | None] = mapped_column(String(128), index=True)
+    rack: Mapped[str | None] = mapped_column(String(64))
+    expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    source: Mapped[str | None] = mapped_column(Text)  # inventory file it came from
+
+    state: Mapped[str] = mapped_column(String(20), index=True)
+    state_entered_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    state_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    health: Mapped[str] = mapped_column(String(10), default="ok")
+    fault: Mapped[str | None] = mapped_column(String(40))
+    fault_reason: Mapped[str | None] = mapped_column(Text)
+    status_reason: Mapped[str | None] = mapped_column(Text)  # why it is where it is
+    profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    validated_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    maintenance_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
+    latest_snapshot_id: Mapped[int | None] = mapped_column(
+        ForeignKey("fact_snapshots.id", use_alter=True, name="fk_hosts_latest_snapshot")
+    )
+    last_collected_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    last_outcome: Mapped[str | None] = mapped_column(String(20))
+    last_reason: Mapped[str | None] = mapped_column(Text)
+
+    # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
+    lock_token: Mapped[str | None] = mapped_column(String(36))
+    locked_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+    latest_snapshot: Mapped[FactSnapshot | None] = relationship(
+        foreign_keys=[latest_snapshot_id], post_update=True
+    )
+
+
+class CollectionRun(Base):
+    """One ``gpufleet collect`` (or validate) sweep."""
+
+    __tablename__ = "collection_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    transport: Mapped[str] = mapped_column(String(20))
+    selector: Mapped[str | None] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))
+    counts: Mapped[dict[str, int]] = mapped_column(JsonType, default=dict)
+
+
+class CollectionResult(Base):
+    """Per-host outcome of a run, with the reason in words."""
+
+    __tablename__ = "collection_results"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("collection_runs.id", ondelete="CASCADE"), index=True
+    )
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
+    outcome: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("fact_snapshots.id"))
+
+
+class FactSnapshot(Base):
+    """The facts of one host at one time; never updated after insert."""
+
+    __tablename__ = "fact_snapshots"
+    __table_args__ = (Index("ix_fact_snapshots_host_time", "host_id", "collected_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("collection_runs.id", ondelete="SET NULL")
+    )
+    collected_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    facts: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    driver: Mapped[str | None] = mapped_column(String(32))
+    cuda: Mapped[str | None] = mapped_column(String(16))
+    kernel: Mapped[str | None] = mapped_column(String(128))
+    os: Mapped[str | None] = mapped_column(String(128))
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+
+    gpus: Mapped[list[GpuRow]] = relationship(
+        back_populates="snapshot", cascade="all, delete-orphan"
+    )
+    nics: Mapped[list[NicRow]] = relationship(
+        back_populates="snapshot", cascade="all, delete-orphan"
+    )
+
+
+class GpuRow(Base):
+    """A GPU as seen in one snapshot (queryable without unpacking the JSON)."""
+
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(
+        ForeignKey("fact_snapshots.id", ondelete="CASCADE"), index=True
+    )
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str | None] = mapped_column(String(64), index=True)
+    serial: Mapped[str | None] = mapped_column(String(64), index=True)
+    product_name: Mapped[str | None] = mapped_column(String(128))
+    pci_bus_id: Mapped[str | None] = mapped_column(String(32))
+    memory_total_mib: Mapped[int | None] = mapped_column(Integer)
+    vbios: Mapped[str | None] = mapped_column(String(64))
+
+    snapshot: Mapped[FactSnapshot] = relationship(back_populates="gpus")
+
+
+class NicRow(Base):
+    """A high-speed NIC port as seen in one snapshot."""
+
+    __tablename__ = "nics"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(
+        ForeignKey("fact_snapshots.id", ondelete="CASCADE"), index=True
+    )
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
+    ca: Mapped[str] = mapped_column(String(64))
+    port: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str | None] = mapped_column(String(32))
+    physical_state: Mapped[str | None] = mapped_column(String(32))
+    rate_gbps: Mapped[float | None] = mapped_column(Float)
+    link_layer: Mapped[str | None] = mapped_column(String(32))
+
+    snapshot: Mapped[FactSnapshot] = relationship(back_populates="nics")
+
+
+class Event(Base):
+    """Append-only audit log: who did what to which host, when, and why."""
+
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_host_time", "host_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    host_name: Mapped[str | None] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(40), index=True)
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class BaselineRow(Base):
+    """A validated software/firmware combination (see ``domain.spec.Baseline``)."""
+
+    __tablename__ = "baselines"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    status: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+class Pool(Base):
+    """A set of hosts sharing a purpose, an expected spec and a baseline."""
+
+    __tablename__ = "pools"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    baseline: Mapped[str | None] = mapped_column(String(128))
+    expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class Validation(Base):
+    """One validation of one host: what it was checked against, what passed, until when."""
+
+    __tablename__ = "validations"
+    __table_args__ = (Index("ix_validations_host_time", "host_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("fact_snapshots.id"))
+    baseline: Mapped[str | None] = mapped_column(String(128))
+    decision: Mapped[str] = mapped_column(String(20))
+    profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    results: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
