@@ -1,0 +1,120 @@
+"""``gpufleet enroll`` and ``gpufleet collect``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.collect.inventory import load_inventory
+from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.service.collect import RunReport, collect, ensure_local_host
+from gpufleet.service.enroll import enroll
+
+OUTCOME_STYLE = {
+    Outcome.OK: "green",
+    Outcome.UNREACHABLE: "red",
+    Outcome.AUTH_FAILED: "red",
+    Outcome.HOST_KEY_CHANGED: "bold red",
+    Outcome.TIMEOUT: "yellow",
+    Outcome.BAD_OUTPUT: "magenta",
+    Outcome.ERROR: "red",
+}
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the top-level commands of this module."""
+    app.command("enroll")(enroll_cmd)
+    app.command("collect")(collect_cmd)
+
+
+@boundary
+def enroll_cmd(
+    inventory: Path = typer.Option(..., "--inventory", "-i", exists=True, dir_okay=False,
+                                   help="Ansible INI or YAML inventory, or a CSV (name,address,...)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Enroll (or update) hosts from an inventory; re-running is idempotent."""
+    inv = load_inventory(inventory)
+    fleet = open_fleet()
+    rep = enroll(fleet, inv)
+    if as_json:
+        print_json(asdict(rep))
+        return
+    console.print(f"enrolled from [bold]{inventory}[/]: {len(rep.added)} added, "
+                  f"{len(rep.updated)} updated, {len(rep.unchanged)} unchanged")
+
+
+def run_collection(selector: str | None, transport: str | None, forks: int | None,
+                   timeout: float | None, quiet: bool) -> RunReport:
+    """Run a collection with a progress bar (shared by collect and validate)."""
+    fleet = open_fleet()
+    progress = Progress(
+        TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
+        console=console, transient=True, disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("collect", total=None, last="")
+
+        def started(n: int) -> None:
+            progress.update(task, total=n)
+
+        def one(r: RawResult) -> None:
+            progress.update(task, advance=1, last=f"{r.host}: {r.outcome.value}")
+
+        return collect(fleet, selector, transport=transport, forks=forks, timeout_s=timeout,
+                       on_start=started, on_result=one)
+
+
+def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
+    """One row per host: outcome and reason."""
+    t = Table(title=f"collection run {rep.run_id}", expand=False)
+    t.add_column("host", no_wrap=True)
+    t.add_column("outcome", no_wrap=True)
+    t.add_column("GPUs", justify="right")
+    t.add_column("reason / notes", overflow="fold")
+    for r in rep.results:
+        if only_problems and r.outcome is Outcome.OK and not r.changes and not r.problems:
+            continue
+        notes = r.reason or "; ".join(r.changes + r.problems[:2])
+        t.add_row(r.host, f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
+                  "" if r.gpus is None else str(r.gpus), notes)
+    return t
+
+
+@boundary
+def collect_cmd(
+    selector: str | None = typer.Argument(
+        None, help="Hosts: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union."),
+    local: bool = typer.Option(False, "--local", help="Collect this machine (real nvidia-smi)."),
+    transport: str | None = typer.Option(None, help="Force a transport: ssh, sim or local."),
+    forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts collected at once (200)."),
+    timeout: float | None = typer.Option(None, help="Seconds per host for the whole script (120)."),
+    as_json: bool = typer.Option(False, "--json", help="Print per-host results as JSON."),
+) -> None:
+    """Collect facts from hosts over SSH (or the lab / this machine) and store them.
+
+    Exit code 0 when every host was collected, 1 when any was not.
+    """
+    if local:
+        selector = ensure_local_host(open_fleet())
+        transport = "local"
+    rep = run_collection(selector, transport, forks, timeout, quiet=as_json)
+    if as_json:
+        print_json({"run_id": rep.run_id, "counts": rep.counts,
+                    "skipped_locked": rep.skipped_locked,
+                    "hosts": [asdict(r) | {"outcome": r.outcome.value} for r in rep.results]})
+    else:
+        console.print(outcome_table(rep, only_problems=len(rep.results) > 40))
+        summary = ", ".join(f"{n} {o}" for o, n in sorted(rep.counts.items()))
+        console.print(f"[bold]{len(rep.results)} hosts[/]: {summary}")
+        if rep.skipped_locked:
+            console.print(f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
+                          f"by another worker[/]")
+    if not rep.ok:
+        raise typer.Exit(1)

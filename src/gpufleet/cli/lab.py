@@ -1,0 +1,124 @@
+"""``gpufleet lab``: a simulated fleet whose hosts answer with real captured output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
+from gpufleet.errors import ConfigError
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+
+app = typer.Typer(no_args_is_help=True)
+
+
+def lab_dir(explicit: Path | None) -> Path:
+    """``--dir`` or ``<home>/lab``."""
+    if explicit:
+        return explicit.resolve()
+    return (open_fleet().home / "lab").resolve()
+
+
+def parse_faults(specs: list[str]) -> dict[str, list[str]]:
+    """``HOST=FAULT[,FAULT]`` pairs -> {host: [faults]}."""
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        host, sep, faults = spec.partition("=")
+        if not sep or not host or not faults:
+            raise ConfigError(f"--fault {spec!r}: expected HOST=FAULT[,FAULT...]")
+        out.setdefault(host, []).extend(f for f in faults.split(",") if f)
+    return out
+
+
+def create_lab(n: int, faults: list[str], no_default_faults: bool, seed: int,
+               directory: Path | None, models: list[str] | None = None) -> tuple[Path, LabFleet]:
+    """Build, save and write the inventory of a lab fleet."""
+    d = lab_dir(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    wanted = parse_faults(faults) if faults else ({} if no_default_faults else None)
+    fl = create_fleet(n, models=models or None, faults=wanted, seed=seed)
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    return d, fl
+
+
+@app.command("create")
+@boundary
+def create_cmd(
+    hosts: int = typer.Option(32, "--hosts", "-n", min=1, help="Number of hosts."),
+    fault: list[str] = typer.Option([], "--fault", help="HOST=FAULT[,FAULT]; repeatable. "
+                                    "Faults: gpu-missing, driver-drift, ecc-uncorrectable, "
+                                    "remap-pending, remap-failure, ib-down, ib-polling, xid:CODE, "
+                                    "nvidia-smi-missing, garbage, truncated, unreachable, hang, "
+                                    "wrong-key, host-key-changed."),
+    model: list[str] = typer.Option([], "--model", help="Only these models (a100-8x, h100-8x, "
+                                    "v100s-8x, a10g-1x, l40s-1x); repeatable."),
+    no_default_faults: bool = typer.Option(False, help="Do not inject the demo faults."),
+    seed: int = typer.Option(0, help="Seed for the model mix and serials."),
+    directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the lab hosts as JSON."),
+) -> None:
+    """Create a simulated fleet and its Ansible inventory (enroll it with `gpufleet enroll`)."""
+    d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model)
+    if as_json:
+        print_json({"dir": str(d), "inventory": str(d / "inventory.ini"),
+                    "hosts": [h.model_dump(mode="json") for h in fl.hosts]})
+        return
+    t = Table(title=f"lab fleet in {d}")
+    for col in ("host", "model", "faults"):
+        t.add_column(col)
+    for h in fl.hosts:
+        if h.faults or len(fl.hosts) <= 40:
+            t.add_row(h.name, h.model, ", ".join(h.faults))
+    console.print(t)
+    console.print(f"inventory: {d / 'inventory.ini'}  (gpufleet enroll -i {d / 'inventory.ini'})")
+
+
+@app.command("change")
+@boundary
+def change_cmd(
+    host: str = typer.Argument(..., help="Lab host to change."),
+    driver: str | None = typer.Option(None, help="Install this driver version (lab change)."),
+    repair: bool = typer.Option(False, help="Clear every fault of the host."),
+    add_fault: list[str] = typer.Option([], "--add-fault", help="Inject a fault; repeatable."),
+    gpu_swap: bool = typer.Option(False, help="Swap a GPU (new serial/UUID)."),
+    directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
+) -> None:
+    """Change a lab host as a technician would: driver, repair, fault, GPU swap."""
+    d = lab_dir(directory)
+    fl = LabFleet.load(d)
+    current = next((h for h in fl.hosts if h.name == host), None)
+    if current is None:
+        raise ConfigError(f"no lab host '{host}' in {d}")
+    fl = apply_change(fl, host, driver=driver,
+                      clear_faults=list(current.faults) if repair else None,
+                      add_faults=add_fault or None, gpu_swap=gpu_swap)
+    fl.save(d)
+    console.print(f"{host}: changed")
+
+
+@app.command("demo")
+@boundary
+def demo_cmd(
+    hosts: int = typer.Option(32, "--hosts", "-n", min=1, help="Number of hosts."),
+    seed: int = typer.Option(0, help="Seed."),
+) -> None:
+    """The whole onboarding on a fresh lab: create, enroll, collect, validate, summarise."""
+    from gpufleet.cli.collect import outcome_table, run_collection
+    from gpufleet.cli.summary import print_summary
+    from gpufleet.collect.inventory import load_inventory
+    from gpufleet.service.enroll import enroll
+
+    home = OPTIONS.home
+    d, fl = create_lab(hosts, [], False, seed, None)
+    console.rule(f"1. lab fleet: {len(fl.hosts)} hosts in {d}")
+    rep = enroll(open_fleet(), load_inventory(d / "inventory.ini"))
+    console.rule("2. enroll")
+    console.print(f"{len(rep.added)} added, {len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
+                  f" (home {home or 'default'})")
+    console.rule("3. collect")
+    run = run_collection(None, None, None, None, quiet=False)
+    console.print(outcome_table(run, only_problems=True))
+    print_summary(open_fleet(), validate_first=True)

@@ -1,0 +1,45 @@
+"""``gpufleet``: onboard, validate and run fleets of GPU servers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpufleet.cli import collect as collect_cmds
+from gpufleet.cli import hosts as hosts_cmds
+from gpufleet.cli import lab as lab_cmds
+from gpufleet.cli.common import OPTIONS
+
+app = typer.Typer(
+    help="gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+@app.callback()
+def main(
+    home: Path | None = typer.Option(
+        None, "--home", envvar="GPUFLEET_HOME",
+        help="State directory (SQLite database). Default ~/.local/share/gpufleet.",
+    ),
+    db: str | None = typer.Option(
+        None, "--db", envvar="GPUFLEET_DATABASE_URL",
+        help="Database URL, e.g. postgresql+psycopg://user@host/db (overrides --home's SQLite).",
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'."""
+    OPTIONS.home = home
+    OPTIONS.db_url = db
+    OPTIONS.debug = debug
+
+
+collect_cmds.register(app)
+app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
+app.add_typer(lab_cmds.app, name="lab", help="A simulated fleet answering with real captures.")
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

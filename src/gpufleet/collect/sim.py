@@ -1,0 +1,68 @@
+"""Simulated transport: lab hosts answer with real captured output, no network.
+
+Transport-level faults recorded on a lab host (``unreachable``, ``hang``, ``wrong-key``,
+``host-key-changed``) are reported exactly as the SSH transport reports the real thing. A
+hang is reported at once rather than by sleeping through the timeout, so a demo of hundreds
+of hosts stays fast.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from pathlib import Path
+
+from gpufleet.collect.transport import Outcome, RawResult, Target
+from gpufleet.lab.fleet import LabFleet, LabHost, render_output
+
+
+def sim_host_key(host: LabHost) -> str:
+    """A stable fake ed25519 public key per lab host; rotates with the host-key-changed fault."""
+    rotation = "rotated" if "host-key-changed" in host.faults else "original"
+    digest = hashlib.sha256(f"{host.name}:{rotation}".encode()).digest()
+    blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + digest
+    return "ssh-ed25519 " + base64.b64encode(blob).decode()
+
+
+def fingerprint(key: str) -> str:
+    """OpenSSH-style SHA256 fingerprint of a public key line."""
+    blob = base64.b64decode(key.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+class SimTransport:
+    """Collects lab hosts of one lab directory."""
+
+    name = "sim"
+
+    def __init__(self, lab_dir: Path) -> None:
+        self.lab_dir = lab_dir
+        self.hosts = {h.name: h for h in LabFleet.load(lab_dir).hosts}
+
+    async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
+        """Answer as the lab host would; the script itself is not interpreted."""
+        start = time.monotonic()
+        host = self.hosts.get(target.name)
+        if host is None:
+            return RawResult(target.name, Outcome.UNREACHABLE, f"{target.address}: no such lab host")
+        faults = set(host.faults)
+        if "unreachable" in faults:
+            return RawResult(target.name, Outcome.UNREACHABLE,
+                             f"connect to {target.address}:{target.port}: Connection refused")
+        key = sim_host_key(host)
+        if target.pinned_host_key and target.pinned_host_key.split()[:2] != key.split()[:2]:
+            return RawResult(
+                target.name, Outcome.HOST_KEY_CHANGED,
+                f"host key changed: pinned {fingerprint(target.pinned_host_key)}, "
+                f"offered {fingerprint(key)}; refusing to run",
+                host_key=key,
+            )
+        if "wrong-key" in faults:
+            return RawResult(target.name, Outcome.AUTH_FAILED,
+                             f"{target.user or 'root'}@{target.address}: Permission denied (publickey)")
+        if "hang" in faults:
+            return RawResult(target.name, Outcome.TIMEOUT,
+                             f"no answer within {timeout_s:.0f} s (command still running)")
+        return RawResult(target.name, Outcome.OK, "", output=render_output(host), host_key=key,
+                         duration_s=time.monotonic() - start)

@@ -1,0 +1,226 @@
+"""SSH transport (asyncssh): one connection per host, the script on stdin, failures named.
+
+The script is sent on stdin to ``sh -c 'eval "$(cat)"'`` (see :data:`~gpufleet.collect.local.
+SH_COMMAND`): that command line means the same to bash, dash, zsh, csh and fish login shells,
+works with a plain sshd (no sftp, no temp files) and no tool can swallow the script.
+
+Host keys are trusted on first use: with no pinned key any key is accepted and returned in
+:attr:`RawResult.host_key`; with a pinned key any other key ends the connection during key
+exchange, before authentication, so nothing runs on the host.
+
+Errors are mapped to outcomes at this boundary only (:data:`ERROR_TABLE`); a script that exits
+non-zero or whose output is incomplete is still OK here, the bundle parser decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+import time
+from dataclasses import dataclass, field
+
+import asyncssh
+
+from gpufleet.collect.local import MAX_OUTPUT_BYTES, SH_COMMAND, exit_note, size_text
+from gpufleet.collect.transport import Outcome, RawResult, Target
+
+#: How transport errors become outcomes (checked in order; first match wins).
+ERROR_TABLE: tuple[tuple[str, Outcome], ...] = (
+    ("host key differs from the pinned one (HostKeyNotVerifiable)", Outcome.HOST_KEY_CHANGED),
+    ("pinned key type no longer offered (KeyExchangeFailed, key pinned)",
+     Outcome.HOST_KEY_CHANGED),
+    ("connect or command took too long (TimeoutError)", Outcome.TIMEOUT),
+    ("publickey refused (PermissionDenied)", Outcome.AUTH_FAILED),
+    ("DNS failure (socket.gaierror)", Outcome.UNREACHABLE),
+    ("refused / no route / reset before login (OSError, DisconnectError while connecting)",
+     Outcome.UNREACHABLE),
+    ("more than MAX_OUTPUT_BYTES of output", Outcome.BAD_OUTPUT),
+    ("client key unreadable, channel refused, connection lost mid-run", Outcome.ERROR),
+)
+
+_ERRNO_TEXT = {
+    errno.ECONNREFUSED: "Connection refused",
+    errno.EHOSTUNREACH: "No route to host",
+    errno.ENETUNREACH: "Network is unreachable",
+    errno.ECONNRESET: "Connection reset by peer",
+}
+
+
+def openssh_line(key: asyncssh.SSHKey) -> str:
+    """``ssh-ed25519 AAAA...`` without a comment."""
+    return " ".join(key.export_public_key("openssh").decode().split()[:2])
+
+
+class _KeyCheck(asyncssh.SSHClient):
+    """Decides on host keys not in the (pinned) trusted set and remembers what was offered."""
+
+    def __init__(self, pinned: asyncssh.SSHKey | None) -> None:
+        self.pinned = pinned
+        self.offered: asyncssh.SSHKey | None = None
+
+    def validate_host_public_key(self, host: str, addr: str, port: int,
+                                 key: asyncssh.SSHKey) -> bool:
+        self.offered = key
+        return self.pinned is None  # trust on first use; a pinned host must match exactly
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclass
+class SshTransport:
+    """Runs the collection script over SSH with asyncssh; shares nothing between hosts."""
+
+    connect_timeout_s: float = 10.0
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+    name: str = field(default="ssh", init=False)
+    _keys: dict[str, list[asyncssh.SSHKey]] = field(default_factory=dict, init=False, repr=False)
+
+    async def close(self) -> None:
+        """Nothing is pooled; present so callers can treat every transport alike."""
+
+    async def __aenter__(self) -> SshTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _client_keys(self, key_file: str) -> list[asyncssh.SSHKey]:
+        # Loaded once per file, not per host: 200 hosts share one key file.
+        if key_file not in self._keys:
+            self._keys[key_file] = [asyncssh.read_private_key(key_file)]
+        return self._keys[key_file]
+
+    async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
+        """Run ``script`` on ``target`` within ``timeout_s`` (connecting included)."""
+        start = time.monotonic()
+        where = f"{target.address}:{target.port}"
+        who = f"{target.user or 'default user'}@{target.address}"
+
+        def result(outcome: Outcome, reason: str = "", output: str | None = None,
+                   host_key: str | None = None) -> RawResult:
+            return RawResult(target.name, outcome, reason, output=output, host_key=host_key,
+                             duration_s=time.monotonic() - start)
+
+        try:
+            pinned = (asyncssh.import_public_key(target.pinned_host_key)
+                      if target.pinned_host_key else None)
+        except (asyncssh.KeyImportError, ValueError) as exc:
+            return result(Outcome.ERROR, f"pinned host key is not an OpenSSH public key: {exc}")
+        try:
+            client_keys: list[asyncssh.SSHKey] | None = (
+                self._client_keys(target.key_file) if target.key_file else None)
+        except (OSError, asyncssh.KeyImportError) as exc:
+            return result(Outcome.ERROR, f"cannot load client key {target.key_file}: {exc}")
+
+        check = _KeyCheck(pinned)
+        phase = "connect"
+        conn: asyncssh.SSHClientConnection | None = None
+        key_text: str | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout(min(self.connect_timeout_s, timeout_s)):
+                    conn = await asyncssh.connect(
+                        target.address, target.port, username=target.user,
+                        client_factory=lambda: check,
+                        # The pinned key steers algorithm choice; others go to _KeyCheck.
+                        known_hosts=([pinned] if pinned else [], [], []),
+                        client_keys=client_keys if client_keys is not None else (),
+                        # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
+                        agent_path=None if client_keys is not None else (),
+                        config=None, preferred_auth="publickey",
+                        password_auth=False, kbdint_auth=False, gss_auth=False, gss_kex=False)
+                server_key = conn.get_server_host_key()
+                key_text = openssh_line(server_key) if server_key is not None else None
+                phase = "command"
+                out, status, err = await self._exec(conn, script)
+        except TimeoutError:
+            if phase == "connect" and self.connect_timeout_s < timeout_s:
+                limit = self.connect_timeout_s
+            else:
+                limit = timeout_s
+            what = "connecting" if phase == "connect" else "command still running"
+            return result(Outcome.TIMEOUT, f"no answer within {limit:.0f} s ({what})",
+                          host_key=key_text)
+        except _TooLarge:
+            return result(Outcome.BAD_OUTPUT,
+                          f"output exceeds {size_text(self.max_output_bytes)}",
+                          host_key=key_text)
+        except asyncssh.HostKeyNotVerifiable as exc:
+            if pinned is not None and check.offered is not None:
+                return result(
+                    Outcome.HOST_KEY_CHANGED,
+                    f"host key changed: pinned {pinned.get_fingerprint('sha256')}, "
+                    f"offered {check.offered.get_fingerprint('sha256')}; refusing to run",
+                    host_key=openssh_line(check.offered))
+            return result(Outcome.ERROR, f"host key not verifiable: {exc.reason}")
+        except asyncssh.KeyExchangeFailed as exc:
+            if pinned is not None:
+                return result(Outcome.HOST_KEY_CHANGED,
+                              f"host key changed: pinned {pinned.get_fingerprint('sha256')} "
+                              f"({pinned.algorithm.decode()}) not offered any more "
+                              f"({exc.reason}); refusing to run")
+            return result(Outcome.UNREACHABLE, f"{where}: key exchange failed: {exc.reason}")
+        except asyncssh.PermissionDenied:
+            return result(Outcome.AUTH_FAILED, f"{who}: Permission denied (publickey)",
+                          host_key=key_text or _offered(check))
+        except asyncssh.DisconnectError as exc:
+            if phase == "connect":
+                return result(Outcome.UNREACHABLE, f"{where}: closed by server: {exc.reason}",
+                              host_key=_offered(check))
+            return result(Outcome.ERROR, f"connection lost while the script ran: {exc.reason}",
+                          host_key=key_text)
+        except asyncssh.ChannelOpenError as exc:
+            return result(Outcome.ERROR, f"{who}: session refused: {exc.reason}",
+                          host_key=key_text)
+        except socket.gaierror as exc:
+            return result(Outcome.UNREACHABLE, f"cannot resolve {target.address}: {exc.strerror}")
+        except OSError as exc:
+            text = _ERRNO_TEXT.get(exc.errno or 0) or exc.strerror or str(exc)
+            if phase == "connect":
+                return result(Outcome.UNREACHABLE, f"connect to {where}: {text}")
+            return result(Outcome.ERROR, f"{where}: {text} while the script ran",
+                          host_key=key_text)
+        finally:
+            if conn is not None:
+                conn.abort()  # nothing left to say; never wait on a wedged peer
+        return result(Outcome.OK, exit_note(status, err),
+                      output=out.decode("utf-8", errors="replace"), host_key=key_text)
+
+    async def _exec(self, conn: asyncssh.SSHClientConnection,
+                    script: str) -> tuple[bytes, int | None, bytes]:
+        proc = await conn.create_process(SH_COMMAND, encoding=None)
+        proc.stdin.write(script.encode())
+        proc.stdin.write_eof()
+
+        async def out() -> bytes:
+            chunks: list[bytes] = []
+            size = 0
+            while chunk := await proc.stdout.read(1 << 16):
+                size += len(chunk)
+                if size > self.max_output_bytes:
+                    raise _TooLarge
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+        async def err() -> bytes:
+            # Drained so stderr cannot stall the shared channel window; only the tail is kept.
+            tail = b""
+            while chunk := await proc.stderr.read(1 << 16):
+                tail = (tail + chunk)[-4096:]
+            return tail
+
+        stdout, stderr = await asyncio.gather(out(), err())
+        completed = await proc.wait(check=False)
+        status: int | None = completed.exit_status
+        return stdout, status, stderr
+
+
+def _offered(check: _KeyCheck) -> str | None:
+    with contextlib.suppress(Exception):
+        if check.offered is not None:
+            return openssh_line(check.offered)
+    return None

@@ -1,0 +1,209 @@
+"""Kubernetes node labels and taints derived from facts and lifecycle.
+
+``nvidia.com/*`` labels follow GPU Feature Discovery's names and formats so that existing
+selectors keep working on hosts gpufleet labels before GFD runs; ``gpufleet.io/*`` carry what
+GFD cannot know (lifecycle state, pool, baseline, validated profiles, fabric actually up).
+Every value goes through :func:`sanitize_label_value`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import Fault
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.states import HostState
+
+PREFIX = "gpufleet.io"
+_VALUE_MAX = 63
+_PREFIX_MAX = 253
+_VALUE_RE = re.compile(r"^([A-Za-z0-9]([-_.A-Za-z0-9]*[A-Za-z0-9])?)?$")
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_INVALID_CHARS = re.compile(r"[^-_.A-Za-z0-9]+")
+_EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
+
+# GFD derives the family from the CUDA compute capability; nvidia-smi's "Product
+# Architecture" gives the same names ("Ada Lovelace" -> "ada-lovelace"). Used when the
+# architecture was not reported: first matching product-name token wins.
+_FAMILY_BY_MODEL = (
+    ("B200", "blackwell"), ("GB200", "blackwell"),
+    ("H100", "hopper"), ("H800", "hopper"), ("H200", "hopper"), ("H20", "hopper"),
+    ("L40", "ada-lovelace"), ("L4", "ada-lovelace"), ("L20", "ada-lovelace"),
+    ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"), ("A30", "ampere"),
+    ("A40", "ampere"), ("V100", "volta"), ("T4", "turing"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """A Kubernetes taint: ``key=value:effect``."""
+
+    key: str
+    value: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}"
+
+
+def sanitize_label_value(value: object) -> str:
+    """Make ``value`` a valid label value: at most 63 characters of ``[-_.A-Za-z0-9]``,
+    alphanumeric at both ends; runs of anything else (spaces, unicode, ``/``) become ``-``.
+    ``None`` and values with no usable character give ``""`` (valid)."""
+    if value is None:
+        return ""
+    text = _INVALID_CHARS.sub("-", str(value))
+    text = _EDGE.sub("", text)[:_VALUE_MAX]
+    return _EDGE.sub("", text)  # truncation may leave a '-' or '.' at the end
+
+
+def is_valid_label_value(value: str) -> bool:
+    return len(value) <= _VALUE_MAX and _VALUE_RE.match(value) is not None
+
+
+def is_valid_label_key(key: str) -> bool:
+    """``[prefix/]name``: prefix a DNS subdomain of at most 253 characters, name a non-empty
+    label value."""
+    prefix, _, name = key.rpartition("/")
+    if not name or not is_valid_label_value(name):
+        return False
+    if not prefix and "/" not in key:
+        return True
+    return (
+        0 < len(prefix) <= _PREFIX_MAX
+        and all(_DNS_LABEL_RE.match(part) for part in prefix.split("."))
+    )
+
+
+def gfd_product(product_name: str) -> str:
+    """GFD's product label: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100-80GB-HBM3"``."""
+    name = product_name.strip()
+    if name.upper().startswith("NVIDIA "):
+        name = name[len("NVIDIA ") :]
+    return sanitize_label_value(name.replace(" ", "-"))
+
+
+def gpu_family(architecture: str | None, product_name: str | None) -> str | None:
+    """``"Hopper"`` -> ``"hopper"``, ``"Ada Lovelace"`` -> ``"ada-lovelace"``; falls back to
+    the product name when the driver did not report an architecture."""
+    if architecture:
+        return "-".join(architecture.lower().split())
+    tokens = (product_name or "").upper().replace("-", " ").split()
+    for model, family in _FAMILY_BY_MODEL:
+        if model in tokens:
+            return family
+    return None
+
+
+def _version_parts(version: str | None, names: Iterable[str]) -> dict[str, str]:
+    if not version:
+        return {}
+    parts = version.strip().split(".")
+    return {name: part for name, part in zip(names, parts, strict=False) if part}
+
+
+def fabric_up(facts: HostFacts) -> str:
+    """``ib`` / ``roce`` / ``none`` from ports that are *Active* (a down IB port is none)."""
+    active = [p for p in facts.ib_ports if (p.state or "").lower() == "active"]
+    layers = {(p.link_layer or "").lower() for p in active}
+    if "infiniband" in layers:
+        return "ib"
+    if "ethernet" in layers:
+        return "roce"
+    return "none"
+
+
+def derive_labels(
+    host_name: str,
+    facts: HostFacts | None,
+    state: HostState,
+    pool: str | None,
+    baseline_name: str | None,
+    rack: str | None,
+    profiles_passed: Iterable[str],
+    spec: ExpectedSpec | None = None,
+    fault: Fault | None = None,
+) -> dict[str, str]:
+    """Labels for one node. Labels whose value is unknown are left out, not set empty.
+
+    ``host_name`` is not labelled (Kubernetes has ``kubernetes.io/hostname``); it is taken so
+    exporters can call this uniformly and for future per-host labels.
+    """
+    labels: dict[str, str] = {f"{PREFIX}/state": str(state)}
+    own = {
+        "pool": pool,
+        "baseline": baseline_name,
+        "rack": rack or (spec.rack if spec else None),
+        "fault": str(fault) if fault else None,
+    }
+    for key, value in own.items():
+        if value:
+            labels[f"{PREFIX}/{key}"] = value
+    for profile in sorted(set(profiles_passed)):
+        key = f"{PREFIX}/validated.{sanitize_label_value(profile)}"
+        if is_valid_label_key(key):
+            labels[key] = "true"
+
+    if facts is not None:
+        labels.update(_gfd_labels(facts))
+        labels[f"{PREFIX}/fabric"] = fabric_up(facts)
+        nvlink = facts.nvlink
+        has_nvlink = bool(
+            nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)
+        )
+        labels[f"{PREFIX}/nvlink"] = str(has_nvlink).lower()
+        nvme = sum(d.size_bytes for d in facts.block_devices
+                   if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme"))
+        labels[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+    return {k: sanitize_label_value(v) for k, v in labels.items()}
+
+
+def _gfd_labels(facts: HostFacts) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    gpus = facts.gpus
+    if not gpus:
+        return labels
+    first = gpus[0]  # GFD labels from device 0 too
+    labels["nvidia.com/gpu.count"] = str(len(gpus))
+    if first.product_name:
+        labels["nvidia.com/gpu.product"] = gfd_product(first.product_name)
+    if first.memory_total_mib is not None:
+        labels["nvidia.com/gpu.memory"] = str(first.memory_total_mib)
+    family = gpu_family(first.architecture, first.product_name)
+    if family:
+        labels["nvidia.com/gpu.family"] = family
+    # nvidia-smi prints MIG mode "N/A" (parsed as None) on GPUs without MIG support.
+    mig = any(g.mig_mode_current is not None for g in gpus)
+    labels["nvidia.com/mig.capable"] = str(mig).lower()
+    driver = facts.driver_version
+    if driver:
+        labels["nvidia.com/cuda.driver-version.full"] = driver
+        for part, value in _version_parts(driver, ("major", "minor", "revision")).items():
+            labels[f"nvidia.com/cuda.driver-version.{part}"] = value
+    cuda = facts.cuda_version
+    if cuda:
+        labels["nvidia.com/cuda.runtime-version.full"] = cuda
+        for part, value in _version_parts(cuda, ("major", "minor")).items():
+            labels[f"nvidia.com/cuda.runtime-version.{part}"] = value
+    return labels
+
+
+def derive_taints(state: HostState, fault: Fault | None = None) -> list[Taint]:
+    """Taints keeping work off hosts that are not ready for it.
+
+    ``NoSchedule`` throughout: evicting running pods (``NoExecute``) is the service's call,
+    taken with the allocation holder, not a side effect of a label sync.
+    """
+    if state is HostState.QUARANTINED:
+        return [Taint(f"{PREFIX}/quarantined", sanitize_label_value(fault or "unknown"),
+                      "NoSchedule")]
+    if state is HostState.MAINTENANCE:
+        return [Taint(f"{PREFIX}/maintenance", "true", "NoSchedule")]
+    if state is HostState.RETIRED:
+        return [Taint(f"{PREFIX}/retired", "true", "NoSchedule")]
+    if state in (HostState.ENROLLED, HostState.VALIDATING, HostState.RECLAIMING):
+        return [Taint(f"{PREFIX}/not-ready", str(state), "NoSchedule")]
+    return []

@@ -1,0 +1,97 @@
+"""Access to the real captured tool output kept under ``tests/fixtures/captured``.
+
+The simulated lab serves these captures as a host's tool output, and tests parse them. The
+nvidia_gpu_exporter capture bundles (``nvidia-smi-csv/*.txt``) hold many ``nvidia-smi`` runs
+in one file, each framed by a banner::
+
+    ################################################################################
+    # idle :: query (-q)
+    # $ nvidia-smi -q
+    ################################################################################
+    <output, verbatim>
+
+:func:`load_exporter_bundle` splits such a file into ``{title: output}``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpufleet.errors import ParseError
+
+__all__ = ["captures_dir", "load_exporter_bundle", "split_exporter_bundle"]
+
+_BANNER = "#" * 80
+_ENV = "GPUFLEET_CAPTURES"
+
+
+def captures_dir() -> Path:
+    """The captured-fixtures directory: ``$GPUFLEET_CAPTURES`` or the repo's copy.
+
+    The default resolves from this file (``src/gpufleet/lab/captures.py`` ->
+    ``tests/fixtures/captured``), so it works from a source checkout without installation.
+    """
+    override = os.environ.get(_ENV)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "captured"
+
+
+def split_exporter_bundle(text: str, source: str = "<bundle>") -> dict[str, str]:
+    """Split the text of a capture bundle into sections keyed by title (see module doc).
+
+    The title is the first ``# `` line inside a banner (``"idle :: query (-q)"``); further
+    ``# $ command`` lines are framing, not content. The content is every line up to the next
+    banner, verbatim, except that the blank lines separating sections are dropped; a
+    non-empty section ends with one newline. The free-form preamble is keyed by its title
+    (``"nvidia_gpu_exporter GPU capture"``). Text outside any section, a banner without a
+    title, or a repeated title raises :class:`ParseError`.
+    """
+    sections: dict[str, str] = {}
+    title: str | None = None
+    body: list[str] = []
+    in_header = False
+    header_line = 0
+
+    def close() -> None:
+        if title is None:
+            return
+        while body and not body[-1].strip():
+            body.pop()
+        sections[title] = "".join(line + "\n" for line in body)
+
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the file's final newline does not start another line
+    for number, line in enumerate(lines, start=1):
+        stripped = line.rstrip("\r")
+        if in_header:
+            if stripped == _BANNER:
+                if title is None:
+                    raise ParseError(source, "section banner without a title", line=header_line)
+                in_header = False
+            elif stripped.startswith("#"):
+                if title is None:
+                    title = stripped.lstrip("#").strip()
+                    if title in sections:
+                        raise ParseError(source, f"duplicate section {title!r}", line=number)
+            else:
+                raise ParseError(source, "unterminated section banner", line=number)
+        elif stripped == _BANNER:
+            close()
+            title, body, in_header, header_line = None, [], True, number
+        elif title is None:
+            if stripped.strip():
+                raise ParseError(source, "text before the first section banner", line=number)
+        else:
+            body.append(line)
+    if in_header:
+        raise ParseError(source, "file ends inside a section banner", line=header_line)
+    close()
+    return sections
+
+
+def load_exporter_bundle(path: Path) -> dict[str, str]:
+    """Read an nvidia_gpu_exporter capture bundle and split it into ``{title: output}``."""
+    return split_exporter_bundle(path.read_text(encoding="utf-8"), source=str(path))

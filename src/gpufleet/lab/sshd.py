@@ -1,0 +1,614 @@
+"""Real sshd "hosts" on loopback that answer the real collection script with chosen sections.
+
+Each lab host is one ``/usr/sbin/sshd`` listening on ``127.0.0.1:<port>`` with its own host key,
+``authorized_keys`` and ``sshd_config``. ``SetEnv`` gives the session a private ``PATH`` and
+``GPUFLEET_SYSROOT`` so that :func:`gpufleet.collect.script.remote_script`, run unchanged, finds
+per-host fake tools and files that reproduce the sections the caller asked for.
+
+Layout of one host directory (see :func:`materialize_host`)::
+
+    bin/      fake tools: tiny sh scripts that cat data/ (only tools with a section exist)
+    base/     symlinks to the few real utilities the script itself needs (sh, cat, grep ...);
+              /usr/bin is NOT on PATH, so a tool without a section is truly absent (rc 127)
+              even on a machine that has a real lspci, dmesg or nvidia-smi
+    data/     <section>.out / .err / .rc served by the fake tools
+    sysroot/  etc/os-release, proc/meminfo, proc/modules, sys/class/dmi/id/*
+    run/      calls.log (one line per fake tool call), hang.pids; writable by the lab user
+
+Round trip: a fake tool prints the section stdout plus one newline (as real tools do), so
+``split_bundle`` of the script output gives back exactly the section's stdout, stderr and rc.
+Limits, all from the script itself: file-backed sections (os-release, meminfo, modules) come
+back with an empty stderr, and rc != 0 means "file missing" (cat's rc 1 and message); ``dmi``
+and ``kernel-xid`` always have rc 0 and no stderr; ``kernel-xid`` keeps only lines with
+``NVRM: Xid``; ``nvidia-smi-q`` is empty when ``nvidia-smi-xml`` has rc 0; stderr is cut at
+2 KiB; ``fabricmanager`` is served by ``systemctl is-active`` (rc 0 when "active", else 3).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import asyncssh
+
+from gpufleet.collect.bundle import Section
+from gpufleet.collect.script import SECTIONS
+from gpufleet.collect.transport import Target
+
+SSHD = "/usr/sbin/sshd"
+LAB_HOME = Path("/var/lib/gpufleetlab")
+MODES = ("ok", "stopped", "hang", "wrong-key")
+#: Real utilities the remote script (and the fake tools) need; everything else comes from bin/.
+BASE_TOOLS = ("sh", "cat", "head", "tail", "grep", "mktemp", "mkdir", "rm", "timeout", "pgrep",
+              "sleep", "printf", "echo")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# Hang mode: sessions that never answer. The pid is recorded so stop() can end them.
+_HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
+
+#: Sections served by a generic fake tool: section -> tool name in bin/.
+_SIMPLE_TOOLS = {
+    "hostname": "hostname",
+    "nproc": "nproc",
+    "sysctl": "sysctl",
+    "ibstat": "ibstat",
+    "lspci-nn": "lspci",
+    "lsblk": "lsblk",
+}
+#: Sections served as files under sysroot/.
+_FILES = {
+    "os-release": "etc/os-release",
+    "meminfo": "proc/meminfo",
+    "modules": "proc/modules",
+}
+#: nvidia-smi arguments ("$*") -> section.
+_NVSMI_ARGS = {
+    "-q -x": "nvidia-smi-xml",
+    "-q": "nvidia-smi-q",
+    "topo -m": "topo-m",
+    "nvlink -s": "nvlink-s",
+}
+
+
+class LabError(RuntimeError):
+    """The ssh lab could not be set up or started (the message says what to fix)."""
+
+
+# --------------------------------------------------------------------------- fake tools
+
+
+def _emitted(text: str) -> str:
+    # Real tools end their output with a newline; the script's framing strips exactly one.
+    return text + "\n" if text else ""
+
+
+def _write(path: Path, content: str, mode: int = 0o644) -> None:
+    """Atomic write (a collection running during set_sections sees old or new, never half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(content, encoding="utf-8", newline="")
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _sq(text: str) -> str:
+    """Single-quote for sh."""
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _tool_script(body: str, log: Path) -> str:
+    cat = _real("cat")
+    return (
+        "#!/bin/sh\n"
+        "# gpufleet ssh lab fake tool: serves recorded output from data/.\n"
+        f'echo "${{0##*/}}${{*:+ $*}}" >>{_sq(str(log))} 2>/dev/null\n'
+        f'serve() {{ {cat} "$1.out"; {cat} "$1.err" >&2; exit "$({cat} "$1.rc")"; }}\n'
+        f"{body}\n"
+    )
+
+
+def _real(tool: str) -> str:
+    path = shutil.which(tool, path="/usr/bin:/bin:/usr/sbin:/sbin")
+    if path is None:
+        raise LabError(f"the lab needs '{tool}' on this machine")
+    return path
+
+
+def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[str, str]:
+    """Write fake tools, data and sysroot files serving ``sections``; return the environment.
+
+    The returned ``PATH`` and ``GPUFLEET_SYSROOT`` make the real remote script reproduce the
+    sections (see the module docstring for the few limits). Calling it again replaces what a
+    host serves; tools whose section disappeared are removed.
+    """
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        raise LabError(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+    for name, sec in sections.items():
+        if not 0 <= sec.rc <= 255:
+            raise LabError(f"section '{name}': rc {sec.rc} is not an exit status (0..255)")
+    host_dir = host_dir.resolve()
+    bin_dir, base_dir, data_dir = host_dir / "bin", host_dir / "base", host_dir / "data"
+    sysroot, run_dir = host_dir / "sysroot", host_dir / "run"
+    for d in (host_dir, bin_dir, base_dir, data_dir, sysroot, run_dir):
+        d.mkdir(parents=True, exist_ok=True)
+        d.chmod(0o755)
+    for tool in BASE_TOOLS:
+        link = base_dir / tool
+        if not link.is_symlink():
+            link.symlink_to(_real(tool))
+    log = run_dir / "calls.log"
+
+    # Data files first, so a tool never appears before what it serves.
+    for old in data_dir.iterdir():
+        if old.name.split(".")[0] not in sections:
+            old.unlink()
+    for name, sec in sections.items():
+        _write(data_dir / f"{name}.out", _emitted(sec.stdout))
+        _write(data_dir / f"{name}.err", _emitted(sec.stderr))
+        _write(data_dir / f"{name}.rc", f"{sec.rc}\n")
+
+    def data(name: str) -> str:
+        return _sq(str(data_dir / name))
+
+    tools: dict[str, str] = {}
+    for sec_name, tool in _SIMPLE_TOOLS.items():
+        if sec_name in sections:
+            tools[tool] = f"serve {data(sec_name)}"
+    if "uname-r" in sections:
+        tools["uname"] = (f'if [ "$*" = "-r" ]; then serve {data("uname-r")}; fi\n'
+                          f'exec {_real("uname")} "$@"')
+    if "nvidia-smi-xml" in sections:  # no XML section: nvidia-smi is absent (driver missing)
+        cases = "".join(
+            f'  {_sq(args)}) s={_sq(sec)} ;;\n' for args, sec in _NVSMI_ARGS.items())
+        tools["nvidia-smi"] = (
+            f'case "$*" in\n{cases}'
+            '  *) echo "nvidia-smi (gpufleet lab): unsupported arguments: $*" >&2; exit 2 ;;\n'
+            "esac\n"
+            f'd={_sq(str(data_dir))}/"$s"\n'
+            '[ -f "$d.rc" ] || { echo "nvidia-smi (gpufleet lab): nothing recorded for $*" >&2; '
+            "exit 2; }\n"
+            'serve "$d"')
+    if "kernel-xid" in sections:
+        # The script greps dmesg for Xid lines; dmesg itself succeeds.
+        tools["dmesg"] = f"{_real('cat')} {data('kernel-xid.out')}\nexit 0"
+    if "fabricmanager" in sections:
+        state = sections["fabricmanager"].stdout.strip() or "inactive"
+        # Behaves like systemctl: prints the state (unless --quiet), rc 0 only when active.
+        tools["systemctl"] = (
+            'q=; [ "$1" = "--quiet" ] && { q=1; shift; }\n'
+            'if [ "$1" = "is-active" ] && [ "$2" = "nvidia-fabricmanager" ]; then\n'
+            f"  [ -n \"$q\" ] || echo {_sq(state)}\n"
+            f"  exit {0 if state == 'active' else 3}\n"
+            "fi\n"
+            'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1')
+    for old in bin_dir.iterdir():
+        if old.name not in tools:
+            old.unlink()
+    for tool, body in tools.items():
+        _write(bin_dir / tool, _tool_script(body, log), 0o755)
+
+    for sec_name, rel in _FILES.items():
+        path = sysroot / rel
+        served = sections.get(sec_name)
+        if served is not None and served.rc == 0:
+            _write(path, _emitted(served.stdout))
+        else:
+            path.unlink(missing_ok=True)
+    dmi = sysroot / "sys/class/dmi/id"
+    vendor_line, _, product = (sections["dmi"].stdout if "dmi" in sections else "").partition("\n")
+    for path, text in ((dmi / "sys_vendor", vendor_line), (dmi / "product_name", product)):
+        if text:
+            _write(path, text + "\n")
+        else:
+            path.unlink(missing_ok=True)
+    for d in (sysroot, *sysroot.rglob("*")):
+        if d.is_dir():
+            d.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{base_dir}", "GPUFLEET_SYSROOT": str(sysroot)}
+
+
+# --------------------------------------------------------------------------- host setup
+
+
+def ensure_openssh_server() -> None:
+    """Install openssh-server with apt when ``/usr/sbin/sshd`` is missing; create /run/sshd."""
+    if not Path(SSHD).exists():
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        cmd = ["apt-get", "install", "-y", "-qq", "openssh-server"]
+        if subprocess.run(cmd, env=env, capture_output=True, check=False).returncode != 0:
+            # The package lists may be missing on a fresh image.
+            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, check=False)
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise LabError(f"cannot install openssh-server: {res.stderr.strip()[-400:]}")
+    # Privilege-separation directory; nothing creates it without systemd.
+    Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
+def ensure_lab_user(user: str) -> pwd.struct_passwd:
+    """Create the dedicated login user once: shell /bin/sh, no dotfiles, unlocked (``*``)."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        res = subprocess.run(
+            ["useradd", "-M", "-r", "-d", str(LAB_HOME), "-s", "/bin/sh", "-c", "gpufleet ssh lab",
+             user], capture_output=True, text=True, check=False)
+        # rc 9: created meanwhile by a parallel test worker.
+        if res.returncode not in (0, 9):
+            raise LabError(f"useradd {user} failed: {res.stderr.strip()}") from None
+        entry = pwd.getpwnam(user)
+    home = Path(entry.pw_dir)
+    if not home.is_dir():
+        home.mkdir(mode=0o755, parents=True, exist_ok=True)
+        os.chown(home, entry.pw_uid, entry.pw_gid)
+    # useradd leaves the account locked ("!"); with UsePAM no sshd then refuses it.
+    if _shadow_password(user).startswith("!"):
+        for _ in range(20):  # usermod fails while another process holds the shadow lock
+            if subprocess.run(["usermod", "-p", "*", user], capture_output=True,
+                              check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            raise LabError(f"cannot unlock user {user} (usermod -p '*')")
+    return entry
+
+
+def _shadow_password(user: str) -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/shadow").read_text().splitlines():
+            parts = line.split(":")
+            if parts[0] == user and len(parts) > 1:
+                return parts[1]
+    return ""
+
+
+def _check_reachable(path: Path, uid: int) -> None:
+    """The lab user must traverse every directory above the host files (no 0700 parents)."""
+    for d in [path, *path.parents]:
+        st = d.stat()
+        if not st.st_mode & stat.S_IXOTH and st.st_uid != uid:
+            raise LabError(
+                f"{d} (mode {stat.S_IMODE(st.st_mode):o}) hides the lab from its login user; "
+                "use a lab root whose parents are all world-searchable, e.g. under /tmp "
+                "(not pytest's /tmp/pytest-of-root, which is 0700)")
+
+
+def _write_key(path: Path) -> str:
+    """A new ed25519 private key at ``path`` (0600); returns the OpenSSH public key line."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path.unlink(missing_ok=True)
+    path.touch(mode=0o600)
+    path.write_bytes(key.export_private_key("openssh"))
+    path.chmod(0o600)
+    public = key.export_public_key("openssh").decode().strip()
+    _write(path.with_name(path.name + ".pub"), public + "\n")
+    return public
+
+
+def _reserve_port(first: int, taken: set[int]) -> tuple[int, socket.socket]:
+    """Bind (without listening) the first free loopback port from ``first``.
+
+    Holding the bound socket keeps other labs (parallel workers) off the port until sshd takes
+    it, and a bound-but-not-listening port refuses connections: exactly a stopped host.
+    """
+    port = first
+    while port < 65535:
+        if port not in taken:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+            else:
+                return port, s
+        port += 1
+    raise LabError(f"no free loopback port from {first}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is as good as gone.
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0] != "Z"
+    return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
+def _descendants(pid: int) -> list[int]:
+    """Children, grandchildren ... of ``pid`` (per-connection sshd processes and sessions)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _kill_and_wait(pids: list[int], timeout_s: float = 10.0) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in pids:
+        if _pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+@dataclass
+class _Host:
+    name: str
+    dir: Path
+    port: int
+    mode: str
+    reservation: socket.socket | None
+    host_key: str = ""
+    proc: subprocess.Popen[bytes] | None = None  # sshd -D, our child: we reap it (no zombie)
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "sshd.pid"
+
+
+class SshLab:
+    """A set of real sshd hosts on 127.0.0.1, one port each, serving chosen sections.
+
+    ``root`` and all its parents must be searchable by the lab user (anything under /tmp is).
+    Modes: ``ok``; ``stopped`` (nothing listens: connection refused); ``hang`` (a
+    ForceCommand that sleeps: command timeout); ``wrong-key`` (the client key is not
+    authorised: auth failed).
+    """
+
+    def __init__(self, root: Path, *, user: str = "gpufleetlab", first_port: int = 22000) -> None:
+        ensure_openssh_server()
+        self.root = root.resolve()
+        self.user = user
+        self.first_port = first_port
+        self._pw = ensure_lab_user(user)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o755)
+        _check_reachable(self.root, self._pw.pw_uid)
+        (self.root / "hosts").mkdir(mode=0o755, exist_ok=True)
+        self.client_key = self.root / "client_key"
+        self._client_pub = _write_key(self.client_key)
+        # wrong-key hosts authorise this key instead, so the collector's key is refused.
+        self._other_pub = _write_key(self.root / "other_key")
+        self._hosts: dict[str, _Host] = {}
+        atexit.register(self.stop)
+
+    # -- building -------------------------------------------------------------------------
+
+    def add_host(self, name: str, sections: Mapping[str, Section], *, mode: str = "ok") -> Target:
+        """Add a host serving ``sections``; returns its target (start() makes it answer)."""
+        if not _NAME.match(name):
+            raise LabError(f"bad lab host name {name!r}")
+        if name in self._hosts:
+            raise LabError(f"lab host {name} exists")
+        if mode not in MODES:
+            raise LabError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+        d = self.root / "hosts" / name
+        env = materialize_host(d, sections)
+        os.chown(d / "run", self._pw.pw_uid, self._pw.pw_gid)
+        port, reservation = _reserve_port(self.first_port, {h.port for h in self._hosts.values()})
+        host = _Host(name, d, port, mode, reservation)
+        host.host_key = _write_key(d / "ssh_host_ed25519_key")
+        _write(d / "authorized_keys",
+               (self._other_pub if mode == "wrong-key" else self._client_pub) + "\n")
+        _write(host.config, self._sshd_config(host, env))
+        self._hosts[name] = host
+        return self._target(host)
+
+    def _sshd_config(self, h: _Host, env: Mapping[str, str]) -> str:
+        lines = [
+            f"ListenAddress 127.0.0.1:{h.port}",
+            "AddressFamily inet",
+            f"HostKey {h.dir}/ssh_host_ed25519_key",
+            f"PidFile {h.pid_file}",
+            f"AuthorizedKeysFile {h.dir}/authorized_keys",
+            "AuthenticationMethods publickey",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "PermitRootLogin no",
+            f"AllowUsers {self.user}",
+            "UsePAM no",
+            # The lab root lives in world-writable /tmp, which StrictModes would refuse.
+            "StrictModes no",
+            "PermitUserEnvironment no",
+            # SetEnv overrides PATH, which is what points the script at the fake tools.
+            "SetEnv " + " ".join(f'"{k}={v}"' for k, v in env.items()),
+            "UseDNS no",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "X11Forwarding no",
+            "AllowTcpForwarding no",
+            "AllowAgentForwarding no",
+            "MaxStartups 100:30:200",
+            "LoginGraceTime 60",
+            "LogLevel ERROR",
+        ]
+        if h.mode == "hang":
+            # tail --pid ends by itself once the session's sshd is gone (client gave up).
+            lines.append(f"ForceCommand echo $$ >>{h.dir}/run/hang.pids; exec {_HANG_COMMAND}"
+                         " --pid=$PPID")
+        return "\n".join(lines) + "\n"
+
+    def _target(self, h: _Host) -> Target:
+        return Target(h.name, "127.0.0.1", h.port, user=self.user, key_file=str(self.client_key))
+
+    # -- running --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every sshd not yet running (except stopped hosts); wait until each accepts."""
+        self._start([h for h in self._hosts.values() if h.mode != "stopped" and h.proc is None])
+
+    def _start(self, hosts: list[_Host], timeout_s: float = 60.0) -> None:
+        for h in hosts:  # launch all first: they get ready in parallel
+            self._launch(h)
+        for h in hosts:
+            self._wait_ready(h, timeout_s)
+
+    def _launch(self, h: _Host) -> None:
+        # The reservation goes just before sshd binds; a restarted host has none.
+        if h.reservation is not None:
+            h.reservation.close()
+            h.reservation = None
+        h.pid_file.unlink(missing_ok=True)
+        # -D: stay our child so stop() reaps it; -f must be absolute because sshd re-executes
+        # itself after chdir("/") for every connection.
+        h.proc = subprocess.Popen(
+            [SSHD, "-D", "-f", str(h.config), "-E", str(h.dir / "sshd.log")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # a Ctrl-C meant for the tests does not hit the hosts
+
+    def _wait_ready(self, h: _Host, timeout_s: float) -> None:
+        # The pid file is written after listen(); poll for it and for a TCP accept.
+        assert h.proc is not None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if h.proc.poll() is not None:
+                rc = h.proc.returncode
+                h.proc = None
+                raise LabError(f"{h.name}: sshd on 127.0.0.1:{h.port} exited {rc}: "
+                               f"{self._log_tail(h) or '(no log)'}")
+            if h.pid_file.exists():
+                try:
+                    with socket.create_connection(("127.0.0.1", h.port), timeout=2.0):
+                        return
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                raise LabError(f"{h.name}: sshd on 127.0.0.1:{h.port} not ready after "
+                               f"{timeout_s:.0f} s; log: {self._log_tail(h) or '(empty)'}")
+            time.sleep(0.02)
+
+    def _log_tail(self, h: _Host) -> str:
+        try:
+            return (h.dir / "sshd.log").read_text(errors="replace")[-400:].strip()
+        except OSError:
+            return ""
+
+    def _stop_host(self, h: _Host) -> None:
+        if h.proc is not None:
+            # Connections first, while the listener is alive to reap them; then the listener.
+            _kill_and_wait(_descendants(h.proc.pid))
+            h.proc.terminate()
+            try:
+                h.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                h.proc.kill()
+                h.proc.wait()
+            h.proc = None
+        hang_pids = h.dir / "run" / "hang.pids"
+        with contextlib.suppress(OSError):
+            # Orphaned hang sessions (their sshd already left); only if still ours.
+            _kill_and_wait([int(p) for p in hang_pids.read_text().split()
+                            if p.isdigit() and _cmdline(int(p)).startswith(_HANG_COMMAND)])
+            hang_pids.unlink()
+        h.pid_file.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Stop every sshd (and sessions it left behind); safe to call repeatedly."""
+        for h in self._hosts.values():
+            self._stop_host(h)
+            if h.reservation is not None:
+                h.reservation.close()
+                h.reservation = None
+
+    def __enter__(self) -> SshLab:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- changing hosts -------------------------------------------------------------------
+
+    def set_sections(self, name: str, sections: Mapping[str, Section]) -> None:
+        """Change what a host answers from the next collection on (no restart)."""
+        h = self._host(name)
+        materialize_host(h.dir, sections)
+
+    def rotate_host_key(self, name: str) -> str:
+        """Give a host a new host key and restart its sshd; returns the new public key."""
+        h = self._host(name)
+        was_running = h.proc is not None
+        self._stop_host(h)
+        h.host_key = _write_key(h.dir / "ssh_host_ed25519_key")
+        if was_running:
+            self._start([h])
+        return h.host_key
+
+    # -- looking ----------------------------------------------------------------------------
+
+    def _host(self, name: str) -> _Host:
+        try:
+            return self._hosts[name]
+        except KeyError:
+            raise LabError(f"no lab host {name}") from None
+
+    def targets(self) -> list[Target]:
+        """Targets of every host, in the order they were added."""
+        return [self._target(h) for h in self._hosts.values()]
+
+    def host_public_key(self, name: str) -> str:
+        """The host key the host presents now (OpenSSH ``ssh-ed25519 AAAA...``)."""
+        return self._host(name).host_key
+
+    def calls(self, name: str) -> list[str]:
+        """Fake tool calls made on a host so far (``"nvidia-smi -q -x"``), oldest first."""
+        try:
+            return (self._host(name).dir / "run" / "calls.log").read_text().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def sshd_pids(self) -> list[int]:
+        """Pids of this lab's running listener sshd processes (for leak checks)."""
+        return [h.proc.pid for h in self._hosts.values()
+                if h.proc is not None and h.proc.poll() is None]

@@ -1,0 +1,165 @@
+"""Baselines, pools and drift: which validated combination each pool runs, who differs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+
+from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.spec import Baseline, BaselineStatus
+from gpufleet.errors import ConfigError, NotFound
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.select import select_hosts
+from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
+
+
+def _to_domain(row: BaselineRow) -> Baseline:
+    return Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
+
+
+def save_baseline(fleet: Fleet, baseline: Baseline, *, replace: bool = False) -> Baseline:
+    """Create (or, with ``replace``, overwrite) a baseline."""
+    now = fleet.now()
+    spec = baseline.model_dump(mode="json", exclude={"name", "status"})
+    with fleet.db.session() as s:
+        row = s.scalar(select(BaselineRow).where(BaselineRow.name == baseline.name))
+        if row is not None and not replace:
+            raise ConfigError(f"baseline '{baseline.name}' exists (use --replace)")
+        if row is None:
+            row = BaselineRow(name=baseline.name, status=baseline.status.value, spec=spec,
+                              created_at=now, updated_at=now)
+            s.add(row)
+        else:
+            row.spec, row.status, row.updated_at = spec, baseline.status.value, now
+        record_event(s, fleet, "baseline", f"baseline {baseline.name} saved ({baseline.status})",
+                     data=baseline.model_dump(mode="json"))
+    return baseline
+
+
+def baseline_from_host(fleet: Fleet, host_name: str, name: str, purpose: str = "") -> Baseline:
+    """A candidate baseline copied from the latest facts of a known-good host."""
+    with fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == host_name))
+        if host is None or host.latest_snapshot_id is None:
+            raise NotFound(f"host '{host_name}' has no collected facts")
+        snap = s.get(FactSnapshot, host.latest_snapshot_id)
+        assert snap is not None
+        facts = HostFacts.model_validate(snap.facts)
+    vbios = sorted({g.vbios_version for g in facts.gpus if g.vbios_version})
+    return Baseline(
+        name=name, purpose=purpose, status=BaselineStatus.CANDIDATE,
+        os_image=facts.os.pretty_name if facts.os else None, kernel=facts.kernel,
+        driver=facts.driver_version, cuda=facts.cuda_version, vbios=vbios,
+        sysctls=dict(facts.sysctls),
+    )
+
+
+def get_baseline(fleet: Fleet, name: str) -> Baseline:
+    """One baseline by name."""
+    with fleet.db.session() as s:
+        row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
+        if row is None:
+            raise NotFound(f"no baseline named '{name}'")
+        return _to_domain(row)
+
+
+def list_baselines(fleet: Fleet) -> list[tuple[Baseline, list[str]]]:
+    """Every baseline with the pools that point at it."""
+    with fleet.db.session() as s:
+        pools = list(s.scalars(select(Pool)))
+        return [
+            (_to_domain(r), sorted(p.name for p in pools if p.baseline == r.name))
+            for r in s.scalars(select(BaselineRow).order_by(BaselineRow.name))
+        ]
+
+
+def set_pool_baseline(fleet: Fleet, pool: str, baseline: str | None) -> None:
+    """Point a pool at a baseline (creating the pool if needed)."""
+    if baseline is not None:
+        get_baseline(fleet, baseline)
+    with fleet.db.session() as s:
+        row = s.scalar(select(Pool).where(Pool.name == pool))
+        if row is None:
+            row = Pool(name=pool, expected={})
+            s.add(row)
+        before = row.baseline
+        row.baseline = baseline
+        record_event(s, fleet, "pool", f"pool {pool}: baseline {before} -> {baseline}")
+
+
+@dataclass
+class PoolView:
+    """A pool, its baseline and size."""
+
+    name: str
+    baseline: str | None
+    hosts: int
+
+
+def list_pools(fleet: Fleet) -> list[PoolView]:
+    """Pools with baseline and host count."""
+    with fleet.db.session() as s:
+        hosts = list(s.scalars(select(Host)))
+        return [PoolView(p.name, p.baseline, sum(1 for h in hosts if h.pool == p.name))
+                for p in s.scalars(select(Pool).order_by(Pool.name))]
+
+
+def baseline_for_pool(fleet: Fleet, pool: str | None) -> Baseline | None:
+    """The baseline a pool points at, if any (unknown names are an error)."""
+    if not pool:
+        return None
+    with fleet.db.session() as s:
+        row = s.scalar(select(Pool).where(Pool.name == pool))
+        name = row.baseline if row else None
+    return get_baseline(fleet, name) if name else None
+
+
+def diff_baselines(a: Baseline, b: Baseline) -> list[tuple[str, object, object]]:
+    """Fields where two baselines differ: (field, a, b)."""
+    da, db_ = a.model_dump(exclude={"name"}), b.model_dump(exclude={"name"})
+    return [(k, da[k], db_[k]) for k in da if da[k] != db_[k]]
+
+
+@dataclass
+class DriftReport:
+    """Per-host drift and fleet-wide summary."""
+
+    by_host: dict[str, list[DriftItem]]
+    summary: list[DriftSummary]
+    baselines: dict[str, str]  # host -> baseline name
+    no_baseline: list[str]
+    no_facts: list[str]
+
+
+def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
+    """Every selected host compared with its pool's baseline, field by field."""
+    with fleet.db.session() as s:
+        pools = {p.name: p.baseline for p in s.scalars(select(Pool))}
+        rows = {r.name: _to_domain(r) for r in s.scalars(select(BaselineRow))}
+        hosts = list(s.scalars(select_hosts(selector)))
+        snaps = {
+            sn.host_id: sn for sn in s.scalars(select(FactSnapshot).where(
+                FactSnapshot.id.in_([h.latest_snapshot_id for h in hosts if h.latest_snapshot_id])))
+        }
+        by_host: dict[str, list[DriftItem]] = {}
+        names: dict[str, str] = {}
+        no_baseline: list[str] = []
+        no_facts: list[str] = []
+        for h in hosts:
+            if h.state == "retired":
+                continue
+            bname = h.vars.get("gpufleet_baseline") or pools.get(h.pool or "")
+            if not bname or bname not in rows:
+                no_baseline.append(h.name)
+                continue
+            snap = snaps.get(h.id)
+            if snap is None:
+                no_facts.append(h.name)
+                continue
+            items = diff_against_baseline(HostFacts.model_validate(snap.facts), rows[bname])
+            names[h.name] = bname
+            if items:
+                by_host[h.name] = items
+    return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)

@@ -1,0 +1,117 @@
+"""Read models of hosts for listings, ``hosts show``, the API and exporters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Text, desc, func, select
+
+from gpufleet.domain.facts import HostFacts
+from gpufleet.errors import NotFound
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.select import select_hosts
+from gpufleet.store.tables import CollectionResult, Event, FactSnapshot, Host
+
+
+@dataclass
+class HostView:
+    """One row of ``hosts list``."""
+
+    name: str
+    address: str
+    state: str
+    health: str
+    fault: str | None
+    pool: str | None
+    groups: list[str]
+    gpu_count: int | None
+    gpu_model: str | None
+    driver: str | None
+    cuda: str | None
+    profiles: list[str]
+    last_collected_at: datetime | None
+    last_outcome: str | None
+    last_reason: str | None
+    status_reason: str | None
+
+
+@dataclass
+class HostDetail:
+    """Everything ``hosts show`` prints."""
+
+    view: HostView
+    facts: HostFacts | None
+    expected: dict[str, Any]
+    host_key: str | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    collections: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _view(h: Host, snap: FactSnapshot | None) -> HostView:
+    return HostView(
+        name=h.name, address=h.address, state=h.state, health=h.health, fault=h.fault,
+        pool=h.pool, groups=list(h.groups), gpu_count=snap.gpu_count if snap else None,
+        gpu_model=snap.gpu_model if snap else None, driver=snap.driver if snap else None,
+        cuda=snap.cuda if snap else None, profiles=list(h.profiles),
+        last_collected_at=h.last_collected_at, last_outcome=h.last_outcome,
+        last_reason=h.last_reason, status_reason=h.status_reason,
+    )
+
+
+def list_hosts(
+    fleet: Fleet,
+    selector: str | None = None,
+    *,
+    group: str | None = None,
+    model: str | None = None,
+    state: str | None = None,
+    pool: str | None = None,
+) -> list[HostView]:
+    """Hosts matching the selector AND every given filter, by name."""
+    stmt = select(Host, FactSnapshot).outerjoin(
+        FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id
+    )
+    sub = select_hosts(selector).with_only_columns(Host.id).order_by(None)
+    stmt = stmt.where(Host.id.in_(sub)).order_by(Host.name)
+    if group:
+        stmt = stmt.where(func.lower(func.cast(Host.groups, Text)).like(f'%"{group.lower()}"%'))
+    if model:
+        stmt = stmt.where(func.lower(FactSnapshot.gpu_model).like(f"%{model.lower()}%"))
+    if state:
+        stmt = stmt.where(Host.state == state)
+    if pool:
+        stmt = stmt.where(Host.pool == pool)
+    with fleet.db.session() as s:
+        return [_view(h, snap) for h, snap in s.execute(stmt).tuples()]
+
+
+def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
+    """Facts, last collections and recent events of one host."""
+    with fleet.db.session() as s:
+        h = s.scalar(select(Host).where(Host.name == name))
+        if h is None:
+            raise NotFound(f"no host named '{name}'")
+        snap = s.get(FactSnapshot, h.latest_snapshot_id) if h.latest_snapshot_id else None
+        evs = s.scalars(select(Event).where(Event.host_id == h.id)
+                        .order_by(desc(Event.at), desc(Event.id)).limit(events))
+        cols = s.scalars(select(CollectionResult).where(CollectionResult.host_id == h.id)
+                         .order_by(desc(CollectionResult.id)).limit(5))
+        return HostDetail(
+            view=_view(h, snap),
+            facts=HostFacts.model_validate(snap.facts) if snap else None,
+            expected=dict(h.expected),
+            host_key=h.host_key,
+            events=[{"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message}
+                    for e in evs],
+            collections=[{"run_id": c.run_id, "outcome": c.outcome, "reason": c.reason,
+                          "duration_s": round(c.duration_s, 3)} for c in cols],
+        )
+
+
+def snapshot_count(fleet: Fleet, name: str) -> int:
+    """How many fact snapshots (history) a host has."""
+    with fleet.db.session() as s:
+        return int(s.scalar(select(func.count(FactSnapshot.id)).join(Host, Host.id == FactSnapshot.host_id)
+                            .where(Host.name == name)) or 0)

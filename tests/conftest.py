@@ -1,0 +1,83 @@
+"""Shared fixtures: a fleet on SQLite and on the real PostgreSQL at 127.0.0.1:5432."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from gpufleet.service.fleet import Fleet
+from gpufleet.store.db import Database
+
+PG_ADMIN_URL = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+pytest_plugins = ["tests.sshlab_fixtures"]
+
+
+class FakeClock:
+    """A clock tests move by hand (services read time only through Fleet.clock)."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **kw: float) -> None:
+        self.now += timedelta(**kw)
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A private PostgreSQL database for this test session (dropped at the end)."""
+    name = f"gpufleet_t_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
+    db = Database(url)
+    db.migrate()
+    db.dispose()
+    yield url
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _truncate(db: Database) -> None:
+    tables = ["validations", "pools", "baselines", "events", "nics", "gpus",
+              "collection_results", "fact_snapshots", "collection_runs", "hosts"]
+    with db.engine.begin() as c:
+        if db.dialect == "postgresql":
+            c.execute(text("TRUNCATE " + ", ".join(tables) + " RESTART IDENTITY CASCADE"))
+        else:
+            c.execute(text("UPDATE hosts SET latest_snapshot_id = NULL"))
+            for t in tables:
+                c.execute(text(f"DELETE FROM {t}"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fleet(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Fleet]:
+    """A migrated, empty fleet on each backend, with a hand-moved clock."""
+    clock = FakeClock()
+    if request.param == "sqlite":
+        f = Fleet.open(home=tmp_path / "home", url=f"sqlite:///{tmp_path / 'fleet.db'}",
+                       actor="pytest", clock=clock)
+    else:
+        url = request.getfixturevalue("pg_database_url")
+        f = Fleet.open(home=tmp_path / "home", url=url, actor="pytest", clock=clock)
+        _truncate(f.db)
+    yield f
+    f.db.dispose()
+
+
+@pytest.fixture
+def clock(fleet: Fleet) -> FakeClock:
+    """The fleet's clock."""
+    assert isinstance(fleet.clock, FakeClock)
+    return fleet.clock

@@ -1,0 +1,205 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import pytest
+
+from gpufleet.domain.checks import CHECKS, CheckStatus
+from gpufleet.domain.facts import HostFacts, XidEvent
+from gpufleet.domain.health import Fault, Health
+from gpufleet.domain.profiles import Decision, evaluate, load_profiles
+from gpufleet.domain.spec import Baseline, ExpectedSpec
+from gpufleet.domain.states import Event
+from gpufleet.domain.xid import XidPolicy
+from gpufleet.errors import ConfigError
+
+Facts = Callable[..., HostFacts]
+ALL = {"training-multinode", "training-single", "inference", "test"}
+
+
+def test_packaged_profiles_load_and_reference_known_checks() -> None:
+    profiles = load_profiles()
+    assert set(profiles) == ALL
+    for profile in profiles.values():
+        assert set(profile.checks) <= set(CHECKS)
+    multinode = profiles["training-multinode"].checks
+    assert {"ib_ports", "nvlink", "nccl"} <= set(multinode)
+    assert not multinode["nvlink"].get("advisory")
+    assert "ib_ports" not in profiles["inference"].checks
+    assert "ib_ports" not in profiles["training-single"].checks
+    # test is the most lenient: everything it binds, every other profile binds too.
+    binding = {n: {c for c, p in prof.checks.items() if not p.get("advisory")}
+               for n, prof in profiles.items()}
+    for name in ALL - {"test"}:
+        assert binding["test"] <= binding[name], name
+
+
+def test_user_overlay_merges_adds_and_removes() -> None:
+    user = """
+profiles:
+  inference:
+    checks:
+      xid: {window_hours: 6}
+      persistence_mode: false
+  burn-in:
+    description: long soak
+    extends: training-single
+    checks:
+      gpu_burn: {require: true}
+"""
+    profiles = load_profiles(user)
+    assert profiles["inference"].checks["xid"] == {"window_hours": 6}
+    assert "persistence_mode" not in profiles["inference"].checks
+    # Descendants see the overlaid parent.
+    assert "persistence_mode" not in profiles["training-single"].checks
+    assert profiles["burn-in"].checks["gpu_burn"] == {"require": True}
+    assert profiles["burn-in"].description == "long soak"
+    assert "nvlink" in profiles["burn-in"].checks
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("profiles:\n  p:\n    checks:\n      gpu_cnt: {}\n",
+         "profile 'p': unknown check 'gpu_cnt'"),
+        ("profiles:\n  p:\n    checks:\n      xid: {window: 3}\n",
+         "profile 'p': check 'xid': unknown parameter 'window'"),
+        ("profiles:\n  p:\n    checks:\n      xid: {window_hours: soon}\n",
+         "profile 'p': check 'xid': parameter 'window_hours' must be int or float"),
+        ("profiles:\n  p:\n    checks:\n      retired_pages: {threshold: true}\n",
+         "check 'retired_pages': parameter 'threshold' must be int"),
+        ("profiles:\n  p:\n    checks:\n      xid: {now: 1}\n",
+         "check 'xid': parameter 'now' is reserved"),
+        ("profiles:\n  p:\n    checks:\n      xid: [1]\n", "parameters must be a mapping"),
+        ("profiles:\n  p:\n    extends: nope\n", "profile 'p': extends unknown profile 'nope'"),
+        ("profiles:\n  a: {extends: b}\n  b: {extends: a}\n", "'extends' cycle"),
+        ("profiles:\n  p: {check: {}}\n", "profile 'p': unknown key(s) check"),
+        ("profiles: [1]\n", "expected a top-level 'profiles' mapping"),
+        ("profiles: {p: {checks: {xid: {}}\n", "invalid YAML"),
+    ],
+)
+def test_invalid_profiles_name_profile_and_check(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_profiles(text, source="site.yaml")
+    assert message in str(info.value)
+
+
+def test_empty_user_file_is_fine() -> None:
+    assert set(load_profiles("")) == ALL
+
+
+# ------------------------------------------------------------------------ evaluate
+
+
+def test_clean_host_available_for_every_profile(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    out = evaluate(facts, spec, baseline, load_profiles(), None, now)
+    assert out.decision is Decision.AVAILABLE
+    assert out.event is Event.VALIDATION_PASSED
+    assert out.profiles_passed == ALL
+    assert out.faults == set() and out.health is Health.OK and out.reasons == []
+
+
+def test_each_check_runs_once_per_distinct_params(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    profiles = load_profiles("profiles:\n  inference:\n    checks:\n      xid: {window_hours: 6}\n")
+    out = evaluate(facts, spec, baseline, profiles, None, now)
+    # One run for every check name, plus one for inference's different xid window.
+    names = {c for p in profiles.values() for c in p.checks}
+    assert len(out.results) == len(names) + 1
+    assert out.profiles["inference"].checks["xid"] == "xid[inference]"
+    assert out.profiles["test"].checks["xid"] == "xid"
+
+
+def test_advisory_failure_does_not_fail_the_profile(
+    facts_factory: Facts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    f = facts_factory(gpu={4: {"persistence_mode": False}})
+    out = evaluate(f, spec, baseline, load_profiles(), None, now)
+    assert out.results["persistence_mode"].status is CheckStatus.FAIL
+    assert out.profiles_passed == {"test"}
+    assert out.decision is Decision.AVAILABLE
+
+
+def test_no_profiles_stays_validating(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    out = evaluate(facts, spec, baseline, {}, None, now)
+    assert out.decision is Decision.STAY_VALIDATING and out.reasons == ["no profiles configured"]
+
+
+def test_hardware_faults_are_configurable(
+    facts_factory: Facts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    f = facts_factory(fabricmanager_active=False)
+    out = evaluate(f, spec, baseline, load_profiles(), None, now,
+                   hardware_faults=frozenset({Fault.FABRICMANAGER_DOWN}))
+    assert out.decision is Decision.QUARANTINE and out.health is Health.CRITICAL
+
+
+def test_evidence_reaches_evidence_checks(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    user = "profiles:\n  training-multinode:\n    checks:\n      nccl: {min_busbw_gbps: 300}\n"
+    out = evaluate(facts, spec, baseline, load_profiles(user), None, now,
+                   evidence={"nccl": {"avg_bus_bw_gbps": 120.0}})
+    assert out.profiles_passed == ALL - {"training-multinode"}
+    assert out.faults == {Fault.DIAG_FAILED}
+    assert out.health is Health.WARNING
+
+
+# --------------------------------------------------------- the acceptance scenario
+
+
+def test_pool_of_sixteen(
+    facts_factory: Facts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    port_factory: Callable[..., object],
+) -> None:
+    """A: off-baseline driver; B: IB port down; C: GPU lost from the driver; D: Xid 79."""
+    down_port = [port_factory(f"mlx5_{i}", f"0x{i}") for i in range(4)]
+    down_port[2] = port_factory("mlx5_2", "0x2", state="Down", physical_state="Polling")
+    xid79 = XidEvent(code=79, pci_address="PCI:0000:3a:00", time=now - timedelta(minutes=20),
+                     message="NVRM: Xid (PCI:0000:3a:00): 79, pid=0, GPU has fallen off the bus.")
+    hosts = {f"gpu-{i:02d}": facts_factory(hostname=f"gpu-{i:02d}") for i in range(16)}
+    hosts["gpu-00"] = facts_factory(smi={"driver_version": "535.154.05"})  # A
+    hosts["gpu-01"] = facts_factory(ib_ports=down_port)  # B
+    hosts["gpu-02"] = facts_factory(hidden_gpus={5})  # C
+    hosts["gpu-03"] = facts_factory(xids=[xid79])  # D
+
+    profiles = load_profiles()
+    policy = XidPolicy.load_default()
+    out = {h: evaluate(f, spec, baseline, profiles, policy, now) for h, f in hosts.items()}
+
+    a = out["gpu-00"]
+    assert a.decision is Decision.STAY_VALIDATING and a.event is Event.VALIDATION_FAILED
+    assert a.profiles_passed == set()
+    assert [r.name for r in a.drift] == ["driver_version"]
+    assert a.reasons == [
+        "driver_version: drift from baseline h100-2024q3: driver 535.154.05, expected 550.90.07"
+    ]
+    assert a.faults == set()
+
+    b = out["gpu-01"]
+    assert b.decision is Decision.AVAILABLE
+    assert b.profiles_passed == {"inference", "training-single", "test"}
+    assert b.faults == {Fault.IB_DOWN} and b.health is Health.WARNING
+    assert "mlx5_2/1 (Down/Polling 400 Gb/s)" in b.profiles["training-multinode"].reasons[0]
+
+    c = out["gpu-02"]
+    assert c.decision is Decision.QUARANTINE and c.event is Event.HARDWARE_FAULT
+    assert Fault.GPU_LOST in c.faults and c.health is Health.CRITICAL
+    assert "driver sees 7 of 8 NVIDIA GPUs" in c.reasons[0]
+
+    d = out["gpu-03"]
+    assert d.decision is Decision.QUARANTINE
+    assert d.faults == {Fault.FATAL_XID}
+    assert d.reasons == [
+        "xid: fatal Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM) x1 on PCI:0000:3a:00"
+    ]
+
+    for host in sorted(hosts)[4:]:
+        assert out[host].decision is Decision.AVAILABLE, host
+        assert out[host].profiles_passed == ALL, host

@@ -1,0 +1,105 @@
+"""Collection through the simulated lab (real captures), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from gpufleet.collect.inventory import load_inventory
+from gpufleet.collect.transport import Outcome
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.service.collect import collect
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.hosts import show_host, snapshot_count
+from gpufleet.store.tables import Event, FactSnapshot
+
+FAULTS = {
+    "gpu-02": ["unreachable"],
+    "gpu-03": ["hang"],
+    "gpu-04": ["wrong-key"],
+    "gpu-05": ["garbage"],
+    "gpu-06": ["truncated"],
+    "gpu-07": ["nvidia-smi-missing"],
+}
+
+
+def make_lab(tmp_path: Path, n: int = 10, faults: dict[str, list[str]] | None = None) -> Path:
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(n, models=["a100-8x"], faults=faults if faults is not None else FAULTS)
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    return d
+
+
+def test_collect_reports_each_host_with_its_reason(fleet: Fleet, tmp_path: Path) -> None:
+    d = make_lab(tmp_path)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    rep = collect(fleet)
+    by = {r.host: r for r in rep.results}
+    assert by["gpu-01"].outcome is Outcome.OK and by["gpu-01"].gpus == 8
+    assert by["gpu-02"].outcome is Outcome.UNREACHABLE
+    assert by["gpu-03"].outcome is Outcome.TIMEOUT
+    assert by["gpu-04"].outcome is Outcome.AUTH_FAILED
+    assert by["gpu-05"].outcome is Outcome.BAD_OUTPUT
+    assert "nvidia-smi" in by["gpu-05"].reason
+    assert by["gpu-06"].outcome is Outcome.BAD_OUTPUT
+    # nvidia-smi missing is a fact, not a failure
+    assert by["gpu-07"].outcome is Outcome.OK and by["gpu-07"].gpus == 0
+    detail = show_host(fleet, "gpu-07")
+    assert detail.facts is not None
+    assert detail.facts.nvidia_smi_error and "not found" in detail.facts.nvidia_smi_error
+    assert len(detail.facts.pci_gpus) == 8
+    assert rep.counts == {"ok": 5, "unreachable": 1, "timeout": 1, "auth failed": 1,
+                          "bad output": 2}
+
+
+def test_bad_output_never_overwrites_good_facts(fleet: Fleet, tmp_path: Path) -> None:
+    d = make_lab(tmp_path, n=3, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    collect(fleet)
+    good = show_host(fleet, "gpu-01").facts
+    assert good is not None and len(good.gpus) == 8
+    fl = apply_change(LabFleet.load(d), "gpu-01", add_faults=["truncated"])
+    fl.save(d)
+    rep = collect(fleet)
+    assert {r.host: r.outcome for r in rep.results}["gpu-01"] is Outcome.BAD_OUTPUT
+    after = show_host(fleet, "gpu-01")
+    assert after.facts == good
+    assert after.view.last_outcome == "bad output"
+    assert snapshot_count(fleet, "gpu-01") == 1
+    assert snapshot_count(fleet, "gpu-02") == 2
+
+
+def test_host_key_pinned_then_change_refused_as_alarm(fleet: Fleet, tmp_path: Path) -> None:
+    d = make_lab(tmp_path, n=2, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    collect(fleet)
+    pinned = show_host(fleet, "gpu-01").host_key
+    assert pinned and pinned.startswith("ssh-ed25519 ")
+    apply_change(LabFleet.load(d), "gpu-01", add_faults=["host-key-changed"]).save(d)
+    rep = collect(fleet)
+    r = {x.host: x for x in rep.results}["gpu-01"]
+    assert r.outcome is Outcome.HOST_KEY_CHANGED
+    assert "SHA256:" in r.reason
+    assert show_host(fleet, "gpu-01").host_key == pinned
+    with fleet.db.session() as s:
+        alarms = s.scalar(select(func.count(Event.id)).where(Event.kind == "alarm",
+                                                             Event.host_name == "gpu-01"))
+        snaps = s.scalar(select(func.count(FactSnapshot.id)))
+    assert alarms == 1
+    assert snaps == 3  # 2 + gpu-02 only
+
+
+def test_driver_change_is_detected_and_logged(fleet: Fleet, tmp_path: Path) -> None:
+    d = make_lab(tmp_path, n=2, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    collect(fleet)
+    apply_change(LabFleet.load(d), "gpu-02", driver="550.90.07").save(d)
+    rep = collect(fleet)
+    r = {x.host: x for x in rep.results}["gpu-02"]
+    assert any("driver" in c for c in r.changes)
+    events = show_host(fleet, "gpu-02").events
+    assert any(e["kind"] == "change-detected" and "550.90.07" in e["message"] for e in events)
