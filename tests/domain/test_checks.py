@@ -52,9 +52,9 @@ def test_registry_and_hardware_faults() -> None:
         "nouveau_not_loaded", "sysctls", "pcie_link", "dcgm_diag", "nccl", "gpu_burn",
     } <= set(CHECKS)
     assert set(CHECK_PARAMS) == set(CHECKS)
-    assert HARDWARE_FAULTS == {
+    assert {
         Fault.GPU_LOST, Fault.ECC_UNCORRECTABLE, Fault.ROW_REMAP_FAILURE, Fault.FATAL_XID
-    }
+    } == HARDWARE_FAULTS
 
 
 def test_clean_host_passes_everything_it_can(
@@ -507,3 +507,31 @@ def test_gpu_burn(facts: HostFacts, spec: ExpectedSpec) -> None:
     per_gpu = {"gpus": [{"index": 0, "ok": True}, {"index": 1, "ok": False}]}
     r = run("gpu_burn", facts, spec, None, {"evidence": {"gpu_burn": per_gpu}})
     assert r.status is F and r.message == "gpu-burn failed on GPU 1"
+
+
+def test_evidence_models_from_the_evidence_module(facts: HostFacts, spec: ExpectedSpec) -> None:
+    from gpufleet.domain.evidence import (
+        DcgmDiagResult,
+        GpuBurnGpu,
+        GpuBurnResult,
+        NcclResult,
+    )
+
+    evidence = {
+        "dcgm_diag": DcgmDiagResult(level=2, passed=False, runtime_error="NVML error"),
+        "nccl": NcclResult(op="all_reduce", max_bus_bw_gbps=190.0, avg_bus_bw_gbps=170.0,
+                           size_max_bytes=8 << 30),
+        "gpu_burn": GpuBurnResult(gpus=[GpuBurnGpu(index=0, ok=True),
+                                        GpuBurnGpu(index=3, ok=False)]),
+    }
+    r = run("dcgm_diag", facts, spec, None, {"evidence": evidence})
+    assert (r.status, r.message) == (F, "DCGM diag failed (NVML error)")
+    assert run("nccl", facts, spec, None, {"evidence": evidence, "min_busbw_gbps": 150}).status is P
+    r = run("gpu_burn", facts, spec, None, {"evidence": evidence})
+    assert (r.status, r.message) == (F, "gpu-burn failed on GPU 3")
+
+
+def test_nccl_wrong_values_fail(facts: HostFacts, spec: ExpectedSpec) -> None:
+    r = run("nccl", facts, spec, None,
+            {"evidence": {"nccl": {"avg_bus_bw_gbps": 200.0, "wrong_total": 4}}})
+    assert (r.status, r.fault) == (F, Fault.DIAG_FAILED) and "4 wrong values" in r.message

@@ -145,10 +145,10 @@ def test_quarantine_left_only_by_operator_events() -> None:
 
 
 def test_state_groups() -> None:
-    assert STABLE_STATES | TRANSIENT_STATES == set(HostState)
+    assert set(HostState) == STABLE_STATES | TRANSIENT_STATES
     assert not STABLE_STATES & TRANSIENT_STATES
-    assert TRANSIENT_STATES == {S.VALIDATING, S.RECLAIMING}
-    assert SCHEDULABLE == {S.AVAILABLE}
+    assert {S.VALIDATING, S.RECLAIMING} == TRANSIENT_STATES
+    assert {S.AVAILABLE} == SCHEDULABLE
     assert set(DEFAULT_DEADLINES) == TRANSIENT_STATES
 
 

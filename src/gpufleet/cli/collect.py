@@ -34,8 +34,14 @@ def register(app: typer.Typer) -> None:
 
 @boundary
 def enroll_cmd(
-    inventory: Path = typer.Option(..., "--inventory", "-i", exists=True, dir_okay=False,
-                                   help="Ansible INI or YAML inventory, or a CSV (name,address,...)."),
+    inventory: Path = typer.Option(
+        ...,
+        "--inventory",
+        "-i",
+        exists=True,
+        dir_okay=False,
+        help="Ansible INI or YAML inventory, or a CSV (name,address,...).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Enroll (or update) hosts from an inventory; re-running is idempotent."""
@@ -45,18 +51,30 @@ def enroll_cmd(
     if as_json:
         print_json(asdict(rep))
         return
-    console.print(f"enrolled from [bold]{inventory}[/]: {len(rep.added)} added, "
-                  f"{len(rep.updated)} updated, {len(rep.unchanged)} unchanged")
+    console.print(
+        f"enrolled from [bold]{inventory}[/]: {len(rep.added)} added, "
+        f"{len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
+    )
 
 
-def run_collection(selector: str | None, transport: str | None, forks: int | None,
-                   timeout: float | None, quiet: bool) -> RunReport:
+def run_collection(
+    selector: str | None,
+    transport: str | None,
+    forks: int | None,
+    timeout: float | None,
+    quiet: bool,
+) -> RunReport:
     """Run a collection with a progress bar (shared by collect and validate)."""
     fleet = open_fleet()
     progress = Progress(
-        TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
-        console=console, transient=True, disable=quiet,
+        TextColumn("[bold]collecting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
     )
     with progress:
         task = progress.add_task("collect", total=None, last="")
@@ -67,8 +85,15 @@ def run_collection(selector: str | None, transport: str | None, forks: int | Non
         def one(r: RawResult) -> None:
             progress.update(task, advance=1, last=f"{r.host}: {r.outcome.value}")
 
-        return collect(fleet, selector, transport=transport, forks=forks, timeout_s=timeout,
-                       on_start=started, on_result=one)
+        return collect(
+            fleet,
+            selector,
+            transport=transport,
+            forks=forks,
+            timeout_s=timeout,
+            on_start=started,
+            on_result=one,
+        )
 
 
 def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
@@ -82,15 +107,20 @@ def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
         if only_problems and r.outcome is Outcome.OK and not r.changes and not r.problems:
             continue
         notes = r.reason or "; ".join(r.changes + r.problems[:2])
-        t.add_row(r.host, f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
-                  "" if r.gpus is None else str(r.gpus), notes)
+        t.add_row(
+            r.host,
+            f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
+            "" if r.gpus is None else str(r.gpus),
+            notes,
+        )
     return t
 
 
 @boundary
 def collect_cmd(
     selector: str | None = typer.Argument(
-        None, help="Hosts: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union."),
+        None, help="Hosts: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union."
+    ),
     local: bool = typer.Option(False, "--local", help="Collect this machine (real nvidia-smi)."),
     transport: str | None = typer.Option(None, help="Force a transport: ssh, sim or local."),
     forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts collected at once (200)."),
@@ -106,15 +136,22 @@ def collect_cmd(
         transport = "local"
     rep = run_collection(selector, transport, forks, timeout, quiet=as_json)
     if as_json:
-        print_json({"run_id": rep.run_id, "counts": rep.counts,
-                    "skipped_locked": rep.skipped_locked,
-                    "hosts": [asdict(r) | {"outcome": r.outcome.value} for r in rep.results]})
+        print_json(
+            {
+                "run_id": rep.run_id,
+                "counts": rep.counts,
+                "skipped_locked": rep.skipped_locked,
+                "hosts": [asdict(r) | {"outcome": r.outcome.value} for r in rep.results],
+            }
+        )
     else:
         console.print(outcome_table(rep, only_problems=len(rep.results) > 40))
         summary = ", ".join(f"{n} {o}" for o, n in sorted(rep.counts.items()))
         console.print(f"[bold]{len(rep.results)} hosts[/]: {summary}")
         if rep.skipped_locked:
-            console.print(f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
-                          f"by another worker[/]")
+            console.print(
+                f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
+                f"by another worker[/]"
+            )
     if not rep.ok:
         raise typer.Exit(1)

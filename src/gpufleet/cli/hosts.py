@@ -13,15 +13,23 @@ from gpufleet.service.hosts import list_hosts, show_host
 app = typer.Typer(no_args_is_help=True)
 
 STATE_STYLE = {
-    "available": "green", "allocated": "cyan", "validating": "yellow", "enrolled": "white",
-    "quarantined": "bold red", "maintenance": "magenta", "reclaiming": "yellow", "retired": "dim",
+    "available": "green",
+    "allocated": "cyan",
+    "validating": "yellow",
+    "enrolled": "white",
+    "quarantined": "bold red",
+    "maintenance": "magenta",
+    "reclaiming": "yellow",
+    "retired": "dim",
 }
 
 
 @app.command("list")
 @boundary
 def list_cmd(
-    selector: str | None = typer.Argument(None, help="NAME-GLOB, group:G, pool:P, state:S, model:M"),
+    selector: str | None = typer.Argument(
+        None, help="NAME-GLOB, group:G, pool:P, state:S, model:M"
+    ),
     group: str | None = typer.Option(None, "--group", "-g", help="Only hosts in this group."),
     model: str | None = typer.Option(None, "--model", "-m", help="GPU model substring, e.g. H100."),
     state: str | None = typer.Option(None, "--state", "-s", help="Lifecycle state."),
@@ -37,12 +45,23 @@ def list_cmd(
     for col in ("host", "state", "pool", "GPUs", "driver", "profiles", "last collect"):
         t.add_column(col, no_wrap=col in ("host", "state"), overflow="fold")
     for r in rows:
-        gpus = f"{r.gpu_count}x {r.gpu_model}" if r.gpu_count else ("-" if r.gpu_model is None else "0")
+        gpus = (
+            f"{r.gpu_count}x {r.gpu_model}"
+            if r.gpu_count
+            else ("-" if r.gpu_model is None else "0")
+        )
         st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
         if r.fault:
             st += f" ({r.fault})"
-        t.add_row(r.name, st, r.pool or "", gpus, r.driver or "", ",".join(r.profiles),
-                  r.last_outcome or "never")
+        t.add_row(
+            r.name,
+            st,
+            r.pool or "",
+            gpus,
+            r.driver or "",
+            ",".join(r.profiles),
+            r.last_outcome or "never",
+        )
     console.print(t)
 
 
@@ -55,24 +74,37 @@ def show_cmd(
     """Facts, GPU table, NICs, last collections and recent events of one host."""
     d = show_host(open_fleet(), name)
     if as_json:
-        print_json({"host": asdict(d.view), "expected": d.expected, "host_key": d.host_key,
-                    "facts": d.facts.model_dump(mode="json") if d.facts else None,
-                    "events": d.events, "collections": d.collections})
+        print_json(
+            {
+                "host": asdict(d.view),
+                "expected": d.expected,
+                "host_key": d.host_key,
+                "facts": d.facts.model_dump(mode="json") if d.facts else None,
+                "events": d.events,
+                "collections": d.collections,
+            }
+        )
         return
     v, f = d.view, d.facts
-    console.print(f"[bold]{v.name}[/] ({v.address})  state [bold]{v.state}[/]  health {v.health}"
-                  + (f"  fault [red]{v.fault}[/]" if v.fault else ""))
+    console.print(
+        f"[bold]{v.name}[/] ({v.address})  state [bold]{v.state}[/]  health {v.health}"
+        + (f"  fault [red]{v.fault}[/]" if v.fault else "")
+    )
     if v.status_reason:
         console.print(f"  why: {v.status_reason}")
-    console.print(f"  groups: {', '.join(v.groups)}   pool: {v.pool or '-'}   "
-                  f"profiles: {', '.join(v.profiles) or '-'}")
+    console.print(
+        f"  groups: {', '.join(v.groups)}   pool: {v.pool or '-'}   "
+        f"profiles: {', '.join(v.profiles) or '-'}"
+    )
     if f is None:
         console.print("  no facts collected yet")
     else:
         os_name = f.os.pretty_name if f.os else "?"
-        console.print(f"  OS {os_name}, kernel {f.kernel}, driver {f.driver_version}, "
-                      f"CUDA {f.cuda_version}, {len(f.pci_gpus)} NVIDIA GPUs on PCI, "
-                      f"collected {f.collected_at:%Y-%m-%d %H:%M:%S}")
+        console.print(
+            f"  OS {os_name}, kernel {f.kernel}, driver {f.driver_version}, "
+            f"CUDA {f.cuda_version}, {len(f.pci_gpus)} NVIDIA GPUs on PCI, "
+            f"collected {f.collected_at:%Y-%m-%d %H:%M:%S}"
+        )
         if f.nvidia_smi_error:
             console.print(f"  [red]{f.nvidia_smi_error}[/]")
         g = Table(title="GPUs")
@@ -81,19 +113,34 @@ def show_cmd(
         for gpu in f.gpus:
             unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
             rr = gpu.remapped_rows
-            remap = "-" if rr is None else ("FAIL" if rr.failure else "pending" if rr.pending else "ok")
-            g.add_row(str(gpu.index), gpu.product_name or "?", f"{gpu.memory_total_mib} MiB",
-                      gpu.serial or "", gpu.pci_bus_id or "", gpu.vbios_version or "",
-                      "" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
-                      "" if unc is None else str(unc), remap)
+            remap = (
+                "-" if rr is None else ("FAIL" if rr.failure else "pending" if rr.pending else "ok")
+            )
+            g.add_row(
+                str(gpu.index),
+                gpu.product_name or "?",
+                f"{gpu.memory_total_mib} MiB",
+                gpu.serial or "",
+                gpu.pci_bus_id or "",
+                gpu.vbios_version or "",
+                "" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
+                "" if unc is None else str(unc),
+                remap,
+            )
         console.print(g)
         if f.ib_ports:
             n = Table(title="high-speed NIC ports")
             for col in ("CA", "port", "state", "physical", "rate", "link layer"):
                 n.add_column(col)
             for p in f.ib_ports:
-                n.add_row(p.ca, str(p.port), p.state or "", p.physical_state or "",
-                          "" if p.rate_gbps is None else f"{p.rate_gbps:g}", p.link_layer or "")
+                n.add_row(
+                    p.ca,
+                    str(p.port),
+                    p.state or "",
+                    p.physical_state or "",
+                    "" if p.rate_gbps is None else f"{p.rate_gbps:g}",
+                    p.link_layer or "",
+                )
             console.print(n)
         for prob in f.problems:
             console.print(f"  [yellow]note:[/] {prob}")

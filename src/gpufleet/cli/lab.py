@@ -32,8 +32,14 @@ def parse_faults(specs: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def create_lab(n: int, faults: list[str], no_default_faults: bool, seed: int,
-               directory: Path | None, models: list[str] | None = None) -> tuple[Path, LabFleet]:
+def create_lab(
+    n: int,
+    faults: list[str],
+    no_default_faults: bool,
+    seed: int,
+    directory: Path | None,
+    models: list[str] | None = None,
+) -> tuple[Path, LabFleet]:
     """Build, save and write the inventory of a lab fleet."""
     d = lab_dir(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -48,13 +54,20 @@ def create_lab(n: int, faults: list[str], no_default_faults: bool, seed: int,
 @boundary
 def create_cmd(
     hosts: int = typer.Option(32, "--hosts", "-n", min=1, help="Number of hosts."),
-    fault: list[str] = typer.Option([], "--fault", help="HOST=FAULT[,FAULT]; repeatable. "
-                                    "Faults: gpu-missing, driver-drift, ecc-uncorrectable, "
-                                    "remap-pending, remap-failure, ib-down, ib-polling, xid:CODE, "
-                                    "nvidia-smi-missing, garbage, truncated, unreachable, hang, "
-                                    "wrong-key, host-key-changed."),
-    model: list[str] = typer.Option([], "--model", help="Only these models (a100-8x, h100-8x, "
-                                    "v100s-8x, a10g-1x, l40s-1x); repeatable."),
+    fault: list[str] = typer.Option(
+        [],
+        "--fault",
+        help="HOST=FAULT[,FAULT]; repeatable. "
+        "Faults: gpu-missing, driver-drift, ecc-uncorrectable, "
+        "remap-pending, remap-failure, ib-down, ib-polling, xid:CODE, "
+        "nvidia-smi-missing, garbage, truncated, unreachable, hang, "
+        "wrong-key, host-key-changed.",
+    ),
+    model: list[str] = typer.Option(
+        [],
+        "--model",
+        help="Only these models (a100-8x, h100-8x, v100s-8x, a10g-1x, l40s-1x); repeatable.",
+    ),
     no_default_faults: bool = typer.Option(False, help="Do not inject the demo faults."),
     seed: int = typer.Option(0, help="Seed for the model mix and serials."),
     directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
@@ -63,8 +76,13 @@ def create_cmd(
     """Create a simulated fleet and its Ansible inventory (enroll it with `gpufleet enroll`)."""
     d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model)
     if as_json:
-        print_json({"dir": str(d), "inventory": str(d / "inventory.ini"),
-                    "hosts": [h.model_dump(mode="json") for h in fl.hosts]})
+        print_json(
+            {
+                "dir": str(d),
+                "inventory": str(d / "inventory.ini"),
+                "hosts": [h.model_dump(mode="json") for h in fl.hosts],
+            }
+        )
         return
     t = Table(title=f"lab fleet in {d}")
     for col in ("host", "model", "faults"):
@@ -92,9 +110,14 @@ def change_cmd(
     current = next((h for h in fl.hosts if h.name == host), None)
     if current is None:
         raise ConfigError(f"no lab host '{host}' in {d}")
-    fl = apply_change(fl, host, driver=driver,
-                      clear_faults=list(current.faults) if repair else None,
-                      add_faults=add_fault or None, gpu_swap=gpu_swap)
+    fl = apply_change(
+        fl,
+        host,
+        driver=driver,
+        clear_faults=list(current.faults) if repair else None,
+        add_faults=add_fault or None,
+        gpu_swap=gpu_swap,
+    )
     fl.save(d)
     console.print(f"{host}: changed")
 
@@ -116,8 +139,10 @@ def demo_cmd(
     console.rule(f"1. lab fleet: {len(fl.hosts)} hosts in {d}")
     rep = enroll(open_fleet(), load_inventory(d / "inventory.ini"))
     console.rule("2. enroll")
-    console.print(f"{len(rep.added)} added, {len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
-                  f" (home {home or 'default'})")
+    console.print(
+        f"{len(rep.added)} added, {len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
+        f" (home {home or 'default'})"
+    )
     console.rule("3. collect")
     run = run_collection(None, None, None, None, quiet=False)
     console.print(outcome_table(run, only_problems=True))

@@ -6,9 +6,12 @@ from pathlib import Path
 
 import typer
 
+from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lab as lab_cmds
+from gpufleet.cli import lifecycle as lifecycle_cmds
+from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
 
 app = typer.Typer(
@@ -22,11 +25,15 @@ app = typer.Typer(
 @app.callback()
 def main(
     home: Path | None = typer.Option(
-        None, "--home", envvar="GPUFLEET_HOME",
+        None,
+        "--home",
+        envvar="GPUFLEET_HOME",
         help="State directory (SQLite database). Default ~/.local/share/gpufleet.",
     ),
     db: str | None = typer.Option(
-        None, "--db", envvar="GPUFLEET_DATABASE_URL",
+        None,
+        "--db",
+        envvar="GPUFLEET_DATABASE_URL",
         help="Database URL, e.g. postgresql+psycopg://user@host/db (overrides --home's SQLite).",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
@@ -38,6 +45,11 @@ def main(
 
 
 collect_cmds.register(app)
+lifecycle_cmds.register(app)
+summary_cmds.register(app)
+app.command("drift")(baseline_cmds.drift_cmd)
+app.add_typer(baseline_cmds.app, name="baseline", help="Validated image/driver/CUDA/firmware sets.")
+app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline each points to.")
 app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
 app.add_typer(lab_cmds.app, name="lab", help="A simulated fleet answering with real captures.")
 

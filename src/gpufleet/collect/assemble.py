@@ -87,7 +87,9 @@ def assemble_facts(sections: Mapping[str, Section], collected_at: datetime, host
     return HostFacts(**data)
 
 
-def _gpu_report(sections: Mapping[str, Section], host: str) -> tuple[NvidiaSmiReport | None, str | None]:
+def _gpu_report(
+    sections: Mapping[str, Section], host: str
+) -> tuple[NvidiaSmiReport | None, str | None]:
     xml = sections.get("nvidia-smi-xml")
     if xml is not None and xml.rc == 0 and xml.stdout.strip():
         return parse_nvidia_smi_xml(xml.stdout, f"{host}:nvidia-smi -q -x"), None

@@ -45,24 +45,42 @@ class SimTransport:
         start = time.monotonic()
         host = self.hosts.get(target.name)
         if host is None:
-            return RawResult(target.name, Outcome.UNREACHABLE, f"{target.address}: no such lab host")
+            return RawResult(
+                target.name, Outcome.UNREACHABLE, f"{target.address}: no such lab host"
+            )
         faults = set(host.faults)
         if "unreachable" in faults:
-            return RawResult(target.name, Outcome.UNREACHABLE,
-                             f"connect to {target.address}:{target.port}: Connection refused")
+            return RawResult(
+                target.name,
+                Outcome.UNREACHABLE,
+                f"connect to {target.address}:{target.port}: Connection refused",
+            )
         key = sim_host_key(host)
         if target.pinned_host_key and target.pinned_host_key.split()[:2] != key.split()[:2]:
             return RawResult(
-                target.name, Outcome.HOST_KEY_CHANGED,
+                target.name,
+                Outcome.HOST_KEY_CHANGED,
                 f"host key changed: pinned {fingerprint(target.pinned_host_key)}, "
                 f"offered {fingerprint(key)}; refusing to run",
                 host_key=key,
             )
         if "wrong-key" in faults:
-            return RawResult(target.name, Outcome.AUTH_FAILED,
-                             f"{target.user or 'root'}@{target.address}: Permission denied (publickey)")
+            return RawResult(
+                target.name,
+                Outcome.AUTH_FAILED,
+                f"{target.user or 'root'}@{target.address}: Permission denied (publickey)",
+            )
         if "hang" in faults:
-            return RawResult(target.name, Outcome.TIMEOUT,
-                             f"no answer within {timeout_s:.0f} s (command still running)")
-        return RawResult(target.name, Outcome.OK, "", output=render_output(host), host_key=key,
-                         duration_s=time.monotonic() - start)
+            return RawResult(
+                target.name,
+                Outcome.TIMEOUT,
+                f"no answer within {timeout_s:.0f} s (command still running)",
+            )
+        return RawResult(
+            target.name,
+            Outcome.OK,
+            "",
+            output=render_output(host),
+            host_key=key,
+            duration_s=time.monotonic() - start,
+        )

@@ -8,8 +8,16 @@ Host keys are trusted on first use: with no pinned key any key is accepted and r
 :attr:`RawResult.host_key`; with a pinned key any other key ends the connection during key
 exchange, before authentication, so nothing runs on the host.
 
-Errors are mapped to outcomes at this boundary only (:data:`ERROR_TABLE`); a script that exits
-non-zero or whose output is incomplete is still OK here, the bundle parser decides.
+Errors become outcomes here and nowhere else (the ``except`` chain in :meth:`SshTransport.run`):
+
+- pinned key differs (HostKeyNotVerifiable) -> HOST_KEY_CHANGED
+- pinned key's type no longer offered (KeyExchangeFailed) -> HOST_KEY_CHANGED
+- connect phase over ``connect_timeout_s``, or the whole run over ``timeout_s`` -> TIMEOUT
+- publickey refused (PermissionDenied) -> AUTH_FAILED
+- DNS failure, refused, no route, reset or closed before login -> UNREACHABLE
+- more than ``max_output_bytes`` of output -> BAD_OUTPUT
+- client key unreadable, session refused, connection lost mid-run -> ERROR
+- script exits non-zero, output truncated or garbage -> OK (the bundle parser decides)
 """
 
 from __future__ import annotations
@@ -25,20 +33,6 @@ import asyncssh
 
 from gpufleet.collect.local import MAX_OUTPUT_BYTES, SH_COMMAND, exit_note, size_text
 from gpufleet.collect.transport import Outcome, RawResult, Target
-
-#: How transport errors become outcomes (checked in order; first match wins).
-ERROR_TABLE: tuple[tuple[str, Outcome], ...] = (
-    ("host key differs from the pinned one (HostKeyNotVerifiable)", Outcome.HOST_KEY_CHANGED),
-    ("pinned key type no longer offered (KeyExchangeFailed, key pinned)",
-     Outcome.HOST_KEY_CHANGED),
-    ("connect or command took too long (TimeoutError)", Outcome.TIMEOUT),
-    ("publickey refused (PermissionDenied)", Outcome.AUTH_FAILED),
-    ("DNS failure (socket.gaierror)", Outcome.UNREACHABLE),
-    ("refused / no route / reset before login (OSError, DisconnectError while connecting)",
-     Outcome.UNREACHABLE),
-    ("more than MAX_OUTPUT_BYTES of output", Outcome.BAD_OUTPUT),
-    ("client key unreadable, channel refused, connection lost mid-run", Outcome.ERROR),
-)
 
 _ERRNO_TEXT = {
     errno.ECONNREFUSED: "Connection refused",

@@ -767,7 +767,12 @@ def dcgm_diag(
         msg = f"DCGM diag ran at level {level}, level {min_level} required"
         return _r(name, CheckStatus.FAIL, msg, **ev)
     if not _get(result, "passed"):
-        return _r(name, CheckStatus.FAIL, "DCGM diag failed", Fault.DIAG_FAILED, **ev)
+        failed = _get(result, "failed_gpus") or []
+        error = _get(result, "runtime_error")
+        detail = f" on GPU {', '.join(map(str, failed))}" if failed else ""
+        detail += f" ({error})" if error else ""
+        ev["failed_gpus"] = list(failed)
+        return _r(name, CheckStatus.FAIL, f"DCGM diag failed{detail}", Fault.DIAG_FAILED, **ev)
     return _r(name, CheckStatus.PASS, "DCGM diag passed", **ev)
 
 
@@ -787,6 +792,10 @@ def nccl(
     if busbw is None:
         return _r(name, CheckStatus.FAIL, "NCCL test reported no bus bandwidth",
                   Fault.DIAG_FAILED, **ev)
+    wrong = _get(result, "wrong_total") or 0
+    if wrong:
+        msg = f"NCCL test reported {wrong} wrong values (data corruption)"
+        return _r(name, CheckStatus.FAIL, msg, Fault.DIAG_FAILED, wrong=wrong, **ev)
     if floor is not None and busbw < floor:
         msg = f"NCCL busbw {busbw:g} GB/s below {floor:g} GB/s"
         return _r(name, CheckStatus.FAIL, msg, Fault.DIAG_FAILED, **ev)
@@ -802,14 +811,12 @@ def gpu_burn(
     result = _evidence(params, "gpu_burn")
     if result is None:
         return _missing(name, "gpu-burn", params)
+    # GpuBurnResult has ``passed``; a plain mapping may give only the per-GPU list.
+    gpus = _get(result, "gpus") or []
+    bad = [_get(g, "index") for g in gpus if not _get(g, "ok")]
     passed = _get(result, "passed")
     if passed is None:
-        # Per-GPU form: a list of {index, ok}.
-        gpus = _get(result, "gpus") or []
-        bad = [_get(g, "index") for g in gpus if not _get(g, "ok")]
         passed = bool(gpus) and not bad
-    else:
-        bad = []
     if not passed:
         where = f" on GPU {', '.join(map(str, bad))}" if bad else ""
         return _r(name, CheckStatus.FAIL, f"gpu-burn failed{where}", Fault.DIAG_FAILED, bad=bad)

@@ -31,7 +31,8 @@ _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 _FAMILY_BY_MODEL = (
     ("B200", "blackwell"), ("GB200", "blackwell"),
     ("H100", "hopper"), ("H800", "hopper"), ("H200", "hopper"), ("H20", "hopper"),
-    ("L40", "ada-lovelace"), ("L4", "ada-lovelace"), ("L20", "ada-lovelace"),
+    ("L40S", "ada-lovelace"), ("L40", "ada-lovelace"), ("L4", "ada-lovelace"),
+    ("L20", "ada-lovelace"), ("GH200", "hopper"),
     ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"), ("A30", "ampere"),
     ("A40", "ampere"), ("V100", "volta"), ("T4", "turing"),
 )

@@ -263,7 +263,8 @@ def evaluate(
     ``results`` is keyed by check name; when profiles give one check different parameters,
     the later parameter sets are keyed ``"<check>[<profile>]"``.
     """
-    context = {"now": now, "xid_policy": policy or XidPolicy.load_default(), "evidence": evidence}
+    # A None policy lets the xid check use its cached packaged default.
+    context = {"now": now, "xid_policy": policy, "evidence": evidence}
     results: dict[str, CheckResult] = {}
     run_keys: dict[tuple[str, str], str] = {}  # (check, params repr) -> result key
     outcomes: dict[str, ProfileOutcome] = {}

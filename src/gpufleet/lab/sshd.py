@@ -13,7 +13,7 @@ Layout of one host directory (see :func:`materialize_host`)::
               even on a machine that has a real lspci, dmesg or nvidia-smi
     data/     <section>.out / .err / .rc served by the fake tools
     sysroot/  etc/os-release, proc/meminfo, proc/modules, sys/class/dmi/id/*
-    run/      calls.log (one line per fake tool call), hang.pids; writable by the lab user
+    run/      calls.log (one line per fake tool call), hang.pids; owned by the lab user
 
 Round trip: a fake tool prints the section stdout plus one newline (as real tools do), so
 ``split_bundle`` of the script output gives back exactly the section's stdout, stderr and rc.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import os
 import pwd
 import re
@@ -37,7 +38,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +50,7 @@ from gpufleet.collect.script import SECTIONS
 from gpufleet.collect.transport import Target
 
 SSHD = "/usr/sbin/sshd"
+PORT_LOCK = Path("/tmp/gpufleet-sshlab.ports.lock")
 LAB_HOME = Path("/var/lib/gpufleetlab")
 MODES = ("ok", "stopped", "hang", "wrong-key")
 #: Real utilities the remote script (and the fake tools) need; everything else comes from bin/.
@@ -298,6 +300,21 @@ def _write_key(path: Path) -> str:
     return public
 
 
+@contextlib.contextmanager
+def _port_lock() -> Iterator[None]:
+    """Machine-wide lock over lab port hand-overs.
+
+    Between closing a reservation and sshd binding, a port looks free; labs in parallel test
+    workers pick ports and start sshd only under this lock, so none sees that gap.
+    """
+    with open(PORT_LOCK, "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _reserve_port(first: int, taken: set[int]) -> tuple[int, socket.socket]:
     """Bind (without listening) the first free loopback port from ``first``.
 
@@ -399,9 +416,10 @@ class SshLab:
     """A set of real sshd hosts on 127.0.0.1, one port each, serving chosen sections.
 
     ``root`` and all its parents must be searchable by the lab user (anything under /tmp is).
-    Modes: ``ok``; ``stopped`` (nothing listens: connection refused); ``hang`` (a
-    ForceCommand that sleeps: command timeout); ``wrong-key`` (the client key is not
-    authorised: auth failed).
+    Modes: ``ok``; ``stopped`` (the port is held but nothing listens: connection refused);
+    ``hang`` (a ForceCommand that never answers: command timeout); ``wrong-key`` (the client
+    key is not authorised: auth failed). Ports come from ``first_port`` upwards, skipping
+    ports in use; parallel labs (pytest-xdist workers) coordinate through a lock file.
     """
 
     def __init__(self, root: Path, *, user: str = "gpufleetlab", first_port: int = 22000) -> None:
@@ -434,7 +452,9 @@ class SshLab:
         d = self.root / "hosts" / name
         env = materialize_host(d, sections)
         os.chown(d / "run", self._pw.pw_uid, self._pw.pw_gid)
-        port, reservation = _reserve_port(self.first_port, {h.port for h in self._hosts.values()})
+        with _port_lock():
+            port, reservation = _reserve_port(self.first_port,
+                                              {h.port for h in self._hosts.values()})
         host = _Host(name, d, port, mode, reservation)
         host.host_key = _write_key(d / "ssh_host_ed25519_key")
         _write(d / "authorized_keys",
@@ -487,7 +507,11 @@ class SshLab:
         """Start every sshd not yet running (except stopped hosts); wait until each accepts."""
         self._start([h for h in self._hosts.values() if h.mode != "stopped" and h.proc is None])
 
-    def _start(self, hosts: list[_Host], timeout_s: float = 60.0) -> None:
+    def _start(self, hosts: list[_Host]) -> None:
+        with _port_lock():
+            self._start_locked(hosts)
+
+    def _start_locked(self, hosts: list[_Host], timeout_s: float = 60.0) -> None:
         for h in hosts:  # launch all first: they get ready in parallel
             self._launch(h)
         for h in hosts:
@@ -579,10 +603,11 @@ class SshLab:
         """Give a host a new host key and restart its sshd; returns the new public key."""
         h = self._host(name)
         was_running = h.proc is not None
-        self._stop_host(h)
         h.host_key = _write_key(h.dir / "ssh_host_ed25519_key")
         if was_running:
-            self._start([h])
+            with _port_lock():  # keep the port ours while sshd restarts
+                self._stop_host(h)
+                self._start_locked([h])
         return h.host_key
 
     # -- looking ----------------------------------------------------------------------------

@@ -28,13 +28,23 @@ def save_baseline(fleet: Fleet, baseline: Baseline, *, replace: bool = False) ->
         if row is not None and not replace:
             raise ConfigError(f"baseline '{baseline.name}' exists (use --replace)")
         if row is None:
-            row = BaselineRow(name=baseline.name, status=baseline.status.value, spec=spec,
-                              created_at=now, updated_at=now)
+            row = BaselineRow(
+                name=baseline.name,
+                status=baseline.status.value,
+                spec=spec,
+                created_at=now,
+                updated_at=now,
+            )
             s.add(row)
         else:
             row.spec, row.status, row.updated_at = spec, baseline.status.value, now
-        record_event(s, fleet, "baseline", f"baseline {baseline.name} saved ({baseline.status})",
-                     data=baseline.model_dump(mode="json"))
+        record_event(
+            s,
+            fleet,
+            "baseline",
+            f"baseline {baseline.name} saved ({baseline.status})",
+            data=baseline.model_dump(mode="json"),
+        )
     return baseline
 
 
@@ -49,9 +59,14 @@ def baseline_from_host(fleet: Fleet, host_name: str, name: str, purpose: str = "
         facts = HostFacts.model_validate(snap.facts)
     vbios = sorted({g.vbios_version for g in facts.gpus if g.vbios_version})
     return Baseline(
-        name=name, purpose=purpose, status=BaselineStatus.CANDIDATE,
-        os_image=facts.os.pretty_name if facts.os else None, kernel=facts.kernel,
-        driver=facts.driver_version, cuda=facts.cuda_version, vbios=vbios,
+        name=name,
+        purpose=purpose,
+        status=BaselineStatus.CANDIDATE,
+        os_image=facts.os.pretty_name if facts.os else None,
+        kernel=facts.kernel,
+        driver=facts.driver_version,
+        cuda=facts.cuda_version,
+        vbios=vbios,
         sysctls=dict(facts.sysctls),
     )
 
@@ -102,8 +117,10 @@ def list_pools(fleet: Fleet) -> list[PoolView]:
     """Pools with baseline and host count."""
     with fleet.db.session() as s:
         hosts = list(s.scalars(select(Host)))
-        return [PoolView(p.name, p.baseline, sum(1 for h in hosts if h.pool == p.name))
-                for p in s.scalars(select(Pool).order_by(Pool.name))]
+        return [
+            PoolView(p.name, p.baseline, sum(1 for h in hosts if h.pool == p.name))
+            for p in s.scalars(select(Pool).order_by(Pool.name))
+        ]
 
 
 def baseline_for_pool(fleet: Fleet, pool: str | None) -> Baseline | None:
@@ -140,8 +157,14 @@ def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
         rows = {r.name: _to_domain(r) for r in s.scalars(select(BaselineRow))}
         hosts = list(s.scalars(select_hosts(selector)))
         snaps = {
-            sn.host_id: sn for sn in s.scalars(select(FactSnapshot).where(
-                FactSnapshot.id.in_([h.latest_snapshot_id for h in hosts if h.latest_snapshot_id])))
+            sn.host_id: sn
+            for sn in s.scalars(
+                select(FactSnapshot).where(
+                    FactSnapshot.id.in_(
+                        [h.latest_snapshot_id for h in hosts if h.latest_snapshot_id]
+                    )
+                )
+            )
         }
         by_host: dict[str, list[DriftItem]] = {}
         names: dict[str, str] = {}

@@ -32,7 +32,14 @@ from gpufleet.errors import ParseError
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes
 from gpufleet.service.select import select_hosts
-from gpufleet.store.tables import CollectionResult, CollectionRun, FactSnapshot, GpuRow, Host, NicRow
+from gpufleet.store.tables import (
+    CollectionResult,
+    CollectionRun,
+    FactSnapshot,
+    GpuRow,
+    Host,
+    NicRow,
+)
 
 
 @dataclass
@@ -78,16 +85,22 @@ def _transport_for(vars_: dict[str, str], override: str | None) -> str:
     return override or vars_.get("gpufleet_transport", "ssh")
 
 
-def claim(fleet: Fleet, selector: str | None, transport: str | None,
-          lease: timedelta) -> tuple[int, list[_Claimed], list[str]]:
+def claim(
+    fleet: Fleet, selector: str | None, transport: str | None, lease: timedelta
+) -> tuple[int, list[_Claimed], list[str]]:
     """Create the run and claim the selected hosts; return those another worker holds."""
     now = fleet.now()
     token = str(uuid.uuid4())
     claimed: list[_Claimed] = []
     busy: list[str] = []
     with fleet.db.session() as s:
-        run = CollectionRun(started_at=now, transport=transport or "auto", selector=selector,
-                            actor=fleet.actor, counts={})
+        run = CollectionRun(
+            started_at=now,
+            transport=transport or "auto",
+            selector=selector,
+            actor=fleet.actor,
+            counts={},
+        )
         s.add(run)
         s.flush()
         wanted = [h.name for h in s.scalars(select_hosts(selector))]
@@ -100,15 +113,19 @@ def claim(fleet: Fleet, selector: str | None, transport: str | None,
         for h in s.scalars(stmt):
             h.lock_token = token
             h.locked_until = now + lease
-            claimed.append(_Claimed(
-                host_id=h.id,
-                target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
-                transport=_transport_for(h.vars, transport),
-                lab_dir=h.vars.get("gpufleet_lab_dir"),
-            ))
+            claimed.append(
+                _Claimed(
+                    host_id=h.id,
+                    target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
+                    transport=_transport_for(h.vars, transport),
+                    lab_dir=h.vars.get("gpufleet_lab_dir"),
+                )
+            )
         got = {c.target.name for c in claimed}
-        retired = {h.name for h in s.scalars(select_hosts(selector).where(
-            Host.state == HostState.RETIRED.value))}
+        retired = {
+            h.name
+            for h in s.scalars(select_hosts(selector).where(Host.state == HostState.RETIRED.value))
+        }
         busy = [n for n in wanted if n not in got and n not in retired]
         run_id = run.id
     return run_id, claimed, busy
@@ -131,12 +148,19 @@ def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[tuple[str, str | 
     return out
 
 
-async def _run_all(groups: dict[Transport, list[Target]], script: str, forks: int, timeout_s: float,
-                   on_result: Callable[[RawResult], None] | None) -> list[RawResult]:
-    results = await asyncio.gather(*(
-        run_many(t, targets, script, forks=forks, timeout_s=timeout_s, on_result=on_result)
-        for t, targets in groups.items()
-    ))
+async def _run_all(
+    groups: dict[Transport, list[Target]],
+    script: str,
+    forks: int,
+    timeout_s: float,
+    on_result: Callable[[RawResult], None] | None,
+) -> list[RawResult]:
+    results = await asyncio.gather(
+        *(
+            run_many(t, targets, script, forks=forks, timeout_s=timeout_s, on_result=on_result)
+            for t, targets in groups.items()
+        )
+    )
     return [r for rs in results for r in rs]
 
 
@@ -185,8 +209,9 @@ def parse_result(raw: RawResult, collected_at: object) -> tuple[RawResult, HostF
     except ParseError as exc:
         if exc.host is None and not str(exc).startswith(raw.host):
             exc.host = raw.host
-        return RawResult(raw.host, Outcome.BAD_OUTPUT, str(exc), None, raw.host_key,
-                         raw.duration_s), None
+        return RawResult(
+            raw.host, Outcome.BAD_OUTPUT, str(exc), None, raw.host_key, raw.duration_s
+        ), None
     return raw, facts
 
 
@@ -200,12 +225,27 @@ def apply_result(fleet: Fleet, run_id: int, host_id: int, raw: RawResult) -> Hos
         if host is None:
             return res
         if raw.outcome is Outcome.HOST_KEY_CHANGED:
-            record_event(s, fleet, "alarm", f"SSH host key changed; collection refused. {raw.reason}",
-                         host=host, data={"pinned": host.host_key, "offered": raw.host_key})
-        elif raw.host_key and host.host_key is None and raw.outcome in (Outcome.OK, Outcome.BAD_OUTPUT):
+            record_event(
+                s,
+                fleet,
+                "alarm",
+                f"SSH host key changed; collection refused. {raw.reason}",
+                host=host,
+                data={"pinned": host.host_key, "offered": raw.host_key},
+            )
+        elif (
+            raw.host_key
+            and host.host_key is None
+            and raw.outcome in (Outcome.OK, Outcome.BAD_OUTPUT)
+        ):
             host.host_key = raw.host_key
-            record_event(s, fleet, "host-key-pinned", f"pinned host key {fingerprint(raw.host_key)}",
-                         host=host)
+            record_event(
+                s,
+                fleet,
+                "host-key-pinned",
+                f"pinned host key {fingerprint(raw.host_key)}",
+                host=host,
+            )
         if facts is not None:
             prev = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
             snap = _snapshot(host, run_id, facts)
@@ -226,9 +266,16 @@ def apply_result(fleet: Fleet, run_id: int, host_id: int, raw: RawResult) -> Hos
         host.lock_token = None
         host.locked_until = None
         host.updated_at = now
-        s.add(CollectionResult(run_id=run_id, host_id=host.id, outcome=raw.outcome.value,
-                               reason=raw.reason, duration_s=raw.duration_s,
-                               snapshot_id=res.snapshot_id))
+        s.add(
+            CollectionResult(
+                run_id=run_id,
+                host_id=host.id,
+                outcome=raw.outcome.value,
+                reason=raw.reason,
+                duration_s=raw.duration_s,
+                snapshot_id=res.snapshot_id,
+            )
+        )
     return res
 
 
@@ -236,21 +283,40 @@ def _snapshot(host: Host, run_id: int, facts: HostFacts) -> FactSnapshot:
     gpus = facts.gpus
     models = sorted({g.product_name for g in gpus if g.product_name})
     snap = FactSnapshot(
-        host_id=host.id, run_id=run_id, collected_at=facts.collected_at,
+        host_id=host.id,
+        run_id=run_id,
+        collected_at=facts.collected_at,
         facts=facts.model_dump(mode="json"),
-        driver=facts.driver_version, cuda=facts.cuda_version, kernel=facts.kernel,
+        driver=facts.driver_version,
+        cuda=facts.cuda_version,
+        kernel=facts.kernel,
         os=facts.os.pretty_name if facts.os else None,
-        gpu_count=len(gpus), gpu_model=", ".join(models) or None,
+        gpu_count=len(gpus),
+        gpu_model=", ".join(models) or None,
     )
     snap.gpus = [
-        GpuRow(host_id=host.id, index=g.index, uuid=g.uuid, serial=g.serial,
-               product_name=g.product_name, pci_bus_id=g.pci_bus_id,
-               memory_total_mib=g.memory_total_mib, vbios=g.vbios_version)
+        GpuRow(
+            host_id=host.id,
+            index=g.index,
+            uuid=g.uuid,
+            serial=g.serial,
+            product_name=g.product_name,
+            pci_bus_id=g.pci_bus_id,
+            memory_total_mib=g.memory_total_mib,
+            vbios=g.vbios_version,
+        )
         for g in gpus
     ]
     snap.nics = [
-        NicRow(host_id=host.id, ca=p.ca, port=p.port, state=p.state,
-               physical_state=p.physical_state, rate_gbps=p.rate_gbps, link_layer=p.link_layer)
+        NicRow(
+            host_id=host.id,
+            ca=p.ca,
+            port=p.port,
+            state=p.state,
+            physical_state=p.physical_state,
+            rate_gbps=p.rate_gbps,
+            link_layer=p.link_layer,
+        )
         for p in facts.ib_ports
     ]
     return snap
@@ -268,10 +334,21 @@ def ensure_local_host(fleet: Fleet) -> str:
     with fleet.db.session() as s:
         host = s.scalar(select(Host).where(Host.name == t.name))
         if host is None:
-            host = Host(name=t.name, address=t.address, port=22, groups=["local"],
-                        vars={"gpufleet_transport": "local"}, expected={},
-                        state=HostState.ENROLLED.value, state_entered_at=now, health="ok",
-                        profiles=[], source="local", created_at=now, updated_at=now)
+            host = Host(
+                name=t.name,
+                address=t.address,
+                port=22,
+                groups=["local"],
+                vars={"gpufleet_transport": "local"},
+                expected={},
+                state=HostState.ENROLLED.value,
+                state_entered_at=now,
+                health="ok",
+                profiles=[],
+                source="local",
+                created_at=now,
+                updated_at=now,
+            )
             s.add(host)
             s.flush()
             record_event(s, fleet, "enrolled", "enrolled by collect --local", host=host)

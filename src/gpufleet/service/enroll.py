@@ -61,19 +61,31 @@ def enroll(fleet: Fleet, inventory: Inventory) -> EnrollReport:
                 )
                 s.add(host)
                 s.flush()
-                record_event(s, fleet, "enrolled", f"enrolled from {inventory.source}", host=host,
-                             data={"groups": wanted["groups"], "address": ih.address})
+                record_event(
+                    s,
+                    fleet,
+                    "enrolled",
+                    f"enrolled from {inventory.source}",
+                    host=host,
+                    data={"groups": wanted["groups"], "address": ih.address},
+                )
                 report.added.append(ih.name)
             else:
-                changed = {k: (getattr(host, k), v) for k, v in wanted.items() if getattr(host, k) != v}
+                changed = {
+                    k: (getattr(host, k), v) for k, v in wanted.items() if getattr(host, k) != v
+                }
                 if changed:
                     for k, (_, v) in changed.items():
                         setattr(host, k, v)
                     host.source = inventory.source
                     host.updated_at = now
                     record_event(
-                        s, fleet, "updated", "inventory changed: " + ", ".join(sorted(changed)),
-                        host=host, data={k: {"before": b, "after": a} for k, (b, a) in changed.items()},
+                        s,
+                        fleet,
+                        "updated",
+                        "inventory changed: " + ", ".join(sorted(changed)),
+                        host=host,
+                        data={k: {"before": b, "after": a} for k, (b, a) in changed.items()},
                     )
                     report.updated.append(ih.name)
                 else:

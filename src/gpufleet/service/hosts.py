@@ -51,12 +51,22 @@ class HostDetail:
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
     return HostView(
-        name=h.name, address=h.address, state=h.state, health=h.health, fault=h.fault,
-        pool=h.pool, groups=list(h.groups), gpu_count=snap.gpu_count if snap else None,
-        gpu_model=snap.gpu_model if snap else None, driver=snap.driver if snap else None,
-        cuda=snap.cuda if snap else None, profiles=list(h.profiles),
-        last_collected_at=h.last_collected_at, last_outcome=h.last_outcome,
-        last_reason=h.last_reason, status_reason=h.status_reason,
+        name=h.name,
+        address=h.address,
+        state=h.state,
+        health=h.health,
+        fault=h.fault,
+        pool=h.pool,
+        groups=list(h.groups),
+        gpu_count=snap.gpu_count if snap else None,
+        gpu_model=snap.gpu_model if snap else None,
+        driver=snap.driver if snap else None,
+        cuda=snap.cuda if snap else None,
+        profiles=list(h.profiles),
+        last_collected_at=h.last_collected_at,
+        last_outcome=h.last_outcome,
+        last_reason=h.last_reason,
+        status_reason=h.status_reason,
     )
 
 
@@ -94,24 +104,46 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
         if h is None:
             raise NotFound(f"no host named '{name}'")
         snap = s.get(FactSnapshot, h.latest_snapshot_id) if h.latest_snapshot_id else None
-        evs = s.scalars(select(Event).where(Event.host_id == h.id)
-                        .order_by(desc(Event.at), desc(Event.id)).limit(events))
-        cols = s.scalars(select(CollectionResult).where(CollectionResult.host_id == h.id)
-                         .order_by(desc(CollectionResult.id)).limit(5))
+        evs = s.scalars(
+            select(Event)
+            .where(Event.host_id == h.id)
+            .order_by(desc(Event.at), desc(Event.id))
+            .limit(events)
+        )
+        cols = s.scalars(
+            select(CollectionResult)
+            .where(CollectionResult.host_id == h.id)
+            .order_by(desc(CollectionResult.id))
+            .limit(5)
+        )
         return HostDetail(
             view=_view(h, snap),
             facts=HostFacts.model_validate(snap.facts) if snap else None,
             expected=dict(h.expected),
             host_key=h.host_key,
-            events=[{"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message}
-                    for e in evs],
-            collections=[{"run_id": c.run_id, "outcome": c.outcome, "reason": c.reason,
-                          "duration_s": round(c.duration_s, 3)} for c in cols],
+            events=[
+                {"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message} for e in evs
+            ],
+            collections=[
+                {
+                    "run_id": c.run_id,
+                    "outcome": c.outcome,
+                    "reason": c.reason,
+                    "duration_s": round(c.duration_s, 3),
+                }
+                for c in cols
+            ],
         )
 
 
 def snapshot_count(fleet: Fleet, name: str) -> int:
     """How many fact snapshots (history) a host has."""
     with fleet.db.session() as s:
-        return int(s.scalar(select(func.count(FactSnapshot.id)).join(Host, Host.id == FactSnapshot.host_id)
-                            .where(Host.name == name)) or 0)
+        return int(
+            s.scalar(
+                select(func.count(FactSnapshot.id))
+                .join(Host, Host.id == FactSnapshot.host_id)
+                .where(Host.name == name)
+            )
+            or 0
+        )

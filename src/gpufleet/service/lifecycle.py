@@ -51,10 +51,19 @@ def transition(
         host.validated_until = None
     arrow = f"{t.from_state} -> {t.to_state}" if t.changed else f"stays {t.to_state}"
     record_event(
-        s, fleet, "transition", f"{event.value}: {arrow}" + (f" ({t.reason})" if t.reason else ""),
-        host=host, actor=t.actor,
-        data={"from": t.from_state.value, "to": t.to_state.value, "event": event.value,
-              "reason": t.reason, **(data or {})},
+        s,
+        fleet,
+        "transition",
+        f"{event.value}: {arrow}" + (f" ({t.reason})" if t.reason else ""),
+        host=host,
+        actor=t.actor,
+        data={
+            "from": t.from_state.value,
+            "to": t.to_state.value,
+            "event": event.value,
+            "reason": t.reason,
+            **(data or {}),
+        },
     )
     return t
 
@@ -62,8 +71,18 @@ def transition(
 def on_changes(s: Session, fleet: Fleet, host: Host, changes: Sequence[Change]) -> None:
     """Record detected changes and send the host back to validation where the table says so."""
     for c in changes:
-        record_event(s, fleet, "change-detected", f"{c.kind}: {c.field} {c.before} -> {c.after}",
-                     host=host, data={"kind": str(c.kind), "field": c.field,
-                                      "before": str(c.before), "after": str(c.after)})
+        record_event(
+            s,
+            fleet,
+            "change-detected",
+            f"{c.kind}: {c.field} {c.before} -> {c.after}",
+            host=host,
+            data={
+                "kind": str(c.kind),
+                "field": c.field,
+                "before": str(c.before),
+                "after": str(c.after),
+            },
+        )
     kinds = ", ".join(sorted({str(c.kind) for c in changes}))
     transition(s, fleet, host, Event.CHANGE_DETECTED, f"change detected: {kinds}")

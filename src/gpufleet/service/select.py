@@ -8,7 +8,6 @@ from fnmatch import fnmatchcase
 from sqlalchemy import Select, Text, func, or_, select
 
 from gpufleet.errors import ConfigError
-
 from gpufleet.store.tables import FactSnapshot, Host
 
 
@@ -50,4 +49,3 @@ def select_hosts(selector: str | None) -> Select[tuple[Host]]:
 def matches_name(pattern: str, name: str) -> bool:
     """Glob match used where hosts are filtered in memory."""
     return fnmatchcase(name, pattern)
-

@@ -1,0 +1,210 @@
+"""``gpufleet baseline``, ``gpufleet pool`` and ``gpufleet drift``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.domain.spec import Baseline, BaselineStatus
+from gpufleet.errors import ConfigError
+from gpufleet.service import baselines as svc
+
+app = typer.Typer(no_args_is_help=True)
+pool_app = typer.Typer(no_args_is_help=True)
+
+
+def _sysctls(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k.strip():
+            raise ConfigError(f"--sysctl {p!r}: expected KEY=VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@app.command("create")
+@boundary
+def create_cmd(
+    name: str = typer.Argument(..., help="Baseline name, e.g. h100-2026q4."),
+    purpose: str = typer.Option("", help="What it is for (training, inference ...)."),
+    status: BaselineStatus = typer.Option(
+        BaselineStatus.CANDIDATE, help="Lifecycle of the baseline."
+    ),
+    from_host: str | None = typer.Option(
+        None, "--from-host", help="Copy from a known-good host's facts."
+    ),
+    os_image: str | None = typer.Option(None, "--os", help="OS image, e.g. 'Ubuntu 22.04.5 LTS'."),
+    kernel: str | None = typer.Option(None, help="Kernel release (uname -r)."),
+    driver: str | None = typer.Option(None, help="NVIDIA driver version."),
+    cuda: str | None = typer.Option(None, help="CUDA version nvidia-smi reports."),
+    container_toolkit: str | None = typer.Option(None, help="nvidia-container-toolkit version."),
+    vbios: list[str] = typer.Option([], help="Accepted VBIOS version; repeatable."),
+    fabric_manager: str | None = typer.Option(None, help="Fabric manager version."),
+    sysctl: list[str] = typer.Option([], help="KEY=VALUE; repeatable."),
+    pool: list[str] = typer.Option([], help="Point these pools at it; repeatable."),
+    replace: bool = typer.Option(False, help="Overwrite an existing baseline."),
+) -> None:
+    """Create a baseline (explicitly, or from a host) and optionally map pools to it."""
+    fleet = open_fleet()
+    if from_host:
+        b = svc.baseline_from_host(fleet, from_host, name, purpose)
+        b = b.model_copy(update={"status": status})
+    else:
+        b = Baseline(
+            name=name,
+            purpose=purpose,
+            status=status,
+            os_image=os_image,
+            kernel=kernel,
+            driver=driver,
+            cuda=cuda,
+            container_toolkit=container_toolkit,
+            vbios=list(vbios),
+            fabric_manager=fabric_manager,
+            sysctls=_sysctls(sysctl),
+        )
+    svc.save_baseline(fleet, b, replace=replace)
+    for p in pool:
+        svc.set_pool_baseline(fleet, p, name)
+    console.print(
+        f"baseline {name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
+    )
+
+
+@app.command("list")
+@boundary
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Baselines with status and the pools using them."""
+    rows = svc.list_baselines(open_fleet())
+    if as_json:
+        print_json([b.model_dump(mode="json") | {"pools": pools} for b, pools in rows])
+        return
+    t = Table(title="baselines")
+    for col in ("name", "status", "driver", "CUDA", "kernel", "OS", "pools"):
+        t.add_column(col, overflow="fold")
+    for b, pools in rows:
+        t.add_row(
+            b.name,
+            b.status.value,
+            b.driver or "",
+            b.cuda or "",
+            b.kernel or "",
+            b.os_image or "",
+            ", ".join(pools),
+        )
+    console.print(t)
+
+
+@app.command("show")
+@boundary
+def show_cmd(
+    name: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON.")
+) -> None:
+    """Every field of one baseline."""
+    b = svc.get_baseline(open_fleet(), name)
+    if as_json:
+        print_json(b.model_dump(mode="json"))
+        return
+    t = Table(title=f"baseline {name}", show_header=False)
+    t.add_column("field")
+    t.add_column("value", overflow="fold")
+    for k, v in b.model_dump(mode="json").items():
+        t.add_row(k, str(v))
+    console.print(t)
+
+
+@app.command("diff")
+@boundary
+def diff_cmd(
+    a: str, b: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON.")
+) -> None:
+    """Fields where two baselines differ."""
+    fleet = open_fleet()
+    rows = svc.diff_baselines(svc.get_baseline(fleet, a), svc.get_baseline(fleet, b))
+    if as_json:
+        print_json([{"field": f, a: x, b: y} for f, x, y in rows])
+        return
+    t = Table(title=f"{a} vs {b}")
+    for col in ("field", a, b):
+        t.add_column(col, overflow="fold")
+    for f, x, y in rows:
+        t.add_row(f, str(x), str(y))
+    console.print(t if rows else "identical")
+
+
+@pool_app.command("list")
+@boundary
+def pool_list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Pools with their baseline and size."""
+    rows = svc.list_pools(open_fleet())
+    if as_json:
+        print_json([asdict(p) for p in rows])
+        return
+    t = Table(title="pools")
+    for col in ("pool", "baseline", "hosts"):
+        t.add_column(col)
+    for p in rows:
+        t.add_row(p.name, p.baseline or "-", str(p.hosts))
+    console.print(t)
+
+
+@pool_app.command("baseline")
+@boundary
+def pool_baseline_cmd(pool: str, baseline: str) -> None:
+    """Point a pool at a baseline."""
+    svc.set_pool_baseline(open_fleet(), pool, baseline)
+    console.print(f"pool {pool} -> baseline {baseline}")
+
+
+@boundary
+def drift_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (default all)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Every host that differs from its pool's baseline, field by field, with fleet-wide counts.
+    Exit 1 when any host drifts."""
+    rep = svc.drift(open_fleet(), selector)
+    if as_json:
+        print_json(
+            {
+                "summary": [asdict(s) for s in rep.summary],
+                "hosts": {h: [asdict(i) for i in items] for h, items in rep.by_host.items()},
+                "baselines": rep.baselines,
+                "no_baseline": rep.no_baseline,
+                "no_facts": rep.no_facts,
+            }
+        )
+    else:
+        if rep.summary:
+            t = Table(title="drift, fleet-wide")
+            for col in ("field", "found", "on hosts", "baseline"):
+                t.add_column(col, overflow="fold")
+            for s in rep.summary:
+                t.add_row(s.field, s.actual or "-", str(len(s.hosts)), s.expected)
+            console.print(t)
+            console.print(
+                ", ".join(
+                    f"{s.field} {s.actual} on {len(s.hosts)} host"
+                    f"{'s' if len(s.hosts) != 1 else ''}, baseline {s.expected}"
+                    for s in rep.summary
+                )
+            )
+            h = Table(title="hosts off baseline")
+            for col in ("host", "baseline", "field", "expected", "actual"):
+                h.add_column(col, overflow="fold")
+            for host, items in sorted(rep.by_host.items()):
+                for i in items:
+                    h.add_row(
+                        host, rep.baselines.get(host, ""), i.field, i.expected, i.actual or "-"
+                    )
+            console.print(h)
+        else:
+            console.print(f"no drift on {len(rep.baselines)} hosts with a baseline")
+        if rep.no_baseline:
+            console.print(f"[dim]{len(rep.no_baseline)} hosts have no baseline (pool unmapped)[/]")
+    if rep.by_host:
+        raise typer.Exit(1)

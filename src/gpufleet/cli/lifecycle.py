@@ -1,0 +1,203 @@
+"""Lifecycle commands: validate, maintenance, retire, unquarantine, change, evidence, sweep."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.hosts import STATE_STYLE
+from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
+from gpufleet.collect.transport import RawResult
+from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.errors import ConfigError
+from gpufleet.service import operations
+from gpufleet.service.validate import ValidateReport, record_evidence, sweep, validate
+
+maintenance_app = typer.Typer(no_args_is_help=True)
+change_app = typer.Typer(no_args_is_help=True)
+evidence_app = typer.Typer(no_args_is_help=True)
+
+
+def run_validation(
+    selector: str | None, transport: str | None, *, quiet: bool, collect_first: bool = True
+) -> ValidateReport:
+    """Validate with a progress bar over the collection."""
+    fleet = open_fleet()
+    progress = Progress(
+        TextColumn("[bold]validating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    )
+    with progress:
+        task = progress.add_task("v", total=None, last="")
+
+        def started(n: int) -> None:
+            progress.update(task, total=n)
+
+        def one(r: RawResult) -> None:
+            progress.update(task, advance=1, last=f"{r.host}: {r.outcome.value}")
+
+        return validate(
+            fleet,
+            selector,
+            collect_first=collect_first,
+            transport=transport,
+            on_start=started,
+            on_result=one,
+        )
+
+
+def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
+    """One row per host: state change, profiles, reasons."""
+    t = Table(title="validation")
+    t.add_column("host", no_wrap=True)
+    t.add_column("state", no_wrap=True)
+    t.add_column("profiles", overflow="fold")
+    t.add_column("reasons", overflow="fold")
+    for v in rep.verdicts:
+        if only_problems and v.state == "available" and not v.reasons and not v.skipped:
+            continue
+        arrow = v.state if v.state == v.state_before else f"{v.state_before} -> {v.state}"
+        t.add_row(
+            v.host,
+            f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
+            ",".join(v.profiles),
+            v.skipped or "; ".join(v.reasons),
+        )
+    return t
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the lifecycle commands."""
+    app.command("validate")(validate_cmd)
+    app.command("retire")(retire_cmd)
+    app.command("unquarantine")(unquarantine_cmd)
+    app.command("sweep")(sweep_cmd)
+    app.add_typer(maintenance_app, name="maintenance", help="Take hosts in and out of maintenance.")
+    app.add_typer(change_app, name="change", help="Declare changes made outside gpufleet.")
+    app.add_typer(
+        evidence_app, name="evidence", help="Store active-test results (DCGM, NCCL, gpu-burn)."
+    )
+
+
+@boundary
+def validate_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (default all)."),
+    transport: str | None = typer.Option(None, help="Force a transport: ssh, sim or local."),
+    no_collect: bool = typer.Option(False, "--no-collect", help="Judge the stored facts only."),
+    as_json: bool = typer.Option(False, "--json", help="Print verdicts as JSON."),
+) -> None:
+    """Collect fresh facts, run the checks and move each host (available / validating /
+    quarantined). Exit 0 when every selected host ended available, 1 otherwise."""
+    rep = run_validation(selector, transport, quiet=as_json, collect_first=not no_collect)
+    if as_json:
+        print_json([asdict(v) for v in rep.verdicts])
+    else:
+        console.print(verdict_table(rep, only_problems=len(rep.verdicts) > 40))
+        states: dict[str, int] = {}
+        for v in rep.verdicts:
+            states[v.state] = states.get(v.state, 0) + 1
+        console.print(", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    if not rep.ok:
+        raise typer.Exit(1)
+
+
+@maintenance_app.command("on")
+@boundary
+def maintenance_on_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    reason: str = typer.Option(..., "--reason", help="Why (shown in events and taints)."),
+    until: datetime | None = typer.Option(None, "--until", help="Planned end (ISO time)."),
+) -> None:
+    """Put a host in maintenance (refused while allocated)."""
+    from datetime import UTC
+
+    if until is not None and until.tzinfo is None:
+        until = until.replace(tzinfo=UTC)
+    console.print(f"{host}: {operations.maintenance_on(open_fleet(), host, reason, until)}")
+
+
+@maintenance_app.command("off")
+@boundary
+def maintenance_off_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    reason: str = typer.Option("maintenance done", "--reason", help="What was done."),
+) -> None:
+    """End maintenance; the host goes to validating (never straight to available)."""
+    console.print(f"{host}: {operations.maintenance_off(open_fleet(), host, reason)}")
+
+
+@boundary
+def retire_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    reason: str = typer.Option("retired", "--reason", help="Why."),
+) -> None:
+    """Retire a host for good."""
+    console.print(f"{host}: {operations.retire(open_fleet(), host, reason)}")
+
+
+@boundary
+def unquarantine_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    reason: str = typer.Option(..., "--reason", help="What was repaired."),
+) -> None:
+    """Declare a quarantined host repaired: it goes back to validating."""
+    console.print(f"{host}: {operations.unquarantine(open_fleet(), host, reason)}")
+
+
+@change_app.command("record")
+@boundary
+def change_record_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    kind: DeclaredChangeKind = typer.Option(..., "--kind", help="What changed."),
+    ticket: str | None = typer.Option(None, "--ticket", help="Ticket / CI build id."),
+    note: str = typer.Option("", "--note", help="Free text."),
+) -> None:
+    """Record a change made outside gpufleet; the host must be validated again."""
+    console.print(f"{host}: {operations.record_change(open_fleet(), host, kind, ticket, note)}")
+
+
+@evidence_app.command("add")
+@boundary
+def evidence_add_cmd(
+    host: str = typer.Argument(..., help="Host the test ran on."),
+    file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Captured output."),
+    kind: str = typer.Option(
+        ..., "--kind", help="dcgm (dcgmi diag -j), nccl (all_reduce_perf) or gpu-burn."
+    ),
+) -> None:
+    """Parse and store an active test's output; the next validation uses it."""
+    text = file.read_text(errors="replace")
+    if kind == "dcgm":
+        key, result = "dcgm_diag", parse_dcgm_diag_json(text, str(file))
+    elif kind == "nccl":
+        key, result = "nccl", parse_nccl_tests(text, str(file))
+    elif kind == "gpu-burn":
+        key, result = "gpu_burn", parse_gpu_burn(text, str(file))
+    else:
+        raise ConfigError(f"--kind {kind!r}: expected dcgm, nccl or gpu-burn")
+    record_evidence(open_fleet(), host, key, result.model_dump(mode="json"), str(file))
+    console.print(f"{host}: {key} stored")
+
+
+@boundary
+def sweep_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Fire deadlines (stuck validating/reclaiming -> quarantined) and validation expiry."""
+    touched = sweep(open_fleet())
+    if as_json:
+        print_json(touched)
+    else:
+        console.print(
+            f"{len(touched)} hosts moved" + (f": {', '.join(touched)}" if touched else "")
+        )

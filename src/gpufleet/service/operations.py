@@ -1,0 +1,93 @@
+"""Operator actions on single hosts: maintenance, retire, unquarantine, declared changes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import NotFound
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.lifecycle import transition
+from gpufleet.store.tables import Host
+
+
+def _host(s: Session, name: str) -> Host:
+    host = s.scalar(select(Host).where(Host.name == name).with_for_update())
+    if host is None:
+        raise NotFound(f"no host named '{name}'")
+    return host
+
+
+def maintenance_on(fleet: Fleet, name: str, reason: str, until: datetime | None = None) -> str:
+    """Take a host out for maintenance (refused while allocated)."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        transition(
+            s,
+            fleet,
+            h,
+            Event.MAINTENANCE_ON,
+            reason,
+            data={"until": until.isoformat() if until else None},
+        )
+        h.maintenance_until = until
+        return h.state
+
+
+def maintenance_off(fleet: Fleet, name: str, reason: str = "maintenance done") -> str:
+    """End maintenance: the host goes to validating, never straight to available."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        transition(s, fleet, h, Event.MAINTENANCE_OFF, reason)
+        h.maintenance_until = None
+        return h.state
+
+
+def retire(fleet: Fleet, name: str, reason: str) -> str:
+    """Retire a host for good (refused while allocated)."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        transition(s, fleet, h, Event.RETIRE, reason)
+        return h.state
+
+
+def unquarantine(fleet: Fleet, name: str, reason: str) -> str:
+    """Operator says the fault is repaired: back to validating."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        transition(
+            s,
+            fleet,
+            h,
+            Event.UNQUARANTINE,
+            reason,
+            data={"fault": h.fault, "fault_reason": h.fault_reason},
+        )
+        h.fault = h.fault_reason = None
+        h.health = "ok"
+        return h.state
+
+
+def record_change(
+    fleet: Fleet, name: str, kind: DeclaredChangeKind, ticket: str | None, note: str = ""
+) -> str:
+    """A declared change (driver upgrade, reimage, GPU/NIC swap): log it and revalidate."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        msg = f"{kind.value} declared" + (f" (ticket {ticket})" if ticket else "")
+        record_event(
+            s,
+            fleet,
+            "change-declared",
+            msg + (f": {note}" if note else ""),
+            host=h,
+            data={"kind": kind.value, "ticket": ticket, "note": note},
+        )
+        transition(s, fleet, h, Event.CHANGE_DECLARED, msg)
+        if h.state == HostState.VALIDATING.value:
+            h.fault = h.fault_reason = None
+        return h.state

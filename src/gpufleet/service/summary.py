@@ -1,0 +1,127 @@
+"""The fleet summary a person reads at a glance, and Kubernetes labels per host."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import Fault
+from gpufleet.domain.labels import Taint, derive_labels, derive_taints
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.states import HostState
+from gpufleet.service.baselines import DriftReport, drift
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.select import select_hosts
+from gpufleet.store.tables import FactSnapshot, Host, Pool
+
+
+@dataclass
+class FleetSummary:
+    """Hosts per state, usable GPUs per profile and model, faults, drift, collection trouble."""
+
+    hosts: int
+    per_state: dict[str, int]
+    gpus_per_profile_model: dict[str, dict[str, int]]  # profile -> model -> GPUs
+    hosts_per_profile: dict[str, int]
+    quarantined: list[dict[str, str | None]]
+    validating: list[dict[str, str | None]]
+    unreachable: list[dict[str, str | None]]
+    drift: DriftReport
+    gpus_total: int = 0
+    gpus_available: int = 0
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
+    """Summarise the selected hosts (all by default)."""
+    with fleet.db.session() as s:
+        rows = list(
+            s.execute(
+                select(Host, FactSnapshot)
+                .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .where(
+                    Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
+                )
+                .order_by(Host.name)
+            ).tuples()
+        )
+    per_state = Counter(h.state for h, _ in rows)
+    by_profile: dict[str, Counter[str]] = {}
+    hosts_per_profile: Counter[str] = Counter()
+    gpus_total = gpus_avail = 0
+    quarantined, validating, unreachable = [], [], []
+    for h, snap in rows:
+        n = snap.gpu_count if snap else 0
+        gpus_total += n
+        model = (snap.gpu_model if snap else None) or "unknown"
+        if h.state == HostState.AVAILABLE.value:
+            gpus_avail += n
+            for p in h.profiles:
+                by_profile.setdefault(p, Counter())[model] += n
+                hosts_per_profile[p] += 1
+        if h.state == HostState.QUARANTINED.value:
+            quarantined.append({"host": h.name, "fault": h.fault, "reason": h.fault_reason})
+        elif h.state == HostState.VALIDATING.value:
+            validating.append({"host": h.name, "fault": None, "reason": h.status_reason})
+        if h.last_outcome and h.last_outcome != "ok":
+            unreachable.append({"host": h.name, "fault": h.last_outcome, "reason": h.last_reason})
+    return FleetSummary(
+        hosts=len(rows),
+        per_state=dict(per_state),
+        gpus_per_profile_model={p: dict(c) for p, c in sorted(by_profile.items())},
+        hosts_per_profile=dict(hosts_per_profile),
+        quarantined=quarantined,
+        validating=validating,
+        unreachable=unreachable,
+        drift=drift(fleet, selector),
+        gpus_total=gpus_total,
+        gpus_available=gpus_avail,
+    )
+
+
+@dataclass
+class HostLabels:
+    """Labels and taints of one host."""
+
+    host: str
+    labels: dict[str, str]
+    taints: list[Taint]
+
+
+def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
+    """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host."""
+    with fleet.db.session() as s:
+        pools = {p.name: p.baseline for p in s.scalars(select(Pool))}
+        rows = list(
+            s.execute(
+                select(Host, FactSnapshot)
+                .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .where(
+                    Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
+                )
+                .order_by(Host.name)
+            ).tuples()
+        )
+    out = []
+    for h, snap in rows:
+        facts = HostFacts.model_validate(snap.facts) if snap else None
+        state = HostState(h.state)
+        fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
+        baseline = h.vars.get("gpufleet_baseline") or pools.get(h.pool or "")
+        spec = ExpectedSpec.model_validate(h.expected)
+        labels = derive_labels(
+            h.name,
+            facts,
+            state,
+            h.pool,
+            baseline,
+            h.rack,
+            h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
+            spec,
+            fault,
+        )
+        out.append(HostLabels(h.name, labels, derive_taints(state, fault)))
+    return out

@@ -1,0 +1,267 @@
+"""Validate hosts: fresh facts -> checks -> lifecycle decision, every result kept.
+
+"Visible" (fact snapshots) and "usable for X" (``validations`` rows with time, baseline,
+evidence and expiry) are stored separately; the host row only caches the current verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import desc, select
+from sqlalchemy.orm import Session
+
+from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import HARDWARE_FAULTS
+from gpufleet.domain.lifecycle import is_overdue
+from gpufleet.domain.profiles import Decision, Profile, ValidationOutcome, evaluate, load_profiles
+from gpufleet.domain.spec import Baseline, ExpectedSpec
+from gpufleet.domain.states import Event, HostState
+from gpufleet.domain.xid import XidPolicy
+from gpufleet.service.collect import RunReport, collect
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.lifecycle import transition
+from gpufleet.service.select import select_hosts
+from gpufleet.store.tables import (
+    BaselineRow,
+    FactSnapshot,
+    Host,
+    Pool,
+    Validation,
+)
+from gpufleet.store.tables import (
+    Event as EventRow,
+)
+
+#: States a validation run acts on; the others are left to their owners (jobs, operators).
+VALIDATABLE = {HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE}
+
+
+@dataclass
+class HostVerdict:
+    """What validation did to one host."""
+
+    host: str
+    state_before: str
+    state: str
+    decision: str | None
+    profiles: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+@dataclass
+class ValidateReport:
+    """A validation run: per-host verdicts plus the collection it used."""
+
+    verdicts: list[HostVerdict]
+    collection: RunReport | None
+
+    @property
+    def ok(self) -> bool:
+        return all(v.skipped is None and v.state == HostState.AVAILABLE for v in self.verdicts)
+
+
+@dataclass
+class Policies:
+    """Profiles and Xid policy, loaded once per run (user files from settings)."""
+
+    fleet: Fleet
+
+    @cached_property
+    def profiles(self) -> dict[str, Profile]:
+        f = self.fleet.settings.profiles_file
+        return load_profiles(f.read_text() if f else None, source=str(f) if f else "<none>")
+
+    @cached_property
+    def xid(self) -> XidPolicy:
+        f = self.fleet.settings.xid_policy_file
+        base = XidPolicy.load_default()
+        return XidPolicy.from_yaml(f.read_text(), source=str(f)) if f else base
+
+
+def sweep(fleet: Fleet) -> list[str]:
+    """Fire deadlines and expiries: overdue transient states -> quarantined ("timed out"),
+    expired validation records -> validating. Returns the host names touched."""
+    now = fleet.now()
+    touched: list[str] = []
+    deadlines = {
+        HostState.VALIDATING: fleet.settings.validating_deadline,
+        HostState.RECLAIMING: fleet.settings.reclaiming_deadline,
+    }
+    with fleet.db.session() as s:
+        for h in s.scalars(
+            select(Host)
+            .where(
+                Host.state.in_(
+                    [
+                        HostState.VALIDATING.value,
+                        HostState.RECLAIMING.value,
+                        HostState.AVAILABLE.value,
+                    ]
+                )
+            )
+            .with_for_update(skip_locked=True)
+        ):
+            st = HostState(h.state)
+            if st is HostState.AVAILABLE:
+                if h.validated_until is not None and h.validated_until < now:
+                    transition(s, fleet, h, Event.EXPIRE, "validation record expired")
+                    touched.append(h.name)
+            elif is_overdue(st, h.state_entered_at, now, deadlines):
+                transition(s, fleet, h, Event.TIMEOUT, f"timed out in {st.value}")
+                h.fault, h.fault_reason, h.health = "timed_out", f"stuck in {st.value}", "critical"
+                touched.append(h.name)
+    return touched
+
+
+def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
+    """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host."""
+    out: dict[str, Any] = {}
+    stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == "evidence")
+    if since is not None:
+        stmt = stmt.where(EventRow.at >= since)
+    for ev in s.scalars(stmt.order_by(desc(EventRow.at), desc(EventRow.id))):
+        kind = ev.data.get("kind")
+        if kind and kind not in out:
+            out[kind] = ev.data.get("result")
+    return out
+
+
+def _baseline(s: Session, host: Host) -> Baseline | None:
+    name = host.vars.get("gpufleet_baseline")
+    if not name and host.pool:
+        pool = s.scalar(select(Pool).where(Pool.name == host.pool))
+        name = pool.baseline if pool else None
+    if not name:
+        return None
+    row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
+    if row is None:
+        return None
+    return Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
+
+
+def judge_host(
+    fleet: Fleet, s: Session, host: Host, policies: Policies, collected: RawResult | None
+) -> HostVerdict:
+    """Evaluate one host's latest facts and move it through the lifecycle."""
+    before = host.state
+    verdict = HostVerdict(host.name, before, before, None)
+    if HostState(host.state) not in VALIDATABLE:
+        verdict.skipped = f"not validated in state {host.state}"
+        return verdict
+    if collected is not None and collected.outcome is not Outcome.OK:
+        verdict.skipped = f"not collected: {collected.outcome.value} ({collected.reason})"
+        return verdict
+    snap = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
+    if snap is None:
+        verdict.skipped = "no facts collected yet"
+        return verdict
+    facts = HostFacts.model_validate(snap.facts)
+    baseline = _baseline(s, host)
+    now = fleet.now()
+    outcome: ValidationOutcome = evaluate(
+        facts,
+        ExpectedSpec.model_validate(host.expected),
+        baseline,
+        policies.profiles,
+        policies.xid,
+        now,
+        evidence=_evidence(s, host, now - fleet.settings.validation_ttl),
+    )
+    if HostState(host.state) is not HostState.VALIDATING:
+        transition(s, fleet, host, Event.VALIDATE, "validation started")
+    reason = "; ".join(outcome.reasons)
+    hw = sorted(str(f) for f in outcome.faults if f in HARDWARE_FAULTS)
+    transition(
+        s,
+        fleet,
+        host,
+        outcome.event,
+        reason,
+        data={"profiles": sorted(outcome.profiles_passed), "faults": hw},
+    )
+    host.health = outcome.health.value
+    if outcome.decision is Decision.AVAILABLE:
+        host.profiles = sorted(outcome.profiles_passed)
+        host.validated_until = now + fleet.settings.validation_ttl
+        host.fault = host.fault_reason = None
+    elif outcome.decision is Decision.QUARANTINE:
+        host.fault = hw[0] if hw else None
+        host.fault_reason = reason
+    else:
+        host.fault = host.fault_reason = None
+    s.add(
+        Validation(
+            host_id=host.id,
+            at=now,
+            snapshot_id=snap.id,
+            baseline=baseline.name if baseline else None,
+            decision=outcome.decision.value,
+            profiles=sorted(outcome.profiles_passed),
+            results=[r.model_dump(mode="json") | {"key": k} for k, r in outcome.results.items()],
+            expires_at=host.validated_until,
+        )
+    )
+    verdict.state = host.state
+    verdict.decision = outcome.decision.value
+    verdict.profiles = list(host.profiles)
+    verdict.reasons = list(outcome.reasons)
+    verdict.faults = sorted(str(f) for f in outcome.faults)
+    return verdict
+
+
+def validate(
+    fleet: Fleet,
+    selector: str | None = None,
+    *,
+    collect_first: bool = True,
+    transport: str | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RawResult], None] | None = None,
+) -> ValidateReport:
+    """Collect fresh facts (unless told not to), run the checks, move every host."""
+    sweep(fleet)
+    run = (
+        collect(fleet, selector, transport=transport, on_start=on_start, on_result=on_result)
+        if collect_first
+        else None
+    )
+    raw = {r.host: RawResult(r.host, r.outcome, r.reason) for r in run.results} if run else {}
+    policies = Policies(fleet)
+    verdicts: list[HostVerdict] = []
+    with fleet.db.session() as s:
+        names = [h.name for h in s.scalars(select_hosts(selector))]
+    for name in names:
+        with fleet.db.session() as s:
+            host = s.scalar(select(Host).where(Host.name == name).with_for_update())
+            if host is None:
+                continue
+            verdicts.append(judge_host(fleet, s, host, policies, raw.get(name)))
+    return ValidateReport(verdicts, run)
+
+
+def record_evidence(
+    fleet: Fleet, host_name: str, kind: str, result: dict[str, Any], source: str
+) -> None:
+    """Store the parsed result of an active test (dcgm, nccl, gpu_burn) for a host."""
+    from gpufleet.errors import NotFound
+
+    with fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == host_name))
+        if host is None:
+            raise NotFound(f"no host named '{host_name}'")
+        record_event(
+            s,
+            fleet,
+            "evidence",
+            f"{kind} result from {source}",
+            host=host,
+            data={"kind": kind, "result": result, "source": source},
+        )

@@ -1,0 +1,47 @@
+"""Checks against facts parsed from real captured tool output (tests/fixtures/captured)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpufleet.domain.checks import CHECKS, CheckStatus
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.spec import ExpectedSpec
+
+nvidia_smi = pytest.importorskip("gpufleet.collect.nvidia_smi")
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "nvidia-smi-q"
+
+
+def facts_from(name: str) -> HostFacts:
+    path = CAPTURES / name
+    if not path.exists():
+        pytest.skip(f"capture {name} not present")
+    report = nvidia_smi.parse_nvidia_smi_text(path.read_text())
+    return HostFacts(collected_at=datetime(2024, 9, 1, tzinfo=UTC), nvidia_smi=report)
+
+
+def test_a10_with_pending_row_remap_warns() -> None:
+    facts = facts_from("gpud_nvidia-smi-query.535.129.03.out.0.valid.a10.txt")
+    result = CHECKS["row_remap"](facts, ExpectedSpec(), None, {})
+    assert result.status is CheckStatus.WARN
+    assert result.message == "row remapping pending on GPU 0: needs GPU reset"
+    assert result.evidence["uncorrectable_rows"] == {0: 4}
+    assert result.fault is None
+    spec = ExpectedSpec(gpu_count=1, gpu_model="A10")
+    for name in ("gpu_count", "gpu_model", "single_gpu_model", "ecc_enabled",
+                 "ecc_uncorrectable", "persistence_mode"):
+        assert CHECKS[name](facts, spec, None, {}).status is CheckStatus.PASS, name
+
+
+def test_rtx_4090_box_has_ecc_disabled() -> None:
+    facts = facts_from("gpud_nvidia-smi-query.535.154.05.out.0.valid.4090.txt")
+    spec = ExpectedSpec(gpu_count=8, gpu_model="4090")
+    assert CHECKS["gpu_count"](facts, spec, None, {}).status is CheckStatus.PASS
+    ecc = CHECKS["ecc_enabled"](facts, spec, None, {})
+    assert ecc.status is CheckStatus.FAIL and ecc.message.startswith("ECC disabled on GPU 0, 1")
+    # Consumer boards report no ECC counters: nothing to judge, not a pass.
+    assert CHECKS["ecc_uncorrectable"](facts, spec, None, {}).status is CheckStatus.SKIP
