@@ -7,6 +7,7 @@ from datetime import datetime
 from pathlib import Path
 
 import typer
+from pydantic import BaseModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -179,6 +180,7 @@ def evidence_add_cmd(
 ) -> None:
     """Parse and store an active test's output; the next validation uses it."""
     text = file.read_text(errors="replace")
+    result: BaseModel
     if kind == "dcgm":
         key, result = "dcgm_diag", parse_dcgm_diag_json(text, str(file))
     elif kind == "nccl":

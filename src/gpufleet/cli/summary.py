@@ -50,7 +50,9 @@ def print_summary(
 def render_summary(sm: FleetSummary) -> None:
     """Rich rendering of a fleet summary."""
     console.rule("fleet summary")
-    console.print(f"[bold]{sm.hosts} hosts, {sm.gpus_total} GPUs, {sm.gpus_available} GPUs available[/]")
+    console.print(
+        f"[bold]{sm.hosts} hosts, {sm.gpus_total} GPUs, {sm.gpus_available} GPUs available[/]"
+    )
     st = Table(title="hosts per state")
     st.add_column("state")
     st.add_column("hosts", justify="right")
@@ -66,9 +68,13 @@ def render_summary(sm: FleetSummary) -> None:
         for p in profiles:
             gp.add_column(p, justify="right")
         for m in models:
-            gp.add_row(m.removeprefix("NVIDIA "),
-                       *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles])
-        gp.add_row("[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles])
+            gp.add_row(
+                m.removeprefix("NVIDIA "),
+                *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles],
+            )
+        gp.add_row(
+            "[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]
+        )
         console.print(gp)
     if sm.quarantined:
         q = Table(title="quarantined")

@@ -69,7 +69,7 @@ xids() {
   return 0
 }
 fm() {
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-active nvidia-fabricmanager 2>/dev/null; then return 0; fi
+  if command -v systemctl >/dev/null 2>&1 && systemctl --quiet is-active nvidia-fabricmanager 2>/dev/null; then echo active; return 0; fi
   if pgrep -x nv-fabricmanager >/dev/null 2>&1; then echo active; return 0; fi
   echo inactive
 }

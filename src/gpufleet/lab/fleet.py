@@ -1151,8 +1151,8 @@ def render_sections(host: LabHost) -> dict[str, Section]:
     else:
         s["nvidia-smi-xml"] = Section(
             "nvidia-smi-xml", "",
-            f"gpufleet lab: no 'nvidia-smi -q -x' capture for model {spec.name}; "
-            "the host answers 'nvidia-smi -q' only", 2)
+            f"gpufleet lab: the 'nvidia-smi -q -x' capture is not available for lab model "
+            f"{spec.name} (this host answers 'nvidia-smi -q')", 2)
         s["nvidia-smi-q"] = Section("nvidia-smi-q", qtext, "", 0)
     s["topo-m"] = Section("topo-m", _topo(tpl, present, driver), "", 0)
     s["nvlink-s"] = Section("nvlink-s", _nvlink(host, tpl, present), "", 0)

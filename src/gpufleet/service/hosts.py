@@ -94,7 +94,7 @@ def list_hosts(
     if pool:
         stmt = stmt.where(Host.pool == pool)
     with fleet.db.session() as s:
-        return [_view(h, snap) for h, snap in s.execute(stmt).tuples()]
+        return [_view(h, snap) for h, snap in s.execute(stmt)]
 
 
 def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:

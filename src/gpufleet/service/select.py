@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 
-from sqlalchemy import Select, Text, func, or_, select
+from sqlalchemy import ColumnElement, Select, Text, func, or_, select
 
 from gpufleet.errors import ConfigError
 from gpufleet.store.tables import FactSnapshot, Host
 
 
-def select_hosts(selector: str | None) -> Select[tuple[Host]]:
+def select_hosts(selector: str | None) -> Select[Host]:
     """A SELECT of the hosts matching ``selector`` ordered by name."""
     stmt = select(Host).order_by(Host.name)
     if not selector or selector.strip() in ("", "all"):
         return stmt
-    clauses = []
+    clauses: list[ColumnElement[bool]] = []
     for term in (t.strip() for t in selector.split(",")):
         if not term:
             continue

@@ -46,7 +46,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
                     Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
                 )
                 .order_by(Host.name)
-            ).tuples()
+            )
         )
     per_state = Counter(h.state for h, _ in rows)
     by_profile: dict[str, Counter[str]] = {}
@@ -103,7 +103,7 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
                     Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
                 )
                 .order_by(Host.name)
-            ).tuples()
+            )
         )
     out = []
     for h, snap in rows:
