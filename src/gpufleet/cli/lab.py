@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -44,7 +45,7 @@ def create_lab(
     d = lab_dir(directory)
     d.mkdir(parents=True, exist_ok=True)
     wanted = parse_faults(faults) if faults else ({} if no_default_faults else None)
-    fl = create_fleet(n, models=models or None, faults=wanted, seed=seed)
+    fl = create_fleet(n, models=models or None, faults=wanted, seed=seed, now=datetime.now(UTC))
     fl.save(d)
     write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
     return d, fl

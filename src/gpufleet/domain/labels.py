@@ -106,9 +106,19 @@ def _version_parts(version: str | None, names: Iterable[str]) -> dict[str, str]:
     return {name: part for name, part in zip(names, parts, strict=False) if part}
 
 
-def fabric_up(facts: HostFacts) -> str:
-    """``ib`` / ``roce`` / ``none`` from ports that are *Active* (a down IB port is none)."""
-    active = [p for p in facts.ib_ports if (p.state or "").lower() == "active"]
+def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
+    """``ib`` / ``roce`` / ``none`` from ports that are *Active*.
+
+    When the spec expects N high-speed ports, fewer than N active (at the expected rate) is
+    ``none``: a rail-optimised multi-node job needs every rail, so a host with one rail down
+    must not be scheduled as a fabric node.
+    """
+    active = [p for p in facts.ib_ports if (p.state or "").lower() == "active"
+              and (p.physical_state or "linkup").lower() == "linkup"]
+    if spec is not None and spec.ib_rate_gbps:
+        active = [p for p in active if (p.rate_gbps or 0) >= spec.ib_rate_gbps]
+    if spec is not None and spec.ib_ports and len(active) < spec.ib_ports:
+        return "none"
     layers = {(p.link_layer or "").lower() for p in active}
     if "infiniband" in layers:
         return "ib"
@@ -150,7 +160,7 @@ def derive_labels(
 
     if facts is not None:
         labels.update(_gfd_labels(facts))
-        labels[f"{PREFIX}/fabric"] = fabric_up(facts)
+        labels[f"{PREFIX}/fabric"] = fabric_up(facts, spec)
         nvlink = facts.nvlink
         has_nvlink = bool(
             nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)

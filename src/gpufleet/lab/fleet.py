@@ -25,7 +25,9 @@ Generated, because no permitted real capture exists (formats copied from real ou
 ``topo -m`` of the 8-GPU hosts and of the A10G (layout of the exporter's ``topo -m``
 capture: tab separated, ANSI-underlined header, "NIC Legend" on newer drivers), and
 ``lspci -nn -D`` lines (layout of ``gpud_lspci.nn.a100.txt``; device names from pci.ids;
-the H100 addresses are those of the real 8x H100 host in ``gpud_lspci-vvv.txt``). Xid lines
+the H100 addresses are those of the real 8x H100 host in ``gpud_lspci-vvv.txt``), and
+``nvlink -s`` of the V100S/A10G PCIe cards on their older drivers: the captured per-GPU
+header line (``GPU 0: <name> (UUID: ...)``) with no link lines under it. Xid lines
 take their exact layout from ``gpud_dmesg-time-format-iso.log``. OS files (os-release,
 meminfo, modules, DMI, sysctl, lsblk) are written in their kernel/util-linux formats.
 
@@ -308,6 +310,9 @@ class LabHost(BaseModel):
     serial_salt: int
     gpu_swap: int = 0
     rack: str = "r01"
+    # When the Xid faults were injected: the kernel log lines carry this time, so a validation
+    # right after sees them inside its window (without it: a fixed time from the capture's era).
+    xid_at: datetime | None = None
 
     @model_validator(mode="after")
     def _check(self) -> LabHost:
@@ -422,6 +427,7 @@ def create_fleet(
     faults: Mapping[str, list[str]] | None = None,
     seed: int = 0,
     prefix: str = "gpu",
+    now: datetime | None = None,
 ) -> LabFleet:
     """Build a lab fleet of ``n_hosts`` named ``<prefix>-01``..; deterministic for a seed.
 
@@ -451,8 +457,11 @@ def create_fleet(
         if in_rack >= _HOSTS_PER_RACK or (i and mix[i - 1] != model):
             rack, in_rack = rack + 1, 0
         in_rack += 1
-        hosts.append(LabHost(name=name, model=model, faults=list(faults.get(name, [])),
-                             serial_salt=salts[i], rack=f"r{rack:02d}"))
+        host_faults = list(faults.get(name, []))
+        has_xid = any(_split_fault(f)[0] == "xid" for f in host_faults)
+        hosts.append(LabHost(name=name, model=model, faults=host_faults,
+                             serial_salt=salts[i], rack=f"r{rack:02d}",
+                             xid_at=now if has_xid else None))
     return LabFleet(hosts=hosts, seed=seed)
 
 
@@ -468,6 +477,7 @@ def apply_change(
     clear_faults: Sequence[str] | None = None,
     add_faults: Sequence[str] | None = None,
     gpu_swap: bool = False,
+    now: datetime | None = None,
 ) -> LabFleet:
     """Change one lab host as a technician would and return the new fleet.
 
@@ -491,8 +501,11 @@ def apply_change(
     for f in add_faults or ():
         if f not in faults:
             faults.append(f)
+    xid_at = current.xid_at
+    if now is not None and any(_split_fault(f)[0] == "xid" for f in add_faults or ()):
+        xid_at = now
     changed = LabHost.model_validate(current.model_dump() | {  # validates the new faults
-        "faults": faults, "driver": new_driver,
+        "faults": faults, "driver": new_driver, "xid_at": xid_at,
         "gpu_swap": current.gpu_swap + (1 if gpu_swap else 0),
     })
     return LabFleet(hosts=[changed if h.name == host else h for h in fleet.hosts],
@@ -653,6 +666,9 @@ def _smi_template(spec: ModelSpec) -> tuple[str, _Pieces, tuple[_Pieces, ...], t
         text = _path(spec.smi_file).read_text(encoding="utf-8")
         if spec.replicate:
             text = _disable_mig(text)
+        # Datacenter hosts run nvidia-persistenced; these captures come from boxes that did not.
+        text = text.replace("<persistence_mode>Disabled</persistence_mode>",
+                            "<persistence_mode>Enabled</persistence_mode>")
         driver = re.search(r"<driver_version>([^<]+)</", text)
         starts = [m.start() for m in re.finditer(r"^    <gpu id=", text, re.M)]
         end = text.rindex("    </gpu>") + len("    </gpu>\n")
@@ -1024,8 +1040,11 @@ def _xids(host: LabHost, tpl: _Template) -> str:
         code = int(parts[1])
         gpu = int(parts[2]) if len(parts) > 2 else fault_gpu_index(host)
         dom, bus, devfn = tpl.bus_ids[gpu].split(":")
-        ts = _XID_EPOCH + timedelta(seconds=_pick(86400, "xid", host.name) + 97 * n,
-                                    microseconds=_pick(10**6, "us", host.name, n))
+        if host.xid_at is not None:
+            ts = host.xid_at.astimezone(UTC) + timedelta(seconds=n)
+        else:
+            ts = _XID_EPOCH + timedelta(seconds=_pick(86400, "xid", host.name) + 97 * n,
+                                        microseconds=_pick(10**6, "us", host.name, n))
         msg = captured.get(code) or _XID_MESSAGES.get(code) or "Ch 00000008"
         lines.append(fmt.format(ts=ts.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00"),
                                 pci=f"{dom}:{bus}:{devfn.split('.')[0]}", code=code, msg=msg))

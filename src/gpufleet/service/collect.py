@@ -158,7 +158,7 @@ async def _run_all(
     results = await asyncio.gather(
         *(
             run_many(t, targets, script, forks=forks, timeout_s=timeout_s, on_result=on_result)
-            for t, targets in groups.items()
+            for t, targets in groups
         )
     )
     return [r for rs in results for r in rs]
@@ -182,12 +182,15 @@ def collect(
     if on_start:
         on_start(len(claimed))
     by_key = _transports(claimed, fleet)
-    groups: dict[Transport, list[Target]] = {}
+    groups: dict[tuple[str, str | None], list[Target]] = {}
     for c in claimed:
-        t = by_key[(c.transport, c.lab_dir if c.transport == "sim" else None)]
-        groups.setdefault(t, []).append(c.target)
+        groups.setdefault((c.transport, c.lab_dir if c.transport == "sim" else None), []).append(
+            c.target
+        )
     script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-    raw = asyncio.run(_run_all(groups, script, forks, timeout_s, on_result))
+    raw = asyncio.run(
+        _run_all([(by_key[k], ts) for k, ts in groups.items()], script, forks, timeout_s, on_result)
+    )
     ids = {c.target.name: c.host_id for c in claimed}
     results = [apply_result(fleet, run_id, ids[r.host], r) for r in raw]
     with fleet.db.session() as s:
