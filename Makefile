@@ -16,6 +16,7 @@ env: $(STAMP)
 
 ## Build a simulated 32-host lab fleet, enroll, collect and validate it, print the summary.
 demo: env
+	rm -rf .gpufleet-demo
 	$(BIN)/gpufleet --home .gpufleet-demo lab demo --hosts 32
 
 ## Everything CI runs: system packages for the SSH lab, lint, types, the whole test suite.

@@ -25,9 +25,12 @@ A, B, C, D = "gpu-02", "gpu-05", "gpu-09", "gpu-13"
 def build(tmp_path: Path, fleet: Fleet) -> Path:
     d = tmp_path / "lab"
     d.mkdir()
-    fl = create_fleet(16, models=["h100-8x"],
-                      faults={A: ["driver-drift"], B: ["ib-down"], C: ["gpu-missing"], D: ["xid:79"]},
-                      now=fleet.now())
+    fl = create_fleet(
+        16,
+        models=["h100-8x"],
+        faults={A: ["driver-drift"], B: ["ib-down"], C: ["gpu-missing"], D: ["xid:79"]},
+        now=fleet.now(),
+    )
     fl.save(d)
     write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
     enroll(fleet, load_inventory(d / "inventory.ini"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
@@ -19,7 +20,6 @@ from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host, snapshot_count
-from tests.sshlab_fixtures import SshLabFactory
 
 pytestmark = pytest.mark.sshlab
 
@@ -37,8 +37,12 @@ def test_ssh_fleet_collection(fleet: Fleet, sshlab_factory: SshLabFactory, tmp_p
     lines = ["[gpu_lab]"]
     for name, t in targets.items():
         lines.append(f"{name} ansible_host={t.address} ansible_port={t.port} ansible_user={t.user}")
-    lines += ["", "[gpu_lab:vars]", f"ansible_ssh_private_key_file={lab.client_key}",
-              "gpufleet_gpu_count=8"]
+    lines += [
+        "",
+        "[gpu_lab:vars]",
+        f"ansible_ssh_private_key_file={lab.client_key}",
+        "gpufleet_gpu_count=8",
+    ]
     inv.write_text("\n".join(lines) + "\n")
     enroll(fleet, load_inventory(inv))
 

@@ -9,8 +9,10 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
+from gpufleet.domain.spec import BaselineStatus
 from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -147,4 +149,26 @@ def demo_cmd(
     console.rule("3. collect")
     run = run_collection(None, None, None, None, quiet=False)
     console.print(outcome_table(run, only_problems=True))
+    console.print(
+        f"{len(run.results)} hosts: " + ", ".join(f"{n} {o}" for o, n in sorted(run.counts.items()))
+    )
+    console.rule("baselines: one reference build per pool")
+    fleet = open_fleet()
+    for pool, ref in reference_hosts(fl).items():
+        b = baseline_from_host(fleet, ref, f"{pool}-ref", purpose=f"lab reference build of {pool}")
+        save_baseline(
+            fleet, b.model_copy(update={"status": BaselineStatus.VALIDATED}), replace=True
+        )
+        set_pool_baseline(fleet, pool, b.name)
+        console.print(f"pool {pool} -> baseline {b.name} (driver {b.driver}, from {ref})")
     print_summary(open_fleet(), validate_first=True)
+
+
+def reference_hosts(fl: LabFleet) -> dict[str, str]:
+    """The first fault-free host of each pool: the lab's reference build for that pool."""
+    out: dict[str, str] = {}
+    for h in fl.hosts:
+        pool = h.spec.pool
+        if pool not in out and not h.faults:
+            out[pool] = h.name
+    return out

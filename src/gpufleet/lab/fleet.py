@@ -218,7 +218,7 @@ _SPECS: dict[str, ModelSpec] = {
         disks=(("vda", 536870912000, ""),),
     ),
     "a10g-1x": ModelSpec(
-        name="a10g-1x", group="gpu_a10g", pool="inference", gpu_model="A10G", gpu_count=1,
+        name="a10g-1x", group="gpu_a10g", pool="infer-a10g", gpu_model="A10G", gpu_count=1,
         gpu_memory_mib=23028, smi_format="xml", smi_file="nvidia-smi-xml/telegraf_a10g.xml",
         replicate=False, gpu_bus_ids=(),
         pci_gpu="NVIDIA Corporation GA102GL [A10G] [10de:2237] (rev a1)",
@@ -228,7 +228,7 @@ _SPECS: dict[str, ModelSpec] = {
         mem_total_kib=32386452, disks=_AWS_DISKS,
     ),
     "l40s-1x": ModelSpec(
-        name="l40s-1x", group="gpu_l40s", pool="inference", gpu_model="L40S", gpu_count=1,
+        name="l40s-1x", group="gpu_l40s", pool="infer-l40s", gpu_model="L40S", gpu_count=1,
         gpu_memory_mib=46068, smi_format="text",
         smi_file="nvidia-smi-csv/nvidia_gpu_exporter_linux-x86_64__nvidia-l40s__595.80.txt",
         replicate=False, gpu_bus_ids=(),
@@ -680,6 +680,8 @@ def _smi_template(spec: ModelSpec) -> tuple[str, _Pieces, tuple[_Pieces, ...], t
         tail = text[end:]
     else:
         text = _exporter_bundle(spec.smi_file)["idle :: query (-q)"]
+        # Datacenter hosts run nvidia-persistenced (see the XML branch).
+        text = re.sub(r"^(    Persistence Mode\s+: )Disabled$", r"\g<1>Enabled", text, flags=re.M)
         driver = re.search(r"^Driver Version\s+: (\S+)$", text, re.M)
         starts = [m.start() for m in re.finditer(r"^GPU [0-9A-Fa-f]{8}:", text, re.M)]
         # nvidia-smi -q opens with an empty line; the bundle drops it with the section gap

@@ -149,7 +149,7 @@ def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[tuple[str, str | 
 
 
 async def _run_all(
-    groups: dict[Transport, list[Target]],
+    groups: list[tuple[Transport, list[Target]]],
     script: str,
     forks: int,
     timeout_s: float,
