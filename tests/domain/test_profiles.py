@@ -203,3 +203,16 @@ def test_pool_of_sixteen(
     for host in sorted(hosts)[4:]:
         assert out[host].decision is Decision.AVAILABLE, host
         assert out[host].profiles_passed == ALL, host
+
+
+def test_host_without_fabric_is_not_a_multinode_training_host(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    # An inference box (no fabric expected) passes the single-host profiles only.
+    no_fabric = spec.model_copy(update={"fabric": "none", "ib_ports": None})
+    out = evaluate(facts, no_fabric, baseline, load_profiles(), None, now)
+    assert out.decision is Decision.AVAILABLE
+    assert "training-multinode" not in out.profiles_passed
+    assert {"inference", "training-single", "test"} <= out.profiles_passed
+    assert out.profiles["training-multinode"].reasons == [
+        "ib_ports: no high-speed fabric expected"]

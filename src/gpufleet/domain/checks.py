@@ -632,7 +632,7 @@ def _port_up(port: IbPort, min_rate: float | None) -> bool:
     return min_rate is None or port.rate_gbps is None or port.rate_gbps >= min_rate
 
 
-@_check("ib_ports", min_ports=int, min_rate_gbps=_NUMBER)
+@_check("ib_ports", min_ports=int, min_rate_gbps=_NUMBER, required=bool)
 def ib_ports(
     facts: HostFacts, spec: ExpectedSpec, baseline: Baseline | None, params: Mapping[str, Any]
 ) -> CheckResult:
@@ -642,11 +642,13 @@ def ib_ports(
     fault ``ib_down`` costs multi-node profiles only; it does not quarantine.
     """
     name = "ib_ports"
+    # ``required``: the profile itself needs a fabric (multi-node), whatever the spec says.
+    missing = CheckStatus.FAIL if params.get("required") else CheckStatus.SKIP
     if spec.fabric == "none":
-        return _r(name, CheckStatus.SKIP, "no high-speed fabric expected")
+        return _r(name, missing, "no high-speed fabric expected")
     need: int | None = params.get("min_ports", spec.ib_ports)
     if not need:
-        return _r(name, CheckStatus.SKIP, "no IB/RoCE ports expected")
+        return _r(name, missing, "no IB/RoCE ports expected")
     min_rate: float | None = params.get("min_rate_gbps", spec.ib_rate_gbps)
     layers = _LINK_LAYERS.get(spec.fabric or "", {"infiniband", "ethernet"})
     ports = [p for p in facts.ib_ports if (p.link_layer or "").lower() in layers]
