@@ -52,8 +52,13 @@ def test_collect_reports_each_host_with_its_reason(fleet: Fleet, tmp_path: Path)
     assert detail.facts is not None
     assert detail.facts.nvidia_smi_error and "not found" in detail.facts.nvidia_smi_error
     assert len(detail.facts.pci_gpus) == 8
-    assert rep.counts == {"ok": 5, "unreachable": 1, "timeout": 1, "auth failed": 1,
-                          "bad output": 2}
+    assert rep.counts == {
+        "ok": 5,
+        "unreachable": 1,
+        "timeout": 1,
+        "auth failed": 1,
+        "bad output": 2,
+    }
 
 
 def test_bad_output_never_overwrites_good_facts(fleet: Fleet, tmp_path: Path) -> None:
@@ -86,8 +91,9 @@ def test_host_key_pinned_then_change_refused_as_alarm(fleet: Fleet, tmp_path: Pa
     assert "SHA256:" in r.reason
     assert show_host(fleet, "gpu-01").host_key == pinned
     with fleet.db.session() as s:
-        alarms = s.scalar(select(func.count(Event.id)).where(Event.kind == "alarm",
-                                                             Event.host_name == "gpu-01"))
+        alarms = s.scalar(
+            select(func.count(Event.id)).where(Event.kind == "alarm", Event.host_name == "gpu-01")
+        )
         snaps = s.scalar(select(func.count(FactSnapshot.id)))
     assert alarms == 1
     assert snaps == 3  # 2 + gpu-02 only

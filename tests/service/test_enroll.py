@@ -44,7 +44,11 @@ def test_enroll_creates_hosts_groups_pools(fleet: Fleet, tmp_path: Path) -> None
     assert hosts["gpu-03"].pool == "train-h800"
     assert hosts["inf-01"].address == "10.1.0.5"
     assert [h.name for h in list_hosts(fleet, group="gpu_h800")] == [
-        "gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+        "gpu-01",
+        "gpu-02",
+        "gpu-03",
+        "gpu-04",
+    ]
     assert [h.name for h in list_hosts(fleet, "group:infer")] == ["inf-01"]
     with fleet.db.session() as s:
         pool = s.scalar(select(Pool).where(Pool.name == "train-h800"))
@@ -62,6 +66,8 @@ def test_reenroll_is_idempotent_and_records_updates(fleet: Fleet, tmp_path: Path
     third = enroll(fleet, load_inventory(path))
     assert third.updated == ["inf-01"]
     with fleet.db.session() as s:
-        kinds = [e.kind for e in s.scalars(select(Event).where(Event.host_name == "inf-01")
-                                           .order_by(Event.id))]
+        kinds = [
+            e.kind
+            for e in s.scalars(select(Event).where(Event.host_name == "inf-01").order_by(Event.id))
+        ]
     assert kinds == ["enrolled", "updated"]

@@ -127,7 +127,8 @@ def show_cmd(
                 "" if unc is None else str(unc),
                 remap,
             )
-        console.print(g)
+        if f.gpus:
+            console.print(g)
         if f.ib_ports:
             n = Table(title="high-speed NIC ports")
             for col in ("CA", "port", "state", "physical", "rate", "link layer"):

@@ -43,6 +43,23 @@ class Settings:
     profiles_file: Path | None = None
     xid_policy_file: Path | None = None
 
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Defaults overridden by ``GPUFLEET_*`` environment variables (documented in README)."""
+        s = cls()
+        env = os.environ
+        if v := env.get("GPUFLEET_PROFILES"):
+            s.profiles_file = Path(v)
+        if v := env.get("GPUFLEET_XID_POLICY"):
+            s.xid_policy_file = Path(v)
+        if v := env.get("GPUFLEET_VALIDATION_TTL_HOURS"):
+            s.validation_ttl = timedelta(hours=float(v))
+        if v := env.get("GPUFLEET_VALIDATING_DEADLINE_MINUTES"):
+            s.validating_deadline = timedelta(minutes=float(v))
+        if v := env.get("GPUFLEET_RECLAIMING_DEADLINE_MINUTES"):
+            s.reclaiming_deadline = timedelta(minutes=float(v))
+        return s
+
 
 @dataclass
 class Fleet:
@@ -52,7 +69,7 @@ class Fleet:
     home: Path
     actor: str = field(default_factory=default_actor)
     clock: Callable[[], datetime] = utcnow
-    settings: Settings = field(default_factory=Settings)
+    settings: Settings = field(default_factory=Settings.from_env)
 
     @classmethod
     def open(cls, home: Path | None = None, url: str | None = None, **kw: Any) -> Fleet:
