@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from tests.conftest import FakeClock
 
 from gpufleet.collect.inventory import load_inventory
 from gpufleet.domain.changes import DeclaredChangeKind
@@ -19,7 +20,6 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import sweep, validate
 from gpufleet.store.tables import Event, Host
-from tests.conftest import FakeClock
 
 
 def lab(
