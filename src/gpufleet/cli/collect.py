@@ -6,12 +6,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
 from gpufleet.collect.inventory import load_inventory
-from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.collect.transport import Outcome
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
 from gpufleet.service.enroll import enroll
 
@@ -65,34 +64,15 @@ def run_collection(
     quiet: bool,
 ) -> RunReport:
     """Run a collection with a progress bar (shared by collect and validate)."""
-    fleet = open_fleet()
-    progress = Progress(
-        TextColumn("[bold]collecting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=quiet,
-    )
-    with progress:
-        task = progress.add_task("collect", total=None, last="")
-
-        def started(n: int) -> None:
-            progress.update(task, total=n)
-
-        def one(r: RawResult) -> None:
-            progress.update(task, advance=1, last=f"{r.host}: {r.outcome.value}")
-
+    with host_progress("collecting", quiet=quiet) as p:
         return collect(
-            fleet,
+            open_fleet(),
             selector,
             transport=transport,
             forks=forks,
             timeout_s=timeout,
-            on_start=started,
-            on_result=one,
+            on_start=p.on_start,
+            on_result=p.on_result,
         )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import wraps
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.errors import GpufleetError
 from gpufleet.service.fleet import Fleet
@@ -60,3 +62,34 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
+
+
+@dataclass
+class HostProgress:
+    """Callbacks a collection reports through: total once, then one call per host."""
+
+    on_start: Callable[[int], None]
+    on_result: Callable[[Any], None]
+
+
+@contextmanager
+def host_progress(label: str, *, quiet: bool) -> Iterator[HostProgress]:
+    """A progress bar over hosts (hidden with ``quiet``, e.g. under ``--json``)."""
+    progress = Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=quiet,
+    )
+    with progress:
+        task = progress.add_task(label, total=None, last="")
+        yield HostProgress(
+            on_start=lambda n: progress.update(task, total=n),
+            on_result=lambda r: progress.update(
+                task, advance=1, last=f"{r.host}: {r.outcome.value}"
+            ),
+        )

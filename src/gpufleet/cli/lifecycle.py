@@ -8,13 +8,11 @@ from pathlib import Path
 
 import typer
 from pydantic import BaseModel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
-from gpufleet.collect.transport import RawResult
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import ConfigError
 from gpufleet.service import operations
@@ -29,33 +27,14 @@ def run_validation(
     selector: str | None, transport: str | None, *, quiet: bool, collect_first: bool = True
 ) -> ValidateReport:
     """Validate with a progress bar over the collection."""
-    fleet = open_fleet()
-    progress = Progress(
-        TextColumn("[bold]validating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[last]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-        disable=quiet,
-    )
-    with progress:
-        task = progress.add_task("v", total=None, last="")
-
-        def started(n: int) -> None:
-            progress.update(task, total=n)
-
-        def one(r: RawResult) -> None:
-            progress.update(task, advance=1, last=f"{r.host}: {r.outcome.value}")
-
+    with host_progress("validating", quiet=quiet) as p:
         return validate(
-            fleet,
+            open_fleet(),
             selector,
             collect_first=collect_first,
             transport=transport,
-            on_start=started,
-            on_result=one,
+            on_start=p.on_start,
+            on_result=p.on_result,
         )
 
 
