@@ -5,22 +5,20 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pytest
-
+from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text
 from gpufleet.domain.checks import CHECKS, CheckStatus
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import ExpectedSpec
-
-nvidia_smi = pytest.importorskip("gpufleet.collect.nvidia_smi")
 
 CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "nvidia-smi-q"
 
 
 def facts_from(name: str) -> HostFacts:
     path = CAPTURES / name
-    if not path.exists():
-        pytest.skip(f"capture {name} not present")
-    report = nvidia_smi.parse_nvidia_smi_text(path.read_text())
+    # The parser and the captures are part of the repository: a missing one is a failure,
+    # never a silent skip.
+    assert path.is_file(), f"capture {name} missing from {CAPTURES}"
+    report = parse_nvidia_smi_text(path.read_text(), name)
     return HostFacts(collected_at=datetime(2024, 9, 1, tzinfo=UTC), nvidia_smi=report)
 
 

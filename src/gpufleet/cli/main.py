@@ -15,7 +15,8 @@ from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
 
 app = typer.Typer(
-    help="gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.",
+    help="gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.\n\n"
+    "Commands take host selectors: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",

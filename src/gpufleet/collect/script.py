@@ -55,7 +55,7 @@ sec() {
   "$@" 2>"$T/err"
   rc=$?
   printf '\n@@gpufleet:stderr %s@@\n' "$name"
-  head -c 2048 "$T/err"
+  [ -s "$T/err" ] && head -c 2048 "$T/err"
   printf '\n@@gpufleet:end %s rc=%d@@\n' "$name" "$rc"
 }
 nvsmi_q() {
@@ -66,6 +66,10 @@ nvsmi_q() {
 xids() {
   { dmesg --time-format=iso 2>/dev/null || dmesg 2>/dev/null || journalctl -k -q --no-pager -o short-iso 2>/dev/null; } \
     | grep -E 'NVRM: Xid' | tail -n 500
+  return 0
+}
+dmi() {
+  cat "$R/sys/class/dmi/id/sys_vendor" "$R/sys/class/dmi/id/product_name" 2>/dev/null
   return 0
 }
 fm() {
@@ -79,7 +83,7 @@ sec os-release cat "$R/etc/os-release"
 sec uname-r uname -r
 sec nproc nproc
 sec meminfo cat "$R/proc/meminfo"
-sec dmi sh -c "cat '$R/sys/class/dmi/id/sys_vendor' '$R/sys/class/dmi/id/product_name' 2>/dev/null; true"
+sec dmi dmi
 sec modules cat "$R/proc/modules"
 sec sysctl sysctl -e __SYSCTL_KEYS__
 sec nvidia-smi-xml $TO nvidia-smi -q -x

@@ -23,7 +23,6 @@ from gpufleet.collect.bundle import split_bundle
 from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.sim import SimTransport, fingerprint
-from gpufleet.collect.ssh import SshTransport
 from gpufleet.collect.transport import Outcome, RawResult, Target, Transport, run_many
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.facts import HostFacts
@@ -144,6 +143,8 @@ def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[tuple[str, str | 
         elif c.transport == "local":
             out[key] = LocalTransport()
         else:
+            from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
+
             out[key] = SshTransport(connect_timeout_s=fleet.settings.connect_timeout_s)
     return out
 
