@@ -407,7 +407,7 @@ def test_ib_port_slow_does_not_count(
     ports = [port_factory(f"mlx5_{i}", f"0x{i}", rate_gbps=200 if i == 0 else 400)
              for i in range(4)]
     r = run("ib_ports", facts_factory(ib_ports=ports), spec, None)
-    assert r.status is F and "mlx5_0/1 (Active/LinkUp 200 Gb/s)" in r.message
+    assert r.status is F and "mlx5_0/1 (Active/LinkUp 200 Gb/s below rate)" in r.message
 
 
 def test_ib_extra_port_down_warns(

@@ -150,7 +150,7 @@ def test_ibstatus_all_active_passes() -> None:
     # Without a link layer both count, and the slow Ethernet port is named below the rate.
     r = check("ib_ports", facts(ib_ports=ports), ExpectedSpec(ib_ports=8, ib_rate_gbps=200))
     assert r.status is CheckStatus.WARN and r.evidence["down"] == ["mlx5_8/1"]
-    assert "mlx5_8/1 (Active/LinkUp 40 Gb/s)" in r.message
+    assert "mlx5_8/1 (Active/LinkUp 40 Gb/s below rate)" in r.message
     # Asking for more ports than the host has fails without naming a down port.
     r = check("ib_ports", facts(ib_ports=ports), ExpectedSpec(ib_ports=len(ports) + 1))
     assert r.status is CheckStatus.FAIL and "down:" not in r.message

@@ -38,9 +38,21 @@ class GlobalOptions:
 OPTIONS = GlobalOptions()
 
 
+_OPEN: dict[tuple[Path | None, str | None], Fleet] = {}
+
+
 def open_fleet() -> Fleet:
-    """The fleet selected by the global options / environment."""
-    return Fleet.open(home=OPTIONS.home, url=OPTIONS.db_url)
+    """The fleet selected by the global options / environment (one per process and target)."""
+    key = (OPTIONS.home, OPTIONS.db_url)
+    if key not in _OPEN:
+        _OPEN[key] = Fleet.open(home=OPTIONS.home, url=OPTIONS.db_url)
+    return _OPEN[key]
+
+
+def close_fleets() -> None:
+    """Release every database connection this process opened."""
+    while _OPEN:
+        _OPEN.popitem()[1].db.dispose()
 
 
 def print_json(data: Any) -> None:
@@ -60,6 +72,8 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
                 err_console.print_exception()
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
             raise typer.Exit(exc.exit_code) from None
+        finally:
+            close_fleets()
 
     return wrapper
 

@@ -657,7 +657,8 @@ def ib_ports(
 
     def label(p: IbPort) -> str:
         rate = f" {p.rate_gbps:g} Gb/s" if p.rate_gbps is not None else ""
-        return f"{p.ca}/{p.port} ({p.state or '?'}/{p.physical_state or '?'}{rate})"
+        slow = " below rate" if _port_up(p, None) else ""
+        return f"{p.ca}/{p.port} ({p.state or '?'}/{p.physical_state or '?'}{rate}{slow})"
 
     ev: dict[str, Any] = {
         "need": need,

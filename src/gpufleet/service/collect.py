@@ -27,7 +27,7 @@ from gpufleet.collect.transport import Outcome, RawResult, Target, Transport, ru
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
-from gpufleet.errors import ParseError
+from gpufleet.errors import NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes
 from gpufleet.service.select import select_hosts
@@ -103,6 +103,8 @@ def claim(
         s.add(run)
         s.flush()
         wanted = [h.name for h in s.scalars(select_hosts(selector))]
+        if selector and not wanted:
+            raise NotFound(f"no hosts match selector '{selector}'")
         stmt = (
             select_hosts(selector)
             .where(Host.state != HostState.RETIRED.value)

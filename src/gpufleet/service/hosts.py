@@ -122,7 +122,8 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
             expected=dict(h.expected),
             host_key=h.host_key,
             events=[
-                {"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message} for e in evs
+                {"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message, "data": e.data}
+                for e in evs
             ],
             collections=[
                 {

@@ -24,8 +24,15 @@ def select_hosts(selector: str | None) -> Select[Host]:
         if not value:
             kind, value = "name", term
         if kind == "name":
-            like = value.replace("%", r"\%").replace("_", r"\_").replace("*", "%").replace("?", "_")
-            clauses.append(Host.name.like(like, escape="\\"))
+            if "[" in value:
+                raise ConfigError(
+                    f"selector '{term}': character classes are not supported; use * and ?"
+                )
+            # Host names are case-insensitive (DNS); lower both sides so SQLite and
+            # PostgreSQL agree.
+            like = value.lower().replace("%", r"\%").replace("_", r"\_")
+            like = like.replace("*", "%").replace("?", "_")
+            clauses.append(func.lower(Host.name).like(like, escape="\\"))
         elif kind == "pool":
             clauses.append(Host.pool == value)
         elif kind == "state":

@@ -23,6 +23,7 @@ from gpufleet.domain.profiles import Decision, Profile, ValidationOutcome, evalu
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.domain.xid import XidPolicy
+from gpufleet.errors import NotFound
 from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import transition
@@ -238,6 +239,8 @@ def validate(
     verdicts: list[HostVerdict] = []
     with fleet.db.session() as s:
         names = [h.name for h in s.scalars(select_hosts(selector))]
+    if selector and not names:
+        raise NotFound(f"no hosts match selector '{selector}'")
     for name in names:
         with fleet.db.session() as s:
             host = s.scalar(select(Host).where(Host.name == name).with_for_update())
@@ -251,8 +254,6 @@ def record_evidence(
     fleet: Fleet, host_name: str, kind: str, result: dict[str, Any], source: str
 ) -> None:
     """Store the parsed result of an active test (dcgm, nccl, gpu_burn) for a host."""
-    from gpufleet.errors import NotFound
-
     with fleet.db.session() as s:
         host = s.scalar(select(Host).where(Host.name == host_name))
         if host is None:
