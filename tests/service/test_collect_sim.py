@@ -109,3 +109,46 @@ def test_driver_change_is_detected_and_logged(fleet: Fleet, tmp_path: Path) -> N
     assert any("driver" in c for c in r.changes)
     events = show_host(fleet, "gpu-02").events
     assert any(e["kind"] == "change-detected" and "550.90.07" in e["message"] for e in events)
+
+
+def test_hosts_claimed_by_another_worker_are_skipped(fleet: Fleet, tmp_path: Path) -> None:
+    """Two collectors sharing one database never collect the same host at once."""
+    from datetime import timedelta
+
+    from gpufleet.service.collect import claim
+
+    d = make_lab(tmp_path, n=3, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    _run, held, _busy = claim(fleet, "gpu-01,gpu-02", None, timedelta(minutes=5))
+    assert sorted(c.target.name for c in held) == ["gpu-01", "gpu-02"]
+    rep = collect(fleet)
+    assert [r.host for r in rep.results] == ["gpu-03"]
+    assert rep.skipped_locked == ["gpu-01", "gpu-02"]
+    # The lease expires: a crashed worker does not hold hosts for ever.
+    fleet.clock.advance(minutes=6)  # type: ignore[attr-defined]
+    assert sorted(r.host for r in collect(fleet).results) == ["gpu-01", "gpu-02", "gpu-03"]
+
+
+def test_row_locks_of_a_concurrent_transaction_are_skipped(
+    pg_database_url: str, tmp_path: Path
+) -> None:
+    """On PostgreSQL a claim skips rows another transaction holds (SELECT ... SKIP LOCKED).
+    (SQLite serialises writers; the lease test above covers it there.)"""
+    from datetime import timedelta
+
+    from sqlalchemy import select
+    from tests.conftest import _truncate
+
+    from gpufleet.service.collect import claim
+    from gpufleet.store.tables import Host
+
+    fleet = Fleet.open(home=tmp_path / "home", url=pg_database_url, actor="pytest")
+    _truncate(fleet.db)
+    d = make_lab(tmp_path, n=3, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    with fleet.db.session() as other:  # another worker, mid-claim
+        other.scalars(select(Host).where(Host.name == "gpu-02").with_for_update()).all()
+        _run, got, busy = claim(fleet, None, None, timedelta(minutes=5))
+    assert sorted(c.target.name for c in got) == ["gpu-01", "gpu-03"]
+    assert busy == ["gpu-02"]
+    fleet.db.dispose()
