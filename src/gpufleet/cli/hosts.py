@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, open_fleet, print_json
-from gpufleet.service.hosts import list_hosts, show_host
+from gpufleet.service.hosts import list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -155,3 +155,28 @@ def show_cmd(
         for ev in d.events:
             e.add_row(f"{ev['at']:%m-%d %H:%M:%S}", ev["actor"], ev["kind"], ev["message"])
         console.print(e)
+
+
+@boundary
+def events_cmd(
+    host: str | None = typer.Argument(None, help="Only this host."),
+    kind: str | None = typer.Option(
+        None, "--kind", "-k", help="transition, alarm, change-detected, evidence ..."
+    ),
+    limit: int = typer.Option(50, "--limit", "-n", min=1, help="How many, newest first."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """The audit log: who did what to which host, when and why."""
+    rows = list_events(open_fleet(), host, kind=kind, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    t = Table(title=f"{len(rows)} events", expand=True)
+    t.add_column("at", no_wrap=True)
+    t.add_column("actor", no_wrap=True, max_width=16)
+    t.add_column("host", no_wrap=True)
+    t.add_column("kind", no_wrap=True)
+    t.add_column("message", overflow="fold", ratio=1)
+    for e in rows:
+        t.add_row(f"{e['at']:%m-%d %H:%M:%S}", e["actor"], e["host"] or "", e["kind"], e["message"])
+    console.print(t)

@@ -148,3 +148,26 @@ def snapshot_count(fleet: Fleet, name: str) -> int:
             )
             or 0
         )
+
+
+def list_events(
+    fleet: Fleet, host: str | None = None, *, kind: str | None = None, limit: int = 50
+) -> list[dict[str, Any]]:
+    """The newest events (audit log), optionally for one host and/or of one kind."""
+    stmt = select(Event).order_by(desc(Event.at), desc(Event.id)).limit(limit)
+    if host:
+        stmt = stmt.where(Event.host_name == host)
+    if kind:
+        stmt = stmt.where(Event.kind == kind)
+    with fleet.db.session() as s:
+        return [
+            {
+                "at": e.at,
+                "actor": e.actor,
+                "host": e.host_name,
+                "kind": e.kind,
+                "message": e.message,
+                "data": e.data,
+            }
+            for e in s.scalars(stmt)
+        ]
