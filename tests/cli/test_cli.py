@@ -420,3 +420,26 @@ def test_errors_name_what_is_wrong(lab: Gf) -> None:
     r = lab.run("hosts", "list", "colour:blue", code=2)
     assert "colour:blue" in flat(r.stderr)
     lab.run("baseline", "create", "h100-lab", "--from-host", "gpu-01", code=2)  # exists
+
+
+def test_events_and_evidence(lab: Gf) -> None:
+    """The audit log listing, and active-test evidence that feeds the next validation."""
+    lab.run("validate", code=1)
+    alarms = lab.json("events", "--kind", "transition", "--limit", "500")
+    hosts = {e["host"] for e in alarms}
+    assert {"gpu-01", "gpu-04"} <= hosts
+    assert all(e["actor"] == ACTOR for e in alarms)
+    only = lab.json("events", "gpu-04", "--limit", "500")
+    assert only and {e["host"] for e in only} == {"gpu-04"}
+    # A failing gpu-burn on gpu-05 costs it the profiles that require stress tests.
+    burn = lab.tmp / "burn.log"
+    real = (Path(__file__).parents[1] / "fixtures" / "captured" / "active"
+            / "superbench_gpu_burn.excerpt.log").read_text()
+    assert "\tGPU 1: OK" in real
+    burn.write_text(real.replace("\tGPU 1: OK", "\tGPU 1: FAULTY"))  # the real capture, GPU 1 bad
+    lab.run("evidence", "add", "gpu-05", str(burn), "--kind", "gpu-burn")
+    assert any(e["kind"] == "evidence" for e in lab.json("events", "gpu-05"))
+    verdicts = {v["host"]: v for v in lab.json("validate", "gpu-05", code=0)}
+    profiles = set(verdicts["gpu-05"]["profiles"])
+    assert "training-single" not in profiles and "training-multinode" not in profiles
+    assert {"inference", "test"} <= profiles
