@@ -47,6 +47,16 @@ def openssh_line(key: asyncssh.SSHKey) -> str:
     return " ".join(key.export_public_key("openssh").decode().split()[:2])
 
 
+#: Preferred ciphers, fastest first; the rest of asyncssh's defaults stay as fallbacks.
+_CIPHERS = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes128-ctr",
+    "aes256-ctr",
+)
+
+
 class _KeyCheck(asyncssh.SSHClient):
     """Decides on host keys not in the (pinned) trusted set and remembers what was offered."""
 
@@ -54,8 +64,9 @@ class _KeyCheck(asyncssh.SSHClient):
         self.pinned = pinned
         self.offered: asyncssh.SSHKey | None = None
 
-    def validate_host_public_key(self, host: str, addr: str, port: int,
-                                 key: asyncssh.SSHKey) -> bool:
+    def validate_host_public_key(
+        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
+    ) -> bool:
         self.offered = key
         return self.pinned is None  # trust on first use; a pinned host must match exactly
 
@@ -94,19 +105,33 @@ class SshTransport:
         where = f"{target.address}:{target.port}"
         who = f"{target.user or 'default user'}@{target.address}"
 
-        def result(outcome: Outcome, reason: str = "", output: str | None = None,
-                   host_key: str | None = None) -> RawResult:
-            return RawResult(target.name, outcome, reason, output=output, host_key=host_key,
-                             duration_s=time.monotonic() - start)
+        def result(
+            outcome: Outcome,
+            reason: str = "",
+            output: str | None = None,
+            host_key: str | None = None,
+        ) -> RawResult:
+            return RawResult(
+                target.name,
+                outcome,
+                reason,
+                output=output,
+                host_key=host_key,
+                duration_s=time.monotonic() - start,
+            )
 
         try:
-            pinned = (asyncssh.import_public_key(target.pinned_host_key)
-                      if target.pinned_host_key else None)
+            pinned = (
+                asyncssh.import_public_key(target.pinned_host_key)
+                if target.pinned_host_key
+                else None
+            )
         except (asyncssh.KeyImportError, ValueError) as exc:
             return result(Outcome.ERROR, f"pinned host key is not an OpenSSH public key: {exc}")
         try:
             client_keys: list[asyncssh.SSHKey] | None = (
-                self._client_keys(target.key_file) if target.key_file else None)
+                self._client_keys(target.key_file) if target.key_file else None
+            )
         except (OSError, asyncssh.KeyImportError) as exc:
             return result(Outcome.ERROR, f"cannot load client key {target.key_file}: {exc}")
 
@@ -118,15 +143,26 @@ class SshTransport:
             async with asyncio.timeout(timeout_s):
                 async with asyncio.timeout(min(self.connect_timeout_s, timeout_s)):
                     conn = await asyncssh.connect(
-                        target.address, target.port, username=target.user,
+                        target.address,
+                        target.port,
+                        username=target.user,
                         client_factory=lambda: check,
                         # The pinned key steers algorithm choice; others go to _KeyCheck.
                         known_hosts=([pinned] if pinned else [], [], []),
                         client_keys=client_keys if client_keys is not None else (),
                         # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
                         agent_path=None if client_keys is not None else (),
-                        config=None, preferred_auth="publickey",
-                        password_auth=False, kbdint_auth=False, gss_auth=False, gss_kex=False)
+                        config=None,
+                        preferred_auth="publickey",
+                        password_auth=False,
+                        kbdint_auth=False,
+                        gss_auth=False,
+                        gss_kex=False,
+                        # AES-GCM runs in OpenSSL (AES-NI); compression only costs CPU on the
+                        # management networks we collect over.
+                        encryption_algs=_CIPHERS,
+                        compression_algs=None,
+                    )
                 server_key = conn.get_server_host_key()
                 key_text = openssh_line(server_key) if server_key is not None else None
                 phase = "command"
@@ -137,55 +173,73 @@ class SshTransport:
             else:
                 limit = timeout_s
             what = "connecting" if phase == "connect" else "command still running"
-            return result(Outcome.TIMEOUT, f"no answer within {limit:.0f} s ({what})",
-                          host_key=key_text)
+            return result(
+                Outcome.TIMEOUT, f"no answer within {limit:.0f} s ({what})", host_key=key_text
+            )
         except _TooLarge:
-            return result(Outcome.BAD_OUTPUT,
-                          f"output exceeds {size_text(self.max_output_bytes)}",
-                          host_key=key_text)
+            return result(
+                Outcome.BAD_OUTPUT,
+                f"output exceeds {size_text(self.max_output_bytes)}",
+                host_key=key_text,
+            )
         except asyncssh.HostKeyNotVerifiable as exc:
             if pinned is not None and check.offered is not None:
                 return result(
                     Outcome.HOST_KEY_CHANGED,
                     f"host key changed: pinned {pinned.get_fingerprint('sha256')}, "
                     f"offered {check.offered.get_fingerprint('sha256')}; refusing to run",
-                    host_key=openssh_line(check.offered))
+                    host_key=openssh_line(check.offered),
+                )
             return result(Outcome.ERROR, f"host key not verifiable: {exc.reason}")
         except asyncssh.KeyExchangeFailed as exc:
             if pinned is not None:
-                return result(Outcome.HOST_KEY_CHANGED,
-                              f"host key changed: pinned {pinned.get_fingerprint('sha256')} "
-                              f"({pinned.algorithm.decode()}) not offered any more "
-                              f"({exc.reason}); refusing to run")
+                return result(
+                    Outcome.HOST_KEY_CHANGED,
+                    f"host key changed: pinned {pinned.get_fingerprint('sha256')} "
+                    f"({pinned.algorithm.decode()}) not offered any more "
+                    f"({exc.reason}); refusing to run",
+                )
             return result(Outcome.UNREACHABLE, f"{where}: key exchange failed: {exc.reason}")
         except asyncssh.PermissionDenied:
-            return result(Outcome.AUTH_FAILED, f"{who}: Permission denied (publickey)",
-                          host_key=key_text or _offered(check))
+            return result(
+                Outcome.AUTH_FAILED,
+                f"{who}: Permission denied (publickey)",
+                host_key=key_text or _offered(check),
+            )
         except asyncssh.DisconnectError as exc:
             if phase == "connect":
-                return result(Outcome.UNREACHABLE, f"{where}: closed by server: {exc.reason}",
-                              host_key=_offered(check))
-            return result(Outcome.ERROR, f"connection lost while the script ran: {exc.reason}",
-                          host_key=key_text)
+                return result(
+                    Outcome.UNREACHABLE,
+                    f"{where}: closed by server: {exc.reason}",
+                    host_key=_offered(check),
+                )
+            return result(
+                Outcome.ERROR,
+                f"connection lost while the script ran: {exc.reason}",
+                host_key=key_text,
+            )
         except asyncssh.ChannelOpenError as exc:
-            return result(Outcome.ERROR, f"{who}: session refused: {exc.reason}",
-                          host_key=key_text)
+            return result(Outcome.ERROR, f"{who}: session refused: {exc.reason}", host_key=key_text)
         except socket.gaierror as exc:
             return result(Outcome.UNREACHABLE, f"cannot resolve {target.address}: {exc.strerror}")
         except OSError as exc:
             text = _ERRNO_TEXT.get(exc.errno or 0) or exc.strerror or str(exc)
             if phase == "connect":
                 return result(Outcome.UNREACHABLE, f"connect to {where}: {text}")
-            return result(Outcome.ERROR, f"{where}: {text} while the script ran",
-                          host_key=key_text)
+            return result(Outcome.ERROR, f"{where}: {text} while the script ran", host_key=key_text)
         finally:
             if conn is not None:
                 conn.abort()  # nothing left to say; never wait on a wedged peer
-        return result(Outcome.OK, exit_note(status, err),
-                      output=out.decode("utf-8", errors="replace"), host_key=key_text)
+        return result(
+            Outcome.OK,
+            exit_note(status, err),
+            output=out.decode("utf-8", errors="replace"),
+            host_key=key_text,
+        )
 
-    async def _exec(self, conn: asyncssh.SSHClientConnection,
-                    script: str) -> tuple[bytes, int | None, bytes]:
+    async def _exec(
+        self, conn: asyncssh.SSHClientConnection, script: str
+    ) -> tuple[bytes, int | None, bytes]:
         proc = await conn.create_process(SH_COMMAND, encoding=None)
         proc.stdin.write(script.encode())
         proc.stdin.write_eof()
