@@ -7,16 +7,14 @@ from datetime import datetime
 from pathlib import Path
 
 import typer
-from pydantic import BaseModel
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
 from gpufleet.cli.hosts import STATE_STYLE
-from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.errors import ConfigError
 from gpufleet.service import operations
-from gpufleet.service.validate import ValidateReport, record_evidence, sweep, validate
+from gpufleet.service.evidence import ingest_file, run_active
+from gpufleet.service.validate import ValidateReport, sweep, validate
 
 maintenance_app = typer.Typer(no_args_is_help=True)
 change_app = typer.Typer(no_args_is_help=True)
@@ -157,19 +155,46 @@ def evidence_add_cmd(
         ..., "--kind", help="dcgm (dcgmi diag -j), nccl (all_reduce_perf) or gpu-burn."
     ),
 ) -> None:
-    """Parse and store an active test's output; the next validation uses it."""
-    text = file.read_text(errors="replace")
-    result: BaseModel
-    if kind == "dcgm":
-        key, result = "dcgm_diag", parse_dcgm_diag_json(text, str(file))
-    elif kind == "nccl":
-        key, result = "nccl", parse_nccl_tests(text, str(file))
-    elif kind == "gpu-burn":
-        key, result = "gpu_burn", parse_gpu_burn(text, str(file))
+    """Parse and store the output of a test your own tooling ran; validation uses it."""
+    ingest_file(open_fleet(), host, kind, file)
+    console.print(f"{host}: {kind} result stored")
+
+
+@evidence_app.command("run")
+@boundary
+def evidence_run_cmd(
+    selector: str = typer.Argument(..., help="Hosts to test (selector)."),
+    kind: str = typer.Option(..., "--kind", help="dcgm, nccl or gpu-burn."),
+    level: int = typer.Option(1, "--level", "-r", min=1, max=4, help="DCGM diag level."),
+    seconds: int = typer.Option(60, "--seconds", help="gpu-burn duration."),
+    command: str | None = typer.Option(
+        None, "--command", help="Command line to run instead of the default."
+    ),
+    timeout: float = typer.Option(3600, help="Seconds per host."),
+    as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
+) -> None:
+    """Run an active test over SSH on each host, parse and store the result.
+    Exit 1 when any host failed or could not run it."""
+    runs = run_active(
+        open_fleet(),
+        selector,
+        kind,
+        level=level,
+        seconds=seconds,
+        command=command,
+        timeout_s=timeout,
+    )
+    if as_json:
+        print_json([asdict(r) for r in runs])
     else:
-        raise ConfigError(f"--kind {kind!r}: expected dcgm, nccl or gpu-burn")
-    record_evidence(open_fleet(), host, key, result.model_dump(mode="json"), str(file))
-    console.print(f"{host}: {key} stored")
+        t = Table(title=f"{kind} results")
+        t.add_column("host", no_wrap=True)
+        t.add_column("result", overflow="fold")
+        for r in runs:
+            t.add_row(r.host, f"[{'green' if r.ok else 'red'}]{r.summary}[/]")
+        console.print(t)
+    if not all(r.ok for r in runs):
+        raise typer.Exit(1)
 
 
 @boundary

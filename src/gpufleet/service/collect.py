@@ -27,7 +27,7 @@ from gpufleet.collect.transport import Outcome, RawResult, Target, Transport, ru
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
-from gpufleet.errors import NotFound, ParseError
+from gpufleet.errors import ConfigError, NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes
 from gpufleet.service.select import select_hosts
@@ -132,22 +132,27 @@ def claim(
     return run_id, claimed, busy
 
 
+def transport_for_host(kind: str, lab_dir: str | None, fleet: Fleet) -> Transport:
+    """The transport a host's ``gpufleet_transport`` variable names (ssh by default)."""
+    if kind == "sim":
+        if not lab_dir:
+            raise ConfigError("gpufleet_transport=sim needs gpufleet_lab_dir")
+        return SimTransport(Path(lab_dir))
+    if kind == "local":
+        return LocalTransport()
+    if kind != "ssh":
+        raise ConfigError(f"unknown transport {kind!r}: use ssh, local or sim")
+    from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
+
+    return SshTransport(connect_timeout_s=fleet.settings.connect_timeout_s)
+
+
 def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[tuple[str, str | None], Transport]:
     out: dict[tuple[str, str | None], Transport] = {}
     for c in claimed:
         key = (c.transport, c.lab_dir if c.transport == "sim" else None)
-        if key in out:
-            continue
-        if c.transport == "sim":
-            if not c.lab_dir:
-                raise ParseError(c.target.name, "gpufleet_transport=sim needs gpufleet_lab_dir")
-            out[key] = SimTransport(Path(c.lab_dir))
-        elif c.transport == "local":
-            out[key] = LocalTransport()
-        else:
-            from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
-
-            out[key] = SshTransport(connect_timeout_s=fleet.settings.connect_timeout_s)
+        if key not in out:
+            out[key] = transport_for_host(c.transport, c.lab_dir, fleet)
     return out
 
 

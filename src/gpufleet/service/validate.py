@@ -12,10 +12,12 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS
 from gpufleet.domain.lifecycle import is_overdue
@@ -38,6 +40,13 @@ from gpufleet.store.tables import (
 from gpufleet.store.tables import (
     Event as EventRow,
 )
+
+#: Stored evidence kinds and the models they were dumped from.
+EVIDENCE_MODELS: dict[str, type[BaseModel]] = {
+    "dcgm_diag": DcgmDiagResult,
+    "nccl": NcclResult,
+    "gpu_burn": GpuBurnResult,
+}
 
 #: States a validation run acts on; the others are left to their owners (jobs, operators).
 VALIDATABLE = {HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE}
@@ -131,7 +140,10 @@ def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     for ev in s.scalars(stmt.order_by(desc(EventRow.at), desc(EventRow.id))):
         kind = ev.data.get("kind")
         if kind and kind not in out:
-            out[kind] = ev.data.get("result")
+            model = EVIDENCE_MODELS.get(kind)
+            # Re-hydrate so derived values (e.g. NCCL's wrong-value total) exist again.
+            raw = ev.data.get("result")
+            out[kind] = model.model_validate(raw) if model and raw is not None else raw
     return out
 
 

@@ -1,0 +1,143 @@
+"""Active tests (DCGM diag, NCCL all_reduce_perf, gpu-burn): run over SSH or ingested from the
+operator's own tooling, parsed, and stored as evidence the next validation uses."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
+from gpufleet.collect.transport import Outcome, Target, run_many
+from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.service.collect import transport_for_host
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.select import select_hosts
+from gpufleet.service.validate import record_evidence
+from gpufleet.store.tables import Host
+
+
+@dataclass(frozen=True)
+class ActiveTest:
+    """How to run one kind of active test and read its output."""
+
+    key: str  # evidence key the checks read
+    command: str  # default command line; {level} / {gpus} / {seconds} are filled in
+    parse: Callable[[str, str], BaseModel]
+    describe: Callable[[Any], str]
+
+
+ACTIVE_TESTS: dict[str, ActiveTest] = {
+    "dcgm": ActiveTest(
+        "dcgm_diag",
+        "dcgmi diag -r {level} -j",
+        lambda t, s: parse_dcgm_diag_json(t, s),
+        lambda r: (
+            f"{'passed' if r.passed else 'FAILED'}: level {r.level or '?'}, "
+            f"{len(r.gpu_ids)} GPUs, {len(r.tests)} tests"
+            + (f", failed GPUs {r.failed_gpus}" if r.failed_gpus else "")
+        ),
+    ),
+    "nccl": ActiveTest(
+        "nccl",
+        "all_reduce_perf -b 8 -e 8G -f 2 -g {gpus}",
+        lambda t, s: parse_nccl_tests(t, s),
+        lambda r: f"avg bus bandwidth {r.avg_bus_bw_gbps} GB/s, max {r.max_bus_bw_gbps} GB/s",
+    ),
+    "gpu-burn": ActiveTest(
+        "gpu_burn",
+        "gpu_burn {seconds}",
+        lambda t, s: parse_gpu_burn(t, s),
+        lambda r: f"{len(r.gpus)} GPUs, " + (f"FAULTY {r.faulty}" if r.faulty else "all OK"),
+    ),
+}
+
+
+def active_test(kind: str) -> ActiveTest:
+    """The test named ``kind`` (dcgm, nccl, gpu-burn)."""
+    try:
+        return ACTIVE_TESTS[kind]
+    except KeyError:
+        raise ConfigError(f"unknown active test {kind!r}: use {', '.join(ACTIVE_TESTS)}") from None
+
+
+def ingest_file(fleet: Fleet, host: str, kind: str, path: Path) -> BaseModel:
+    """Parse a file the operator's tooling produced and store it for ``host``."""
+    test = active_test(kind)
+    result = test.parse(path.read_text(errors="replace"), str(path))
+    record_evidence(fleet, host, test.key, result.model_dump(mode="json"), str(path))
+    return result
+
+
+@dataclass
+class ActiveRun:
+    """The outcome of one active test on one host."""
+
+    host: str
+    ok: bool
+    summary: str
+    result: dict[str, Any] | None = None
+
+
+def run_active(
+    fleet: Fleet,
+    selector: str | None,
+    kind: str,
+    *,
+    level: int = 1,
+    seconds: int = 60,
+    command: str | None = None,
+    timeout_s: float = 3600.0,
+    forks: int = 50,
+) -> list[ActiveRun]:
+    """Run an active test on the selected hosts over their transport and store the results.
+
+    No database transaction is open while the tests run (they take minutes).
+    """
+    test = active_test(kind)
+    with fleet.db.session() as s:
+        hosts = [
+            (
+                h.name,
+                Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
+                dict(h.vars),
+            )
+            for h in s.scalars(select_hosts(selector))
+            if h.state not in ("retired", "allocated")
+        ]
+        if selector and not hosts:
+            raise NotFound(f"no hosts match selector '{selector}' (allocated/retired are skipped)")
+        gpus = {
+            h.name: max(1, int(h.expected.get("gpu_count") or 8))
+            for h in s.scalars(select(Host).where(Host.name.in_([n for n, _, _ in hosts])))
+        }
+    runs: list[ActiveRun] = []
+    by_transport: dict[tuple[str, str | None], list[tuple[str, Target]]] = {}
+    for name, target, vars_ in hosts:
+        key = (vars_.get("gpufleet_transport", "ssh"), vars_.get("gpufleet_lab_dir"))
+        by_transport.setdefault(key, []).append((name, target))
+    for (transport, lab_dir), members in by_transport.items():
+        tr = transport_for_host(transport, lab_dir, fleet)
+        for name, target in members:
+            cmd = (command or test.command).format(level=level, gpus=gpus[name], seconds=seconds)
+            raw = asyncio.run(run_many(tr, [target], cmd, forks=forks, timeout_s=timeout_s))[0]
+            if raw.outcome is not Outcome.OK or raw.output is None:
+                runs.append(ActiveRun(name, False, f"{raw.outcome.value}: {raw.reason}"))
+                continue
+            try:
+                result = test.parse(raw.output, f"{name}: {cmd}")
+            except GpufleetError as exc:
+                runs.append(ActiveRun(name, False, f"bad output: {exc}"))
+                continue
+            if kind == "dcgm" and getattr(result, "level", None) is None:
+                result = result.model_copy(update={"level": level})  # dcgmi -j omits it
+            data = result.model_dump(mode="json")
+            record_evidence(fleet, name, test.key, data, f"{transport}: {cmd}")
+            passed = bool(getattr(result, "passed", True))
+            runs.append(ActiveRun(name, passed, test.describe(result), data))
+    return sorted(runs, key=lambda r: r.host)
