@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import or_, select
@@ -210,13 +210,13 @@ def collect(
     return RunReport(run_id, results, busy)
 
 
-def parse_result(raw: RawResult, collected_at: object) -> tuple[RawResult, HostFacts | None]:
+def parse_result(raw: RawResult, collected_at: datetime) -> tuple[RawResult, HostFacts | None]:
     """Parse a raw OK result; a parse failure becomes BAD_OUTPUT with the parser's message."""
     if raw.outcome is not Outcome.OK or raw.output is None:
         return raw, None
     try:
         sections = split_bundle(raw.output, f"{raw.host}: collection output")
-        facts = assemble_facts(sections, collected_at, raw.host)  # type: ignore[arg-type]
+        facts = assemble_facts(sections, collected_at, raw.host)
     except ParseError as exc:
         if exc.host is None and not str(exc).startswith(raw.host):
             exc.host = raw.host
