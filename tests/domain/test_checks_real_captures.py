@@ -147,9 +147,13 @@ def test_ibstatus_all_active_passes() -> None:
               ExpectedSpec(fabric="ib", ib_ports=8, ib_rate_gbps=200))
     assert r.status is CheckStatus.PASS, r.message
     assert len(r.evidence["up"]) == 8
-    # Without a link layer both count, and the slow Ethernet port is named below the rate.
+    # Without a link layer both count; the slow Ethernet port is another NIC, not a dead rail:
+    # not counted (evidence), no warning.
     r = check("ib_ports", facts(ib_ports=ports), ExpectedSpec(ib_ports=8, ib_rate_gbps=200))
-    assert r.status is CheckStatus.WARN and r.evidence["down"] == ["mlx5_8/1"]
+    assert r.status is CheckStatus.PASS and r.evidence["down"] == ["mlx5_8/1"]
+    # Needing all nine names the slow one in the failure.
+    r = check("ib_ports", facts(ib_ports=ports), ExpectedSpec(ib_ports=9, ib_rate_gbps=200))
+    assert r.status is CheckStatus.FAIL
     assert "mlx5_8/1 (Active/LinkUp 40 Gb/s below rate)" in r.message
     # Asking for more ports than the host has fails without naming a down port.
     r = check("ib_ports", facts(ib_ports=ports), ExpectedSpec(ib_ports=len(ports) + 1))

@@ -91,6 +91,13 @@ def render_summary(sm: FleetSummary) -> None:
         for row in sm.validating:
             v.add_row(row["host"] or "", row["reason"] or "")
         console.print(v)
+    if sm.warnings:
+        w = Table(title="available, with warnings")
+        w.add_column("host", no_wrap=True)
+        w.add_column("warning", overflow="fold")
+        for row in sm.warnings:
+            w.add_row(row["host"] or "", f"[yellow]{row['reason'] or ''}[/]")
+        console.print(w)
     if sm.drift.summary:
         d = Table(title="drift from pool baselines")
         for col in ("field", "found", "baseline", "hosts"):

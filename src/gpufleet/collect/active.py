@@ -108,8 +108,9 @@ def parse_dcgm_diag_json(
         doc, _ = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as exc:
         # exc.lineno counts from the start of text; keep it (it is the real line).
-        raise ParseError(source, f"invalid JSON: {exc.msg}", line=exc.lineno,
-                         column=exc.colno) from None
+        raise ParseError(
+            source, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno
+        ) from None
     root_obj = _obj(doc, "top level", source)
     root_key = next((k for k in _DIAG_ROOTS if k in root_obj), None)
     if root_key is None:
@@ -220,12 +221,12 @@ def parse_nccl_tests(
         if header is None:
             raise ParseError(source, "result row before the column header", line=lineno)
         if len(fields) != len(header):
-            raise ParseError(source, f"row has {len(fields)} fields, header has {len(header)}",
-                             line=lineno)
+            raise ParseError(
+                source, f"row has {len(fields)} fields, header has {len(header)}", line=lineno
+            )
         rows.append(_nccl_row(header, fields, source, lineno))
     if header is None:
-        raise ParseError(source, "no '# size count type ...' header (did the test start?)",
-                         line=1)
+        raise ParseError(source, "no '# size count type ...' header (did the test start?)", line=1)
     if not rows:
         raise ParseError(source, "no result rows (did the test finish?)")
     return NcclResult(
@@ -249,8 +250,12 @@ def _nccl_row(header: list[str], fields: list[str], source: str, lineno: int) ->
             if tuple(names[:3]) != _HALF or len(vals) != 4:
                 raise ParseError(source, f"unexpected column layout {header}", line=lineno)
             halves.append(
-                NcclMeasurement(time_us=float(vals[0]), algbw_gbps=float(vals[1]),
-                                busbw_gbps=float(vals[2]), wrong=_wrong(vals[3]))
+                NcclMeasurement(
+                    time_us=float(vals[0]),
+                    algbw_gbps=float(vals[1]),
+                    busbw_gbps=float(vals[2]),
+                    wrong=_wrong(vals[3]),
+                )
             )
         unknown = set(key) - set(_ROW_KEYS)
         if unknown:
@@ -301,8 +306,9 @@ def parse_gpu_burn(text: str, source: str = "gpu_burn") -> GpuBurnResult:
             raise ParseError(source, f"unexpected line in summary {line[:60]!r}", line=j + 1)
         verdicts.append((int(v.group(1)), v.group(2) == "OK"))
     if len(verdicts) != expected:
-        raise ParseError(source, f"summary lists {len(verdicts)} of {expected} GPUs",
-                         line=tested_at + 1)
+        raise ParseError(
+            source, f"summary lists {len(verdicts)} of {expected} GPUs", line=tested_at + 1
+        )
 
     errors: list[int] | None = None
     progress = _BURN_ERRORS.findall(text)
@@ -313,8 +319,9 @@ def parse_gpu_burn(text: str, source: str = "gpu_burn") -> GpuBurnResult:
             errors = None  # progress line of a different GPU set: do not misattribute
     return GpuBurnResult(
         gpus=[
-            GpuBurnGpu(index=idx, ok=ok, errors=errors[idx] if errors and idx < len(errors)
-                       else None)
+            GpuBurnGpu(
+                index=idx, ok=ok, errors=errors[idx] if errors and idx < len(errors) else None
+            )
             for idx, ok in verdicts
         ]
     )

@@ -93,14 +93,16 @@ class InventoryHost(BaseModel):
                 values[fname] = _convert(raw.strip(), kind)
             except ValueError as exc:
                 raise InventoryError(
-                    self.source or "<inventory>", self.var_lines.get(key),
+                    self.source or "<inventory>",
+                    self.var_lines.get(key),
                     f"host {self.name}: variable {key}={raw!r}: {exc}",
                 ) from None
         try:
             return ExpectedSpec(**values)
         except ValidationError as exc:  # pragma: no cover - conversions above match the fields
-            raise InventoryError(self.source or "<inventory>", self.line,
-                                 f"host {self.name}: {exc}") from None
+            raise InventoryError(
+                self.source or "<inventory>", self.line, f"host {self.name}: {exc}"
+            ) from None
 
 
 class Inventory(BaseModel):
@@ -220,8 +222,7 @@ class _Builder:
         if child in pgrp.children:
             return
         if parent == child or parent in self._descendants(child):
-            raise self.error(
-                line, f"adding group {child!r} as child of {parent!r} creates a cycle")
+            raise self.error(line, f"adding group {child!r} as child of {parent!r} creates a cycle")
         pgrp.children.append(child)
         cgrp.parents.append(parent)
 
@@ -269,16 +270,16 @@ class _Builder:
             try:
                 prio[grp.name] = int(raw) if raw is not None else 1
             except ValueError:
-                raise self.error(grp.var_lines.get("ansible_group_priority"),
-                                 f"group {grp.name}: ansible_group_priority must be an "
-                                 f"integer, got {raw!r}") from None
+                raise self.error(
+                    grp.var_lines.get("ansible_group_priority"),
+                    f"group {grp.name}: ansible_group_priority must be an integer, got {raw!r}",
+                ) from None
         return prio
 
     def build(self) -> Inventory:
         order = {name: i for i, name in enumerate(self.groups)}
         depth, prio = self._depths(), self._priorities()
-        members: dict[str, list[str]] = {
-            g: [] for g in self.groups if g not in _IMPLICIT_GROUPS}
+        members: dict[str, list[str]] = {g: [] for g in self.groups if g not in _IMPLICIT_GROUPS}
         hosts: list[InventoryHost] = []
         for h in self.hosts.values():
             all_groups: set[str] = set()
@@ -293,22 +294,25 @@ class _Builder:
                 lines.update(self.groups[g].var_lines)
             merged.update(h.vars)
             lines.update(h.var_lines)
-            visible = sorted((g for g in all_groups if g not in _IMPLICIT_GROUPS),
-                             key=order.__getitem__)
+            visible = sorted(
+                (g for g in all_groups if g not in _IMPLICIT_GROUPS), key=order.__getitem__
+            )
             for g in visible:
                 members[g].append(h.name)
-            hosts.append(InventoryHost(
-                name=h.name,
-                address=_first(merged, _HOST_KEYS) or h.name,
-                port=self._port(h.name, merged, lines),
-                user=_first(merged, _USER_KEYS),
-                key_file=_first(merged, _KEY_FILE_KEYS),
-                groups=visible,
-                vars=merged,
-                line=h.line,
-                source=self.source,
-                var_lines=lines,
-            ))
+            hosts.append(
+                InventoryHost(
+                    name=h.name,
+                    address=_first(merged, _HOST_KEYS) or h.name,
+                    port=self._port(h.name, merged, lines),
+                    user=_first(merged, _USER_KEYS),
+                    key_file=_first(merged, _KEY_FILE_KEYS),
+                    groups=visible,
+                    vars=merged,
+                    line=h.line,
+                    source=self.source,
+                    var_lines=lines,
+                )
+            )
         return Inventory(hosts=hosts, groups=members, source=self.source)
 
     def _port(self, host: str, merged: dict[str, str], lines: dict[str, int]) -> int:
@@ -321,8 +325,9 @@ class _Builder:
             except ValueError:
                 port = -1
             if not 0 < port < 65536:
-                raise self.error(lines.get(key),
-                                 f"host {host}: {key} must be a port number, got {raw!r}")
+                raise self.error(
+                    lines.get(key), f"host {host}: {key} must be a port number, got {raw!r}"
+                )
             return port
         return 22
 
@@ -394,7 +399,7 @@ def _split_port(pattern: str) -> tuple[str, str | None]:
             colons.append(i)
     if len(colons) == 1:  # more than one: a bare IPv6 address, no port
         i = colons[0]
-        return pattern[:i], pattern[i + 1:]
+        return pattern[:i], pattern[i + 1 :]
     return pattern, None
 
 
@@ -408,7 +413,7 @@ def _expand_range(pattern: str) -> list[str]:
     stop = pattern.find("]", start)
     if stop < 0:
         raise ValueError(f"unbalanced '[' in host pattern {pattern!r}")
-    head, body, tail = pattern[:start], pattern[start + 1:stop], pattern[stop + 1:]
+    head, body, tail = pattern[:start], pattern[start + 1 : stop], pattern[stop + 1 :]
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
         raise ValueError(f"host range [{body}] must be [begin:end] or [begin:end:step]")
@@ -425,18 +430,23 @@ def _expand_range(pattern: str) -> list[str]:
             raise ValueError(f"host range [{body}] ends before it begins")
         if beg[0] == "0" and len(beg) > 1:
             if len(beg) != len(end):
-                raise ValueError(f"host range [{body}]: zero-padded begin and end "
-                                 "must have the same width")
+                raise ValueError(
+                    f"host range [{body}]: zero-padded begin and end must have the same width"
+                )
             width = len(beg)
             seq = [str(i).zfill(width) for i in range(int(beg), int(end) + 1, step)]
         else:
             seq = [str(i) for i in range(int(beg), int(end) + 1, step)]
-    elif (len(beg) == 1 and len(end) == 1 and beg in string.ascii_letters
-          and end in string.ascii_letters):
+    elif (
+        len(beg) == 1
+        and len(end) == 1
+        and beg in string.ascii_letters
+        and end in string.ascii_letters
+    ):
         i_beg, i_end = string.ascii_letters.index(beg), string.ascii_letters.index(end)
         if i_end < i_beg:
             raise ValueError(f"host range [{body}] ends before it begins")
-        seq = list(string.ascii_letters[i_beg:i_end + 1:step])
+        seq = list(string.ascii_letters[i_beg : i_end + 1 : step])
     else:
         raise ValueError(f"host range [{body}] must be two integers or two letters")
     out: list[str] = []
@@ -493,8 +503,11 @@ def _parse_ini(text: str, src: str) -> _Builder:
         if m:
             group, state = m.group(1), m.group(2) or "hosts"
             if state not in ("hosts", "children", "vars"):
-                raise b.error(lineno, f"section [{group}:{state}] has unknown type {state!r} "
-                                      "(expected hosts, children or vars)")
+                raise b.error(
+                    lineno,
+                    f"section [{group}:{state}] has unknown type {state!r} "
+                    "(expected hosts, children or vars)",
+                )
             if group not in b.groups and state == "vars" and group not in pending_children:
                 pending_vars[group] = lineno
             b.add_group(group)
@@ -507,8 +520,11 @@ def _parse_ini(text: str, src: str) -> _Builder:
                         b.add_child(parent, group, lineno)
             continue
         if line.startswith("["):
-            raise b.error(lineno, f"invalid section header {line!r}: expected [group], "
-                                  "[group:vars] or [group:children] without spaces")
+            raise b.error(
+                lineno,
+                f"invalid section header {line!r}: expected [group], "
+                "[group:vars] or [group:children] without spaces",
+            )
         if state == "hosts":
             _ini_host_line(b, line, group, lineno)
         elif state == "vars":
@@ -521,8 +537,7 @@ def _parse_ini(text: str, src: str) -> _Builder:
         else:  # children
             cm = _GROUP_NAME.match(line)
             if not cm:
-                raise b.error(lineno, f"expected a group name in [{group}:children], "
-                                      f"got {line!r}")
+                raise b.error(lineno, f"expected a group name in [{group}:children], got {line!r}")
             child = cm.group(1)
             if child in b.groups:
                 b.add_child(group, child, lineno)
@@ -532,8 +547,11 @@ def _parse_ini(text: str, src: str) -> _Builder:
                 pending_children[child] = (lineno, [group])
 
     for child, (lineno, parents) in pending_children.items():
-        raise b.error(lineno, f"section [{parents[-1]}:children] includes undefined group "
-                              f"{child!r} (declare it with [{child}] or [{child}:children])")
+        raise b.error(
+            lineno,
+            f"section [{parents[-1]}:children] includes undefined group "
+            f"{child!r} (declare it with [{child}] or [{child}:children])",
+        )
     for grp, lineno in pending_vars.items():
         if grp not in declared:
             raise b.error(lineno, f"section [{grp}:vars] is for undefined group {grp!r}")
@@ -591,13 +609,18 @@ def _parse_yaml(text: str, src: str) -> _Builder:
         if root is None:
             return b
         if not isinstance(root, yaml.MappingNode):
-            raise b.error(_line(root), "a YAML inventory must be a mapping of groups "
-                                       "(e.g. 'all: {hosts: ..., children: ...}')")
+            raise b.error(
+                _line(root),
+                "a YAML inventory must be a mapping of groups "
+                "(e.g. 'all: {hosts: ..., children: ...}')",
+            )
         for key_node, value_node in _pairs(loader, root):
             name = _key(loader, key_node, b)
             if name == "plugin":
-                raise b.error(_line(key_node), "this is an inventory plugin configuration, "
-                                               "not a static inventory")
+                raise b.error(
+                    _line(key_node),
+                    "this is an inventory plugin configuration, not a static inventory",
+                )
             _yaml_group(loader, b, name, value_node)
         return b
     except yaml.MarkedYAMLError as exc:
@@ -630,13 +653,14 @@ def _yaml_group(loader: yaml.SafeLoader, b: _Builder, name: str, node: yaml.Node
     if _is_null(node):
         return
     if not isinstance(node, yaml.MappingNode):
-        raise b.error(_line(node), f"group {name!r} must be a mapping with hosts, vars "
-                                   "or children")
+        raise b.error(_line(node), f"group {name!r} must be a mapping with hosts, vars or children")
     for key_node, value_node in _pairs(loader, node):
         section = _key(loader, key_node, b)
         if section not in ("hosts", "vars", "children"):
-            raise b.error(_line(key_node), f"unexpected key {section!r} in group {name!r} "
-                                           "(expected hosts, vars or children)")
+            raise b.error(
+                _line(key_node),
+                f"unexpected key {section!r} in group {name!r} (expected hosts, vars or children)",
+            )
         if _is_null(value_node):
             continue
         entries: list[tuple[yaml.Node, yaml.Node | None]]
@@ -650,8 +674,11 @@ def _yaml_group(loader: yaml.SafeLoader, b: _Builder, name: str, node: yaml.Node
             entry = _key(loader, entry_key, b)
             lineno = _line(entry_key)
             if section == "vars":
-                value = (loader.construct_object(entry_value, deep=True)
-                         if entry_value is not None else None)
+                value = (
+                    loader.construct_object(entry_value, deep=True)
+                    if entry_value is not None
+                    else None
+                )
                 b.set_group_var(name, entry, _var_text(value), lineno)
             elif section == "children":
                 b.add_child(name, entry, lineno)  # before descending: cycles report here
@@ -661,8 +688,14 @@ def _yaml_group(loader: yaml.SafeLoader, b: _Builder, name: str, node: yaml.Node
                 _yaml_host(loader, b, name, entry, entry_value, lineno)
 
 
-def _yaml_host(loader: yaml.SafeLoader, b: _Builder, group: str, pattern: str,
-               node: yaml.Node | None, lineno: int) -> None:
+def _yaml_host(
+    loader: yaml.SafeLoader,
+    b: _Builder,
+    group: str,
+    pattern: str,
+    node: yaml.Node | None,
+    lineno: int,
+) -> None:
     names, port = _expand_hostpattern(pattern, b, lineno)
     host_vars: list[tuple[str, str, int]] = []
     if node is not None and not _is_null(node):
@@ -683,15 +716,27 @@ def _yaml_host(loader: yaml.SafeLoader, b: _Builder, group: str, pattern: str,
 # CSV
 
 _CSV_COLUMNS = {
-    "name": "name", "host": "name", "hostname": "name", "inventory_hostname": "name",
-    "address": "address", "ip": "address", "ansible_host": "address",
-    "port": "port", "ansible_port": "port",
-    "user": "user", "ansible_user": "user",
-    "key_file": "key_file", "ansible_ssh_private_key_file": "key_file",
+    "name": "name",
+    "host": "name",
+    "hostname": "name",
+    "inventory_hostname": "name",
+    "address": "address",
+    "ip": "address",
+    "ansible_host": "address",
+    "port": "port",
+    "ansible_port": "port",
+    "user": "user",
+    "ansible_user": "user",
+    "key_file": "key_file",
+    "ansible_ssh_private_key_file": "key_file",
     "groups": "groups",
 }
-_CSV_VARS = {"address": "ansible_host", "port": "ansible_port", "user": "ansible_user",
-             "key_file": "ansible_ssh_private_key_file"}
+_CSV_VARS = {
+    "address": "ansible_host",
+    "port": "ansible_port",
+    "user": "ansible_user",
+    "key_file": "ansible_ssh_private_key_file",
+}
 
 
 def _parse_csv(text: str, src: str) -> _Builder:
@@ -709,12 +754,14 @@ def _parse_csv(text: str, src: str) -> _Builder:
                 header = [cell.strip() for cell in row]
                 columns = [_CSV_COLUMNS.get(h.lower(), h) for h in header]
                 if "name" not in columns:
-                    raise b.error(lineno, "CSV header must have a 'name' column "
-                                          f"(got {', '.join(header)})")
+                    raise b.error(
+                        lineno, f"CSV header must have a 'name' column (got {', '.join(header)})"
+                    )
                 dup = {c for c in columns if columns.count(c) > 1}
                 if dup or "" in columns:
-                    raise b.error(lineno, f"CSV header has empty or duplicate columns: "
-                                          f"{sorted(dup) or ['']}")
+                    raise b.error(
+                        lineno, f"CSV header has empty or duplicate columns: {sorted(dup) or ['']}"
+                    )
                 continue
             if len(row) > len(columns):
                 raise b.error(lineno, f"row has {len(row)} fields, header has {len(columns)}")

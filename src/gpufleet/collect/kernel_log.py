@@ -65,7 +65,7 @@ def parse_xids(text: str, source: str = "kernel log") -> list[XidEvent]:
             continue
         m = _XID.match(line, at)
         if m is None:
-            raise ParseError(source, f"unreadable Xid line: {line[at:at + 80]!r}", line=lineno)
+            raise ParseError(source, f"unreadable Xid line: {line[at : at + 80]!r}", line=lineno)
         try:
             when, raw_time = _parse_time(line[:at])
         except ValueError as exc:

@@ -73,8 +73,9 @@ class LocalTransport:
 
     name = "local"
 
-    def __init__(self, env: Mapping[str, str] | None = None, *,
-                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, *, max_output_bytes: int = MAX_OUTPUT_BYTES
+    ) -> None:
         #: Overrides on top of this process's environment (tests point PATH at fake tools).
         self.env = dict(env or {})
         self.max_output_bytes = max_output_bytes
@@ -84,14 +85,19 @@ class LocalTransport:
         start = time.monotonic()
 
         def result(outcome: Outcome, reason: str = "", output: str | None = None) -> RawResult:
-            return RawResult(target.name, outcome, reason, output=output,
-                             duration_s=time.monotonic() - start)
+            return RawResult(
+                target.name, outcome, reason, output=output, duration_s=time.monotonic() - start
+            )
 
         try:
             proc = await asyncio.create_subprocess_exec(
-                *SH_ARGV, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.env},
-                start_new_session=True)  # own process group: a timeout kills every tool too
+                *SH_ARGV,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )  # own process group: a timeout kills every tool too
         except OSError as exc:
             return result(Outcome.ERROR, f"cannot start sh: {exc}")
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -112,16 +118,20 @@ class LocalTransport:
                 status = await proc.wait()
         except TimeoutError:
             await _kill(proc, tasks)
-            return result(Outcome.TIMEOUT,
-                          f"no answer within {timeout_s:.0f} s (command still running)")
+            return result(
+                Outcome.TIMEOUT, f"no answer within {timeout_s:.0f} s (command still running)"
+            )
         except OutputTooLarge as exc:
             await _kill(proc, tasks)
             return result(Outcome.BAD_OUTPUT, str(exc))
         except BaseException:
             await _kill(proc, tasks)
             raise
-        return result(Outcome.OK, exit_note(status, err_task.result()),
-                      output=out_task.result().decode("utf-8", errors="replace"))
+        return result(
+            Outcome.OK,
+            exit_note(status, err_task.result()),
+            output=out_task.result().decode("utf-8", errors="replace"),
+        )
 
 
 async def _kill(proc: asyncio.subprocess.Process, tasks: list[asyncio.Future[Any]]) -> None:

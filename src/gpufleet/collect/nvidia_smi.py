@@ -298,41 +298,74 @@ _GPU_FIELDS: tuple[_Field, ...] = (
     _Field("mig_mode_pending", ("mig_mode/pending_mig",), ("mig_mode/pending",), _bool),
     _Field("ecc_mode_current", ("ecc_mode/current_ecc",), ("ecc_mode/current",), _bool),
     _Field("ecc_mode_pending", ("ecc_mode/pending_ecc",), ("ecc_mode/pending",), _bool),
-    _Field("temperature_c", ("temperature/gpu_temp",), ("temperature/gpu_current_temp",),
-           _celsius),
-    _Field("temperature_memory_c", ("temperature/memory_temp",),
-           ("temperature/memory_current_temp",), _celsius),
+    _Field("temperature_c", ("temperature/gpu_temp",), ("temperature/gpu_current_temp",), _celsius),
+    _Field(
+        "temperature_memory_c",
+        ("temperature/memory_temp",),
+        ("temperature/memory_current_temp",),
+        _celsius,
+    ),
     # Board power: "power_draw" until R530, then average (1 s window) and instantaneous;
     # --query-gpu's power.draw reports the average when there is one, so prefer it too.
     _Field(
         "power_draw_w",
-        ("gpu_power_readings/power_draw", "gpu_power_readings/average_power_draw",
-         "gpu_power_readings/instant_power_draw", "power_readings/power_draw"),
-        ("gpu_power_readings/power_draw", "gpu_power_readings/average_power_draw",
-         "gpu_power_readings/instantaneous_power_draw", "power_readings/power_draw"),
+        (
+            "gpu_power_readings/power_draw",
+            "gpu_power_readings/average_power_draw",
+            "gpu_power_readings/instant_power_draw",
+            "power_readings/power_draw",
+        ),
+        (
+            "gpu_power_readings/power_draw",
+            "gpu_power_readings/average_power_draw",
+            "gpu_power_readings/instantaneous_power_draw",
+            "power_readings/power_draw",
+        ),
         _watts,
     ),
     # The limit the driver enforces (what throttles), not the one an admin requested.
     _Field(
         "power_limit_w",
-        ("gpu_power_readings/current_power_limit", "power_readings/enforced_power_limit",
-         "power_readings/power_limit"),
-        ("gpu_power_readings/current_power_limit",
-         "gpu_power_readings/gpu_ceiling_power_limit/current_power_limit",  # R610
-         "power_readings/enforced_power_limit", "power_readings/power_limit"),
+        (
+            "gpu_power_readings/current_power_limit",
+            "power_readings/enforced_power_limit",
+            "power_readings/power_limit",
+        ),
+        (
+            "gpu_power_readings/current_power_limit",
+            "gpu_power_readings/gpu_ceiling_power_limit/current_power_limit",  # R610
+            "power_readings/enforced_power_limit",
+            "power_readings/power_limit",
+        ),
         _watts,
     ),
     _Field("clocks_sm_mhz", ("clocks/sm_clock",), ("clocks/sm",), _mhz),
     _Field("clocks_mem_mhz", ("clocks/mem_clock",), ("clocks/memory",), _mhz),
     _Field("clocks_max_sm_mhz", ("max_clocks/sm_clock",), ("max_clocks/sm",), _mhz),
-    _Field("pcie_gen_current", ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
-           ("pci/gpu_link_info/pcie_generation/current",), _int),
-    _Field("pcie_gen_max", ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
-           ("pci/gpu_link_info/pcie_generation/max",), _int),
-    _Field("pcie_width_current", ("pci/pci_gpu_link_info/link_widths/current_link_width",),
-           ("pci/gpu_link_info/link_width/current",), _link_width),
-    _Field("pcie_width_max", ("pci/pci_gpu_link_info/link_widths/max_link_width",),
-           ("pci/gpu_link_info/link_width/max",), _link_width),
+    _Field(
+        "pcie_gen_current",
+        ("pci/pci_gpu_link_info/pcie_gen/current_link_gen",),
+        ("pci/gpu_link_info/pcie_generation/current",),
+        _int,
+    ),
+    _Field(
+        "pcie_gen_max",
+        ("pci/pci_gpu_link_info/pcie_gen/max_link_gen",),
+        ("pci/gpu_link_info/pcie_generation/max",),
+        _int,
+    ),
+    _Field(
+        "pcie_width_current",
+        ("pci/pci_gpu_link_info/link_widths/current_link_width",),
+        ("pci/gpu_link_info/link_width/current",),
+        _link_width,
+    ),
+    _Field(
+        "pcie_width_max",
+        ("pci/pci_gpu_link_info/link_widths/max_link_width",),
+        ("pci/gpu_link_info/link_width/max",),
+        _link_width,
+    ),
     _Field("fan_speed_pct", ("fan_speed",), ("fan_speed",), _percent),
     _Field("utilization_gpu_pct", ("utilization/gpu_util",), ("utilization/gpu",), _percent),
     _Field("performance_state", ("performance_state",), ("performance_state",), _as_str),
@@ -345,8 +378,11 @@ _SubTable = dict[str, tuple[tuple[str, ...], tuple[str, ...], Callable[[str], An
 _RETIRED_PAGES: _SubTable = {
     "single_bit": (("multiple_single_bit_retirement/retired_count",), ("single_bit_ecc",), _int),
     "double_bit": (("double_bit_retirement/retired_count",), ("double_bit_ecc",), _int),
-    "pending": (("pending_retirement", "pending_blacklist"),
-                ("pending_page_blacklist", "pending"), _bool),
+    "pending": (
+        ("pending_retirement", "pending_blacklist"),
+        ("pending_page_blacklist", "pending"),
+        _bool,
+    ),
 }
 _REMAPPED_ROWS: _SubTable = {
     "correctable": (("remapped_row_corr",), ("correctable_error",), _int),
@@ -357,10 +393,16 @@ _REMAPPED_ROWS: _SubTable = {
 _MIG_DEVICE: _SubTable = {
     "gpu_instance_id": (("gpu_instance_id",), ("gpu_instance_id",), _int),
     "compute_instance_id": (("compute_instance_id",), ("compute_instance_id",), _int),
-    "memory_total_mib": (("fb_memory_usage/total",),
-                         ("shared_fb_memory_usage/total", "fb_memory_usage/total"), _mib),
-    "sm_count": (("device_attributes/shared/multiprocessor_count",),
-                 ("device_attributes/shared/multiprocessor_count",), _int),
+    "memory_total_mib": (
+        ("fb_memory_usage/total",),
+        ("shared_fb_memory_usage/total", "fb_memory_usage/total"),
+        _mib,
+    ),
+    "sm_count": (
+        ("device_attributes/shared/multiprocessor_count",),
+        ("device_attributes/shared/multiprocessor_count",),
+        _int,
+    ),
 }
 _PROCESS: _SubTable = {
     "pid": (("pid",), (), _int),  # text: the pid is the value of the "Process ID" node
@@ -379,8 +421,9 @@ class _Ctx:
     is_xml: bool
 
 
-def _read(ctx: _Ctx, view: _View, paths: Sequence[str], convert: Callable[[str], Any],
-          what: str) -> Any:
+def _read(
+    ctx: _Ctx, view: _View, paths: Sequence[str], convert: Callable[[str], Any], what: str
+) -> Any:
     """First present, non-missing value among ``paths``, converted; ParseError if unreadable."""
     for path in paths:
         value = _clean(view.raw(path))
@@ -552,8 +595,7 @@ def parse_nvidia_smi_xml(text: str, source: str = "nvidia-smi -q -x") -> NvidiaS
         line, column = exc.position
         raise ParseError(source, f"malformed XML: {exc}", line=line, column=column + 1) from None
     if root.tag != "nvidia_smi_log":
-        raise ParseError(source, f"root element is <{root.tag}>, expected <nvidia_smi_log>",
-                         line=1)
+        raise ParseError(source, f"root element is <{root.tag}>, expected <nvidia_smi_log>", line=1)
     ctx = _Ctx(source, is_xml=True)
     top = _XmlView(root, "nvidia_smi_log")
     gpus = [
@@ -612,8 +654,7 @@ def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
             )
         if parent is root and value is None and not _GPU_HEADER.match(body):
             raise ParseError(source, f"unexpected line {body[:60]!r}", line=number)
-        node = _TextNode(key=_norm_key(label), label=label, value=value, line=number,
-                         indent=indent)
+        node = _TextNode(key=_norm_key(label), label=label, value=value, line=number, indent=indent)
         parent.children.append(node)
         stack.append(node)
     return root, numbered[-1][0]
@@ -639,8 +680,9 @@ def parse_nvidia_smi_text(text: str, source: str = "nvidia-smi -q") -> NvidiaSmi
         gpus.append(_gpu(ctx, _TextView(node), i, m["bus"] if m else None))
     attached = header["attached_gpus"]
     if attached is None:
-        raise ParseError(source, "no 'Attached GPUs' line: not a complete nvidia-smi -q output",
-                         line=last_line)
+        raise ParseError(
+            source, "no 'Attached GPUs' line: not a complete nvidia-smi -q output", line=last_line
+        )
     if attached != len(gpus):
         attached_line = next(n.line for n in root.children if n.key == "attached_gpus")
         raise ParseError(
@@ -792,7 +834,8 @@ def _csv_rows(
                 continue
         if len(cells) != len(columns):
             raise ParseError(
-                source, f"expected {len(columns)} columns, got {len(cells)}: {line[:80]!r}",
+                source,
+                f"expected {len(columns)} columns, got {len(cells)}: {line[:80]!r}",
                 line=number,
             )
         yield number, dict(zip(columns, cells, strict=True))

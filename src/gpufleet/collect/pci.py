@@ -52,8 +52,7 @@ def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:
             continue  # blank, or a -vvv detail line
         m = _HEADER.match(raw.rstrip())
         if m is None:
-            raise ParseError(source, f"not an lspci device line: {raw.strip()[:80]!r}",
-                             line=lineno)
+            raise ParseError(source, f"not an lspci device line: {raw.strip()[:80]!r}", line=lineno)
         rest = _PROG_IF.sub("", m.group("rest"))
         rest = _REV.sub("", rest)
         ids = _IDS.search(rest)

@@ -96,8 +96,12 @@ def parse_lsblk_pairs(text: str, source: str = "lsblk") -> list[BlockDevice]:
         while pos < len(line):
             m = _PAIR.match(line, pos)
             if m is None:
-                raise ParseError(source, f"expected KEY=\"value\" at {line[pos:pos + 40]!r}",
-                                 line=lineno, column=pos + 1)
+                raise ParseError(
+                    source,
+                    f'expected KEY="value" at {line[pos : pos + 40]!r}',
+                    line=lineno,
+                    column=pos + 1,
+                )
             pairs[m.group(1)] = _lsblk_unescape(m.group(2))
             pos = m.end()
         name, size = pairs.get("NAME"), pairs.get("SIZE")

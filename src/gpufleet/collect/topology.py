@@ -65,8 +65,9 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
         # Every affinity column name has a space; a one-word column is a device whose row
         # is missing, i.e. the output was cut short.
         if " " not in col:
-            raise ParseError(source, f"column {col!r} has no row (truncated matrix?)",
-                             line=rows[-1][0] + 1)
+            raise ParseError(
+                source, f"column {col!r} has no row (truncated matrix?)", line=rows[-1][0] + 1
+            )
 
     links: dict[str, dict[str, str]] = {}
     cpu_affinity: dict[str, str] = {}
@@ -75,16 +76,21 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
         dev = tokens[0]
         cells = tokens[1 : 1 + len(devices)]
         if len(cells) != len(devices):
-            raise ParseError(source, f"row {dev} has {len(cells)} of {len(devices)} link cells",
-                             line=lineno)
+            raise ParseError(
+                source, f"row {dev} has {len(cells)} of {len(devices)} link cells", line=lineno
+            )
         for cell in cells:
             if not _LINK.match(cell):
                 raise ParseError(source, f"unknown link type {cell!r} in row {dev}", line=lineno)
         links[dev] = dict(zip(devices, cells, strict=True))
         rest = tokens[1 + len(devices) :]
         if len(rest) > len(extra_cols):
-            raise ParseError(source, f"row {dev} has {len(rest)} values after the links but "
-                             f"the header names {len(extra_cols)} columns", line=lineno)
+            raise ParseError(
+                source,
+                f"row {dev} has {len(rest)} values after the links but "
+                f"the header names {len(extra_cols)} columns",
+                line=lineno,
+            )
         # NIC rows leave the affinity columns empty, so values are matched left to right.
         for name, value in zip(extra_cols, rest, strict=False):
             if name == "CPU Affinity":
@@ -108,8 +114,13 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
         if nic not in links:
             raise ParseError(source, f"NIC legend names {nic}, which is not in the matrix")
 
-    return TopoMatrix(devices=devices, links=links, cpu_affinity=cpu_affinity,
-                      numa_affinity=numa_affinity, nic_names=nic_names)
+    return TopoMatrix(
+        devices=devices,
+        links=links,
+        cpu_affinity=cpu_affinity,
+        numa_affinity=numa_affinity,
+        nic_names=nic_names,
+    )
 
 
 def nvlink_count(topo: TopoMatrix, a: str, b: str) -> int | None:

@@ -77,8 +77,12 @@ def detect_changes(previous: HostFacts | None, current: HostFacts) -> list[Chang
         ids_before, ids_after = _gpu_ids(previous), _gpu_ids(current)
         if ids_after - ids_before:
             changes.append(
-                Change(ChangeKind.GPU_SWAP, "gpus", _joined(ids_before - ids_after),
-                       _joined(ids_after - ids_before))
+                Change(
+                    ChangeKind.GPU_SWAP,
+                    "gpus",
+                    _joined(ids_before - ids_after),
+                    _joined(ids_after - ids_before),
+                )
             )
     if previous.kernel and current.kernel and previous.kernel != current.kernel:
         changes.append(Change(ChangeKind.REIMAGE, "kernel", previous.kernel, current.kernel))
@@ -89,8 +93,12 @@ def detect_changes(previous: HostFacts | None, current: HostFacts) -> list[Chang
     guids_after = {p.port_guid for p in current.ib_ports if p.port_guid}
     if guids_before and guids_after - guids_before:
         changes.append(
-            Change(ChangeKind.NIC_SWAP, "ib_port_guids", _joined(guids_before - guids_after),
-                   _joined(guids_after - guids_before))
+            Change(
+                ChangeKind.NIC_SWAP,
+                "ib_port_guids",
+                _joined(guids_before - guids_after),
+                _joined(guids_after - guids_before),
+            )
         )
     return changes
 

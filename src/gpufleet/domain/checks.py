@@ -286,8 +286,12 @@ def driver_version(
     """NVIDIA driver version equals the baseline's."""
     items = _drift_items(facts, baseline, "driver")
     return _drift(
-        "driver_version", "driver version", baseline,
-        baseline and baseline.driver, facts.driver_version, items,
+        "driver_version",
+        "driver version",
+        baseline,
+        baseline and baseline.driver,
+        facts.driver_version,
+        items,
     )
 
 
@@ -298,8 +302,12 @@ def cuda_version(
     """CUDA version (as nvidia-smi reports it) equals the baseline's."""
     items = _drift_items(facts, baseline, "cuda")
     return _drift(
-        "cuda_version", "CUDA version", baseline,
-        baseline and baseline.cuda, facts.cuda_version, items,
+        "cuda_version",
+        "CUDA version",
+        baseline,
+        baseline and baseline.cuda,
+        facts.cuda_version,
+        items,
     )
 
 
@@ -321,8 +329,12 @@ def os_image(
     """OS (os-release PRETTY_NAME or "ID VERSION_ID") equals the baseline's image."""
     items = _drift_items(facts, baseline, "os_image")
     return _drift(
-        "os_image", "OS image", baseline,
-        baseline and baseline.os_image, os_image_name(facts.os), items,
+        "os_image",
+        "OS image",
+        baseline,
+        baseline and baseline.os_image,
+        os_image_name(facts.os),
+        items,
     )
 
 
@@ -334,7 +346,11 @@ def vbios(
     name = "vbios"
     versions = [g.vbios_version for g in facts.gpus if g.vbios_version]
     result = _drift(
-        name, "VBIOS version", baseline, baseline and baseline.vbios, versions,
+        name,
+        "VBIOS version",
+        baseline,
+        baseline and baseline.vbios,
+        versions,
         _drift_items(facts, baseline, "vbios"),
     )
     if result.status is not CheckStatus.FAIL or baseline is None:
@@ -344,9 +360,7 @@ def vbios(
     for g in facts.gpus:
         if g.vbios_version and g.vbios_version.strip().lower() not in accepted:
             by_version.setdefault(g.vbios_version, []).append(g.index)
-    detail = "; ".join(
-        f"GPU {', '.join(map(str, idx))}: {v}" for v, idx in by_version.items()
-    )
+    detail = "; ".join(f"GPU {', '.join(map(str, idx))}: {v}" for v, idx in by_version.items())
     msg = f"VBIOS not in baseline {baseline.name} ({', '.join(baseline.vbios)}): {detail}"
     return result.model_copy(update={"message": msg})
 
@@ -375,8 +389,11 @@ def ecc_enabled(
     if not known:
         return _r(name, CheckStatus.SKIP, "no GPU reports an ECC mode")
     off = [g for g in known if not g.ecc_mode_current]
-    pending = [g for g in known if g.ecc_mode_pending is not None
-               and g.ecc_mode_pending != g.ecc_mode_current]
+    pending = [
+        g
+        for g in known
+        if g.ecc_mode_pending is not None and g.ecc_mode_pending != g.ecc_mode_current
+    ]
     ev: dict[str, Any] = {"off": [g.index for g in off], "pending": [g.index for g in pending]}
     if off:
         later = " (enabled after the next reboot)" if all(g.ecc_mode_pending for g in off) else ""
@@ -399,10 +416,16 @@ def ecc_uncorrectable(
     is set and reached.
     """
     name = "ecc_uncorrectable"
-    vol = {g.index: g.ecc_volatile.uncorrectable for g in facts.gpus
-           if g.ecc_volatile and g.ecc_volatile.uncorrectable is not None}
-    agg = {g.index: g.ecc_aggregate.uncorrectable for g in facts.gpus
-           if g.ecc_aggregate and g.ecc_aggregate.uncorrectable is not None}
+    vol = {
+        g.index: g.ecc_volatile.uncorrectable
+        for g in facts.gpus
+        if g.ecc_volatile and g.ecc_volatile.uncorrectable is not None
+    }
+    agg = {
+        g.index: g.ecc_aggregate.uncorrectable
+        for g in facts.gpus
+        if g.ecc_aggregate and g.ecc_aggregate.uncorrectable is not None
+    }
     if not vol and not agg:
         return _r(name, CheckStatus.SKIP, "no ECC counters reported")
     ev: dict[str, Any] = {"volatile": vol, "aggregate": agg}
@@ -470,7 +493,9 @@ def retired_pages(
     over = {i: n for i, n in totals.items() if n >= threshold}
     pending = [g for g in gpus if g.retired_pages and g.retired_pages.pending]
     ev: dict[str, Any] = {
-        "retired": totals, "threshold": threshold, "pending": [g.index for g in pending]
+        "retired": totals,
+        "threshold": threshold,
+        "pending": [g.index for g in pending],
     }
     if over:
         detail = ", ".join(f"GPU {i}: {n}" for i, n in over.items())
@@ -594,8 +619,13 @@ def nvlink(
         if bad_pairs:
             shown = ", ".join(bad_pairs[:8]) + (" ..." if len(bad_pairs) > 8 else "")
             problems.append(f"topology expects {pair_link} between GPUs: {shown}")
-    ev: dict[str, Any] = {"active": active, "inactive": inactive, "expected": expected,
-          "pair_link": pair_link, "bad_pairs": bad_pairs}
+    ev: dict[str, Any] = {
+        "active": active,
+        "inactive": inactive,
+        "expected": expected,
+        "pair_link": pair_link,
+        "bad_pairs": bad_pairs,
+    }
     if problems:
         return _r(name, CheckStatus.FAIL, "; ".join(problems), Fault.NVLINK_DOWN, **ev)
     total = sum(active.values())
@@ -671,8 +701,13 @@ def ib_ports(
     down_text = f"; down: {', '.join(label(p) for p in down)}" if down else ""
     if len(up) < need:
         return _r(name, CheckStatus.FAIL, f"{summary}, need {need}{down_text}", Fault.IB_DOWN, **ev)
-    if down:
-        return _r(name, CheckStatus.WARN, f"{summary}{down_text}", **ev)
+    # Enough rails are up. A port that is down still deserves a look; an active port below the
+    # fabric rate is usually another NIC (frontend, storage) and is not worth a warning.
+    dead = [p for p in down if not _port_up(p, None)]
+    if dead:
+        return _r(
+            name, CheckStatus.WARN, f"{summary}; down: {', '.join(label(p) for p in dead)}", **ev
+        )
     return _r(name, CheckStatus.PASS, summary, **ev)
 
 
@@ -690,8 +725,12 @@ def persistence_mode(
         return _r(name, CheckStatus.SKIP, "no GPU reports persistence mode")
     off = [g for g in known if not g.persistence_mode]
     if off:
-        return _r(name, CheckStatus.FAIL, f"persistence mode off on GPU {_indices(off)}",
-                  off=[g.index for g in off])
+        return _r(
+            name,
+            CheckStatus.FAIL,
+            f"persistence mode off on GPU {_indices(off)}",
+            off=[g.index for g in off],
+        )
     return _r(name, CheckStatus.PASS, f"persistence mode on for {len(known)} GPUs")
 
 
@@ -793,8 +832,9 @@ def nccl(
     floor = params.get("min_busbw_gbps")
     ev: dict[str, Any] = {"avg_bus_bw_gbps": busbw, "min_busbw_gbps": floor}
     if busbw is None:
-        return _r(name, CheckStatus.FAIL, "NCCL test reported no bus bandwidth",
-                  Fault.DIAG_FAILED, **ev)
+        return _r(
+            name, CheckStatus.FAIL, "NCCL test reported no bus bandwidth", Fault.DIAG_FAILED, **ev
+        )
     wrong = _get(result, "wrong_total") or 0
     if wrong:
         msg = f"NCCL test reported {wrong} wrong values (data corruption)"

@@ -100,9 +100,7 @@ class NcclResult(Evidence):
     @property
     def wrong_total(self) -> int:
         """Sum of #wrong over all rows (0 when validation was off)."""
-        return sum(
-            (m.wrong or 0) for r in self.rows for m in (r.out_of_place, r.in_place)
-        )
+        return sum((m.wrong or 0) for r in self.rows for m in (r.out_of_place, r.in_place))
 
 
 # -------------------------------------------------------------------------- gpu-burn

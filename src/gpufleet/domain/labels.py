@@ -29,12 +29,24 @@ _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 # Architecture" gives the same names ("Ada Lovelace" -> "ada-lovelace"). Used when the
 # architecture was not reported: first matching product-name token wins.
 _FAMILY_BY_MODEL = (
-    ("B200", "blackwell"), ("GB200", "blackwell"),
-    ("H100", "hopper"), ("H800", "hopper"), ("H200", "hopper"), ("H20", "hopper"),
-    ("L40S", "ada-lovelace"), ("L40", "ada-lovelace"), ("L4", "ada-lovelace"),
-    ("L20", "ada-lovelace"), ("GH200", "hopper"),
-    ("A100", "ampere"), ("A800", "ampere"), ("A10", "ampere"), ("A30", "ampere"),
-    ("A40", "ampere"), ("V100", "volta"), ("T4", "turing"),
+    ("B200", "blackwell"),
+    ("GB200", "blackwell"),
+    ("H100", "hopper"),
+    ("H800", "hopper"),
+    ("H200", "hopper"),
+    ("H20", "hopper"),
+    ("L40S", "ada-lovelace"),
+    ("L40", "ada-lovelace"),
+    ("L4", "ada-lovelace"),
+    ("L20", "ada-lovelace"),
+    ("GH200", "hopper"),
+    ("A100", "ampere"),
+    ("A800", "ampere"),
+    ("A10", "ampere"),
+    ("A30", "ampere"),
+    ("A40", "ampere"),
+    ("V100", "volta"),
+    ("T4", "turing"),
 )
 
 
@@ -73,9 +85,8 @@ def is_valid_label_key(key: str) -> bool:
         return False
     if not prefix and "/" not in key:
         return True
-    return (
-        0 < len(prefix) <= _PREFIX_MAX
-        and all(_DNS_LABEL_RE.match(part) for part in prefix.split("."))
+    return 0 < len(prefix) <= _PREFIX_MAX and all(
+        _DNS_LABEL_RE.match(part) for part in prefix.split(".")
     )
 
 
@@ -113,8 +124,12 @@ def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     ``none``: a rail-optimised multi-node job needs every rail, so a host with one rail down
     must not be scheduled as a fabric node.
     """
-    active = [p for p in facts.ib_ports if (p.state or "").lower() == "active"
-              and (p.physical_state or "linkup").lower() == "linkup"]
+    active = [
+        p
+        for p in facts.ib_ports
+        if (p.state or "").lower() == "active"
+        and (p.physical_state or "linkup").lower() == "linkup"
+    ]
     if spec is not None and spec.ib_rate_gbps:
         active = [p for p in active if (p.rate_gbps or 0) >= spec.ib_rate_gbps]
     if spec is not None and spec.ib_ports and len(active) < spec.ib_ports:
@@ -166,8 +181,11 @@ def derive_labels(
             nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)
         )
         labels[f"{PREFIX}/nvlink"] = str(has_nvlink).lower()
-        nvme = sum(d.size_bytes for d in facts.block_devices
-                   if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme"))
+        nvme = sum(
+            d.size_bytes
+            for d in facts.block_devices
+            if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
+        )
         labels[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
     return {k: sanitize_label_value(v) for k, v in labels.items()}
 
@@ -209,8 +227,9 @@ def derive_taints(state: HostState, fault: Fault | None = None) -> list[Taint]:
     taken with the allocation holder, not a side effect of a label sync.
     """
     if state is HostState.QUARANTINED:
-        return [Taint(f"{PREFIX}/quarantined", sanitize_label_value(fault or "unknown"),
-                      "NoSchedule")]
+        return [
+            Taint(f"{PREFIX}/quarantined", sanitize_label_value(fault or "unknown"), "NoSchedule")
+        ]
     if state is HostState.MAINTENANCE:
         return [Taint(f"{PREFIX}/maintenance", "true", "NoSchedule")]
     if state is HostState.RETIRED:

@@ -238,7 +238,8 @@ class ValidationOutcome(BaseModel):
     def drift(self) -> list[CheckResult]:
         """Failed drift checks (software off the baseline)."""
         return [
-            r for r in self.results.values()
+            r
+            for r in self.results.values()
             if r.name in DRIFT_CHECKS and r.status is CheckStatus.FAIL
         ]
 
@@ -301,8 +302,10 @@ def evaluate(
         reasons = []
     else:
         decision = Decision.STAY_VALIDATING
-        reasons = [f"{results[k].name}: {results[k].message}"
-                   for k in dict.fromkeys(k for o in outcomes.values() for k in o.failed)]
+        reasons = [
+            f"{results[k].name}: {results[k].message}"
+            for k in dict.fromkeys(k for o in outcomes.values() for k in o.failed)
+        ]
         if not outcomes:
             reasons = ["no profiles configured"]
     warnings = any(r.status is CheckStatus.WARN for r in results.values())

@@ -78,13 +78,23 @@ DEFAULT_DRIFT_DRIVER = "535.154.05"
 _ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_DRIVER
 
 #: Faults the SSH lab / sim transport act on; the section renderer ignores them.
-TRANSPORT_FAULTS: frozenset[str] = frozenset({"unreachable", "hang", "wrong-key",
-                                              "host-key-changed"})
+TRANSPORT_FAULTS: frozenset[str] = frozenset(
+    {"unreachable", "hang", "wrong-key", "host-key-changed"}
+)
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (
-    "gpu-missing", "driver-drift", "ecc-uncorrectable", "remap-pending", "remap-failure",
-    "ib-down", "ib-polling", "xid", "nvidia-smi-missing", "garbage", "truncated",
+    "gpu-missing",
+    "driver-drift",
+    "ecc-uncorrectable",
+    "remap-pending",
+    "remap-failure",
+    "ib-down",
+    "ib-polling",
+    "xid",
+    "nvidia-smi-missing",
+    "garbage",
+    "truncated",
     *sorted(TRANSPORT_FAULTS),
 )
 
@@ -126,10 +136,14 @@ class ModelSpec:
     disks: tuple[tuple[str, int, str], ...]  # (name, bytes, model)
 
 
-_NVME_PM1733 = "Non-Volatile memory controller [0108]: Samsung Electronics Co Ltd NVMe SSD " \
+_NVME_PM1733 = (
+    "Non-Volatile memory controller [0108]: Samsung Electronics Co Ltd NVMe SSD "
     "Controller PM173X [144d:a824]"
-_NVME_PM983 = "Non-Volatile memory controller [0108]: Samsung Electronics Co Ltd NVMe SSD " \
+)
+_NVME_PM983 = (
+    "Non-Volatile memory controller [0108]: Samsung Electronics Co Ltd NVMe SSD "
     "Controller SM981/PM981/PM983 [144d:a808]"
+)
 _AWS_PCI = (
     "0000:00:04.0 Non-Volatile memory controller [0108]: Amazon.com, Inc. NVMe EBS "
     "Controller [1d0f:8061]",
@@ -138,105 +152,222 @@ _AWS_PCI = (
     "0000:00:1f.0 Non-Volatile memory controller [0108]: Amazon.com, Inc. NVMe SSD "
     "Controller [1d0f:cd01]",
 )
-_AWS_DISKS = (("nvme0n1", 214748364800, "Amazon Elastic Block Store"),
-              ("nvme1n1", 450000000000, "Amazon EC2 NVMe Instance Storage"))
+_AWS_DISKS = (
+    ("nvme0n1", 214748364800, "Amazon Elastic Block Store"),
+    ("nvme1n1", 450000000000, "Amazon EC2 NVMe Instance Storage"),
+)
 _U2_3T84 = 3840755982336
 _M2_1T92 = 1920383410176
 
 _SPECS: dict[str, ModelSpec] = {
     "a100-8x": ModelSpec(
-        name="a100-8x", group="gpu_a100", pool="train-a100", gpu_model="A100", gpu_count=8,
-        gpu_memory_mib=81920, smi_format="xml",
-        smi_file="nvidia-smi-xml/telegraf_a100-sxm4-v12.xml", replicate=True,
+        name="a100-8x",
+        group="gpu_a100",
+        pool="train-a100",
+        gpu_model="A100",
+        gpu_count=8,
+        gpu_memory_mib=81920,
+        smi_format="xml",
+        smi_file="nvidia-smi-xml/telegraf_a100-sxm4-v12.xml",
+        replicate=True,
         # DGX A100 GPU slots
-        gpu_bus_ids=("0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0",
-                     "0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"),
+        gpu_bus_ids=(
+            "0000:07:00.0",
+            "0000:0f:00.0",
+            "0000:47:00.0",
+            "0000:4e:00.0",
+            "0000:87:00.0",
+            "0000:90:00.0",
+            "0000:b7:00.0",
+            "0000:bd:00.0",
+        ),
         pci_gpu="NVIDIA Corporation GA100 [A100 SXM4 80GB] [10de:20b2] (rev a1)",
         has_remapped_rows=False,  # the capture prints <remapped_rows>N/A</remapped_rows>
-        nvlink_file="nvidia-smi-topo/gpud_nvidia-smi.nvlink.status.a100.txt", nvlink_per_gpu=12,
-        ibstat_file="ib/gpud_ibstat.47.0.a100.all.active.0.txt", fabric="ib", ib_ports=8,
+        nvlink_file="nvidia-smi-topo/gpud_nvidia-smi.nvlink.status.a100.txt",
+        nvlink_per_gpu=12,
+        ibstat_file="ib/gpud_ibstat.47.0.a100.all.active.0.txt",
+        fabric="ib",
+        ib_ports=8,
         ib_rate_gbps=200,
-        nic_bus_ids=("0000:e1:00.0", "0000:0c:00.0", "0000:12:00.0", "0000:54:00.0",
-                     "0000:58:00.0", "0000:8d:00.0", "0000:94:00.0", "0000:ba:00.0",
-                     "0000:be:00.0"),
+        nic_bus_ids=(
+            "0000:e1:00.0",
+            "0000:0c:00.0",
+            "0000:12:00.0",
+            "0000:54:00.0",
+            "0000:58:00.0",
+            "0000:8d:00.0",
+            "0000:94:00.0",
+            "0000:ba:00.0",
+            "0000:be:00.0",
+        ),
         # NVSwitch bridges as gpud's real A100 lspci shows them (pci.ids without a name)
-        extra_pci=tuple(f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] "
-                        "(rev a1)" for b in ("c4", "c5", "c6", "c7", "c8", "c9"))
+        extra_pci=tuple(
+            f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:1af1] (rev a1)"
+            for b in ("c4", "c5", "c6", "c7", "c8", "c9")
+        )
         + tuple(f"0000:{b}:00.0 {_NVME_PM1733}" for b in ("22", "23", "24", "25"))
         + tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e3", "e4")),
-        nvswitch=True, topo_capture=None, dmi=("NVIDIA", "DGXA100 920-23687-2530-000"),
-        nproc=256, mem_total_kib=2113407792,
-        disks=(("nvme0n1", _M2_1T92, "SAMSUNG MZ1LB1T9HALS-00007"),
-               ("nvme1n1", _M2_1T92, "SAMSUNG MZ1LB1T9HALS-00007"),
-               *((f"nvme{i}n1", _U2_3T84, "SAMSUNG MZWLJ3T8HBLS-00007") for i in range(2, 6))),
+        nvswitch=True,
+        topo_capture=None,
+        dmi=("NVIDIA", "DGXA100 920-23687-2530-000"),
+        nproc=256,
+        mem_total_kib=2113407792,
+        disks=(
+            ("nvme0n1", _M2_1T92, "SAMSUNG MZ1LB1T9HALS-00007"),
+            ("nvme1n1", _M2_1T92, "SAMSUNG MZ1LB1T9HALS-00007"),
+            *((f"nvme{i}n1", _U2_3T84, "SAMSUNG MZWLJ3T8HBLS-00007") for i in range(2, 6)),
+        ),
     ),
     "h100-8x": ModelSpec(
-        name="h100-8x", group="gpu_h100", pool="train-h100", gpu_model="H100", gpu_count=8,
-        gpu_memory_mib=81559, smi_format="text",
+        name="h100-8x",
+        group="gpu_h100",
+        pool="train-h100",
+        gpu_model="H100",
+        gpu_count=8,
+        gpu_memory_mib=81559,
+        smi_format="text",
         smi_file="nvidia-smi-csv/nvidia_gpu_exporter_linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt",
         replicate=True,
         # the GPU addresses of the real 8x H100 host in gpud_lspci-vvv.txt
-        gpu_bus_ids=("0000:19:00.0", "0000:3b:00.0", "0000:4c:00.0", "0000:5d:00.0",
-                     "0000:9b:00.0", "0000:bb:00.0", "0000:cb:00.0", "0000:db:00.0"),
+        gpu_bus_ids=(
+            "0000:19:00.0",
+            "0000:3b:00.0",
+            "0000:4c:00.0",
+            "0000:5d:00.0",
+            "0000:9b:00.0",
+            "0000:bb:00.0",
+            "0000:cb:00.0",
+            "0000:db:00.0",
+        ),
         pci_gpu="NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)",
         has_remapped_rows=True,
         nvlink_file="nvidia-smi-topo/nvidia_gpu_exporter_h100-80gb-hbm3_590.48.01_nvlink-s.txt",
-        nvlink_per_gpu=18, ibstat_file="ib/gpud_ibstat.47.0.h100.all.active.2.txt", fabric="ib",
-        ib_ports=8, ib_rate_gbps=400,
+        nvlink_per_gpu=18,
+        ibstat_file="ib/gpud_ibstat.47.0.h100.all.active.2.txt",
+        fabric="ib",
+        ib_ports=8,
+        ib_rate_gbps=400,
         # ConnectX-7 next to each GPU as on that host; the bond (BlueField-3) takes two functions
-        nic_bus_ids=("0000:1a:00.0", "0000:3c:00.0", "0000:4d:00.0", "0000:5e:00.0",
-                     "0000:9c:00.0", "0000:bc:00.0", "0000:cc:00.0", "0000:dc:00.0",
-                     "0000:1b:00.0"),
-        extra_pci=tuple(f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] "
-                        "(rev a1)" for b in ("83", "84", "85", "86"))
-        + tuple(f"0000:{b}:00.0 {_NVME_PM1733}" for b in ("21", "22", "23", "24", "a1", "a2",
-                                                           "a3", "a4"))
+        nic_bus_ids=(
+            "0000:1a:00.0",
+            "0000:3c:00.0",
+            "0000:4d:00.0",
+            "0000:5e:00.0",
+            "0000:9c:00.0",
+            "0000:bc:00.0",
+            "0000:cc:00.0",
+            "0000:dc:00.0",
+            "0000:1b:00.0",
+        ),
+        extra_pci=tuple(
+            f"0000:{b}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:22a3] (rev a1)"
+            for b in ("83", "84", "85", "86")
+        )
+        + tuple(
+            f"0000:{b}:00.0 {_NVME_PM1733}"
+            for b in ("21", "22", "23", "24", "a1", "a2", "a3", "a4")
+        )
         + tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e1", "e2")),
-        nvswitch=True, topo_capture=None, dmi=("NVIDIA", "DGXH100"), nproc=224,
+        nvswitch=True,
+        topo_capture=None,
+        dmi=("NVIDIA", "DGXH100"),
+        nproc=224,
         mem_total_kib=2113389244,
-        disks=(("nvme0n1", _M2_1T92, "SAMSUNG MZ1L21T9HCLS-00A07"),
-               ("nvme1n1", _M2_1T92, "SAMSUNG MZ1L21T9HCLS-00A07"),
-               *((f"nvme{i}n1", _U2_3T84, "SAMSUNG MZQL23T8HCLS-00A07") for i in range(2, 10))),
+        disks=(
+            ("nvme0n1", _M2_1T92, "SAMSUNG MZ1L21T9HCLS-00A07"),
+            ("nvme1n1", _M2_1T92, "SAMSUNG MZ1L21T9HCLS-00A07"),
+            *((f"nvme{i}n1", _U2_3T84, "SAMSUNG MZQL23T8HCLS-00A07") for i in range(2, 10)),
+        ),
     ),
     "v100s-8x": ModelSpec(
-        name="v100s-8x", group="gpu_v100s", pool="train-v100", gpu_model="V100S", gpu_count=8,
-        gpu_memory_mib=32510, smi_format="xml", smi_file="nvidia-smi-xml/datakit_gtx-8card.xml",
-        replicate=False, gpu_bus_ids=(),
+        name="v100s-8x",
+        group="gpu_v100s",
+        pool="train-v100",
+        gpu_model="V100S",
+        gpu_count=8,
+        gpu_memory_mib=32510,
+        smi_format="xml",
+        smi_file="nvidia-smi-xml/datakit_gtx-8card.xml",
+        replicate=False,
+        gpu_bus_ids=(),
         pci_gpu="NVIDIA Corporation GV100GL [Tesla V100S PCIe 32GB] [10de:1df6] (rev a1)",
         has_remapped_rows=False,  # Volta reports retired pages, not remapped rows
-        nvlink_file=None, nvlink_per_gpu=None,
-        ibstat_file="ib/gpud_ibstat.47.0.h100.all.active.0.txt", fabric="roce", ib_ports=8,
+        nvlink_file=None,
+        nvlink_per_gpu=None,
+        ibstat_file="ib/gpud_ibstat.47.0.h100.all.active.0.txt",
+        fabric="roce",
+        ib_ports=8,
         ib_rate_gbps=400,
         # the capture is a KVM guest (GPUs passed through on bus 00): NICs follow the GPUs
         nic_bus_ids=tuple(f"0000:00:{d:02x}.0" for d in range(0x15, 0x21)),
-        extra_pci=("0000:00:00.0 Host bridge [0600]: Intel Corporation 440FX - 82441FX PMC "
-                   "[Natoma] [8086:1237] (rev 02)",
-                   "0000:00:04.0 SCSI storage controller [0100]: Red Hat, Inc. Virtio block "
-                   "device [1af4:1001]"),
-        nvswitch=False, topo_capture=None, dmi=("QEMU", "Standard PC (i440FX + PIIX, 1996)"),
-        nproc=96, mem_total_kib=791207068,
+        extra_pci=(
+            "0000:00:00.0 Host bridge [0600]: Intel Corporation 440FX - 82441FX PMC "
+            "[Natoma] [8086:1237] (rev 02)",
+            "0000:00:04.0 SCSI storage controller [0100]: Red Hat, Inc. Virtio block "
+            "device [1af4:1001]",
+        ),
+        nvswitch=False,
+        topo_capture=None,
+        dmi=("QEMU", "Standard PC (i440FX + PIIX, 1996)"),
+        nproc=96,
+        mem_total_kib=791207068,
         disks=(("vda", 536870912000, ""),),
     ),
     "a10g-1x": ModelSpec(
-        name="a10g-1x", group="gpu_a10g", pool="infer-a10g", gpu_model="A10G", gpu_count=1,
-        gpu_memory_mib=23028, smi_format="xml", smi_file="nvidia-smi-xml/telegraf_a10g.xml",
-        replicate=False, gpu_bus_ids=(),
+        name="a10g-1x",
+        group="gpu_a10g",
+        pool="infer-a10g",
+        gpu_model="A10G",
+        gpu_count=1,
+        gpu_memory_mib=23028,
+        smi_format="xml",
+        smi_file="nvidia-smi-xml/telegraf_a10g.xml",
+        replicate=False,
+        gpu_bus_ids=(),
         pci_gpu="NVIDIA Corporation GA102GL [A10G] [10de:2237] (rev a1)",
-        has_remapped_rows=True, nvlink_file=None, nvlink_per_gpu=None, ibstat_file=None,
-        fabric="none", ib_ports=0, ib_rate_gbps=None, nic_bus_ids=(), extra_pci=_AWS_PCI,
-        nvswitch=False, topo_capture=None, dmi=("Amazon EC2", "g5.2xlarge"), nproc=8,
-        mem_total_kib=32386452, disks=_AWS_DISKS,
+        has_remapped_rows=True,
+        nvlink_file=None,
+        nvlink_per_gpu=None,
+        ibstat_file=None,
+        fabric="none",
+        ib_ports=0,
+        ib_rate_gbps=None,
+        nic_bus_ids=(),
+        extra_pci=_AWS_PCI,
+        nvswitch=False,
+        topo_capture=None,
+        dmi=("Amazon EC2", "g5.2xlarge"),
+        nproc=8,
+        mem_total_kib=32386452,
+        disks=_AWS_DISKS,
     ),
     "l40s-1x": ModelSpec(
-        name="l40s-1x", group="gpu_l40s", pool="infer-l40s", gpu_model="L40S", gpu_count=1,
-        gpu_memory_mib=46068, smi_format="text",
+        name="l40s-1x",
+        group="gpu_l40s",
+        pool="infer-l40s",
+        gpu_model="L40S",
+        gpu_count=1,
+        gpu_memory_mib=46068,
+        smi_format="text",
         smi_file="nvidia-smi-csv/nvidia_gpu_exporter_linux-x86_64__nvidia-l40s__595.80.txt",
-        replicate=False, gpu_bus_ids=(),
+        replicate=False,
+        gpu_bus_ids=(),
         pci_gpu="NVIDIA Corporation AD102GL [L40S] [10de:26b9] (rev a1)",
-        has_remapped_rows=True, nvlink_file="bundle", nvlink_per_gpu=None, ibstat_file=None,
-        fabric="none", ib_ports=0, ib_rate_gbps=None, nic_bus_ids=(), extra_pci=_AWS_PCI,
-        nvswitch=False, topo_capture="capabilities :: topo -m",
-        dmi=("Amazon EC2", "g6e.2xlarge"), nproc=8, mem_total_kib=65022360, disks=_AWS_DISKS,
+        has_remapped_rows=True,
+        nvlink_file="bundle",
+        nvlink_per_gpu=None,
+        ibstat_file=None,
+        fabric="none",
+        ib_ports=0,
+        ib_rate_gbps=None,
+        nic_bus_ids=(),
+        extra_pci=_AWS_PCI,
+        nvswitch=False,
+        topo_capture="capabilities :: topo -m",
+        dmi=("Amazon EC2", "g6e.2xlarge"),
+        nproc=8,
+        mem_total_kib=65022360,
+        disks=_AWS_DISKS,
     ),
 }
 
@@ -245,7 +376,10 @@ MODELS: tuple[str, ...] = tuple(_SPECS)
 
 # Default mix (weights) for create_fleet: training pools dominate, a little inference.
 _DEFAULT_MIX: tuple[tuple[str, float], ...] = (
-    ("a100-8x", 0.375), ("h100-8x", 0.375), ("v100s-8x", 0.125), ("a10g-1x", 0.0625),
+    ("a100-8x", 0.375),
+    ("h100-8x", 0.375),
+    ("v100s-8x", 0.125),
+    ("a10g-1x", 0.0625),
     ("l40s-1x", 0.0625),
 )
 _HOSTS_PER_RACK = 4
@@ -277,8 +411,10 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
         why: str | None = None
         if kind == "xid":
             parts = (arg or "").split(":")
-            if not parts[0].isdigit() or len(parts) > 2 or (
-                len(parts) == 2 and not (parts[1].isdigit() and int(parts[1]) < spec.gpu_count)
+            if (
+                not parts[0].isdigit()
+                or len(parts) > 2
+                or (len(parts) == 2 and not (parts[1].isdigit() and int(parts[1]) < spec.gpu_count))
             ):
                 why = "expected xid:<code> or xid:<code>:<gpu index>"
         elif kind in ("remap-pending", "remap-failure") and not spec.has_remapped_rows:
@@ -459,9 +595,16 @@ def create_fleet(
         in_rack += 1
         host_faults = list(faults.get(name, []))
         has_xid = any(_split_fault(f)[0] == "xid" for f in host_faults)
-        hosts.append(LabHost(name=name, model=model, faults=host_faults,
-                             serial_salt=salts[i], rack=f"r{rack:02d}",
-                             xid_at=now if has_xid else None))
+        hosts.append(
+            LabHost(
+                name=name,
+                model=model,
+                faults=host_faults,
+                serial_salt=salts[i],
+                rack=f"r{rack:02d}",
+                xid_at=now if has_xid else None,
+            )
+        )
     return LabFleet(hosts=hosts, seed=seed)
 
 
@@ -504,12 +647,16 @@ def apply_change(
     xid_at = current.xid_at
     if now is not None and any(_split_fault(f)[0] == "xid" for f in add_faults or ()):
         xid_at = now
-    changed = LabHost.model_validate(current.model_dump() | {  # validates the new faults
-        "faults": faults, "driver": new_driver, "xid_at": xid_at,
-        "gpu_swap": current.gpu_swap + (1 if gpu_swap else 0),
-    })
-    return LabFleet(hosts=[changed if h.name == host else h for h in fleet.hosts],
-                    seed=fleet.seed)
+    changed = LabHost.model_validate(
+        current.model_dump()
+        | {  # validates the new faults
+            "faults": faults,
+            "driver": new_driver,
+            "xid_at": xid_at,
+            "gpu_swap": current.gpu_swap + (1 if gpu_swap else 0),
+        }
+    )
+    return LabFleet(hosts=[changed if h.name == host else h for h in fleet.hosts], seed=fleet.seed)
 
 
 # --------------------------------------------------------------------------- inventory
@@ -532,17 +679,24 @@ def write_inventory(
     by_model: dict[str, list[LabHost]] = {}
     for h in fleet.hosts:
         by_model.setdefault(h.model, []).append(h)
-    lines = [f"# gpufleet lab inventory: {len(fleet.hosts)} simulated hosts (seed {fleet.seed})",
-             ""]
+    lines = [
+        f"# gpufleet lab inventory: {len(fleet.hosts)} simulated hosts (seed {fleet.seed})",
+        "",
+    ]
     for model in sorted(by_model, key=MODELS.index):
         spec = model_spec(model)
         lines.append(f"[{spec.group}]")
-        lines += [f"{h.name} gpufleet_transport={transport} gpufleet_lab_dir={labd} "
-                  f"gpufleet_rack={h.rack}" for h in by_model[model]]
+        lines += [
+            f"{h.name} gpufleet_transport={transport} gpufleet_lab_dir={labd} "
+            f"gpufleet_rack={h.rack}"
+            for h in by_model[model]
+        ]
         lines += ["", f"[{spec.group}:vars]"]
         vars_: dict[str, object] = {
-            "gpufleet_pool": spec.pool, "gpufleet_gpu_count": spec.gpu_count,
-            "gpufleet_gpu_model": spec.gpu_model, "gpufleet_gpu_memory_mib": spec.gpu_memory_mib,
+            "gpufleet_pool": spec.pool,
+            "gpufleet_gpu_count": spec.gpu_count,
+            "gpufleet_gpu_model": spec.gpu_model,
+            "gpufleet_gpu_memory_mib": spec.gpu_memory_mib,
             "gpufleet_fabric": spec.fabric,
         }
         if spec.fabric != "none":
@@ -608,49 +762,74 @@ def _path(rel: str) -> Path:
 
 
 def _xml_block_slots(block: str, replicate: bool) -> str:
-    block = _sub_once(r"(<serial>)[^<]*(</serial>)", rf"\g<1>{_slot('serial')}\g<2>", block,
-                      "serial")
+    block = _sub_once(
+        r"(<serial>)[^<]*(</serial>)", rf"\g<1>{_slot('serial')}\g<2>", block, "serial"
+    )
     block = _sub_once(r"(<uuid>)[^<]*(</uuid>)", rf"\g<1>{_slot('uuid')}\g<2>", block, "uuid")
     if replicate:
-        for tag, slot in (("pci_bus", "bus"), ("pci_device", "dev"), ("pci_domain", "dom"),
-                          ("pci_bus_id", "busid"), ("minor_number", "minor")):
-            block = _sub_once(rf"(<{tag}>)[^<]*(</{tag}>)", rf"\g<1>{_slot(slot)}\g<2>", block,
-                              tag)
-        block = _sub_once(r'^(    <gpu id=")[^"]*(">)', rf"\g<1>{_slot('busid')}\g<2>", block,
-                          "gpu id")
-        block = _sub_once(r"(<gpu_module_id>)\d+(</gpu_module_id>)",
-                          rf"\g<1>{_slot('module')}\g<2>", block, "module", optional=True)
+        for tag, slot in (
+            ("pci_bus", "bus"),
+            ("pci_device", "dev"),
+            ("pci_domain", "dom"),
+            ("pci_bus_id", "busid"),
+            ("minor_number", "minor"),
+        ):
+            block = _sub_once(rf"(<{tag}>)[^<]*(</{tag}>)", rf"\g<1>{_slot(slot)}\g<2>", block, tag)
+        block = _sub_once(
+            r'^(    <gpu id=")[^"]*(">)', rf"\g<1>{_slot('busid')}\g<2>", block, "gpu id"
+        )
+        block = _sub_once(
+            r"(<gpu_module_id>)\d+(</gpu_module_id>)",
+            rf"\g<1>{_slot('module')}\g<2>",
+            block,
+            "module",
+            optional=True,
+        )
     return block
 
 
 def _text_block_slots(block: str, replicate: bool) -> str:
     block = _sub_once(r"^(    Serial Number\s+: ).*$", rf"\g<1>{_slot('serial')}", block, "serial")
     block = _sub_once(r"^(    GPU UUID\s+: ).*$", rf"\g<1>{_slot('uuid')}", block, "uuid")
-    block = _sub_once(r"^(    GPU PDI\s+: ).*$", rf"\g<1>{_slot('pdi')}", block, "pdi",
-                      optional=True)
+    block = _sub_once(
+        r"^(    GPU PDI\s+: ).*$", rf"\g<1>{_slot('pdi')}", block, "pdi", optional=True
+    )
     if replicate:
-        block = _sub_once(r"^GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d$",
-                          f"GPU {_slot('busid')}", block, "GPU header")
+        block = _sub_once(
+            r"^GPU [0-9A-Fa-f]{8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d$",
+            f"GPU {_slot('busid')}",
+            block,
+            "GPU header",
+        )
         for key, slot in (("Bus", "bus"), ("Device", "dev"), ("Domain", "dom")):
-            block = _sub_once(rf"^(        {key}\s+: 0x)[0-9A-Fa-f]+$", rf"\g<1>{_slot(slot)}",
-                              block, key)
+            block = _sub_once(
+                rf"^(        {key}\s+: 0x)[0-9A-Fa-f]+$", rf"\g<1>{_slot(slot)}", block, key
+            )
         block = _sub_once(r"^(        Bus Id\s+: ).*$", rf"\g<1>{_slot('busid')}", block, "Bus Id")
-        block = _sub_once(r"^(    Minor Number\s+: ).*$", rf"\g<1>{_slot('minor')}", block,
-                          "minor")
-        block = _sub_once(r"^(        Module Id\s+: )\d+$", rf"\g<1>{_slot('module')}", block,
-                          "module", optional=True)
+        block = _sub_once(r"^(    Minor Number\s+: ).*$", rf"\g<1>{_slot('minor')}", block, "minor")
+        block = _sub_once(
+            r"^(        Module Id\s+: )\d+$",
+            rf"\g<1>{_slot('module')}",
+            block,
+            "module",
+            optional=True,
+        )
     return block
 
 
 def _disable_mig(xml: str) -> str:
     """MIG off, as ``nvidia-smi -mig 0`` + reset leaves it (the only capture had MIG on)."""
     xml = re.sub(r"<(current|pending)_mig>Enabled</", r"<\1_mig>Disabled</", xml)
-    return re.sub(r"<mig_devices>.*?</mig_devices>",
-                  "<mig_devices>\n            None\n        </mig_devices>", xml, flags=re.S)
+    return re.sub(
+        r"<mig_devices>.*?</mig_devices>",
+        "<mig_devices>\n            None\n        </mig_devices>",
+        xml,
+        flags=re.S,
+    )
 
 
 def _lspci_bus(xml_bus_id: str) -> str:
-    """"00000000:00:0D.0" -> "0000:00:0d.0"."""
+    """ "00000000:00:0D.0" -> "0000:00:0d.0"."""
     dom, bus, rest = xml_bus_id.split(":")
     return f"{dom[-4:]}:{bus}:{rest}".lower()
 
@@ -660,20 +839,27 @@ def _exporter_bundle(rel: str) -> dict[str, str]:
     return load_exporter_bundle(_path(rel))
 
 
-def _smi_template(spec: ModelSpec) -> tuple[str, _Pieces, tuple[_Pieces, ...], tuple[str, ...],
-                                             str]:
+def _smi_template(
+    spec: ModelSpec,
+) -> tuple[str, _Pieces, tuple[_Pieces, ...], tuple[str, ...], str]:
     if spec.smi_format == "xml":
         text = _path(spec.smi_file).read_text(encoding="utf-8")
         if spec.replicate:
             text = _disable_mig(text)
         # Datacenter hosts run nvidia-persistenced; these captures come from boxes that did not.
-        text = text.replace("<persistence_mode>Disabled</persistence_mode>",
-                            "<persistence_mode>Enabled</persistence_mode>")
+        text = text.replace(
+            "<persistence_mode>Disabled</persistence_mode>",
+            "<persistence_mode>Enabled</persistence_mode>",
+        )
         driver = re.search(r"<driver_version>([^<]+)</", text)
         starts = [m.start() for m in re.finditer(r"^    <gpu id=", text, re.M)]
         end = text.rindex("    </gpu>") + len("    </gpu>\n")
-        head = _sub_once(r"(<attached_gpus>)\d+(</attached_gpus>)",
-                         rf"\g<1>{_slot('attached')}\g<2>", text[: starts[0]], "attached")
+        head = _sub_once(
+            r"(<attached_gpus>)\d+(</attached_gpus>)",
+            rf"\g<1>{_slot('attached')}\g<2>",
+            text[: starts[0]],
+            "attached",
+        )
         raw_blocks = [text[a:b] for a, b in zip(starts, [*starts[1:], end], strict=True)]
         bus_ids = tuple(_lspci_bus(re.findall(r"<pci_bus_id>([^<]+)<", b)[0]) for b in raw_blocks)
         blocks = [_xml_block_slots(b, spec.replicate) for b in raw_blocks]
@@ -686,10 +872,13 @@ def _smi_template(spec: ModelSpec) -> tuple[str, _Pieces, tuple[_Pieces, ...], t
         starts = [m.start() for m in re.finditer(r"^GPU [0-9A-Fa-f]{8}:", text, re.M)]
         # nvidia-smi -q opens with an empty line; the bundle drops it with the section gap
         head_text = "\n" + text[: starts[0]].lstrip("\n")
-        head = _sub_once(r"^(Attached GPUs\s+: )\d+$", rf"\g<1>{_slot('attached')}", head_text,
-                         "attached")
-        raw_blocks = [text[a:b].rstrip("\n") + "\n"
-                      for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+        head = _sub_once(
+            r"^(Attached GPUs\s+: )\d+$", rf"\g<1>{_slot('attached')}", head_text, "attached"
+        )
+        raw_blocks = [
+            text[a:b].rstrip("\n") + "\n"
+            for a, b in zip(starts, [*starts[1:], len(text)], strict=True)
+        ]
         bus_ids = tuple(_lspci_bus(b.split("\n", 1)[0].split()[1]) for b in raw_blocks)
         blocks = [_text_block_slots(b, spec.replicate) for b in raw_blocks]
         tail = ""
@@ -724,13 +913,23 @@ def _template(model: str) -> _Template:
     spec = model_spec(model)
     driver, head, blocks, bus_ids, tail = _smi_template(spec)
     ibstat = _path(spec.ibstat_file).read_text(encoding="utf-8") if spec.ibstat_file else None
-    topo = (_exporter_bundle(spec.smi_file)[spec.topo_capture] if spec.topo_capture else None)
-    product = re.search(r"<product_name>([^<]+)<|^    Product Name\s+: (.+)$",
-                        "".join(blocks[0]), re.M)
+    topo = _exporter_bundle(spec.smi_file)[spec.topo_capture] if spec.topo_capture else None
+    product = re.search(
+        r"<product_name>([^<]+)<|^    Product Name\s+: (.+)$", "".join(blocks[0]), re.M
+    )
     assert product is not None
-    return _Template(spec=spec, driver=driver, product=product[1] or product[2], head=head,
-                     blocks=blocks, bus_ids=bus_ids, tail=tail, nvlink=_nvlink_template(spec),
-                     ibstat=ibstat, topo=topo)
+    return _Template(
+        spec=spec,
+        driver=driver,
+        product=product[1] or product[2],
+        head=head,
+        blocks=blocks,
+        bus_ids=bus_ids,
+        tail=tail,
+        nvlink=_nvlink_template(spec),
+        ibstat=ibstat,
+        topo=topo,
+    )
 
 
 # --------------------------------------------------------------------------- identities
@@ -751,8 +950,13 @@ def fault_gpu_index(host: LabHost) -> int:
 
 # Serial prefixes: the capture's own when it has a real one, else a plausible factory code
 # (the exporter and A10G captures mask the serial to zeros).
-_SERIAL_PREFIX = {"v100s-8x": "1562", "a100-8x": "1650", "h100-8x": "1654", "a10g-1x": "1323",
-                  "l40s-1x": "1322"}
+_SERIAL_PREFIX = {
+    "v100s-8x": "1562",
+    "a100-8x": "1650",
+    "h100-8x": "1654",
+    "a10g-1x": "1323",
+    "l40s-1x": "1322",
+}
 
 
 def _identity(host: LabHost, index: int) -> dict[str, str]:
@@ -760,17 +964,25 @@ def _identity(host: LabHost, index: int) -> dict[str, str]:
     h = _digest("gpu", host.model, host.serial_salt, index, generation).hex()
     # Serial = prefix + salt + index + swap generation: unique for unique salts (13 digits).
     serial = f"{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}{index}{generation % 100:02d}"
-    return {"serial": serial, "uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
-            "pdi": f"0x{h[16:32]}"}
+    return {
+        "serial": serial,
+        "uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
+        "pdi": f"0x{h[16:32]}",
+    }
 
 
 def _bus_values(bus_id: str, index: int, fmt: str) -> dict[str, str]:
     dom, bus, devfn = bus_id.split(":")
     dev = devfn.split(".")[0]
     full = f"0000{dom}:{bus}:{devfn}".upper()
-    return {"busid": full, "bus": bus.upper(), "dev": dev.upper(),
-            "dom": dom.upper() if fmt == "text" else dom, "minor": str(index),
-            "module": str(index + 1)}
+    return {
+        "busid": full,
+        "bus": bus.upper(),
+        "dev": dev.upper(),
+        "dom": dom.upper() if fmt == "text" else dom,
+        "minor": str(index),
+        "module": str(index + 1),
+    }
 
 
 # --------------------------------------------------------------------------- rendering
@@ -842,8 +1054,10 @@ def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
 def _nvlink(host: LabHost, tpl: _Template, present: list[int]) -> str:
     if not tpl.nvlink:
         # A GPU without NVLink: the per-GPU header line and no links (generated, see module doc)
-        return "".join(f"GPU {pos}: {tpl.product} (UUID: {_identity(host, i)['uuid']})\n"
-                       for pos, i in enumerate(present))
+        return "".join(
+            f"GPU {pos}: {tpl.product} (UUID: {_identity(host, i)['uuid']})\n"
+            for pos, i in enumerate(present)
+        )
     pieces = tpl.nvlink
     return "".join(
         _fill(pieces[i % len(pieces)], {"idx": str(pos), "uuid": _identity(host, i)["uuid"]})
@@ -851,20 +1065,23 @@ def _nvlink(host: LabHost, tpl: _Template, present: list[int]) -> str:
     )
 
 
-_LEGEND = "".join(line + "\n" for line in (  # verbatim from the exporter's topo -m capture
-    "Legend:",
-    "",
-    "  X    = Self",
-    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
-    "(e.g., QPI/UPI)",
-    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
-    "within a NUMA node",
-    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
-    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
-    "Bridge)",
-    "  PIX  = Connection traversing at most a single PCIe bridge",
-    "  NV#  = Connection traversing a bonded set of # NVLinks",
-))
+_LEGEND = "".join(
+    line + "\n"
+    for line in (  # verbatim from the exporter's topo -m capture
+        "Legend:",
+        "",
+        "  X    = Self",
+        "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+        "(e.g., QPI/UPI)",
+        "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+        "within a NUMA node",
+        "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
+        "Bridge)",
+        "  PIX  = Connection traversing at most a single PCIe bridge",
+        "  NV#  = Connection traversing a bonded set of # NVLinks",
+    )
+)
 
 
 def _ibstat_cas(ibstat: str) -> list[tuple[str, str, str, str]]:
@@ -874,10 +1091,17 @@ def _ibstat_cas(ibstat: str) -> list[tuple[str, str, str, str]]:
         m = re.match(r"CA '([^']+)'", block)
         if not m:
             continue
-        ca_type, layer, rate = (re.search(rf"^\s+{k}: (\S+)", block, re.M)
-                                for k in ("CA type", "Link layer", "Rate"))
-        out.append((m.group(1), ca_type[1] if ca_type else "", layer[1] if layer else "",
-                    rate[1] if rate else ""))
+        ca_type, layer, rate = (
+            re.search(rf"^\s+{k}: (\S+)", block, re.M) for k in ("CA type", "Link layer", "Rate")
+        )
+        out.append(
+            (
+                m.group(1),
+                ca_type[1] if ca_type else "",
+                layer[1] if layer else "",
+                rate[1] if rate else "",
+            )
+        )
     return out
 
 
@@ -891,8 +1115,9 @@ def _fabric_cas(spec: ModelSpec, ibstat: str) -> list[str]:
     """The high-speed ports (the expected spec's ``ib_ports``), in PCI order."""
     layer = "InfiniBand" if spec.fabric == "ib" else "Ethernet"
     rate = f"{spec.ib_rate_gbps:g}"
-    return sorted((n for n, _, ll, r in _ibstat_cas(ibstat) if ll == layer and r == rate),
-                  key=_pci_order)
+    return sorted(
+        (n for n, _, ll, r in _ibstat_cas(ibstat) if ll == layer and r == rate), key=_pci_order
+    )
 
 
 @dataclass(frozen=True)
@@ -916,8 +1141,15 @@ def _topo(tpl: _Template, present: list[int], driver: str) -> str:
     devs = [_Dev(f"GPU{pos}", i, None, int(i >= half), i) for pos, i in enumerate(present)]
     for k, name in enumerate(nics):
         slot = fabric.index(name) if name in fabric else None
-        devs.append(_Dev(f"NIC{k}" if new_format else name, None, name,
-                         int(slot >= half) if slot is not None else k % 2, slot))
+        devs.append(
+            _Dev(
+                f"NIC{k}" if new_format else name,
+                None,
+                name,
+                int(slot >= half) if slot is not None else k % 2,
+                slot,
+            )
+        )
 
     def link(a: _Dev, b: _Dev) -> str:
         if a == b:
@@ -929,9 +1161,15 @@ def _topo(tpl: _Template, present: list[int], driver: str) -> str:
         return "NODE" if a.numa == b.numa else "SYS"
 
     per_socket = spec.nproc // 4  # cores per socket; hyper-thread siblings follow all cores
-    affinity = ([f"{s * per_socket}-{(s + 1) * per_socket - 1},"
-                 f"{(s + 2) * per_socket}-{(s + 3) * per_socket - 1}" for s in (0, 1)]
-                if spec.gpu_count > 1 else [f"0-{spec.nproc - 1}"] * 2)
+    affinity = (
+        [
+            f"{s * per_socket}-{(s + 1) * per_socket - 1},"
+            f"{(s + 2) * per_socket}-{(s + 3) * per_socket - 1}"
+            for s in (0, 1)
+        ]
+        if spec.gpu_count > 1
+        else [f"0-{spec.nproc - 1}"] * 2
+    )
     cols = ["CPU Affinity", "NUMA Affinity"] + (["GPU NUMA ID"] if new_format else [])
     lines = ["\t\x1b[4m" + "\t".join([d.label for d in devs] + cols) + "\x1b[0m"]
     for d in devs:
@@ -963,8 +1201,9 @@ def _ibstat(host: LabHost, tpl: _Template) -> str:
         for j, block in enumerate(blocks):
             if block.startswith(f"CA '{ca}'"):
                 block = re.sub(r"(?m)^(\s+State: )\w+$", r"\g<1>Down", block, count=1)
-                blocks[j] = re.sub(r"(?m)^(\s+Physical state: )\w+$", rf"\g<1>{phys}", block,
-                                   count=1)
+                blocks[j] = re.sub(
+                    r"(?m)^(\s+Physical state: )\w+$", rf"\g<1>{phys}", block, count=1
+                )
                 break
         else:
             raise ConfigError(f"{host.name}: {f}: no RDMA adapter {ca!r}")
@@ -977,7 +1216,7 @@ _MT_PCI = {  # ibstat "CA type" (PCI device id, decimal) -> lspci -nn name
     "MT4125": "Mellanox Technologies MT2892 Family [ConnectX-6 Dx] [15b3:101d]",
     "MT4126": "Mellanox Technologies ConnectX Family mlx5Gen Virtual Function [15b3:101e]",
     "MT41692": "Mellanox Technologies MT43244 BlueField-3 integrated ConnectX-7 network "
-               "controller [15b3:a2dc] (rev 01)",
+    "controller [15b3:a2dc] (rev 01)",
 }
 
 
@@ -988,8 +1227,11 @@ def _lspci(tpl: _Template) -> str:
     if tpl.ibstat:
         cas = sorted(_ibstat_cas(tpl.ibstat), key=lambda ca: _pci_order(ca[0]))
         for (name, mt, layer, _), bus in zip(cas, spec.nic_bus_ids, strict=True):
-            cls = "Infiniband controller [0207]" if layer == "InfiniBand" else \
-                "Ethernet controller [0200]"
+            cls = (
+                "Infiniband controller [0207]"
+                if layer == "InfiniBand"
+                else "Ethernet controller [0200]"
+            )
             funcs = (".0", ".1") if "bond" in name else (".0",)  # a bond spans two functions
             lines += [f"{bus[:-2]}{fn} {cls}: {_MT_PCI[mt]}" for fn in funcs]
     lines += spec.extra_pci
@@ -1000,16 +1242,18 @@ _XID_MESSAGES = {  # codes the iso capture does not contain; texts as the driver
     79: "GPU has fallen off the bus.",
     13: "Graphics Exception: ChID 0008, Class 0000c9c0, Offset 00000510, Data 0017e2ac",
     31: "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ "
-        "0x7f31_c0000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    "0x7f31_c0000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
     45: "Ch 00000008",
     74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
     92: "High single-bit ECC error rate detected",
     95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
     119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 "
-         "(GSP_RM_CONTROL) (0x20803032 0x58c).",
+    "(GSP_RM_CONTROL) (0x20803032 0x58c).",
 }
-_XID_LINE = re.compile(r"^(?P<ts>\S+) NVRM: Xid \(PCI:(?P<pci>[^)]+)\): (?P<code>\d+), "
-                       r"(?P<who>pid=.*?, name=.*?), (?P<msg>.*)$")
+_XID_LINE = re.compile(
+    r"^(?P<ts>\S+) NVRM: Xid \(PCI:(?P<pci>[^)]+)\): (?P<code>\d+), "
+    r"(?P<who>pid=.*?, name=.*?), (?P<msg>.*)$"
+)
 
 
 @cache
@@ -1023,8 +1267,11 @@ def _xid_format() -> tuple[str, dict[int, str]]:
         if not m:
             continue
         if fmt is None:
-            fmt = "{ts} NVRM: Xid (PCI:{pci}): {code}, " + m["who"].replace("{", "{{").replace(
-                "}", "}}") + ", {msg}"
+            fmt = (
+                "{ts} NVRM: Xid (PCI:{pci}): {code}, "
+                + m["who"].replace("{", "{{").replace("}", "}}")
+                + ", {msg}"
+            )
         messages.setdefault(int(m["code"]), m["msg"])
     if fmt is None:
         raise RuntimeError("lab template: no Xid line in gpud_dmesg-time-format-iso.log")
@@ -1045,11 +1292,19 @@ def _xids(host: LabHost, tpl: _Template) -> str:
         if host.xid_at is not None:
             ts = host.xid_at.astimezone(UTC) + timedelta(seconds=n)
         else:
-            ts = _XID_EPOCH + timedelta(seconds=_pick(86400, "xid", host.name) + 97 * n,
-                                        microseconds=_pick(10**6, "us", host.name, n))
+            ts = _XID_EPOCH + timedelta(
+                seconds=_pick(86400, "xid", host.name) + 97 * n,
+                microseconds=_pick(10**6, "us", host.name, n),
+            )
         msg = captured.get(code) or _XID_MESSAGES.get(code) or "Ch 00000008"
-        lines.append(fmt.format(ts=ts.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00"),
-                                pci=f"{dom}:{bus}:{devfn.split('.')[0]}", code=code, msg=msg))
+        lines.append(
+            fmt.format(
+                ts=ts.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00"),
+                pci=f"{dom}:{bus}:{devfn.split('.')[0]}",
+                code=code,
+                msg=msg,
+            )
+        )
     return "".join(line + "\n" for line in lines)
 
 
@@ -1071,13 +1326,21 @@ _KERNEL = "5.15.0-125-generic"
 
 def _meminfo(spec: ModelSpec) -> str:
     total = spec.mem_total_kib
-    rows = [("MemTotal", total), ("MemFree", total * 87 // 100),
-            ("MemAvailable", total * 93 // 100),
-            ("Buffers", 2154816), ("Cached", total * 5 // 100), ("SwapCached", 0),
-            ("SwapTotal", 0), ("SwapFree", 0), ("HugePages_Total", 0)]
+    rows = [
+        ("MemTotal", total),
+        ("MemFree", total * 87 // 100),
+        ("MemAvailable", total * 93 // 100),
+        ("Buffers", 2154816),
+        ("Cached", total * 5 // 100),
+        ("SwapCached", 0),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+        ("HugePages_Total", 0),
+    ]
     # /proc/meminfo: name padded to 16 columns, value right-aligned in 8 ("kB" except hugepages)
-    return "".join(f"{k + ':':<16}{v:>8}{'' if k.startswith('HugePages') else ' kB'}\n"
-                   for k, v in rows)
+    return "".join(
+        f"{k + ':':<16}{v:>8}{'' if k.startswith('HugePages') else ' kB'}\n" for k, v in rows
+    )
 
 
 def _modules(spec: ModelSpec) -> str:
@@ -1171,20 +1434,27 @@ def render_sections(host: LabHost) -> dict[str, Section]:
         s["nvidia-smi-q"] = Section("nvidia-smi-q", "", "", 0)  # not run: XML answered
     else:
         s["nvidia-smi-xml"] = Section(
-            "nvidia-smi-xml", "",
+            "nvidia-smi-xml",
+            "",
             f"gpufleet lab: the 'nvidia-smi -q -x' capture is not available for lab model "
-            f"{spec.name} (this host answers 'nvidia-smi -q')", 2)
+            f"{spec.name} (this host answers 'nvidia-smi -q')",
+            2,
+        )
         s["nvidia-smi-q"] = Section("nvidia-smi-q", qtext, "", 0)
     s["topo-m"] = Section("topo-m", _topo(tpl, present, driver), "", 0)
     s["nvlink-s"] = Section("nvlink-s", _nvlink(host, tpl, present), "", 0)
-    s["ibstat"] = (Section("ibstat", _ibstat(host, tpl), "", 0) if tpl.ibstat is not None
-                   else _not_found("ibstat", "ibstat"))
+    s["ibstat"] = (
+        Section("ibstat", _ibstat(host, tpl), "", 0)
+        if tpl.ibstat is not None
+        else _not_found("ibstat", "ibstat")
+    )
     s["lspci-nn"] = Section("lspci-nn", _lspci(tpl), "", 0)
     s["kernel-xid"] = Section("kernel-xid", _xids(host, tpl), "", 0)
     s["lsblk"] = Section("lsblk", _lsblk(spec), "", 0)
     # fm(): systemctl prints "active"; otherwise it prints "inactive", pgrep fails, and fm echoes
-    s["fabricmanager"] = Section("fabricmanager",
-                                 "active" if spec.nvswitch else "inactive\ninactive", "", 0)
+    s["fabricmanager"] = Section(
+        "fabricmanager", "active" if spec.nvswitch else "inactive\ninactive", "", 0
+    )
 
     if "nvidia-smi-missing" in kinds:
         for name in ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"):
@@ -1204,8 +1474,10 @@ def render_sections(host: LabHost) -> dict[str, Section]:
             s[name] = Section(name, full[:cut], "", 0)
     # A tool's final newline is eaten by the framing (split_bundle drops it), so sections are
     # kept in that canonical form and split_bundle(render_output(h)) == render_sections(h).
-    return {name: Section(name, _chomp(s[name].stdout), _chomp(s[name].stderr), s[name].rc)
-            for name in SECTIONS}
+    return {
+        name: Section(name, _chomp(s[name].stdout), _chomp(s[name].stderr), s[name].rc)
+        for name in SECTIONS
+    }
 
 
 def _chomp(text: str) -> str:

@@ -54,8 +54,21 @@ PORT_LOCK = Path("/tmp/gpufleet-sshlab.ports.lock")
 LAB_HOME = Path("/var/lib/gpufleetlab")
 MODES = ("ok", "stopped", "hang", "wrong-key")
 #: Real utilities the remote script (and the fake tools) need; everything else comes from bin/.
-BASE_TOOLS = ("sh", "cat", "head", "tail", "grep", "mktemp", "mkdir", "rm", "timeout", "pgrep",
-              "sleep", "printf", "echo")
+BASE_TOOLS = (
+    "sh",
+    "cat",
+    "head",
+    "tail",
+    "grep",
+    "mktemp",
+    "mkdir",
+    "rm",
+    "timeout",
+    "pgrep",
+    "sleep",
+    "printf",
+    "echo",
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # Hang mode: sessions that never answer. The pid is recorded so stop() can end them.
 _HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
@@ -170,11 +183,11 @@ def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[st
         if sec_name in sections:
             tools[tool] = f"serve {data(sec_name)}"
     if "uname-r" in sections:
-        tools["uname"] = (f'if [ "$*" = "-r" ]; then serve {data("uname-r")}; fi\n'
-                          f'exec {_real("uname")} "$@"')
+        tools["uname"] = (
+            f'if [ "$*" = "-r" ]; then serve {data("uname-r")}; fi\nexec {_real("uname")} "$@"'
+        )
     if "nvidia-smi-xml" in sections:  # no XML section: nvidia-smi is absent (driver missing)
-        cases = "".join(
-            f'  {_sq(args)}) s={_sq(sec)} ;;\n' for args, sec in _NVSMI_ARGS.items())
+        cases = "".join(f"  {_sq(args)}) s={_sq(sec)} ;;\n" for args, sec in _NVSMI_ARGS.items())
         tools["nvidia-smi"] = (
             f'case "$*" in\n{cases}'
             '  *) echo "nvidia-smi (gpufleet lab): unsupported arguments: $*" >&2; exit 2 ;;\n'
@@ -182,7 +195,8 @@ def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[st
             f'd={_sq(str(data_dir))}/"$s"\n'
             '[ -f "$d.rc" ] || { echo "nvidia-smi (gpufleet lab): nothing recorded for $*" >&2; '
             "exit 2; }\n"
-            'serve "$d"')
+            'serve "$d"'
+        )
     if "kernel-xid" in sections:
         # The script greps dmesg for Xid lines; dmesg itself succeeds.
         tools["dmesg"] = f"{_real('cat')} {data('kernel-xid.out')}\nexit 0"
@@ -192,10 +206,11 @@ def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[st
         tools["systemctl"] = (
             'q=; [ "$1" = "--quiet" ] && { q=1; shift; }\n'
             'if [ "$1" = "is-active" ] && [ "$2" = "nvidia-fabricmanager" ]; then\n'
-            f"  [ -n \"$q\" ] || echo {_sq(state)}\n"
+            f'  [ -n "$q" ] || echo {_sq(state)}\n'
             f"  exit {0 if state == 'active' else 3}\n"
             "fi\n"
-            'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1')
+            'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
+        )
     for old in bin_dir.iterdir():
         if old.name not in tools:
             old.unlink()
@@ -246,8 +261,22 @@ def ensure_lab_user(user: str) -> pwd.struct_passwd:
         entry = pwd.getpwnam(user)
     except KeyError:
         res = subprocess.run(
-            ["useradd", "-M", "-r", "-d", str(LAB_HOME), "-s", "/bin/sh", "-c", "gpufleet ssh lab",
-             user], capture_output=True, text=True, check=False)
+            [
+                "useradd",
+                "-M",
+                "-r",
+                "-d",
+                str(LAB_HOME),
+                "-s",
+                "/bin/sh",
+                "-c",
+                "gpufleet ssh lab",
+                user,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         # rc 9: created meanwhile by a parallel test worker.
         if res.returncode not in (0, 9):
             raise LabError(f"useradd {user} failed: {res.stderr.strip()}") from None
@@ -259,8 +288,12 @@ def ensure_lab_user(user: str) -> pwd.struct_passwd:
     # useradd leaves the account locked ("!"); with UsePAM no sshd then refuses it.
     if _shadow_password(user).startswith("!"):
         for _ in range(20):  # usermod fails while another process holds the shadow lock
-            if subprocess.run(["usermod", "-p", "*", user], capture_output=True,
-                              check=False).returncode == 0:
+            if (
+                subprocess.run(
+                    ["usermod", "-p", "*", user], capture_output=True, check=False
+                ).returncode
+                == 0
+            ):
                 break
             time.sleep(0.1)
         else:
@@ -285,7 +318,8 @@ def _check_reachable(path: Path, uid: int) -> None:
             raise LabError(
                 f"{d} (mode {stat.S_IMODE(st.st_mode):o}) hides the lab from its login user; "
                 "use a lab root whose parents are all world-searchable, e.g. under /tmp "
-                "(not pytest's /tmp/pytest-of-root, which is 0700)")
+                "(not pytest's /tmp/pytest-of-root, which is 0700)"
+            )
 
 
 def _write_key(path: Path) -> str:
@@ -351,8 +385,9 @@ def _pid_alive(pid: int) -> bool:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -453,12 +488,15 @@ class SshLab:
         env = materialize_host(d, sections)
         os.chown(d / "run", self._pw.pw_uid, self._pw.pw_gid)
         with _port_lock():
-            port, reservation = _reserve_port(self.first_port,
-                                              {h.port for h in self._hosts.values()})
+            port, reservation = _reserve_port(
+                self.first_port, {h.port for h in self._hosts.values()}
+            )
         host = _Host(name, d, port, mode, reservation)
         host.host_key = _write_key(d / "ssh_host_ed25519_key")
-        _write(d / "authorized_keys",
-               (self._other_pub if mode == "wrong-key" else self._client_pub) + "\n")
+        _write(
+            d / "authorized_keys",
+            (self._other_pub if mode == "wrong-key" else self._client_pub) + "\n",
+        )
         _write(host.config, self._sshd_config(host, env))
         self._hosts[name] = host
         return self._target(host)
@@ -494,8 +532,9 @@ class SshLab:
         ]
         if h.mode == "hang":
             # tail --pid ends by itself once the session's sshd is gone (client gave up).
-            lines.append(f"ForceCommand echo $$ >>{h.dir}/run/hang.pids; exec {_HANG_COMMAND}"
-                         " --pid=$PPID")
+            lines.append(
+                f"ForceCommand echo $$ >>{h.dir}/run/hang.pids; exec {_HANG_COMMAND} --pid=$PPID"
+            )
         return "\n".join(lines) + "\n"
 
     def _target(self, h: _Host) -> Target:
@@ -527,8 +566,11 @@ class SshLab:
         # itself after chdir("/") for every connection.
         h.proc = subprocess.Popen(
             [SSHD, "-D", "-f", str(h.config), "-E", str(h.dir / "sshd.log")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True)  # a Ctrl-C meant for the tests does not hit the hosts
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # a Ctrl-C meant for the tests does not hit the hosts
 
     def _wait_ready(self, h: _Host, timeout_s: float) -> None:
         # The pid file is written after listen(); poll for it and for a TCP accept.
@@ -538,8 +580,10 @@ class SshLab:
             if h.proc.poll() is not None:
                 rc = h.proc.returncode
                 h.proc = None
-                raise LabError(f"{h.name}: sshd on 127.0.0.1:{h.port} exited {rc}: "
-                               f"{self._log_tail(h) or '(no log)'}")
+                raise LabError(
+                    f"{h.name}: sshd on 127.0.0.1:{h.port} exited {rc}: "
+                    f"{self._log_tail(h) or '(no log)'}"
+                )
             if h.pid_file.exists():
                 try:
                     with socket.create_connection(("127.0.0.1", h.port), timeout=2.0):
@@ -547,8 +591,10 @@ class SshLab:
                 except OSError:
                     pass
             if time.monotonic() > deadline:
-                raise LabError(f"{h.name}: sshd on 127.0.0.1:{h.port} not ready after "
-                               f"{timeout_s:.0f} s; log: {self._log_tail(h) or '(empty)'}")
+                raise LabError(
+                    f"{h.name}: sshd on 127.0.0.1:{h.port} not ready after "
+                    f"{timeout_s:.0f} s; log: {self._log_tail(h) or '(empty)'}"
+                )
             time.sleep(0.02)
 
     def _log_tail(self, h: _Host) -> str:
@@ -571,8 +617,13 @@ class SshLab:
         hang_pids = h.dir / "run" / "hang.pids"
         with contextlib.suppress(OSError):
             # Orphaned hang sessions (their sshd already left); only if still ours.
-            _kill_and_wait([int(p) for p in hang_pids.read_text().split()
-                            if p.isdigit() and _cmdline(int(p)).startswith(_HANG_COMMAND)])
+            _kill_and_wait(
+                [
+                    int(p)
+                    for p in hang_pids.read_text().split()
+                    if p.isdigit() and _cmdline(int(p)).startswith(_HANG_COMMAND)
+                ]
+            )
             hang_pids.unlink()
         h.pid_file.unlink(missing_ok=True)
 
@@ -588,8 +639,12 @@ class SshLab:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
     # -- changing hosts -------------------------------------------------------------------
@@ -635,5 +690,6 @@ class SshLab:
 
     def sshd_pids(self) -> list[int]:
         """Pids of this lab's running listener sshd processes (for leak checks)."""
-        return [h.proc.pid for h in self._hosts.values()
-                if h.proc is not None and h.proc.poll() is None]
+        return [
+            h.proc.pid for h in self._hosts.values() if h.proc is not None and h.proc.poll() is None
+        ]

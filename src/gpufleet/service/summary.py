@@ -29,6 +29,7 @@ class FleetSummary:
     quarantined: list[dict[str, str | None]]
     validating: list[dict[str, str | None]]
     unreachable: list[dict[str, str | None]]
+    warnings: list[dict[str, str | None]]
     drift: DriftReport
     gpus_total: int = 0
     gpus_available: int = 0
@@ -52,7 +53,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     by_profile: dict[str, Counter[str]] = {}
     hosts_per_profile: Counter[str] = Counter()
     gpus_total = gpus_avail = 0
-    quarantined, validating, unreachable = [], [], []
+    quarantined, validating, unreachable, warnings = [], [], [], []
     for h, snap in rows:
         n = snap.gpu_count if snap else 0
         gpus_total += n
@@ -66,6 +67,8 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             quarantined.append({"host": h.name, "fault": h.fault, "reason": h.fault_reason})
         elif h.state == HostState.VALIDATING.value:
             validating.append({"host": h.name, "fault": None, "reason": h.status_reason})
+        if h.state == HostState.AVAILABLE.value and h.health == "warning":
+            warnings.append({"host": h.name, "fault": None, "reason": h.status_reason})
         if h.last_outcome and h.last_outcome != "ok":
             unreachable.append({"host": h.name, "fault": h.last_outcome, "reason": h.last_reason})
     return FleetSummary(
@@ -76,6 +79,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         quarantined=quarantined,
         validating=validating,
         unreachable=unreachable,
+        warnings=warnings,
         drift=drift(fleet, selector),
         gpus_total=gpus_total,
         gpus_available=gpus_avail,

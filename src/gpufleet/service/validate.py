@@ -17,6 +17,7 @@ from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.domain.checks import CheckStatus
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS
@@ -63,6 +64,7 @@ class HostVerdict:
     profiles: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
     skipped: str | None = None
 
 
@@ -201,10 +203,21 @@ def judge_host(
         data={"profiles": sorted(outcome.profiles_passed), "faults": hw},
     )
     host.health = outcome.health.value
+    warnings = [
+        f"{r.name}: {r.message}" for r in outcome.results.values() if r.status is CheckStatus.WARN
+    ]
+    if outcome.decision is Decision.AVAILABLE:
+        warnings += [
+            f"not {p.name}: {'; '.join(p.reasons)}"
+            for p in outcome.profiles.values()
+            if not p.passed
+        ]
     if outcome.decision is Decision.AVAILABLE:
         host.profiles = sorted(outcome.profiles_passed)
         host.validated_until = now + fleet.settings.validation_ttl
         host.fault = host.fault_reason = None
+        # Usable, but an operator should look (e.g. a row remap pending a GPU reset).
+        host.status_reason = "; ".join(warnings) or None
     elif outcome.decision is Decision.QUARANTINE:
         host.fault = hw[0] if hw else None
         host.fault_reason = reason
@@ -227,6 +240,7 @@ def judge_host(
     verdict.profiles = list(host.profiles)
     verdict.reasons = list(outcome.reasons)
     verdict.faults = sorted(str(f) for f in outcome.faults)
+    verdict.warnings = warnings
     return verdict
 
 
