@@ -210,7 +210,8 @@ def judge_host(
         warnings += [
             f"not {p.name}: {'; '.join(p.reasons)}"
             for p in outcome.profiles.values()
-            if not p.passed
+            # Only profiles lost to something broken, not ones the host was never meant for.
+            if not p.passed and any(outcome.results[k].fault for k in p.failed)
         ]
     if outcome.decision is Decision.AVAILABLE:
         host.profiles = sorted(outcome.profiles_passed)
