@@ -12,19 +12,16 @@ Lab: 8x ``h100-8x`` hosts; gpu-02 runs another driver than the pool baseline
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.conftest import _truncate
-from typer.testing import CliRunner, Result
+from tests.clitools import Cli, cli_for_backend, flat
+from typer.testing import CliRunner
 
 from gpufleet.cli.main import app
-from gpufleet.store.db import Database
 
 ACTOR = "cli-test"
 POOL = "train-h100"
@@ -33,37 +30,13 @@ LAB_FAULTS = ("gpu-02=driver-drift", "gpu-03=ib-down", "gpu-04=gpu-missing")
 ALL_PROFILES = {"training-multinode", "training-single", "inference", "test"}
 
 
-def flat(text: str) -> str:
-    """Rich wraps at 80 columns in the runner: compare with whitespace collapsed."""
-    return " ".join(text.split())
-
-
 @dataclass
-class Gf:
-    """``gpufleet`` with the global options of one backend."""
-
-    backend: str
-    global_args: list[str]
-    tmp: Path
-    env: dict[str, str | None] = field(default_factory=dict)
-    runner: CliRunner = field(default_factory=CliRunner)
+class Gf(Cli):
+    """The CLI plus the standard lab of this module."""
 
     @property
     def lab(self) -> Path:
         return self.tmp / "lab"
-
-    def run(self, *argv: str, code: int = 0) -> Result:
-        r = self.runner.invoke(app, [*self.global_args, *argv], env=self.env)
-        if r.exception is not None and not isinstance(r.exception, SystemExit):
-            raise r.exception
-        assert r.exit_code == code, (
-            f"gpufleet {' '.join(argv)}: exit {r.exit_code}, expected {code}\n"
-            f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-        )
-        return r
-
-    def json(self, *argv: str, code: int = 0) -> Any:
-        return json.loads(self.run(*argv, "--json", code=code).stdout)
 
     def build_lab(self, *faults: str, hosts: int = 8) -> None:
         """lab create -> enroll -> collect (exit 0) -> baseline from gpu-01 for the pool."""
@@ -80,28 +53,10 @@ class Gf:
         self.run("baseline", "create", "h100-lab", "--from-host", "gpu-01", "--pool", POOL)
 
 
-def cli_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gf]:
-    """Shared body of the ``gf`` fixtures (SQLite under --home; PostgreSQL via --db)."""
-    home = tmp_path / "home"
-    env: dict[str, str | None] = {
-        "GPUFLEET_ACTOR": ACTOR,
-        "GPUFLEET_DATABASE_URL": None,
-        "GPUFLEET_HOME": None,
-    }
-    if request.param == "sqlite":
-        yield Gf("sqlite", ["--home", str(home)], tmp_path, env)
-        return
-    url: str = request.getfixturevalue("pg_database_url")
-    db = Database(url)
-    _truncate(db)
-    db.dispose()
-    # --home as well, so nothing is written under ~/.local/share.
-    yield Gf("postgres", ["--home", str(home), "--db", url], tmp_path, env)
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gf]:
-    yield from cli_backend(request, tmp_path)
+    c = cli_for_backend(request, tmp_path, ACTOR)
+    yield Gf(c.global_args, c.tmp, c.env)
 
 
 @pytest.fixture

@@ -8,19 +8,13 @@ event with the actor (``$GPUFLEET_ACTOR``) and the reason given on the command l
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.conftest import _truncate
-from typer.testing import CliRunner, Result
-
-from gpufleet.cli.main import app
-from gpufleet.store.db import Database
+from tests.clitools import Cli, cli_for_backend, flat
 
 ACTOR = "cli-lifecycle-test"
 POOL = "train-h100"
@@ -31,37 +25,9 @@ _TRANSITION = re.compile(
 )
 
 
-def flat(text: str) -> str:
-    """Rich wraps at 80 columns in the runner: compare with whitespace collapsed."""
-    return " ".join(text.split())
-
-
 @dataclass
-class Gf:
-    """``gpufleet`` with the global options of one backend."""
-
-    global_args: list[str]
-    tmp: Path
-    env: dict[str, str | None]
-    runner: CliRunner = field(default_factory=CliRunner)
-
-    def run(self, *argv: str, code: int = 0) -> Result:
-        r = self.runner.invoke(app, [*self.global_args, *argv], env=self.env)
-        if r.exception is not None and not isinstance(r.exception, SystemExit):
-            raise r.exception
-        assert r.exit_code == code, (
-            f"gpufleet {' '.join(argv)}: exit {r.exit_code}, expected {code}\n"
-            f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
-        )
-        return r
-
-    def json(self, *argv: str, code: int = 0) -> Any:
-        return json.loads(self.run(*argv, "--json", code=code).stdout)
-
-    def state(self, host: str) -> str:
-        rows = self.json("hosts", "list", host)
-        assert [r["name"] for r in rows] == [host]
-        return str(rows[0]["state"])
+class Gf(Cli):
+    """The CLI plus transition-log parsing."""
 
     def transitions(self, host: str) -> list[dict[str, str]]:
         """The host's transition events, oldest first, parsed from their messages."""
@@ -80,21 +46,8 @@ class Gf:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gf]:
-    """SQLite under --home, or the session's PostgreSQL via --db (tables truncated)."""
-    home = tmp_path / "home"
-    env: dict[str, str | None] = {
-        "GPUFLEET_ACTOR": ACTOR,
-        "GPUFLEET_DATABASE_URL": None,
-        "GPUFLEET_HOME": None,
-    }
-    args = ["--home", str(home)]
-    if request.param == "postgres":
-        url: str = request.getfixturevalue("pg_database_url")
-        db = Database(url)
-        _truncate(db)
-        db.dispose()
-        args += ["--db", url]
-    yield Gf(args, tmp_path, env)
+    c = cli_for_backend(request, tmp_path, ACTOR)
+    yield Gf(c.global_args, c.tmp, c.env)
 
 
 def test_operator_lifecycle_and_event_log(gf: Gf) -> None:

@@ -1,0 +1,70 @@
+"""Running the ``gpufleet`` CLI in tests, on SQLite (``--home``) or PostgreSQL (``--db``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from gpufleet.cli.main import app
+from gpufleet.store.db import Database
+from tests.conftest import _truncate
+
+
+def flat(text: str) -> str:
+    """Rich wraps at 80 columns in the runner: compare with whitespace collapsed."""
+    return " ".join(text.split())
+
+
+@dataclass
+class Cli:
+    """``gpufleet`` with the global options of one backend."""
+
+    global_args: list[str]
+    tmp: Path
+    env: dict[str, str | None]
+    runner: CliRunner = field(default_factory=CliRunner)
+
+    def run(self, *argv: str, code: int = 0) -> Result:
+        """Run a command; assert its exit code."""
+        r = self.runner.invoke(app, [*self.global_args, *argv], env=self.env)
+        if r.exception is not None and not isinstance(r.exception, SystemExit):
+            raise r.exception
+        assert r.exit_code == code, (
+            f"gpufleet {' '.join(argv)}: exit {r.exit_code}, expected {code}\n"
+            f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+        )
+        return r
+
+    def json(self, *argv: str, code: int = 0) -> Any:
+        """Run a command with ``--json`` and decode its stdout."""
+        return json.loads(self.run(*argv, "--json", code=code).stdout)
+
+    def state(self, host: str) -> str:
+        """The host's lifecycle state as ``hosts list`` reports it."""
+        rows = self.json("hosts", "list", host)
+        assert [r["name"] for r in rows] == [host]
+        return str(rows[0]["state"])
+
+
+def cli_for_backend(request: pytest.FixtureRequest, tmp_path: Path, actor: str) -> Cli:
+    """SQLite under --home, or the session's PostgreSQL via --db (tables truncated); the
+    environment is cleared of GPUFLEET_* so nothing outside the test leaks in."""
+    home = tmp_path / "home"
+    env: dict[str, str | None] = {
+        "GPUFLEET_ACTOR": actor,
+        "GPUFLEET_DATABASE_URL": None,
+        "GPUFLEET_HOME": None,
+    }
+    args = ["--home", str(home)]  # also with --db, so nothing is written under ~
+    if request.param == "postgres":
+        url: str = request.getfixturevalue("pg_database_url")
+        db = Database(url)
+        _truncate(db)
+        db.dispose()
+        args += ["--db", url]
+    return Cli(args, tmp_path, env)
