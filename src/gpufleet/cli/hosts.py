@@ -5,12 +5,22 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
+from rich import box
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, open_fleet, print_json
 from gpufleet.service.hosts import list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
+
+#: Profile names shortened for narrow tables (``--json`` keeps the full names).
+PROFILE_SHORT = {"training-multinode": "M", "training-single": "S", "inference": "I", "test": "T"}
+
+
+def _profile_order(name: str) -> tuple[int, str]:
+    order = list(PROFILE_SHORT)
+    return (order.index(name) if name in order else len(order), name)
+
 
 STATE_STYLE = {
     "available": "green",
@@ -41,25 +51,29 @@ def list_cmd(
     if as_json:
         print_json([asdict(r) for r in rows])
         return
-    t = Table(title=f"{len(rows)} hosts")
-    for col in ("host", "state", "pool", "GPUs", "driver", "profiles", "last collect"):
-        t.add_column(col, no_wrap=col in ("host", "state"), overflow="fold")
+    t = Table(
+        title=f"{len(rows)} hosts",
+        box=box.SIMPLE_HEAD,
+        caption="profiles: " + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
+    )
+    for col in ("host", "state", "pool", "GPUs", "driver", "prof.", "collect"):
+        t.add_column(col, no_wrap=col in ("host", "state", "driver", "prof."), overflow="fold")
     for r in rows:
         gpus = (
-            f"{r.gpu_count}x {r.gpu_model}"
+            f"{r.gpu_count}x {(r.gpu_model or '?').removeprefix('NVIDIA ')}"
             if r.gpu_count
             else ("-" if r.gpu_model is None else "0")
         )
         st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
         if r.fault:
-            st += f" ({r.fault})"
+            st += f"\n[dim]{r.fault}[/]"
         t.add_row(
             r.name,
             st,
             r.pool or "",
             gpus,
             r.driver or "",
-            ",".join(r.profiles),
+            ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
             r.last_outcome or "never",
         )
     console.print(t)
@@ -109,7 +123,7 @@ def show_cmd(
             console.print(f"  [red]{f.nvidia_smi_error}[/]")
         g = Table(title="GPUs")
         for col in ("#", "model", "memory", "serial", "bus", "VBIOS", "temp", "ECC unc.", "remap"):
-            g.add_column(col, overflow="fold")
+            g.add_column(col, no_wrap=col != "model", overflow="fold")
         for gpu in f.gpus:
             unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
             rr = gpu.remapped_rows
@@ -118,7 +132,7 @@ def show_cmd(
             )
             g.add_row(
                 str(gpu.index),
-                gpu.product_name or "?",
+                (gpu.product_name or "?").removeprefix("NVIDIA "),
                 f"{gpu.memory_total_mib} MiB",
                 gpu.serial or "",
                 gpu.pci_bus_id or "",
