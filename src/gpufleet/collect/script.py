@@ -46,17 +46,23 @@ SECTIONS: tuple[str, ...] = (
 _TEMPLATE = r"""
 R="${GPUFLEET_SYSROOT:-}"
 TMO=__TOOL_TIMEOUT__
-T=$(mktemp -d 2>/dev/null || echo /tmp/gpufleet.$$)
-mkdir -p "$T"
+E=$(mktemp "${TMPDIR:-/tmp}/gpufleet.XXXXXX" 2>/dev/null) || E="${TMPDIR:-/tmp}/gpufleet.$$.err"
+trap 'rm -f "$E"' EXIT
+trap 'exit 143' HUP INT TERM
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $TMO"; else TO=""; fi
 sec() {
   name=$1; shift
   printf '\n@@gpufleet:begin %s@@\n' "$name"
-  "$@" 2>"$T/err"
+  "$@" 2>"$E"
   rc=$?
   printf '\n@@gpufleet:stderr %s@@\n' "$name"
-  [ -s "$T/err" ] && head -c 2048 "$T/err"
+  [ -s "$E" ] && head -c 2048 "$E"
   printf '\n@@gpufleet:end %s rc=%d@@\n' "$name" "$rc"
+}
+readf() {
+  # A file through shell builtins: no process per file (this script runs on every host).
+  [ -r "$1" ] || { echo "cannot read $1" >&2; return 1; }
+  while IFS= read -r line || [ -n "$line" ]; do printf '%s\n' "$line"; done < "$1"
 }
 nvsmi_q() {
   # XML is the machine format; only when it is refused do we fall back to the text report.
@@ -69,7 +75,7 @@ xids() {
   return 0
 }
 dmi() {
-  cat "$R/sys/class/dmi/id/sys_vendor" "$R/sys/class/dmi/id/product_name" 2>/dev/null
+  for f in sys_vendor product_name; do readf "$R/sys/class/dmi/id/$f" 2>/dev/null; done
   return 0
 }
 fm() {
@@ -78,13 +84,13 @@ fm() {
   echo inactive
 }
 echo "@@gpufleet:script v1@@"
-sec hostname hostname
-sec os-release cat "$R/etc/os-release"
-sec uname-r uname -r
+sec hostname readf "$R/proc/sys/kernel/hostname"
+sec os-release readf "$R/etc/os-release"
+sec uname-r readf "$R/proc/sys/kernel/osrelease"
 sec nproc nproc
-sec meminfo cat "$R/proc/meminfo"
+sec meminfo readf "$R/proc/meminfo"
 sec dmi dmi
-sec modules cat "$R/proc/modules"
+sec modules readf "$R/proc/modules"
 sec sysctl sysctl -e __SYSCTL_KEYS__
 sec nvidia-smi-xml $TO nvidia-smi -q -x
 nvx_rc=$rc
@@ -96,7 +102,7 @@ sec lspci-nn $TO lspci -nn -D
 sec kernel-xid xids
 sec lsblk lsblk -b -d -n -P -o NAME,SIZE,TRAN,ROTA,MODEL
 sec fabricmanager fm
-rm -rf "$T"
+rm -f "$E"
 echo "@@gpufleet:done@@"
 """
 

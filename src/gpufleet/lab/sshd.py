@@ -12,13 +12,14 @@ Layout of one host directory (see :func:`materialize_host`)::
               /usr/bin is NOT on PATH, so a tool without a section is truly absent (rc 127)
               even on a machine that has a real lspci, dmesg or nvidia-smi
     data/     <section>.out / .err / .rc served by the fake tools
-    sysroot/  etc/os-release, proc/meminfo, proc/modules, sys/class/dmi/id/*
+    sysroot/  etc/os-release, proc/{meminfo,modules}, proc/sys/kernel/{hostname,osrelease},
+              sys/class/dmi/id/*
     run/      calls.log (one line per fake tool call), hang.pids; owned by the lab user
 
 Round trip: a fake tool prints the section stdout plus one newline (as real tools do), so
 ``split_bundle`` of the script output gives back exactly the section's stdout, stderr and rc.
-Limits, all from the script itself: file-backed sections (os-release, meminfo, modules) come
-back with an empty stderr, and rc != 0 means "file missing" (cat's rc 1 and message); ``dmi``
+Limits, all from the script itself: file-backed sections (hostname, uname-r, os-release, meminfo,
+modules) come back with rc != 0 meaning "file missing" (rc 1, "cannot read PATH"); ``dmi``
 and ``kernel-xid`` always have rc 0 and no stderr; ``kernel-xid`` keeps only lines with
 ``NVRM: Xid``; ``nvidia-smi-q`` is empty when ``nvidia-smi-xml`` has rc 0; stderr is cut at
 2 KiB; ``fabricmanager`` is served by ``systemctl is-active`` (rc 0 when "active", else 3).
@@ -75,7 +76,6 @@ _HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
 
 #: Sections served by a generic fake tool: section -> tool name in bin/.
 _SIMPLE_TOOLS = {
-    "hostname": "hostname",
     "nproc": "nproc",
     "sysctl": "sysctl",
     "ibstat": "ibstat",
@@ -84,6 +84,8 @@ _SIMPLE_TOOLS = {
 }
 #: Sections served as files under sysroot/.
 _FILES = {
+    "hostname": "proc/sys/kernel/hostname",
+    "uname-r": "proc/sys/kernel/osrelease",
     "os-release": "etc/os-release",
     "meminfo": "proc/meminfo",
     "modules": "proc/modules",
@@ -129,7 +131,10 @@ def _tool_script(body: str, log: Path) -> str:
         "#!/bin/sh\n"
         "# gpufleet ssh lab fake tool: serves recorded output from data/.\n"
         f'echo "${{0##*/}}${{*:+ $*}}" >>{_sq(str(log))} 2>/dev/null\n'
-        f'serve() {{ {cat} "$1.out"; {cat} "$1.err" >&2; exit "$({cat} "$1.rc")"; }}\n'
+        # Builtins where possible and exec for the common case (rc 0): a fake tool should cost
+        # about what the real one does, one process, or the lab inflates per-tool overhead.
+        f'serve() {{ [ -s "$1.err" ] && {cat} "$1.err" >&2; read -r rc < "$1.rc"; '
+        f'[ "$rc" = 0 ] && exec {cat} "$1.out"; {cat} "$1.out"; exit "$rc"; }}\n'
         f"{body}\n"
     )
 
@@ -182,10 +187,6 @@ def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[st
     for sec_name, tool in _SIMPLE_TOOLS.items():
         if sec_name in sections:
             tools[tool] = f"serve {data(sec_name)}"
-    if "uname-r" in sections:
-        tools["uname"] = (
-            f'if [ "$*" = "-r" ]; then serve {data("uname-r")}; fi\nexec {_real("uname")} "$@"'
-        )
     if "nvidia-smi-xml" in sections:  # no XML section: nvidia-smi is absent (driver missing)
         cases = "".join(f"  {_sq(args)}) s={_sq(sec)} ;;\n" for args, sec in _NVSMI_ARGS.items())
         tools["nvidia-smi"] = (
