@@ -152,3 +152,22 @@ def test_row_locks_of_a_concurrent_transaction_are_skipped(
     assert sorted(c.target.name for c in got) == ["gpu-01", "gpu-03"]
     assert busy == ["gpu-02"]
     fleet.db.dispose()
+
+
+def test_stale_result_after_lease_expiry_is_discarded(fleet: Fleet, tmp_path: Path) -> None:
+    """Worker A's lease runs out, B re-claims and stores; A's late result must not win."""
+    from datetime import timedelta
+
+    from gpufleet.collect.transport import RawResult
+    from gpufleet.service.collect import apply_result, claim
+
+    d = make_lab(tmp_path, n=1, faults={})
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    run_a, held_a, _ = claim(fleet, "gpu-01", None, timedelta(minutes=1))
+    fleet.clock.advance(minutes=2)  # type: ignore[attr-defined]
+    rep_b = collect(fleet, "gpu-01")
+    assert rep_b.results[0].outcome is Outcome.OK
+    late = apply_result(fleet, run_a, held_a[0].host_id,
+                        RawResult("gpu-01", Outcome.BAD_OUTPUT, "garbage"), held_a[0].token)
+    assert late.outcome is Outcome.ERROR and "discarded" in late.reason
+    assert show_host(fleet, "gpu-01").view.last_outcome == "ok"

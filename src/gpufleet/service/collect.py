@@ -78,6 +78,7 @@ class _Claimed:
     target: Target
     transport: str
     lab_dir: str | None
+    token: str
 
 
 def _transport_for(vars_: dict[str, str], override: str | None) -> str:
@@ -120,6 +121,7 @@ def claim(
                     target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
                     transport=_transport_for(h.vars, transport),
                     lab_dir=h.vars.get("gpufleet_lab_dir"),
+                    token=token,
                 )
             )
         got = {c.target.name for c in claimed}
@@ -200,7 +202,8 @@ def collect(
         _run_all([(by_key[k], ts) for k, ts in groups.items()], script, forks, timeout_s, on_result)
     )
     ids = {c.target.name: c.host_id for c in claimed}
-    results = [apply_result(fleet, run_id, ids[r.host], r) for r in raw]
+    tokens = {c.target.name: c.token for c in claimed}
+    results = [apply_result(fleet, run_id, ids[r.host], r, tokens[r.host]) for r in raw]
     with fleet.db.session() as s:
         run = s.get(CollectionRun, run_id)
         assert run is not None
@@ -226,8 +229,14 @@ def parse_result(raw: RawResult, collected_at: datetime) -> tuple[RawResult, Hos
     return raw, facts
 
 
-def apply_result(fleet: Fleet, run_id: int, host_id: int, raw: RawResult) -> HostResult:
-    """Store one host's result in its own short transaction, guarded by the claim token."""
+def apply_result(
+    fleet: Fleet, run_id: int, host_id: int, raw: RawResult, token: str | None = None
+) -> HostResult:
+    """Store one host's result in its own short transaction, guarded by the claim token.
+
+    If the lease ran out and another worker claimed the host meanwhile, this (older) result is
+    discarded rather than written over the newer worker's.
+    """
     now = fleet.now()
     raw, facts = parse_result(raw, now)
     res = HostResult(raw.host, raw.outcome, raw.reason, raw.duration_s)
@@ -235,6 +244,13 @@ def apply_result(fleet: Fleet, run_id: int, host_id: int, raw: RawResult) -> Hos
         host = s.get(Host, host_id, with_for_update=True)
         if host is None:
             return res
+        if token is not None and host.lock_token != token:
+            return HostResult(
+                raw.host,
+                Outcome.ERROR,
+                "result discarded: the claim expired and another worker holds the host now",
+                raw.duration_s,
+            )
         if raw.outcome is Outcome.HOST_KEY_CHANGED:
             record_event(
                 s,

@@ -163,13 +163,22 @@ def _baseline(s: Session, host: Host) -> Baseline | None:
 
 
 def judge_host(
-    fleet: Fleet, s: Session, host: Host, policies: Policies, collected: RawResult | None
+    fleet: Fleet,
+    s: Session,
+    host: Host,
+    policies: Policies,
+    collected: RawResult | None,
+    *,
+    must_be_collected: bool = False,
 ) -> HostVerdict:
     """Evaluate one host's latest facts and move it through the lifecycle."""
     before = host.state
     verdict = HostVerdict(host.name, before, before, None)
     if HostState(host.state) not in VALIDATABLE:
         verdict.skipped = f"not validated in state {host.state}"
+        return verdict
+    if collected is None and must_be_collected:
+        verdict.skipped = "not collected in this run (another worker is collecting it)"
         return verdict
     if collected is not None and collected.outcome is not Outcome.OK:
         verdict.skipped = f"not collected: {collected.outcome.value} ({collected.reason})"
@@ -273,7 +282,11 @@ def validate(
             host = s.scalar(select(Host).where(Host.name == name).with_for_update())
             if host is None:
                 continue
-            verdicts.append(judge_host(fleet, s, host, policies, raw.get(name)))
+            verdicts.append(
+                judge_host(
+                    fleet, s, host, policies, raw.get(name), must_be_collected=run is not None
+                )
+            )
     return ValidateReport(verdicts, run)
 
 
