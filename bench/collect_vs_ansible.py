@@ -195,6 +195,41 @@ def run_gpufleet(inv: Path, work: Path, n: int, attempt: int) -> Measured:
     return clock.result()
 
 
+#: The same work Ansible does (one command, here also parsed), through gpufleet's engine:
+#: inventory -> asyncssh transport -> nvidia-smi XML parser. Run as its own process so the
+#: interpreter start is counted, as for the other two.
+_SAME_WORK = """
+import asyncio, json, sys
+from pathlib import Path
+from gpufleet.collect.inventory import load_inventory
+from gpufleet.collect.nvidia_smi import parse_nvidia_smi_xml
+from gpufleet.collect.ssh import SshTransport
+from gpufleet.collect.transport import Target, run_many
+inv = load_inventory(Path(sys.argv[1]))
+targets = [Target(h.name, h.address, h.port, h.user, h.key_file) for h in inv.hosts]
+res = asyncio.run(run_many(SshTransport(), targets, "nvidia-smi -q -x", forks=200))
+gpus = [len(parse_nvidia_smi_xml(r.output or "", r.host).gpus) if r.outcome.value == "ok" else -1
+        for r in res]
+print(json.dumps(gpus))
+"""
+
+
+def run_gpufleet_same_work(inv: Path, n: int) -> Measured:
+    """Time gpufleet's engine doing exactly Ansible's job: ``nvidia-smi -q -x``, parsed."""
+    with _Clock() as clock:
+        res = subprocess.run([sys.executable, "-c", _SAME_WORK, str(inv)],
+                             capture_output=True, text=True, check=False)
+    try:
+        gpus: list[int] = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise BenchError(f"gpufleet same-work run (rc {res.returncode}) printed no JSON: "
+                         f"{_tail(res.stderr or res.stdout)}") from None
+    if len(gpus) != n or any(g != GPUS_PER_HOST for g in gpus):
+        raise BenchError(f"gpufleet same-work run: {gpus.count(GPUS_PER_HOST)}/{n} hosts "
+                         f"with {GPUS_PER_HOST} GPUs")
+    return clock.result()
+
+
 # --------------------------------------------------------------------------- ansible
 
 
@@ -300,10 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lab up in {time.perf_counter() - t0:.1f} s; inventory {inv}", flush=True)
 
         gf = ToolResult("gpufleet collect")
+        same = ToolResult("gpufleet engine, same command")
         an = ToolResult(f"ansible -m command (-f {args.forks_ansible})")
         for i in range(args.repeat):
             gf.add(run_gpufleet(inv, work, n, i))
             print(f"  run {i + 1}/{args.repeat}: gpufleet {gf.walls[-1]:.2f} s", flush=True)
+            same.add(run_gpufleet_same_work(inv, n))
+            print(f"  run {i + 1}/{args.repeat}: same cmd {same.walls[-1]:.2f} s", flush=True)
             an.add(run_ansible(inv, work, n, args.forks_ansible, i))
             print(f"  run {i + 1}/{args.repeat}: ansible  {an.walls[-1]:.2f} s", flush=True)
     except BaseException:
@@ -326,18 +364,21 @@ def main(argv: list[str] | None = None) -> int:
     print(f"N = {n} hosts ({MODEL}, {GPUS_PER_HOST} GPUs each), controller and hosts share "
           f"{cpus} CPUs (nproc), median of {args.repeat} run(s)")
     print(f"{'tool':<34} {'wall s':>8} {'hosts/s':>9} {'ctl cpu-s':>10} {'all cpu-s':>10}")
-    for r in (gf, an):
+    for r in (gf, same, an):
         print(f"{r.tool:<34} {r.median:>8.2f} {n / r.median:>9.1f} "
               f"{statistics.median(r.controller_cpu):>10.2f} "
               f"{statistics.median(r.machine_cpu):>10.2f}")
     ctl_ratio = statistics.median(an.controller_cpu) / max(
         statistics.median(gf.controller_cpu), 1e-9)
     print(f"ratio ansible / gpufleet: {ratio:.1f}x wall, {ctl_ratio:.1f}x controller CPU")
+    print(f"ratio ansible / gpufleet engine on the same command: {an.median / same.median:.1f}x "
+          "wall")
     print("ctl cpu-s: CPU of the timed process and the children it reaped (Ansible's "
           "ControlPersist masters excluded); all cpu-s: every CPU on the machine, lab hosts "
           "included.")
-    print("note: gpufleet runs the full collection (~17 tools per host, parsed and stored in "
-          "SQLite); ansible runs only nvidia-smi -q -x and parses nothing.")
+    print("note: 'gpufleet collect' runs the full collection (~17 tools per host, parsed and "
+          "stored in SQLite); ansible runs only nvidia-smi -q -x and parses nothing; the engine "
+          "row runs that same single command through gpufleet's transport and parser.")
     if args.json_out:
         args.json_out.write_text(json.dumps({
             "hosts": n, "model": MODEL, "cpus": cpus, "repeat": args.repeat,
@@ -349,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             "ansible_controller_cpu_s": an.controller_cpu,
             "gpufleet_machine_cpu_s": gf.machine_cpu, "ansible_machine_cpu_s": an.machine_cpu,
             "controller_cpu_ratio": ctl_ratio,
+            "gpufleet_same_command_s": same.walls,
+            "ratio_same_command": an.median / same.median,
         }, indent=2) + "\n", encoding="utf-8")
     return 0
 

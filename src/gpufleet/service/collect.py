@@ -8,7 +8,9 @@ collect the same host at once, and results are applied only while the token stil
 from __future__ import annotations
 
 import asyncio
+import queue
 import socket
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -198,12 +200,39 @@ def collect(
             c.target
         )
     script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-    raw = asyncio.run(
-        _run_all([(by_key[k], ts) for k, ts in groups.items()], script, forks, timeout_s, on_result)
-    )
     ids = {c.target.name: c.host_id for c in claimed}
     tokens = {c.target.name: c.token for c in claimed}
-    results = [apply_result(fleet, run_id, ids[r.host], r, tokens[r.host]) for r in raw]
+    # Results are parsed and stored by a second thread while slower hosts are still answering,
+    # so the controller's CPU work overlaps the network wait instead of following it.
+    pending: queue.Queue[RawResult | None] = queue.Queue()
+    results: list[HostResult] = []
+    failure: list[BaseException] = []
+
+    def applier() -> None:
+        while (r := pending.get()) is not None:
+            try:
+                results.append(apply_result(fleet, run_id, ids[r.host], r, tokens[r.host]))
+            except BaseException as exc:  # re-raised in the caller's thread below
+                failure.append(exc)
+
+    def arrived(r: RawResult) -> None:
+        pending.put(r)
+        if on_result:
+            on_result(r)
+
+    worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
+    worker.start()
+    try:
+        asyncio.run(
+            _run_all(
+                [(by_key[k], ts) for k, ts in groups.items()], script, forks, timeout_s, arrived
+            )
+        )
+    finally:
+        pending.put(None)
+        worker.join()
+    if failure:
+        raise failure[0]
     with fleet.db.session() as s:
         run = s.get(CollectionRun, run_id)
         assert run is not None
