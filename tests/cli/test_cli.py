@@ -215,7 +215,8 @@ def test_onboarding_listing_show_and_summary(lab: Gf) -> None:
     assert sm["gpus_available"] == 6 * 8
     assert sm["hosts_per_profile"]["training-multinode"] == 5  # gpu-03's fabric is down
     assert sm["hosts_per_profile"]["inference"] == 6
-    assert [s["hosts"] for s in sm["drift"]["summary"]] == [["gpu-02"]]
+    # The driver moved and the fabric manager (same version as the driver) with it.
+    assert [s["hosts"] for s in sm["drift"]["summary"]] == [["gpu-02"], ["gpu-02"]]
 
     # The human summary names the quarantined host and its fault.
     human = flat(lab.run("summary").stdout)
@@ -229,12 +230,17 @@ def test_drift_before_and_after_repair(lab: Gf) -> None:
     assert expected_driver and expected_driver != DRIFTED_DRIVER
 
     rep = lab.json("drift", code=1)
+    assert baseline["fabric_manager"] == expected_driver  # NVSwitch host: FM = driver
     assert rep["summary"] == [
         {"field": "driver", "actual": DRIFTED_DRIVER, "expected": expected_driver,
-         "hosts": ["gpu-02"]}
+         "hosts": ["gpu-02"]},
+        {"field": "fabric_manager", "actual": DRIFTED_DRIVER, "expected": expected_driver,
+         "hosts": ["gpu-02"]},
     ]
     assert rep["hosts"] == {
-        "gpu-02": [{"field": "driver", "expected": expected_driver, "actual": DRIFTED_DRIVER}]
+        "gpu-02": [{"field": "driver", "expected": expected_driver, "actual": DRIFTED_DRIVER},
+                   {"field": "fabric_manager", "expected": expected_driver,
+                    "actual": DRIFTED_DRIVER}]
     }
     assert set(rep["baselines"]) == {f"gpu-0{i}" for i in range(1, 9)}
     assert set(rep["baselines"].values()) == {"h100-lab"}

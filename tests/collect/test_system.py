@@ -168,3 +168,28 @@ def test_parse_int() -> None:
     with pytest.raises(ParseError) as err:
         parse_int("nproc: not found", "h1:nproc")
     assert (err.value.source, err.value.line) == ("h1:nproc", 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "version"),
+    [
+        # nvidia-ctk --version, as pasted in NVIDIA/nvidia-container-toolkit issue #50
+        ("NVIDIA Container Toolkit CLI version 1.12.0\n"
+         "commit: 62bd015475656ef795cb0d59cc4030a6bd4a9526", "1.12.0"),
+        # nvidia-container-cli --version, as pasted in NVIDIA/nvidia-container-toolkit issue #90
+        ("cli-version: 1.13.5\nlib-version: 0.11.0+jetpack\n"
+         "build date: 2023-07-18T11:40+00:00", "1.13.5"),
+        ("Fabric Manager version is : 535.129.03", "535.129.03"),
+    ],
+)
+def test_tool_versions(text: str, version: str) -> None:
+    from gpufleet.collect.system import parse_tool_version
+
+    assert parse_tool_version(text, "tool --version") == version
+
+
+def test_tool_version_garbage_names_source() -> None:
+    from gpufleet.collect.system import parse_tool_version
+
+    with pytest.raises(ParseError, match="nvidia-ctk --version:1: no version"):
+        parse_tool_version("command not understood", "nvidia-ctk --version")

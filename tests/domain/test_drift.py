@@ -58,3 +58,16 @@ def test_summary_groups_and_describes() -> None:
         "sysctl.vm.swappiness unset on 1 host, baseline 10",
     ]
     assert summarize_drift({}) == []
+
+
+def test_pinned_toolkit_and_fabric_manager(facts_factory: Facts, baseline: Baseline) -> None:
+    pinned = baseline.model_copy(update={"container_toolkit": "1.17.3",
+                                         "fabric_manager": "550.90.07"})
+    ok = facts_factory(container_toolkit="1.17.3", fabricmanager_version="550.90.07")
+    assert [i for i in diff_against_baseline(ok, pinned)
+            if i.field in ("container_toolkit", "fabric_manager")] == []
+    # Not installed is drift when the baseline pins it.
+    missing = facts_factory(container_toolkit=None, fabricmanager_version="535.129.03")
+    items = {i.field: i for i in diff_against_baseline(missing, pinned)}
+    assert items["container_toolkit"] == DriftItem("container_toolkit", "1.17.3", None)
+    assert items["fabric_manager"] == DriftItem("fabric_manager", "550.90.07", "535.129.03")

@@ -23,6 +23,7 @@ from gpufleet.collect.system import (
     parse_modules,
     parse_os_release,
     parse_sysctl,
+    parse_tool_version,
 )
 from gpufleet.collect.topology import parse_nvlink_status, parse_topo_matrix
 from gpufleet.domain.facts import HostFacts, NvidiaSmiReport
@@ -82,6 +83,10 @@ def assemble_facts(sections: Mapping[str, Section], collected_at: datetime, host
         "xids": parsed("kernel-xid", parse_xids) or [],
         "block_devices": parsed("lsblk", lambda t, s: parse_lsblk_pairs(t)) or [],
         "fabricmanager_active": (fm_text == "active") if fm_text else None,
+        "fabricmanager_version": parsed(
+            "fabricmanager-version", parse_tool_version, quiet_missing=True
+        ),
+        "container_toolkit": parsed("container-toolkit", parse_tool_version, quiet_missing=True),
         "problems": problems,
     }
     return HostFacts(**data)

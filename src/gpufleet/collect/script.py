@@ -41,6 +41,8 @@ SECTIONS: tuple[str, ...] = (
     "kernel-xid",
     "lsblk",
     "fabricmanager",
+    "fabricmanager-version",
+    "container-toolkit",
 )
 
 _TEMPLATE = r"""
@@ -78,6 +80,10 @@ dmi() {
   for f in sys_vendor product_name; do readf "$R/sys/class/dmi/id/$f" 2>/dev/null; done
   return 0
 }
+ctk() {
+  # nvidia-ctk (toolkit >= 1.12); older installs only have nvidia-container-cli.
+  if command -v nvidia-ctk >/dev/null 2>&1; then nvidia-ctk --version; else nvidia-container-cli --version; fi
+}
 fm() {
   if command -v systemctl >/dev/null 2>&1 && systemctl --quiet is-active nvidia-fabricmanager 2>/dev/null; then echo active; return 0; fi
   if pgrep -x nv-fabricmanager >/dev/null 2>&1; then echo active; return 0; fi
@@ -102,6 +108,8 @@ sec lspci-nn $TO lspci -nn -D
 sec kernel-xid xids
 sec lsblk lsblk -b -d -n -P -o NAME,SIZE,TRAN,ROTA,MODEL
 sec fabricmanager fm
+sec fabricmanager-version $TO nv-fabricmanager --version
+sec container-toolkit ctk
 rm -f "$E"
 echo "@@gpufleet:done@@"
 """

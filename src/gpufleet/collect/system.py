@@ -142,3 +142,20 @@ def parse_int(text: str, source: str) -> int:
     if not re.fullmatch(r"-?\d+", value):
         raise ParseError(source, f"expected an integer, got {value[:40]!r}", line=1)
     return int(value)
+
+
+_VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
+
+
+def parse_tool_version(text: str, source: str) -> str:
+    """The first dotted version number a ``--version`` output prints.
+
+    Formats differ by tool and release (``NVIDIA Container Toolkit CLI version 1.12.0``,
+    ``cli-version: 1.13.5``, ``Fabric Manager version is : 535.129.03``); the first
+    ``N.N[.N...]`` is the tool's own version in all of them.
+    """
+    for line in text.splitlines():
+        m = _VERSION.search(line)
+        if m:
+            return m.group(1)
+    raise ParseError(source, "no version number in the output", line=1)

@@ -72,7 +72,16 @@ CHECK_PARAMS: dict[str, dict[str, ParamTypes]] = {}
 CONTEXT_PARAMS = frozenset({"now", "xid_policy", "evidence"})
 #: Checks whose failure is drift from the baseline (a software fix, not a hardware one).
 DRIFT_CHECKS = frozenset(
-    {"driver_version", "cuda_version", "kernel_version", "vbios", "os_image", "sysctls"}
+    {
+        "driver_version",
+        "cuda_version",
+        "kernel_version",
+        "vbios",
+        "os_image",
+        "sysctls",
+        "container_toolkit",
+        "fabricmanager_version",
+    }
 )
 
 _NUMBER = (int, float)
@@ -319,6 +328,38 @@ def kernel_version(
     items = _drift_items(facts, baseline, "kernel")
     return _drift(
         "kernel_version", "kernel", baseline, baseline and baseline.kernel, facts.kernel, items
+    )
+
+
+@_check("container_toolkit")
+def container_toolkit(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline | None, params: Mapping[str, Any]
+) -> CheckResult:
+    """NVIDIA Container Toolkit version equals the baseline's (missing counts as drift)."""
+    items = _drift_items(facts, baseline, "container_toolkit")
+    return _drift(
+        "container_toolkit",
+        "container toolkit",
+        baseline,
+        baseline and baseline.container_toolkit,
+        facts.container_toolkit or "not installed",
+        items,
+    )
+
+
+@_check("fabricmanager_version")
+def fabricmanager_version(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline | None, params: Mapping[str, Any]
+) -> CheckResult:
+    """nvidia-fabricmanager version equals the baseline's (missing counts as drift)."""
+    items = _drift_items(facts, baseline, "fabric_manager")
+    return _drift(
+        "fabricmanager_version",
+        "fabric manager version",
+        baseline,
+        baseline and baseline.fabric_manager,
+        facts.fabricmanager_version or "not installed",
+        items,
     )
 
 

@@ -1,9 +1,9 @@
 """Drift: where a host's software differs from its pool's baseline, and fleet-wide summaries.
 
 Only pinned baseline fields are compared, and only against facts that were collected: an
-unknown driver version (nvidia-smi failed) is not drift, the GPU checks report that.
-``Baseline.fabric_manager`` is not compared: no collected fact carries the fabric manager
-version yet (only whether it runs).
+unknown driver version (nvidia-smi failed) is not drift, the GPU checks report that. The
+container toolkit and fabric manager are the exception: a pinned one that is not installed
+is drift (the host lacks what the baseline promises).
 """
 
 from __future__ import annotations
@@ -16,7 +16,16 @@ from gpufleet.domain.facts import HostFacts, OsRelease
 from gpufleet.domain.spec import Baseline
 
 #: Fields of :class:`DriftItem`; sysctls are reported as ``sysctl.<key>``.
-DRIFT_FIELDS = ("os_image", "kernel", "driver", "cuda", "vbios", "sysctl")
+DRIFT_FIELDS = (
+    "os_image",
+    "kernel",
+    "driver",
+    "cuda",
+    "vbios",
+    "container_toolkit",
+    "fabric_manager",
+    "sysctl",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +96,14 @@ def diff_against_baseline(facts: HostFacts, baseline: Baseline) -> list[DriftIte
             if v and v.strip().lower() not in accepted and v not in seen:
                 seen.append(v)
         items.extend(DriftItem("vbios", ", ".join(baseline.vbios), v) for v in seen)
+    tools = (
+        ("container_toolkit", baseline.container_toolkit, facts.container_toolkit),
+        ("fabric_manager", baseline.fabric_manager, facts.fabricmanager_version),
+    )
+    for name, expected, actual in tools:
+        # Not installed is drift too when the baseline pins it (unlike a section not collected).
+        if expected and expected.strip() != (actual or "").strip():
+            items.append(DriftItem(name, expected, actual))
     # An empty sysctl map means "not collected", not "all unset".
     if baseline.sysctls and facts.sysctls:
         for key, expected in sorted(baseline.sysctls.items()):

@@ -243,6 +243,8 @@ class HostFacts(Fact):
     xids: list[XidEvent] = Field(default_factory=list)
     block_devices: list[BlockDevice] = Field(default_factory=list)
     fabricmanager_active: bool | None = None
+    fabricmanager_version: str | None = None  # nv-fabricmanager --version
+    container_toolkit: str | None = None  # nvidia-ctk --version (NVIDIA Container Toolkit)
     problems: list[str] = Field(default_factory=list)
 
     @property

@@ -1308,6 +1308,10 @@ def _xids(host: LabHost, tpl: _Template) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+_CTK_VERSION = (
+    "NVIDIA Container Toolkit CLI version 1.12.0\ncommit: 62bd015475656ef795cb0d59cc4030a6bd4a9526"
+)
+
 _OS_RELEASE = """PRETTY_NAME="Ubuntu 22.04.5 LTS"
 NAME="Ubuntu"
 VERSION_ID="22.04"
@@ -1451,10 +1455,18 @@ def render_sections(host: LabHost) -> dict[str, Section]:
     s["lspci-nn"] = Section("lspci-nn", _lspci(tpl), "", 0)
     s["kernel-xid"] = Section("kernel-xid", _xids(host, tpl), "", 0)
     s["lsblk"] = Section("lsblk", _lsblk(spec), "", 0)
-    # fm(): systemctl prints "active"; otherwise it prints "inactive", pgrep fails, and fm echoes
-    s["fabricmanager"] = Section(
-        "fabricmanager", "active" if spec.nvswitch else "inactive\ninactive", "", 0
+    # fm(): "active" when systemctl says so; otherwise pgrep fails too and fm echoes "inactive".
+    s["fabricmanager"] = Section("fabricmanager", "active" if spec.nvswitch else "inactive", "", 0)
+    # No capture of `nv-fabricmanager --version` exists in the fixtures; this line follows the
+    # tool's wording, and the parser only takes the first dotted version from it. The fabric
+    # manager package version always equals the driver's.
+    s["fabricmanager-version"] = (
+        Section("fabricmanager-version", f"Fabric Manager version is : {driver}", "", 0)
+        if spec.nvswitch
+        else _not_found("fabricmanager-version", "nv-fabricmanager")
     )
+    # Real `nvidia-ctk --version` output (NVIDIA/nvidia-container-toolkit issue #50).
+    s["container-toolkit"] = Section("container-toolkit", _CTK_VERSION, "", 0)
 
     if "nvidia-smi-missing" in kinds:
         for name in ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"):

@@ -77,6 +77,8 @@ _HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
 #: Sections served by a generic fake tool: section -> tool name in bin/.
 _SIMPLE_TOOLS = {
     "nproc": "nproc",
+    "fabricmanager-version": "nv-fabricmanager",
+    "container-toolkit": "nvidia-ctk",
     "sysctl": "sysctl",
     "ibstat": "ibstat",
     "lspci-nn": "lspci",

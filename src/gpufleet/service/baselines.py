@@ -66,6 +66,8 @@ def baseline_from_host(fleet: Fleet, host_name: str, name: str, purpose: str = "
         kernel=facts.kernel,
         driver=facts.driver_version,
         cuda=facts.cuda_version,
+        container_toolkit=facts.container_toolkit,
+        fabric_manager=facts.fabricmanager_version,
         vbios=vbios,
         sysctls=dict(facts.sysctls),
     )
