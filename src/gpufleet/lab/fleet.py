@@ -18,7 +18,8 @@ l40s-1x    ``-q`` text, ``topo -m`` and ``nvlink -s`` of the L40S exporter bundl
 
 The only changes made to captured text are the ones a host needs: per-host GPU identity
 (serial, UUID, PDI, and for replicated GPUs the PCI address, minor number and module id),
-the replication itself, MIG off on the A100, the driver string (drift / a lab change) and
+the replication itself, MIG off on the A100, persistence mode on (datacenter hosts run
+nvidia-persistenced; the captured boxes did not), the driver string (drift / a lab change) and
 the injected faults. Edits are textual so every untouched byte is exactly as captured.
 
 Generated, because no permitted real capture exists (formats copied from real output):
@@ -30,6 +31,8 @@ the H100 addresses are those of the real 8x H100 host in ``gpud_lspci-vvv.txt``)
 header line (``GPU 0: <name> (UUID: ...)``) with no link lines under it. Xid lines
 take their exact layout from ``gpud_dmesg-time-format-iso.log``. OS files (os-release,
 meminfo, modules, DMI, sysctl, lsblk) are written in their kernel/util-linux formats.
+``nvidia-ctk --version`` is real output quoted in an NVIDIA issue; ``nv-fabricmanager
+--version`` follows the tool's wording without a capture (the parser reads only the version).
 
 Rendering is pure and deterministic: templates are parsed once per model and split into
 literal pieces and identity slots, so rendering 1000 hosts takes about a second.
