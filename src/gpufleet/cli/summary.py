@@ -76,28 +76,9 @@ def render_summary(sm: FleetSummary) -> None:
             "[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]
         )
         console.print(gp)
-    if sm.quarantined:
-        q = Table(title="quarantined")
-        q.add_column("host", no_wrap=True)
-        q.add_column("fault", no_wrap=True)
-        q.add_column("reason", overflow="fold")
-        for row in sm.quarantined:
-            q.add_row(row["host"] or "", f"[red]{row['fault']}[/]", row["reason"] or "")
-        console.print(q)
-    if sm.validating:
-        v = Table(title="held in validating")
-        v.add_column("host", no_wrap=True)
-        v.add_column("why", overflow="fold")
-        for row in sm.validating:
-            v.add_row(row["host"] or "", row["reason"] or "")
-        console.print(v)
-    if sm.warnings:
-        w = Table(title="available, with warnings")
-        w.add_column("host", no_wrap=True)
-        w.add_column("warning", overflow="fold")
-        for row in sm.warnings:
-            w.add_row(row["host"] or "", f"[yellow]{row['reason'] or ''}[/]")
-        console.print(w)
+    _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
+    _host_table("held in validating", sm.validating, None, "why")
+    _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")
     if sm.drift.summary:
         d = Table(title="drift from pool baselines")
         for col in ("field", "found", "baseline", "hosts"):
@@ -106,14 +87,33 @@ def render_summary(sm: FleetSummary) -> None:
             names = ", ".join(item.hosts[:6]) + (" ..." if len(item.hosts) > 6 else "")
             d.add_row(item.field, item.actual or "-", item.expected, f"{len(item.hosts)}: {names}")
         console.print(d)
-    if sm.unreachable:
-        u = Table(title="last collection failed")
-        u.add_column("host", no_wrap=True)
-        u.add_column("outcome", no_wrap=True)
-        u.add_column("reason", overflow="fold")
-        for row in sm.unreachable:
-            u.add_row(row["host"] or "", row["fault"] or "", row["reason"] or "")
-        console.print(u)
+    _host_table("last collection failed", sm.unreachable, "outcome", "reason")
+
+
+def _host_table(
+    title: str,
+    rows: list[dict[str, str | None]],
+    fault_col: str | None,
+    reason_col: str,
+    *,
+    style: str | None = None,
+) -> None:
+    """One row per host: optional fault/outcome column, then the reason (printed if any)."""
+    if not rows:
+        return
+    t = Table(title=title)
+    t.add_column("host", no_wrap=True)
+    if fault_col:
+        t.add_column(fault_col, no_wrap=True)
+    t.add_column(reason_col, overflow="fold")
+    for row in rows:
+        cells = [row["host"] or ""]
+        if fault_col:
+            cells.append(f"[red]{row['fault']}[/]" if style == "red" else row["fault"] or "")
+        reason = row["reason"] or ""
+        cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)
+        t.add_row(*cells)
+    console.print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -48,7 +48,7 @@ SECTIONS: tuple[str, ...] = (
 _TEMPLATE = r"""
 R="${GPUFLEET_SYSROOT:-}"
 TMO=__TOOL_TIMEOUT__
-E=$(mktemp "${TMPDIR:-/tmp}/gpufleet.XXXXXX" 2>/dev/null) || E="${TMPDIR:-/tmp}/gpufleet.$$.err"
+E=$(mktemp 2>/dev/null) || E="${TMPDIR:-/tmp}/gpufleet.$$.err"  # mktemp honours TMPDIR
 trap 'rm -f "$E"' EXIT
 trap 'exit 143' HUP INT TERM
 if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $TMO"; else TO=""; fi
