@@ -16,6 +16,10 @@ class GpufleetError(Exception):
 
     exit_code = 1
     http_status = 500
+    #: Stable machine-readable name of the error class (the ``code`` of the JSON error shape).
+    code = "error"
+    #: True when the same call may succeed later unchanged (a lock, a busy database).
+    retryable = False
 
 
 class ParseError(GpufleetError):
@@ -90,3 +94,22 @@ class InvalidTransition(GpufleetError):
         self.allowed = allowed or []
         hint = f" (allowed: {', '.join(self.allowed)})" if self.allowed else ""
         super().__init__(f"host {host}: event '{event}' is not allowed in state '{state}'{hint}")
+
+
+class StoreError(GpufleetError):
+    """The database cannot be used: unreachable, wrong URL, corrupt, foreign or newer schema,
+    read-only, disk full. Infrastructure, not input: the operator fixes the setup."""
+
+    exit_code = 2
+    http_status = 503
+    code = "store"
+
+
+class Conflict(GpufleetError):
+    """Someone else changed the object between our read and our write (compare-and-set lost)
+    or holds it; the same call may succeed when retried."""
+
+    exit_code = 6
+    http_status = 409
+    code = "conflict"
+    retryable = True
