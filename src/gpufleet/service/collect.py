@@ -111,12 +111,12 @@ def claim(
         stmt = (
             select_hosts(selector)
             .where(Host.state != HostState.RETIRED.value)
-            .where(or_(Host.locked_until.is_(None), Host.locked_until < now))
+            .where(or_(Host.claimed_until.is_(None), Host.claimed_until < now))
             .with_for_update(skip_locked=True)
         )
         for h in s.scalars(stmt):
-            h.lock_token = token
-            h.locked_until = now + lease
+            h.claim_token = token
+            h.claimed_until = now + lease
             claimed.append(
                 _Claimed(
                     host_id=h.id,
@@ -273,7 +273,7 @@ def apply_result(
         host = s.get(Host, host_id, with_for_update=True)
         if host is None:
             return res
-        if token is not None and host.lock_token != token:
+        if token is not None and host.claim_token != token:
             return HostResult(
                 raw.host,
                 Outcome.ERROR,
@@ -319,8 +319,8 @@ def apply_result(
         host.last_collected_at = now
         host.last_outcome = raw.outcome.value
         host.last_reason = raw.reason or None
-        host.lock_token = None
-        host.locked_until = None
+        host.claim_token = None
+        host.claimed_until = None
         host.updated_at = now
         s.add(
             CollectionResult(

@@ -73,9 +73,9 @@ class Database:
         except DBAPIError:
             return None
 
-    def migrate(self) -> None:
-        """Bring the schema to the newest Alembic revision."""
-        if self.current_revision() == SCHEMA_REVISION:
+    def migrate(self, target: str = "head") -> None:
+        """Bring the schema to ``target`` (the newest Alembic revision by default)."""
+        if target == "head" and self.current_revision() == SCHEMA_REVISION:
             return
         from alembic import command
         from alembic.config import Config
@@ -84,7 +84,7 @@ class Database:
         cfg.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, target)
 
     @contextmanager
     def session(self) -> Iterator[Session]:

@@ -79,8 +79,8 @@ class Host(Base):
     last_reason: Mapped[str | None] = mapped_column(Text)
 
     # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
-    lock_token: Mapped[str | None] = mapped_column(String(36))
-    locked_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    claim_token: Mapped[str | None] = mapped_column(String(36))
+    claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

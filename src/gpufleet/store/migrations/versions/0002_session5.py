@@ -20,8 +20,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    pass
+    # --- claim columns renamed (issue 7 item 1: "lease" is kept free for allocation leases) ---
+    # A plain column rename (ALTER TABLE ... RENAME ... TO ...) on both backends; no batch
+    # table copy on SQLite, which would cascade-delete the hosts' children on DROP TABLE.
+    op.alter_column("hosts", "lock_token", new_column_name="claim_token")
+    op.alter_column("hosts", "locked_until", new_column_name="claimed_until")
 
 
 def downgrade() -> None:
-    pass
+    # --- claim columns renamed (reverse) ---
+    op.alter_column("hosts", "claimed_until", new_column_name="locked_until")
+    op.alter_column("hosts", "claim_token", new_column_name="lock_token")
