@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import (
@@ -27,7 +29,7 @@ def test_labels_of_a_clean_host(facts: HostFacts, spec: ExpectedSpec) -> None:
     labels = derive_labels("gpu-01", facts, HostState.AVAILABLE, "h100-pool-a", "h100-2024q3",
                            None, {"inference", "training-multinode"}, spec, None)
     assert labels == {
-        "nvidia.com/gpu.product": "H100-80GB-HBM3",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",  # GFD keeps the NVIDIA prefix
         "nvidia.com/gpu.count": "8",
         "nvidia.com/gpu.memory": "81559",
         "nvidia.com/gpu.family": "hopper",
@@ -83,8 +85,18 @@ def test_gpu_family_and_product() -> None:
     assert gpu_family(None, "NVIDIA L40S") == "ada-lovelace"
     assert gpu_family(None, "NVIDIA RTX PRO 6000") is None  # not in the table: not guessed
     assert gpu_family(None, "NVIDIA L40") == "ada-lovelace"
-    assert gfd_product("NVIDIA A100-SXM4-40GB") == "A100-SXM4-40GB"
+    assert gfd_product("NVIDIA A100-SXM4-40GB") == "NVIDIA-A100-SXM4-40GB"
     assert gfd_product("Tesla V100-SXM2-16GB") == "Tesla-V100-SXM2-16GB"
+    # GFD's sanitise(): characters outside [A-Za-z0-9-_. ] are dropped, blank runs -> one '-'
+    assert gfd_product("NVIDIA  GeForce RTX 4090 (x)") == "NVIDIA-GeForce-RTX-4090-x"
+    assert gpu_family("Volta", None) == "volta"
+    assert gpu_family("Pascal", None) == "pascal"
+    assert gpu_family("Blackwell", None) == "blackwell"
+    assert gpu_family(None, "Tesla V100S-PCIE-32GB") == "volta"
+    assert gpu_family(None, "NVIDIA TITAN V") == "volta"
+    assert gpu_family(None, "NVIDIA A10G") == "ampere"
+    # An architecture GFD has no name for is not passed through as a family.
+    assert gpu_family("Some Future Arch", None) is None
 
 
 def test_mig_capable_false_when_not_reported(facts_factory: Facts) -> None:
@@ -92,7 +104,7 @@ def test_mig_capable_false_when_not_reported(facts_factory: Facts) -> None:
                                    "architecture": "Ada Lovelace"})
     labels = derive_labels("h", l40s, HostState.AVAILABLE, None, None, None, [], None)
     assert labels["nvidia.com/mig.capable"] == "false"
-    assert labels["nvidia.com/gpu.product"] == "L40S"
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"
     assert labels["nvidia.com/gpu.family"] == "ada-lovelace"
 
 
@@ -197,3 +209,30 @@ def test_taint_str() -> None:
     assert str(Taint("gpufleet.io/maintenance", "true", "NoSchedule")) == (
         "gpufleet.io/maintenance=true:NoSchedule"
     )
+
+
+CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
+
+
+@pytest.mark.parametrize(
+    ("kind", "file", "product", "family"),
+    [
+        # Real captures (see the PROVENANCE.md next to each); values read from the files.
+        ("xml", "telegraf_a100-sxm4-v12.xml", "NVIDIA-A100-SXM4-80GB", "ampere"),
+        ("xml", "datakit_gtx-1card.xml", "Tesla-V100-PCIE-32GB", "volta"),  # no architecture
+        ("q", "gpud_nvidia-smi-query.560.35.03.out.0.valid.txt", "NVIDIA-TITAN-V", "volta"),
+    ],
+)
+def test_gfd_values_from_real_captures(
+    facts_factory: Facts, kind: str, file: str, product: str, family: str
+) -> None:
+    if kind == "xml":
+        text = (CAPTURED / "nvidia-smi-xml" / file).read_text(encoding="utf-8")
+        report = parse_nvidia_smi_xml(text)
+    else:
+        text = (CAPTURED / "nvidia-smi-q" / file).read_text(encoding="utf-8")
+        report = parse_nvidia_smi_text(text)
+    labels = derive_labels("h", facts_factory(nvidia_smi=report), HostState.AVAILABLE, None,
+                           None, None, [], None)
+    assert labels["nvidia.com/gpu.product"] == product
+    assert labels["nvidia.com/gpu.family"] == family

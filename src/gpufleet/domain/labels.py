@@ -25,12 +25,33 @@ _DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _INVALID_CHARS = re.compile(r"[^-_.A-Za-z0-9]+")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 
-# GFD derives the family from the CUDA compute capability; nvidia-smi's "Product
-# Architecture" gives the same names ("Ada Lovelace" -> "ada-lovelace"). Used when the
-# architecture was not reported: first matching product-name token wins.
+# GFD (k8s-device-plugin internal/lm/resource.go, getArchFamily) derives the family from
+# the CUDA compute capability; these are its values. nvidia-smi's "Product Architecture"
+# names the same generations ("Ada Lovelace" is GFD's "ada-lovelace", compute 8.9).
+GFD_FAMILIES = frozenset(
+    {
+        "tesla",
+        "fermi",
+        "kepler",
+        "maxwell",
+        "pascal",
+        "volta",
+        "turing",
+        "ampere",
+        "ada-lovelace",
+        "hopper",
+        "blackwell",
+    }
+)
+# Used when the driver did not report an architecture: a product-name token that is one of
+# these models, or starts with one followed by a letter (V100S, A100X, H100NVL), decides.
+# More specific names first.
 _FAMILY_BY_MODEL = (
-    ("B200", "blackwell"),
     ("GB200", "blackwell"),
+    ("GB300", "blackwell"),
+    ("B200", "blackwell"),
+    ("B300", "blackwell"),
+    ("GH200", "hopper"),
     ("H100", "hopper"),
     ("H800", "hopper"),
     ("H200", "hopper"),
@@ -39,15 +60,20 @@ _FAMILY_BY_MODEL = (
     ("L40", "ada-lovelace"),
     ("L4", "ada-lovelace"),
     ("L20", "ada-lovelace"),
-    ("GH200", "hopper"),
     ("A100", "ampere"),
     ("A800", "ampere"),
     ("A10", "ampere"),
     ("A30", "ampere"),
     ("A40", "ampere"),
     ("V100", "volta"),
+    ("GV100", "volta"),
     ("T4", "turing"),
+    ("P100", "pascal"),
+    ("P40", "pascal"),
+    ("P4", "pascal"),
 )
+# GFD's sanitise(): characters outside [A-Za-z0-9-_. ] are dropped (not replaced).
+_GFD_DROP = re.compile(r"[^A-Za-z0-9\-_. ]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,22 +117,32 @@ def is_valid_label_key(key: str) -> bool:
 
 
 def gfd_product(product_name: str) -> str:
-    """GFD's product label: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100-80GB-HBM3"``."""
-    name = product_name.strip()
-    if name.upper().startswith("NVIDIA "):
-        name = name[len("NVIDIA ") :]
-    return sanitize_label_value(name.replace(" ", "-"))
+    """GFD's ``nvidia.com/gpu.product``: the name NVML reports with characters outside
+    ``[A-Za-z0-9-_. ]`` dropped and runs of blanks turned into one ``-``; the ``NVIDIA``
+    prefix stays (``"NVIDIA A100-SXM4-80GB"`` -> ``"NVIDIA-A100-SXM4-80GB"``, as GFD's
+    ``getProductName``/``sanitise`` do)."""
+    return sanitize_label_value("-".join(_GFD_DROP.sub("", product_name).split()))
 
 
 def gpu_family(architecture: str | None, product_name: str | None) -> str | None:
-    """``"Hopper"`` -> ``"hopper"``, ``"Ada Lovelace"`` -> ``"ada-lovelace"``; falls back to
-    the product name when the driver did not report an architecture."""
+    """GFD's ``nvidia.com/gpu.family``: ``"Hopper"`` -> ``"hopper"``, ``"Ada Lovelace"`` ->
+    ``"ada-lovelace"``, ``"Volta"`` -> ``"volta"``. An architecture GFD has no name for is not
+    guessed; without an architecture the product name decides (``"TITAN V"``, ``"Tesla
+    V100-PCIE-32GB"`` -> ``"volta"``); None when neither tells."""
     if architecture:
-        return "-".join(architecture.lower().split())
-    tokens = (product_name or "").upper().replace("-", " ").split()
-    for model, family in _FAMILY_BY_MODEL:
-        if model in tokens:
+        family = "-".join(architecture.lower().split())
+        if family in GFD_FAMILIES:
             return family
+    name = (product_name or "").upper()
+    if re.search(r"\bTITAN V\b", name):
+        return "volta"
+    tokens = name.replace("-", " ").split()
+    for model, family in _FAMILY_BY_MODEL:
+        for token in tokens:
+            if token == model or (
+                token.startswith(model) and token[len(model) :].isalpha() and model[-1].isdigit()
+            ):
+                return family
     return None
 
 
