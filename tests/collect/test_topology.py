@@ -205,3 +205,30 @@ def test_header_not_matching_rows_raises() -> None:
     with pytest.raises(ParseError) as err:
         parse_topo_matrix(text)
     assert err.value.line == 1
+
+
+def test_empty_tab_cells_keep_their_columns() -> None:
+    # EDITED capture: the real H100 capture (590.48.01) with its CPU Affinity cell emptied
+    # ("0-19" removed, the tab kept), as a driver prints when it cannot place the GPU.
+    real = (FIX / "nvidia_gpu_exporter_h100-80gb-hbm3_590.48.01_topo-m.txt").read_text()
+    assert "GPU0\t X \t0-19\t0\t\tN/A" in real
+    edited = real.replace("GPU0\t X \t0-19\t0\t\tN/A", "GPU0\t X \t\t0\t\tN/A")
+    topo = parse_topo_matrix(edited)
+    assert topo.cpu_affinity == {}  # empty, not the NUMA node shifted left
+    assert topo.numa_affinity == {"GPU0": "0"}
+
+
+def test_empty_affinity_cell_in_a_multi_gpu_row() -> None:
+    # The inline matrix with GPU2's CPU Affinity cell emptied (tab kept).
+    edited = TOPO_4GPU_2NIC.replace("PIX\t32-63,96-127\t1\t\tN/A", "PIX\t\t1\t\tN/A")
+    topo = parse_topo_matrix(edited)
+    assert "GPU2" not in topo.cpu_affinity
+    assert topo.numa_affinity["GPU2"] == "1"
+    assert topo.cpu_affinity["GPU3"] == "32-63,96-127"
+    assert topo.links["GPU2"]["NIC1"] == "PIX"
+
+
+def test_too_many_values_after_the_links_raises() -> None:
+    extra = TOPO_4GPU_2NIC.replace("PIX\t32-63,96-127\t1\t\tN/A", "PIX\t32-63\t1\tx\ty\tz")
+    with pytest.raises(ParseError, match="values after the links"):
+        parse_topo_matrix(extra)

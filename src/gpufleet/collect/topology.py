@@ -27,6 +27,17 @@ def strip_ansi(text: str) -> str:
     return _ANSI.sub("", text)
 
 
+def _row_cells(line: str) -> list[str]:
+    """A matrix row's cells. With tabs, every cell keeps its place (empty ones too, except
+    trailing ones); otherwise the row is split on whitespace."""
+    if "\t" not in line:
+        return line.split()
+    cells = [c.strip() for c in line.split("\t")]
+    while cells and not cells[-1]:
+        cells.pop()
+    return cells
+
+
 def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatrix:
     """Parse the ``nvidia-smi topo -m`` matrix, affinity columns and NIC legend.
 
@@ -45,7 +56,7 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
     rows: list[tuple[int, list[str]]] = []
     i = header_idx + 1
     while i < len(lines) and lines[i].strip():
-        rows.append((i + 1, lines[i].split()))
+        rows.append((i + 1, _row_cells(lines[i])))
         i += 1
     if not rows:
         raise ParseError(source, "matrix header without rows", line=header_idx + 1)
@@ -84,15 +95,23 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
                 raise ParseError(source, f"unknown link type {cell!r} in row {dev}", line=lineno)
         links[dev] = dict(zip(devices, cells, strict=True))
         rest = tokens[1 + len(devices) :]
-        if len(rest) > len(extra_cols):
+        values = [v for v in rest if v]
+        if len(values) > len(extra_cols):
             raise ParseError(
                 source,
-                f"row {dev} has {len(rest)} values after the links but "
+                f"row {dev} has {len(values)} values after the links but "
                 f"the header names {len(extra_cols)} columns",
                 line=lineno,
             )
-        # NIC rows leave the affinity columns empty, so values are matched left to right.
-        for name, value in zip(extra_cols, rest, strict=False):
+        # Tab-separated rows keep their empty cells, so a value stays under its column (an
+        # empty CPU Affinity does not shift the NUMA node into it). nvidia-smi prints one
+        # empty cell more before "GPU NUMA ID" than the header has; it is past the affinity
+        # columns, which come first. Space-separated rows cannot show an empty cell, so
+        # their values are matched left to right.
+        for name, value in zip(extra_cols, rest if "\t" in lines[lineno - 1] else values,
+                               strict=False):
+            if not value:
+                continue
             if name == "CPU Affinity":
                 cpu_affinity[dev] = value
             elif name == "NUMA Affinity":
