@@ -108,8 +108,9 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
         # empty cell more before "GPU NUMA ID" than the header has; it is past the affinity
         # columns, which come first. Space-separated rows cannot show an empty cell, so
         # their values are matched left to right.
-        for name, value in zip(extra_cols, rest if "\t" in lines[lineno - 1] else values,
-                               strict=False):
+        for name, value in zip(
+            extra_cols, rest if "\t" in lines[lineno - 1] else values, strict=False
+        ):
             if not value:
                 continue
             if name == "CPU Affinity":
