@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpufleet collect vs Ansible ad-hoc, on the same real sshd lab hosts.
 
-Starts N real ``sshd`` lab hosts on 127.0.0.1 (one port each, see ``gpufleet.lab.sshd``), each
+Starts N real ``sshd`` lab hosts on 127.0.0.1 (one port each, see ``tests/sshlab.py``), each
 serving the capture-derived sections of an ``a100-8x`` lab host (8 GPUs, ``nvidia-smi -q -x``
 answers real XML), writes one Ansible INI inventory that both tools read, then times:
 
@@ -36,7 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.lab.fleet import create_fleet, render_sections
-from gpufleet.lab.sshd import SshLab
+
+# The real-sshd lab is a test helper (tests/sshlab.py), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.sshlab import SshLab
 
 BENCH_DIR = Path(__file__).resolve().parent
 ANSIBLE_CFG = BENCH_DIR / "ansible.cfg"

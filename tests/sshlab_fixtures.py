@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collect.bundle import Section
-from gpufleet.lab.sshd import LabError, SshLab, ensure_openssh_server
+from tests.sshlab import LabError, SshLab, ensure_openssh_server
 
 SshLabFactory = Callable[[], SshLab]
 

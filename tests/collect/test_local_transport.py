@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.sshlab import materialize_host
 from tests.sshlab_fixtures import sample_sections
 
 from gpufleet.collect.bundle import split_bundle
 from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.transport import Outcome, RawResult, Target
-from gpufleet.lab.sshd import materialize_host
 
 HERE = Target("local", "localhost")
 

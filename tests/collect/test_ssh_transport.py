@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 
 import asyncssh
 import pytest
+from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
 from gpufleet.collect.bundle import Section, split_bundle
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.ssh import SshTransport
 from gpufleet.collect.transport import Outcome, RawResult, Target, run_many
-from gpufleet.lab.sshd import SshLab
 
 pytestmark = pytest.mark.sshlab
 

@@ -9,12 +9,13 @@ import typer
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import hosts as hosts_cmds
-from gpufleet.cli import lab as lab_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
 from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
+from gpufleet.cli.plugins import PluginGroup
 
 app = typer.Typer(
+    cls=PluginGroup,  # adds plugin commands (`gpufleet lab`) from entry points, lazily
     help="gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.\n\n"
     "Commands take host selectors: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union.",
     no_args_is_help=True,
@@ -53,7 +54,6 @@ app.command("events")(hosts_cmds.events_cmd)
 app.add_typer(baseline_cmds.app, name="baseline", help="Validated image/driver/CUDA/firmware sets.")
 app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline each points to.")
 app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
-app.add_typer(lab_cmds.app, name="lab", help="A simulated fleet answering with real captures.")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -3,28 +3,29 @@
 A transport runs one script on one target and returns a :class:`RawResult`; it never raises
 for a host-level failure (unreachable, auth, host key, timeout), it *reports* it, so one bad
 host never spoils a sweep. :func:`run_many` fans out with bounded concurrency.
+
+Transports are looked up by name in a registry (:func:`known_transports`,
+:func:`get_transport_factory`): ``ssh`` and ``local`` are built in, others come from the
+``gpufleet.transports`` entry point group.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from importlib.metadata import entry_points
 from typing import Protocol
 
+from gpufleet.domain.events import CollectionOutcome
+from gpufleet.errors import ConfigError
 
-class Outcome(StrEnum):
-    """Per-host result of one collection attempt."""
 
-    OK = "ok"
-    UNREACHABLE = "unreachable"
-    AUTH_FAILED = "auth failed"
-    HOST_KEY_CHANGED = "host key changed"
-    TIMEOUT = "timeout"
-    BAD_OUTPUT = "bad output"
-    ERROR = "error"
+#: Per-host result of one collection attempt (defined in the domain: the store types it too).
+Outcome = CollectionOutcome
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,126 @@ async def run_many(
         return res
 
     return list(await asyncio.gather(*(one(t) for t in targets)))
+
+
+def fingerprint(key: str) -> str:
+    """OpenSSH-style SHA256 fingerprint of a public key line (``ssh-ed25519 AAAA...``)."""
+    blob = base64.b64decode(key.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+# --- the transport registry -------------------------------------------------------------------
+#
+# A host names its transport in the inventory variable ``gpufleet_transport`` (``ssh`` when
+# absent). ``ssh`` and ``local`` are built in; any installed distribution adds more through
+# the entry point group ``gpufleet.transports`` (the lab's ``sim`` transport arrives that way:
+# the product never imports the lab). An entry point names a :class:`TransportPlugin`.
+
+ENTRY_POINT_GROUP = "gpufleet.transports"
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    """What a transport factory is given: the host variables it declared, and settings."""
+
+    host_vars: Mapping[str, str]
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class TransportPlugin:
+    """How to build one kind of transport.
+
+    ``host_vars`` are the inventory variables the factory reads (e.g. ``gpufleet_lab_dir``);
+    hosts that differ in them get separate transport instances, hosts that agree share one.
+    """
+
+    factory: Callable[[TransportOptions], Transport]
+    host_vars: tuple[str, ...] = ()
+    description: str = ""
+
+
+#: (transport name, values of its declared host variables): hosts with one key share a transport.
+TransportKey = tuple[str, tuple[str | None, ...]]
+
+_REGISTRY: dict[str, TransportPlugin] = {}
+_entry_points_loaded = False
+
+
+def register_transport(name: str, plugin: TransportPlugin) -> None:
+    """Register (or replace) the transport called ``name``."""
+    if not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(f"transport name {name!r}: use letters, digits, '-' and '_'")
+    _REGISTRY[name] = plugin
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY:
+            continue  # registered directly (built-in or by a test): that one wins
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise ConfigError(
+                f"transport plugin {ep.name} = {ep.value}: cannot load: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(plugin, TransportPlugin):
+            raise ConfigError(
+                f"transport plugin {ep.name} = {ep.value}: is a {type(plugin).__name__}, "
+                "expected gpufleet.collect.transport.TransportPlugin"
+            )
+        _REGISTRY[ep.name] = plugin
+
+
+def known_transports() -> list[str]:
+    """Names of every registered transport (built-in and from entry points), sorted."""
+    _load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def get_transport_factory(name: str) -> TransportPlugin:
+    """The plugin registered as ``name``; :class:`ConfigError` naming the known ones if none."""
+    plugin = _REGISTRY.get(name)
+    if plugin is None:
+        _load_entry_points()
+        plugin = _REGISTRY.get(name)
+    if plugin is None:
+        raise ConfigError(
+            f"unknown transport {name!r}: use {', '.join(known_transports())} "
+            f"(plugins register through the entry point group {ENTRY_POINT_GROUP!r})"
+        )
+    return plugin
+
+
+def transport_key(name: str, host_vars: Mapping[str, str]) -> TransportKey:
+    """Which transport instance a host with these inventory variables needs (checks ``name``)."""
+    plugin = get_transport_factory(name)
+    return name, tuple(host_vars.get(v) for v in plugin.host_vars)
+
+
+def open_transport(key: TransportKey, *, connect_timeout_s: float = 10.0) -> Transport:
+    """Build the transport for ``key`` (see :func:`transport_key`)."""
+    name, values = key
+    plugin = get_transport_factory(name)
+    given = {v: x for v, x in zip(plugin.host_vars, values, strict=True) if x is not None}
+    return plugin.factory(TransportOptions(host_vars=given, connect_timeout_s=connect_timeout_s))
+
+
+def _ssh(options: TransportOptions) -> Transport:
+    from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
+
+    return SshTransport(connect_timeout_s=options.connect_timeout_s)
+
+
+def _local(options: TransportOptions) -> Transport:
+    from gpufleet.collect.local import LocalTransport
+
+    return LocalTransport()
+
+
+register_transport("ssh", TransportPlugin(_ssh, description="OpenSSH hosts (asyncssh)"))
+register_transport("local", TransportPlugin(_local, description="this machine, no network"))

@@ -1,5 +1,8 @@
-"""Access to the real captured tool output kept under ``tests/fixtures/captured``.
+"""Access to the real captured tool output the lab serves (package data).
 
+The captures live once, in ``tests/fixtures/captured`` (with a PROVENANCE.md per directory);
+``src/gpufleet/lab/data/captured`` is a symbolic link to it, which the wheel build follows, so
+an installed ``gpufleet`` carries them as package data under ``gpufleet/lab/data/captured``.
 The simulated lab serves these captures as a host's tool output, and tests parse them. The
 nvidia_gpu_exporter capture bundles (``nvidia-smi-csv/*.txt``) hold many ``nvidia-smi`` runs
 in one file, each framed by a banner::
@@ -27,15 +30,16 @@ _ENV = "GPUFLEET_CAPTURES"
 
 
 def captures_dir() -> Path:
-    """The captured-fixtures directory: ``$GPUFLEET_CAPTURES`` or the repo's copy.
+    """The captured-fixtures directory: ``$GPUFLEET_CAPTURES`` or the package data.
 
-    The default resolves from this file (``src/gpufleet/lab/captures.py`` ->
-    ``tests/fixtures/captured``), so it works from a source checkout without installation.
+    The package data is ``gpufleet/lab/data/captured`` next to this file: in a source checkout
+    that link resolves to ``tests/fixtures/captured``, in an installed wheel it is a real
+    directory.
     """
     override = os.environ.get(_ENV)
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "captured"
+    return (Path(__file__).resolve().parent / "data" / "captured").resolve()
 
 
 def split_exporter_bundle(text: str, source: str = "<bundle>") -> dict[str, str]:

@@ -1,4 +1,8 @@
-"""Simulated transport: lab hosts answer with real captured output, no network.
+"""Simulated transport ``sim``: lab hosts answer with real captured output, no network.
+
+The product does not import this module: it is registered through the ``gpufleet.transports``
+entry point (``sim = "gpufleet.lab.transport:SIM"``, see pyproject.toml), and a host uses it
+with the inventory variables ``gpufleet_transport=sim gpufleet_lab_dir=DIR``.
 
 Transport-level faults recorded on a lab host (``unreachable``, ``hang``, ``wrong-key``,
 ``host-key-changed``) are reported exactly as the SSH transport reports the real thing. A
@@ -13,7 +17,16 @@ import hashlib
 import time
 from pathlib import Path
 
-from gpufleet.collect.transport import Outcome, RawResult, Target
+from gpufleet.collect.transport import (
+    Outcome,
+    RawResult,
+    Target,
+    Transport,
+    TransportOptions,
+    TransportPlugin,
+    fingerprint,
+)
+from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
 from gpufleet.lab.fleet import LabFleet, LabHost, render_output
 
@@ -31,12 +44,6 @@ def sim_host_key(host: LabHost) -> str:
     digest = hashlib.sha256(f"{host.name}:{rotation}".encode()).digest()
     blob = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20" + digest
     return "ssh-ed25519 " + base64.b64encode(blob).decode()
-
-
-def fingerprint(key: str) -> str:
-    """OpenSSH-style SHA256 fingerprint of a public key line."""
-    blob = base64.b64decode(key.split()[1])
-    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 class SimTransport:
@@ -104,3 +111,19 @@ class SimTransport:
             host_key=key,
             duration_s=time.monotonic() - start,
         )
+
+
+def _open(options: TransportOptions) -> Transport:
+    lab_dir = options.host_vars.get(LAB_DIR_VAR)
+    if not lab_dir:
+        raise ConfigError(f"gpufleet_transport=sim needs {LAB_DIR_VAR}")
+    return SimTransport(Path(lab_dir))
+
+
+#: Inventory variable naming the lab directory a ``sim`` host belongs to.
+LAB_DIR_VAR = "gpufleet_lab_dir"
+
+#: The ``gpufleet.transports`` entry point ``sim``.
+SIM = TransportPlugin(
+    _open, host_vars=(LAB_DIR_VAR,), description="lab hosts answering with real captures"
+)

@@ -16,20 +16,27 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sqlalchemy import or_, select
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import split_bundle
-from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
-from gpufleet.collect.sim import SimTransport, fingerprint
-from gpufleet.collect.transport import Outcome, RawResult, Target, Transport, run_many
+from gpufleet.collect.transport import (
+    Outcome,
+    RawResult,
+    Target,
+    Transport,
+    TransportKey,
+    fingerprint,
+    open_transport,
+    run_many,
+    transport_key,
+)
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
-from gpufleet.errors import ConfigError, NotFound, ParseError
+from gpufleet.errors import NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes
 from gpufleet.service.select import select_hosts
@@ -79,7 +86,7 @@ class _Claimed:
     host_id: int
     target: Target
     transport: str
-    lab_dir: str | None
+    key: TransportKey  # hosts with one key share a transport instance
     token: str
 
 
@@ -122,7 +129,7 @@ def claim(
                     host_id=h.id,
                     target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
                     transport=_transport_for(h.vars, transport),
-                    lab_dir=h.vars.get("gpufleet_lab_dir"),
+                    key=transport_key(_transport_for(h.vars, transport), h.vars),
                     token=token,
                 )
             )
@@ -136,27 +143,16 @@ def claim(
     return run_id, claimed, busy
 
 
-def transport_for_host(kind: str, lab_dir: str | None, fleet: Fleet) -> Transport:
-    """The transport a host's ``gpufleet_transport`` variable names (ssh by default)."""
-    if kind == "sim":
-        if not lab_dir:
-            raise ConfigError("gpufleet_transport=sim needs gpufleet_lab_dir")
-        return SimTransport(Path(lab_dir))
-    if kind == "local":
-        return LocalTransport()
-    if kind != "ssh":
-        raise ConfigError(f"unknown transport {kind!r}: use ssh, local or sim")
-    from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
-
-    return SshTransport(connect_timeout_s=fleet.settings.connect_timeout_s)
+def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
+    """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`."""
+    return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
 
 
-def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[tuple[str, str | None], Transport]:
-    out: dict[tuple[str, str | None], Transport] = {}
+def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[TransportKey, Transport]:
+    out: dict[TransportKey, Transport] = {}
     for c in claimed:
-        key = (c.transport, c.lab_dir if c.transport == "sim" else None)
-        if key not in out:
-            out[key] = transport_for_host(c.transport, c.lab_dir, fleet)
+        if c.key not in out:
+            out[c.key] = transport_for_host(c.key, fleet)
     return out
 
 
@@ -194,11 +190,9 @@ def collect(
     if on_start:
         on_start(len(claimed))
     by_key = _transports(claimed, fleet)
-    groups: dict[tuple[str, str | None], list[Target]] = {}
+    groups: dict[TransportKey, list[Target]] = {}
     for c in claimed:
-        groups.setdefault((c.transport, c.lab_dir if c.transport == "sim" else None), []).append(
-            c.target
-        )
+        groups.setdefault(c.key, []).append(c.target)
     script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
     ids = {c.target.name: c.host_id for c in claimed}
     tokens = {c.target.name: c.token for c in claimed}

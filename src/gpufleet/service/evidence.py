@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
-from gpufleet.collect.transport import Outcome, Target, run_many
+from gpufleet.collect.transport import Outcome, Target, TransportKey, run_many, transport_key
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.collect import transport_for_host
 from gpufleet.service.fleet import Fleet
@@ -117,12 +117,13 @@ def run_active(
             for h in s.scalars(select(Host).where(Host.name.in_([n for n, _, _ in hosts])))
         }
     runs: list[ActiveRun] = []
-    by_transport: dict[tuple[str, str | None], list[tuple[str, Target]]] = {}
+    by_transport: dict[TransportKey, list[tuple[str, Target]]] = {}
     for name, target, vars_ in hosts:
-        key = (vars_.get("gpufleet_transport", "ssh"), vars_.get("gpufleet_lab_dir"))
+        key = transport_key(vars_.get("gpufleet_transport", "ssh"), vars_)
         by_transport.setdefault(key, []).append((name, target))
-    for (transport, lab_dir), members in by_transport.items():
-        tr = transport_for_host(transport, lab_dir, fleet)
+    for key, members in by_transport.items():
+        transport = key[0]
+        tr = transport_for_host(key, fleet)
         for name, target in members:
             cmd = (command or test.command).format(level=level, gpus=gpus[name], seconds=seconds)
             raw = asyncio.run(run_many(tr, [target], cmd, forks=forks, timeout_s=timeout_s))[0]

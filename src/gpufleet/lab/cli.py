@@ -1,4 +1,9 @@
-"""``gpufleet lab``: a simulated fleet whose hosts answer with real captured output."""
+"""``gpufleet lab``: a simulated fleet whose hosts answer with real captured output.
+
+A CLI plugin: the product CLI never imports it; it is found through the ``gpufleet.cli``
+entry point group (``lab = "gpufleet.lab.cli:app"`` in pyproject.toml) and loaded only when
+a ``gpufleet lab ...`` command (or the command list of ``gpufleet --help``) needs it.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,11 @@ from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 
-app = typer.Typer(no_args_is_help=True)
+app = typer.Typer(
+    name="lab",
+    help="A simulated fleet answering with real captures.",
+    no_args_is_help=True,
+)
 
 
 def lab_dir(explicit: Path | None) -> Path:

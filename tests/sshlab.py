@@ -1,5 +1,8 @@
 """Real sshd "hosts" on loopback that answer the real collection script with chosen sections.
 
+A test helper, not product code (it installs openssh-server with apt and creates a login user):
+tests use it through the fixtures of tests/sshlab_fixtures.py; ``make bench`` imports it too.
+
 Each lab host is one ``/usr/sbin/sshd`` listening on ``127.0.0.1:<port>`` with its own host key,
 ``authorized_keys`` and ``sshd_config``. ``SetEnv`` gives the session a private ``PATH`` and
 ``GPUFLEET_SYSROOT`` so that :func:`gpufleet.collect.script.remote_script`, run unchanged, finds

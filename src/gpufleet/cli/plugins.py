@@ -1,0 +1,64 @@
+"""CLI plugins: command groups that installed distributions add through entry points.
+
+An entry point of the group ``gpufleet.cli`` names a :class:`typer.Typer` app; its name is the
+command (``lab = "gpufleet.lab.cli:app"`` adds ``gpufleet lab ...``). Plugins are loaded
+lazily, only when one of their commands runs or the command list is printed, so importing the
+product CLI never imports a plugin (the lab stays off the product's import path).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from gpufleet.errors import ConfigError
+
+# Context and Command are click's (vendored inside newer Typer releases): typed as Any here so
+# this module does not depend on where a given Typer version keeps click.
+
+ENTRY_POINT_GROUP = "gpufleet.cli"
+
+
+def _plugins() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_plugin(ep: EntryPoint) -> Any:
+    """The click command of one plugin entry point (a :class:`typer.Typer` app)."""
+    try:
+        sub = ep.load()
+    except Exception as exc:
+        raise ConfigError(
+            f"CLI plugin {ep.name} = {ep.value}: cannot load: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(sub, typer.Typer):
+        raise ConfigError(
+            f"CLI plugin {ep.name} = {ep.value}: is a {type(sub).__name__}, expected typer.Typer"
+        )
+    cmd = typer.main.get_command(sub)
+    cmd.name = ep.name
+    return cmd
+
+
+class PluginGroup(TyperGroup):
+    """The top-level command group: built-in commands plus lazily loaded plugin groups."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        """Built-in commands in their order, then plugins not shadowing one, by name."""
+        own = super().list_commands(ctx)
+        return own + sorted(n for n in _plugins() if n not in own)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        """A built-in command, else a plugin (loaded now, once)."""
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        ep = _plugins().get(cmd_name)
+        if ep is None:
+            return None
+        cmd = load_plugin(ep)
+        self.add_command(cmd, cmd_name)
+        return cmd
