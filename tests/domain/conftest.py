@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpufleet.domain.facts import (
+    FACTS_VERSION,
     BlockDevice,
     EccErrors,
     Gpu,
@@ -96,6 +97,7 @@ def make_facts(
     names = [f"GPU{i}" for i in range(8)]
     links = {a: {b: ("X" if a == b else "NV18") for b in names} for a in names}
     data: dict[str, Any] = {
+        "facts_version": FACTS_VERSION,
         "collected_at": NOW,
         "hostname": "gpu-node-01",
         "os": OsRelease(id="ubuntu", version_id="22.04", pretty_name="Ubuntu 22.04.4 LTS"),
@@ -129,6 +131,7 @@ def make_facts(
             BlockDevice(name="nvme1n1", size_bytes=3_840_755_982_336, transport="nvme"),
             BlockDevice(name="sda", size_bytes=480_103_981_056, transport="sata"),
         ],
+        "xids": [],  # the kernel log was read and has no Xid
         "fabricmanager_active": True,
     }
     data.update(host)

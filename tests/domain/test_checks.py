@@ -108,16 +108,35 @@ def test_gpu_count_more_gpus_than_expected_is_not_a_hardware_fault(
     assert (r.status, r.fault) == (F, None)
 
 
-def test_gpu_count_without_lspci_or_spec(facts: HostFacts) -> None:
-    f = facts.model_copy(update={"pci_devices": []})
+def test_gpu_count_without_lspci_or_spec_fails_closed(facts: HostFacts) -> None:
+    # lspci not collected (None) and no expected count: nothing to compare the driver with.
+    f = facts.model_copy(update={"pci_devices": None})
     r = run("gpu_count", f, ExpectedSpec(), None)
+    assert (r.status, r.fault) == (F, None)
+    assert "lspci was not collected and no GPU count is expected" in r.message
+    # With an expected count the driver's 8 GPUs can be checked.
+    r = run("gpu_count", f, ExpectedSpec(gpu_count=8), None)
     assert r.status is P and r.message == "8 GPUs"
 
 
-def test_gpu_count_no_gpus_no_expectation(facts_factory: Facts) -> None:
+def test_gpu_count_spec_silent_expects_what_lspci_shows(facts: HostFacts) -> None:
+    r = run("gpu_count", facts, ExpectedSpec(), None)
+    assert r.status is P and r.evidence["expected_from"] == "lspci"
+    # One GPU gone from the driver AND the bus is invisible without a spec; one gone from
+    # the driver only is caught by the bus.
+    f = facts.model_copy(update={"pci_devices": [d for d in facts.pci_devices or []
+                                                  if d.address != "0000:db:00.0"]})
+    assert run("gpu_count", f, ExpectedSpec(), None).status is F
+
+
+def test_gpu_count_no_gpus_no_expectation_fails(facts_factory: Facts) -> None:
+    # A GPU-less machine (no driver, no NVIDIA device on the bus) is never usable for a
+    # GPU profile, even when the inventory expects nothing.
     f = facts_factory(nvidia_smi=None, nvidia_smi_error="nvidia-smi: command not found",
                       pci_devices=[])
-    assert run("gpu_count", f, ExpectedSpec(), None).status is SK
+    r = run("gpu_count", f, ExpectedSpec(), None)
+    assert (r.status, r.fault) == (F, None)
+    assert "no NVIDIA GPU on the PCI bus" in r.message
     assert run("gpu_count", f, ExpectedSpec(gpu_count=8), None).status is F
 
 

@@ -20,7 +20,7 @@ from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
 from gpufleet.collect.pci import parse_lspci
 from gpufleet.domain.checks import CHECKS, CheckResult, CheckStatus
-from gpufleet.domain.facts import HostFacts, NvidiaSmiReport
+from gpufleet.domain.facts import FACTS_VERSION, HostFacts, NvidiaSmiReport
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault
 from gpufleet.domain.spec import ExpectedSpec
 
@@ -36,7 +36,7 @@ def text(rel: str) -> str:
 
 
 def facts(**kw: Any) -> HostFacts:
-    return HostFacts(collected_at=COLLECTED, **kw)
+    return HostFacts(facts_version=FACTS_VERSION, collected_at=COLLECTED, **kw)
 
 
 def check(name: str, f: HostFacts, spec: ExpectedSpec | None = None,

@@ -8,8 +8,10 @@ Accepted line prefixes (all seen in real captures or produced by the collection 
 * plain ``dmesg``  ``[  123.456789] NVRM: Xid ...`` (seconds since boot: ``time`` is None)
 * ``journalctl -k -o short-iso``  ``2025-01-21T02:21:33+0000 host kernel: NVRM: Xid ...``
 
-The log is noisy, so lines without ``NVRM: Xid`` are ignored; a line that has it but cannot
-be read (e.g. cut mid-line) raises :class:`ParseError` rather than yielding a guessed event.
+The log is noisy, so lines without ``NVRM: Xid`` are ignored. A line that has it but cannot
+be read (e.g. cut mid-line) never yields a guessed event: with ``unreadable=`` given, it is
+recorded there (line number, timestamp if the prefix still has one, text) and parsing goes on,
+so one damaged line cannot hide the fatal Xid on the next; without it, :class:`ParseError`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from gpufleet.domain.facts import XidEvent
+from pydantic import ValidationError
+
+from gpufleet.domain.facts import TEXT, UnreadableXid, XidEvent
 from gpufleet.errors import ParseError
 
 _MARK = "NVRM: Xid"
@@ -56,30 +60,56 @@ def _parse_time(prefix: str) -> tuple[datetime | None, str | None]:
     return None, prefix
 
 
-def parse_xids(text: str, source: str = "kernel log") -> list[XidEvent]:
-    """All Xid events in ``text``, in log order, with their 1-based line numbers."""
+def parse_xids(
+    text: str, source: str = "kernel log", *, unreadable: list[UnreadableXid] | None = None
+) -> list[XidEvent]:
+    """All readable Xid events in ``text``, in log order, with their 1-based line numbers.
+
+    Each line is read on its own. An unreadable Xid line is appended to ``unreadable`` when
+    that list is given (the caller reports it), else it raises :class:`ParseError`.
+    """
     events: list[XidEvent] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         at = line.find(_MARK)
         if at < 0:
             continue
-        m = _XID.match(line, at)
-        if m is None:
-            raise ParseError(source, f"unreadable Xid line: {line[at : at + 80]!r}", line=lineno)
         try:
-            when, raw_time = _parse_time(line[:at])
-        except ValueError as exc:
-            raise ParseError(source, f"bad timestamp: {exc}", line=lineno) from exc
-        pid_text = (m.group("pid") or "").strip("'")
-        events.append(
-            XidEvent(
-                code=int(m.group("code")),
-                pci_address=m.group("pci"),
-                time=when,
-                time_raw=raw_time,
-                pid=int(pid_text) if pid_text.isdigit() else None,
-                message=(m.group("msg") or "").strip(),
-                line=lineno,
+            events.append(_event(line, at, lineno, source))
+        except ParseError as exc:
+            if unreadable is None:
+                raise
+            try:
+                when = _parse_time(line[:at])[0]
+            except ValueError:
+                when = None
+            unreadable.append(
+                UnreadableXid(line=lineno, time=when, text=f"{exc.message}"[: TEXT // 2])
             )
-        )
     return events
+
+
+def _event(line: str, at: int, lineno: int, source: str) -> XidEvent:
+    m = _XID.match(line, at)
+    if m is None:
+        raise ParseError(source, f"unreadable Xid line: {line[at : at + 80]!r}", line=lineno)
+    try:
+        when, raw_time = _parse_time(line[:at])
+    except ValueError as exc:
+        raise ParseError(source, f"bad timestamp: {exc}", line=lineno) from exc
+    if len(m.group("code")) > 7:
+        raise ParseError(source, f"Xid code {m.group('code')[:20]}... too long", line=lineno)
+    pid_text = (m.group("pid") or "").strip("'")
+    try:
+        return XidEvent(
+            code=int(m.group("code")),
+            pci_address=m.group("pci"),
+            time=when,
+            time_raw=raw_time,
+            pid=int(pid_text) if pid_text.isdigit() and len(pid_text) <= 10 else None,
+            message=(m.group("msg") or "").strip(),
+            line=lineno,
+        )
+    except ValidationError as exc:  # a value that does not fit (a 5000-digit code ...)
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise ParseError(source, f"Xid line: {field}: {err['msg']}", line=lineno) from None

@@ -20,6 +20,13 @@ Conventions shared by all three parsers:
   a report is either complete or refused, never half-filled.
 * Sub-records (ECC counts, retired pages, remapped rows) are ``None`` when every one of their
   values is missing, so "not supported on this GPU" is distinguishable from "zero errors".
+* A GPU in an error state is kept and marked (``Gpu.error``, as gpustat keeps an invalid GPU):
+  "GPU is lost" / "GPU requires reset" in any value, or "Unknown Error" / "ERR!" in a value
+  every working GPU reports (:data:`_VITAL`: UUID, product name, bus id, memory size).
+  "Unknown Error" in other fields is ordinary "not supported" noise (real 535 captures print
+  ``Addressing Mode : Unknown Error`` on healthy GPUs) and stays ``None``.
+* A value that parses but does not fit the facts' bounds (100k GPUs, a 200-character UUID)
+  raises :class:`ParseError` naming the field.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from gpufleet.domain.facts import (
+    MAX_GPUS,
     EccErrors,
     Gpu,
     GpuProcess,
@@ -75,6 +83,36 @@ _MISSING = frozenset(
 )
 
 
+# Error states (lower-cased, brackets stripped) -> how they are recorded on the GPU.
+_ERROR_STATES = {
+    "gpu is lost": "GPU is lost",
+    "gpu requires reset": "GPU requires reset",
+    "unknown error": "Unknown Error",
+    "err!": "ERR!",
+}
+#: States that mean a broken GPU wherever they appear.
+_ALWAYS_ERROR = frozenset({"gpu is lost", "gpu requires reset"})
+#: Gpu attributes every working GPU reports: "Unknown Error"/"ERR!" there is a broken GPU.
+_VITAL = frozenset({"uuid", "product_name", "pci_bus_id", "memory_total_mib"})
+
+
+def _error_state(attr: str, raw: str | None) -> str | None:
+    """``"GPU is lost (product_name)"`` if ``raw`` marks the GPU broken, else None."""
+    if raw is None:
+        return None
+    low = raw.strip().strip("[]").strip().lower()
+    if low in _ALWAYS_ERROR or (low in _ERROR_STATES and attr in _VITAL):
+        return f"{_ERROR_STATES[low]} ({attr})"
+    return None
+
+
+def _fit_error(exc: ValidationError) -> str:
+    """The first complaint of a bounds check, as "field: message"."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "value"
+    return f"{field}: {err['msg']}"
+
+
 class _BadValue(ValueError):
     """A present value that the adapter cannot read (turned into ParseError by the caller)."""
 
@@ -115,6 +153,8 @@ def _number(*units: str, integer: bool) -> Callable[[str], float | int]:
             expected = " or ".join(units) if units else "a number"
             raise _BadValue(f"expected {expected}, got {value!r}")
         num = m["num"]
+        if len(num) > 30:  # int() refuses > 4300 digits; no reading has 30
+            raise _BadValue(f"number too long: {value[:40]!r}...")
         if integer:
             if "." in num:
                 raise _BadValue(f"expected a whole number, got {value!r}")
@@ -550,11 +590,26 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     values["remapped_rows"] = RemappedRows(**remapped) if remapped else None
     values["mig_devices"] = _mig_devices(ctx, view)
     values["processes"] = _processes(ctx, view)
+    for f in _GPU_FIELDS:
+        for path in f.xml if ctx.is_xml else f.text:
+            values["error"] = values.get("error") or _error_state(f.attr, view.raw(path))
     try:
         return Gpu(**values)
-    except ValidationError as exc:  # defensive: adapters already typed every value
+    except ValidationError as exc:  # a value that parses but does not fit the bounds
         line, place = view.where("")
-        raise ParseError(ctx.source, f"{place}: {exc}", line=line) from None
+        raise ParseError(ctx.source, f"{place}: {_fit_error(exc)}", line=line) from None
+
+
+def _report(source: str, header: dict[str, Any], gpus: list[Gpu]) -> NvidiaSmiReport:
+    try:
+        return NvidiaSmiReport(**header, gpus=gpus)
+    except ValidationError as exc:
+        raise ParseError(source, _fit_error(exc)) from None
+
+
+def _too_many(source: str, count: int) -> None:
+    if count > MAX_GPUS:
+        raise ParseError(source, f"{count} GPUs: more than any server has ({MAX_GPUS})")
 
 
 # Report-level fields; paths are the same in XML and text. R610 renames the driver version
@@ -598,11 +653,12 @@ def parse_nvidia_smi_xml(text: str, source: str = "nvidia-smi -q -x") -> NvidiaS
         raise ParseError(source, f"root element is <{root.tag}>, expected <nvidia_smi_log>", line=1)
     ctx = _Ctx(source, is_xml=True)
     top = _XmlView(root, "nvidia_smi_log")
+    elems = root.findall("gpu")
+    _too_many(source, len(elems))
     gpus = [
-        _gpu(ctx, _XmlView(elem, f"gpu[{i}]"), i, elem.get("id"))
-        for i, elem in enumerate(root.findall("gpu"))
+        _gpu(ctx, _XmlView(elem, f"gpu[{i}]"), i, elem.get("id")) for i, elem in enumerate(elems)
     ]
-    return NvidiaSmiReport(**_report_header(ctx, top), gpus=gpus)
+    return _report(source, _report_header(ctx, top), gpus)
 
 
 # ------------------------------------------------------------------------------ text
@@ -674,6 +730,7 @@ def parse_nvidia_smi_text(text: str, source: str = "nvidia-smi -q") -> NvidiaSmi
     top = _TextView(root)
     header = _report_header(ctx, top)
     sections = [n for n in root.children if n.value is None]
+    _too_many(source, len(sections))
     gpus = []
     for i, node in enumerate(sections):
         m = _GPU_HEADER.match(node.label)
@@ -691,7 +748,7 @@ def parse_nvidia_smi_text(text: str, source: str = "nvidia-smi -q") -> NvidiaSmi
             f"('Attached GPUs' at line {attached_line}): truncated?",
             line=last_line,
         )
-    return NvidiaSmiReport(**header, gpus=gpus)
+    return _report(source, header, gpus)
 
 
 # ------------------------------------------------------------------------------- CSV
@@ -848,6 +905,7 @@ def _csv_gpu(row: dict[str, str], position: int, number: int, source: str) -> Gp
         if target is None:
             continue  # a field we do not model (the exporter bundles query ~200)
         attr, convert = target
+        flat["error"] = flat.get("error") or _error_state(attr, cell)
         value = _clean(cell)
         if value is None:
             flat.setdefault(attr, None)
@@ -871,8 +929,8 @@ def _csv_gpu(row: dict[str, str], position: int, number: int, source: str) -> Gp
         values["index"] = position
     try:
         return Gpu(**values)
-    except ValidationError as exc:  # defensive: adapters already typed every value
-        raise ParseError(source, str(exc), line=number) from None
+    except ValidationError as exc:  # a value that parses but does not fit the bounds
+        raise ParseError(source, _fit_error(exc), line=number) from None
 
 
 def parse_query_gpu_csv(
@@ -900,14 +958,12 @@ def parse_query_gpu_report(
 ) -> NvidiaSmiReport:
     """Like :func:`parse_query_gpu_csv`, wrapped in a report that keeps ``driver_version``."""
     rows = list(_csv_rows(text, fields, source))
+    _too_many(source, len(rows))
     gpus = [_csv_gpu(row, i, number, source) for i, (number, row) in enumerate(rows)]
     drivers = {
         _version(v) for _, row in rows if (v := _clean(row.get("driver_version"))) is not None
     }
     if len(drivers) > 1:
         raise ParseError(source, f"rows disagree on driver_version: {sorted(drivers)}")
-    return NvidiaSmiReport(
-        driver_version=drivers.pop() if drivers else None,
-        attached_gpus=len(gpus),
-        gpus=gpus,
-    )
+    header = {"driver_version": drivers.pop() if drivers else None, "attached_gpus": len(gpus)}
+    return _report(source, header, gpus)

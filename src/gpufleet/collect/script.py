@@ -72,8 +72,11 @@ nvsmi_q() {
   $TO nvidia-smi -q
 }
 xids() {
-  { dmesg --time-format=iso 2>/dev/null || dmesg 2>/dev/null || journalctl -k -q --no-pager -o short-iso 2>/dev/null; } \
-    | grep -E 'NVRM: Xid' | tail -n 500
+  # No readable kernel log (dmesg_restrict, no journal) is a failure, not "no Xid".
+  out=$({ dmesg --time-format=iso 2>/dev/null || dmesg 2>/dev/null || journalctl -k -q --no-pager -o short-iso 2>/dev/null || echo GPUFLEET_NO_KERNEL_LOG; } \
+    | grep -E 'NVRM: Xid|^GPUFLEET_NO_KERNEL_LOG$' | tail -n 500)
+  case "$out" in *GPUFLEET_NO_KERNEL_LOG*) echo "cannot read the kernel log (dmesg, journalctl -k)" >&2; return 1;; esac
+  [ -z "$out" ] || printf '%s\n' "$out"
   return 0
 }
 dmi() {

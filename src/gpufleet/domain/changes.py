@@ -89,8 +89,9 @@ def detect_changes(previous: HostFacts | None, current: HostFacts) -> list[Chang
     os_before, os_after = os_image_name(previous.os), os_image_name(current.os)
     if os_before and os_after and os_before != os_after:
         changes.append(Change(ChangeKind.REIMAGE, "os", os_before, os_after))
-    guids_before = {p.port_guid for p in previous.ib_ports if p.port_guid}
-    guids_after = {p.port_guid for p in current.ib_ports if p.port_guid}
+    # None (ibstat not collected on one side): nothing to compare, no swap claimed.
+    guids_before = {p.port_guid for p in previous.ib_ports or [] if p.port_guid}
+    guids_after = {p.port_guid for p in current.ib_ports or [] if p.port_guid}
     if guids_before and guids_after - guids_before:
         changes.append(
             Change(

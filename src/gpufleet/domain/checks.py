@@ -138,16 +138,28 @@ def _smi_error_means_lost(error: str) -> bool:
 def gpu_count(
     facts: HostFacts, spec: ExpectedSpec, baseline: Baseline | None, params: Mapping[str, Any]
 ) -> CheckResult:
-    """Driver GPU count == spec.gpu_count and == NVIDIA GPUs on the PCI bus (lspci).
+    """Working GPUs == spec.gpu_count (or, when the spec is silent, the NVIDIA GPUs lspci
+    shows) and == NVIDIA GPUs on the PCI bus.
 
+    Every profile is a GPU workload profile, so this check never passes a host without a
+    working GPU: no NVIDIA device on the bus, no working driver, or no way to tell (lspci not
+    collected and no expected count) fails, whatever the inventory says. A GPU in an error
+    state (``Gpu.error``: "GPU is lost", "GPU requires reset", ...) fails with ``gpu_lost``.
     A GPU that fell off the bus is caught either way: missing from the driver but on the bus,
     or gone from both while its siblings remain.
     """
     name = "gpu_count"
-    lspci_seen = bool(facts.pci_devices)  # an empty list means lspci was not collected
+    lspci_seen = facts.pci_devices is not None  # None: lspci failed or was not collected
     pci = facts.pci_gpus
     expected = spec.gpu_count
-    ev: dict[str, Any] = {"expected": expected, "pci": len(pci) if lspci_seen else None}
+    if expected is None and lspci_seen:
+        expected = len(pci)  # the spec is silent: the bus says how many there should be
+    source = "spec" if spec.gpu_count is not None else ("lspci" if lspci_seen else None)
+    ev: dict[str, Any] = {
+        "expected": spec.gpu_count,
+        "expected_from": source,
+        "pci": len(pci) if lspci_seen else None,
+    }
     smi_failed = facts.nvidia_smi is None or (bool(facts.nvidia_smi_error) and not facts.gpus)
     if smi_failed:
         err = facts.nvidia_smi_error or "no nvidia-smi output"
@@ -158,13 +170,23 @@ def gpu_count(
             msg = f"nvidia-smi failed ({err}) with {len(pci)} NVIDIA GPUs on the PCI bus: {what}"
             smi_fault = Fault.GPU_LOST if lost else Fault.DRIVER_NOT_LOADED
             return _r(name, CheckStatus.FAIL, msg, smi_fault, **ev)
-        if expected:
-            msg = f"nvidia-smi failed ({err}); expected {expected} GPUs"
+        if spec.gpu_count:
+            msg = f"nvidia-smi failed ({err}); expected {spec.gpu_count} GPUs"
             return _r(name, CheckStatus.FAIL, msg, **ev)
-        return _r(name, CheckStatus.SKIP, f"no GPUs expected or seen ({err})", **ev)
+        bus = "no NVIDIA GPU on the PCI bus" if lspci_seen else "lspci not collected"
+        msg = f"no working NVIDIA driver ({err}); {bus}: not usable for GPU work"
+        return _r(name, CheckStatus.FAIL, msg, **ev)
 
     n = len(facts.gpus)
     ev["driver"] = n
+    broken = [g for g in facts.gpus if g.error]
+    if broken:
+        ev["errors"] = {str(g.index): g.error for g in broken}
+        detail = "; ".join(
+            f"GPU {g.index}{f' ({_pci(g.pci_bus_id)})' if g.pci_bus_id else ''}: {g.error}"
+            for g in broken
+        )
+        return _r(name, CheckStatus.FAIL, f"GPU in error state: {detail}", Fault.GPU_LOST, **ev)
     if lspci_seen and len(pci) > n:
         seen = {_pci(g.pci_bus_id) for g in facts.gpus if g.pci_bus_id}
         missing = sorted(d.address for d in pci if _pci(d.address) not in seen)
@@ -172,13 +194,21 @@ def gpu_count(
         where = f" (missing from the driver: {', '.join(missing)})" if missing else ""
         msg = f"driver sees {n} of {len(pci)} NVIDIA GPUs on the PCI bus{where}"
         return _r(name, CheckStatus.FAIL, msg, Fault.GPU_LOST, **ev)
-    if expected is not None and n != expected:
-        # Some GPUs present but fewer than expected: one fell off the bus entirely. None at
-        # all, or more than expected, is more likely a wrong spec than a hardware fault.
+    if n == 0:
+        bus = "" if lspci_seen else " (lspci not collected)"
+        msg = f"no GPUs visible to the driver{bus}: not usable for GPU work"
+        return _r(name, CheckStatus.FAIL, msg, **ev)
+    if expected is None:
+        msg = (
+            f"driver sees {n} GPUs, but lspci was not collected and no GPU count is expected: "
+            "cannot tell whether a GPU is missing"
+        )
+        return _r(name, CheckStatus.FAIL, msg, **ev)
+    if n != expected:
+        # Some GPUs present but fewer than expected: one fell off the bus entirely. More
+        # than expected is more likely a wrong spec than a hardware fault.
         fault = Fault.GPU_LOST if 0 < n < expected else None
         return _r(name, CheckStatus.FAIL, f"driver sees {n} GPUs, expected {expected}", fault, **ev)
-    if n == 0:
-        return _r(name, CheckStatus.SKIP, "no GPUs expected or seen", **ev)
     agree = " (driver and PCI bus agree)" if lspci_seen else ""
     return _r(name, CheckStatus.PASS, f"{n} GPUs{agree}", **ev)
 
@@ -570,17 +600,38 @@ def xid(
     Fatal (per the policy) fail with ``fatal_xid``; known non-fatal and unknown codes warn.
     Events without a timestamp are counted: they are in the current boot's log, and a fatal
     Xid needs a reset or reboot that would have cleared it.
+
+    Fail closed: a kernel log that was not collected or not readable (``xids is None``) fails
+    (no fault: the host stays in validation with the reason), and so do unreadable Xid lines
+    in the window, which could be the fatal one, unless a readable fatal Xid already fails it.
     """
     name = "xid"
     policy: XidPolicy = params.get("xid_policy") or _default_xid_policy()
     now: datetime | None = params.get("now")
     window = timedelta(hours=float(params.get("window_hours", 24)))
     since = _aware(now) - window if now is not None else None
-    recent = [e for e in facts.xids if since is None or e.time is None or _aware(e.time) >= since]
+    if facts.xids is None:
+        why = next((p for p in facts.problems if "kernel-xid" in p), None)
+        msg = "kernel log not collected or unreadable: cannot rule out a fatal Xid"
+        return _r(name, CheckStatus.FAIL, msg + (f" ({why})" if why else ""), collected=False)
+
+    def in_window(t: datetime | None) -> bool:
+        return since is None or t is None or _aware(t) >= since
+
+    recent = [e for e in facts.xids if in_window(e.time)]
+    damaged = [u for u in facts.xid_unreadable if in_window(u.time)]
     ev: dict[str, Any] = {
         "since": since.isoformat() if since else None,
         "ignored_older": len(facts.xids) - len(recent),
+        "unreadable_lines": [u.line for u in damaged],
     }
+    unread = ""
+    if damaged:
+        shown = ", ".join(str(u.line) for u in damaged[:8]) + (" ..." if len(damaged) > 8 else "")
+        unread = f"{len(damaged)} unreadable Xid line(s) in the kernel log (line {shown})"
+    if damaged and not any(policy.is_fatal(e.code) for e in recent):
+        msg = f"{unread}: cannot rule out a fatal Xid"
+        return _r(name, CheckStatus.FAIL, msg, **ev)
     if not recent:
         span = f" in the last {params.get('window_hours', 24)}h" if since else ""
         return _r(name, CheckStatus.PASS, f"no Xid{span}", **ev)
@@ -609,6 +660,8 @@ def xid(
         msg = "fatal " + "; ".join(line(c) for c in fatal)
         if other:
             msg += "; also " + "; ".join(line(c) for c in other)
+        if unread:
+            msg += f"; {unread}"
         return _r(name, CheckStatus.FAIL, msg, Fault.FATAL_XID, **ev)
     return _r(name, CheckStatus.WARN, "non-fatal " + "; ".join(line(c) for c in other), **ev)
 
@@ -722,6 +775,10 @@ def ib_ports(
         return _r(name, missing, "no IB/RoCE ports expected")
     min_rate: float | None = params.get("min_rate_gbps", spec.ib_rate_gbps)
     layers = _LINK_LAYERS.get(spec.fabric or "", {"infiniband", "ethernet"})
+    if facts.ib_ports is None:
+        why = next((p for p in facts.problems if "ibstat" in p), "ibstat missing or failed")
+        msg = f"IB/RoCE ports not collected ({why}); need {need}"
+        return _r(name, CheckStatus.FAIL, msg, need=need, collected=False)
     ports = [p for p in facts.ib_ports if (p.link_layer or "").lower() in layers]
     up = [p for p in ports if _port_up(p, min_rate)]
     down = [p for p in ports if p not in up]
@@ -801,10 +858,15 @@ def pcie_link(
     if spec.pcie_gen is None and spec.pcie_width is None:
         return _r(name, CheckStatus.SKIP, "no PCIe link expected")
     problems: list[str] = []
+    unknown: list[int] = []
     seen = 0
     for g in facts.gpus:
         gen = g.pcie_gen_max
         width = g.pcie_width_current if g.pcie_width_current is not None else g.pcie_width_max
+        if (spec.pcie_gen is not None and gen is None) or (
+            spec.pcie_width is not None and width is None
+        ):
+            unknown.append(g.index)
         if gen is None and width is None:
             continue
         seen += 1
@@ -812,11 +874,19 @@ def pcie_link(
             problems.append(f"GPU {g.index} gen {gen} < {spec.pcie_gen}")
         if spec.pcie_width is not None and width is not None and width < spec.pcie_width:
             problems.append(f"GPU {g.index} x{width} < x{spec.pcie_width}")
-    if not seen:
-        return _r(name, CheckStatus.SKIP, "no GPU reports its PCIe link")
-    ev: dict[str, Any] = {"expected_gen": spec.pcie_gen, "expected_width": spec.pcie_width}
+    ev: dict[str, Any] = {
+        "expected_gen": spec.pcie_gen,
+        "expected_width": spec.pcie_width,
+        "unreported": unknown,
+    }
     if problems:
         return _r(name, CheckStatus.FAIL, "; ".join(problems), Fault.PCIE_DEGRADED, **ev)
+    if not facts.gpus:
+        return _r(name, CheckStatus.FAIL, "no GPUs to check the PCIe link of", **ev)
+    if unknown:
+        # Fail closed: an expected link that no one reported is not a link that was checked.
+        msg = f"PCIe link expected but not reported for GPU {', '.join(map(str, unknown))}"
+        return _r(name, CheckStatus.FAIL, msg, **ev)
     return _r(name, CheckStatus.PASS, f"PCIe links as expected on {seen} GPUs", **ev)
 
 

@@ -4,13 +4,45 @@ Parsers in ``gpufleet.collect`` produce these records from real tool output; the
 serialises them (``model_dump(mode="json")``) into fact snapshots; checks, labels and drift
 read them. Every field that an older driver or tool may omit is optional (``None``), never
 a made-up default.
+
+*Not collected* is not *empty*: the lists a check relies on (``xids``, ``ib_ports``,
+``pci_devices``, ``block_devices``) are ``None`` when their tool failed, was missing or could
+not be read, and ``[]`` only when the tool answered and listed nothing.
+
+*Bounds*: every value that reaches the store is bounded here (string lengths within the store's
+columns and the kernel's own limits, counts and sizes within what any real server has), so a
+value that parses but does not fit is refused the same way on SQLite and PostgreSQL, before the
+database sees it. The collector turns such a refusal into a ``bad output`` for that host.
+
+*Stored snapshots* carry ``facts_version`` (:data:`FACTS_VERSION`). Snapshots written before
+version 2 did not distinguish "not collected" from "none": a failed ``dmesg``/``ibstat``/
+``lspci``/``lsblk`` was stored as ``[]``. Reading such a snapshot (no ``facts_version``) turns
+those empty lists into ``None`` (fail closed): an old snapshot never vouches for "no Xid".
+A non-empty list was a complete parse then too and is kept.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Version of the facts layout written by this code (see the module docstring).
+FACTS_VERSION = 2
+#: What a snapshot without a ``facts_version`` is: the layout before "None vs []".
+LEGACY_FACTS_VERSION = 1
+_NONE_IF_LEGACY_EMPTY = ("xids", "ib_ports", "pci_devices", "block_devices")
+
+# Bounds (see the module docstring). Linux caps a release and a hostname at 64 characters
+# (__NEW_UTS_LEN), a module name at 56; the rest stay inside the store's columns.
+MAX_GPUS = 64
+MAX_GPU_MEMORY_MIB = 1 << 24  # 16 TiB per GPU
+MAX_HOST_MEMORY_KIB = 1 << 40  # 1 PiB of RAM
+MAX_CPUS = 1 << 16
+SHORT = 64  # uuid, serial, vbios, kernel release, hostname, IB CA names
+NAME = 128  # product names, OS names, DMI strings, models
+TEXT = 2048  # free text from a tool (Xid message, lspci description)
 
 
 class Fact(BaseModel):
@@ -68,17 +100,21 @@ class GpuProcess(Fact):
 class Gpu(Fact):
     """One GPU as the driver reports it (``nvidia-smi -q -x`` / ``-q`` / ``--query-gpu``)."""
 
-    index: int
-    uuid: str | None = None
-    serial: str | None = None
-    pci_bus_id: str | None = None  # normalised lower-case "0000:19:00.0"
-    product_name: str | None = None
-    product_brand: str | None = None
-    architecture: str | None = None
-    vbios_version: str | None = None
-    memory_total_mib: int | None = None
-    memory_used_mib: int | None = None
-    memory_free_mib: int | None = None
+    index: int = Field(ge=0, lt=MAX_GPUS)
+    uuid: str | None = Field(default=None, max_length=SHORT)
+    serial: str | None = Field(default=None, max_length=SHORT)
+    pci_bus_id: str | None = Field(default=None, max_length=32)  # "0000:19:00.0"
+    product_name: str | None = Field(default=None, max_length=SHORT)
+    product_brand: str | None = Field(default=None, max_length=SHORT)
+    architecture: str | None = Field(default=None, max_length=SHORT)
+    vbios_version: str | None = Field(default=None, max_length=SHORT)
+    memory_total_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
+    memory_used_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
+    memory_free_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
+    #: The GPU is in an error state: nvidia-smi printed "GPU is lost", "GPU requires reset",
+    #: or "Unknown Error"/"ERR!" for a value every working GPU reports (the way gpustat keeps
+    #: an invalid GPU in its list). E.g. "GPU is lost (product_name)". Fails GPU health.
+    error: str | None = Field(default=None, max_length=NAME)
     persistence_mode: bool | None = None
     mig_mode_current: bool | None = None
     mig_mode_pending: bool | None = None
@@ -109,11 +145,11 @@ class Gpu(Fact):
 class NvidiaSmiReport(Fact):
     """Everything one ``nvidia-smi -q`` run (XML or text) says about the host's GPUs."""
 
-    driver_version: str | None = None
-    cuda_version: str | None = None
-    timestamp: str | None = None
-    attached_gpus: int | None = None
-    gpus: list[Gpu] = Field(default_factory=list)
+    driver_version: str | None = Field(default=None, max_length=32)
+    cuda_version: str | None = Field(default=None, max_length=16)
+    timestamp: str | None = Field(default=None, max_length=NAME)
+    attached_gpus: int | None = Field(default=None, ge=0, le=MAX_GPUS)
+    gpus: list[Gpu] = Field(default_factory=list, max_length=MAX_GPUS)
 
 
 # ----------------------------------------------------------------- topology / NVLink
@@ -159,26 +195,26 @@ class NvlinkStatus(Fact):
 class IbPort(Fact):
     """One port of an RDMA adapter (``ibstat``)."""
 
-    ca: str  # "mlx5_0"
-    port: int
-    ca_type: str | None = None
-    firmware: str | None = None
-    state: str | None = None  # "Active", "Down", "Initializing", ...
-    physical_state: str | None = None  # "LinkUp", "Polling", "Disabled", ...
-    rate_gbps: float | None = None
-    link_layer: str | None = None  # "InfiniBand" | "Ethernet"
-    port_guid: str | None = None
+    ca: str = Field(max_length=SHORT)  # "mlx5_0"
+    port: int = Field(ge=0, le=255)
+    ca_type: str | None = Field(default=None, max_length=SHORT)
+    firmware: str | None = Field(default=None, max_length=SHORT)
+    state: str | None = Field(default=None, max_length=32)  # "Active", "Down", ...
+    physical_state: str | None = Field(default=None, max_length=32)  # "LinkUp", "Polling", ...
+    rate_gbps: float | None = Field(default=None, ge=0, le=100_000, allow_inf_nan=False)
+    link_layer: str | None = Field(default=None, max_length=32)  # "InfiniBand" | "Ethernet"
+    port_guid: str | None = Field(default=None, max_length=SHORT)
 
 
 class PciDevice(Fact):
     """One line of ``lspci -nn`` (or the header of a ``lspci -vvv`` block)."""
 
-    address: str  # normalised "0000:19:00.0"
-    class_name: str
-    class_id: str | None = None  # "0302"
-    vendor_id: str | None = None  # "10de"
-    device_id: str | None = None  # "2330"
-    description: str
+    address: str = Field(max_length=32)  # normalised "0000:19:00.0"
+    class_name: str = Field(max_length=NAME)
+    class_id: str | None = Field(default=None, max_length=8)  # "0302"
+    vendor_id: str | None = Field(default=None, max_length=8)  # "10de"
+    device_id: str | None = Field(default=None, max_length=8)  # "2330"
+    description: str = Field(max_length=TEXT)
 
 
 # --------------------------------------------------------------------- kernel / OS
@@ -187,31 +223,42 @@ class PciDevice(Fact):
 class XidEvent(Fact):
     """One ``NVRM: Xid`` line from the kernel log."""
 
-    code: int
-    pci_address: str | None = None  # as printed, e.g. "PCI:0000:19:00"
+    code: int = Field(ge=0, le=1_000_000)
+    pci_address: str | None = Field(default=None, max_length=SHORT)  # e.g. "PCI:0000:19:00"
     time: datetime | None = None
-    time_raw: str | None = None
+    time_raw: str | None = Field(default=None, max_length=SHORT)
     pid: int | None = None
-    message: str
+    message: str = Field(max_length=TEXT)
     line: int | None = None  # 1-based line in the captured log
+
+
+class UnreadableXid(Fact):
+    """A kernel-log line that has ``NVRM: Xid`` but could not be read (cut mid-line ...).
+
+    Kept so the xid check can refuse to vouch for a log it could not fully read.
+    """
+
+    line: int
+    time: datetime | None = None  # when the prefix still carries a readable timestamp
+    text: str = Field(max_length=TEXT)  # the line from "NVRM: Xid" on, shortened
 
 
 class OsRelease(Fact):
     """``/etc/os-release``."""
 
-    id: str | None = None
-    version_id: str | None = None
-    pretty_name: str | None = None
+    id: str | None = Field(default=None, max_length=SHORT)
+    version_id: str | None = Field(default=None, max_length=SHORT)
+    pretty_name: str | None = Field(default=None, max_length=NAME)
 
 
 class BlockDevice(Fact):
     """A whole disk from ``lsblk``."""
 
-    name: str
-    size_bytes: int
-    transport: str | None = None  # "nvme", "sata", ...
+    name: str = Field(max_length=SHORT)
+    size_bytes: int = Field(ge=0, lt=1 << 63)
+    transport: str | None = Field(default=None, max_length=32)  # "nvme", "sata", ...
     rotational: bool | None = None
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=NAME)
 
 
 # --------------------------------------------------------------------- whole host
@@ -222,30 +269,55 @@ class HostFacts(Fact):
 
     ``problems`` lists non-fatal oddities found while parsing (a section missing, a tool
     failing) as human-readable strings naming the source; the facts that did parse are kept.
+
+    ``xids``, ``ib_ports``, ``pci_devices`` and ``block_devices`` are ``None`` when not
+    collected or unreadable, ``[]`` when the tool listed nothing. Code that builds facts
+    itself passes ``facts_version=FACTS_VERSION``; without it the input is read as a legacy
+    snapshot (see the module docstring).
     """
 
+    facts_version: int = LEGACY_FACTS_VERSION
     collected_at: datetime
-    hostname: str | None = None
+    hostname: str | None = Field(default=None, max_length=SHORT)
     os: OsRelease | None = None
-    kernel: str | None = None
-    cpu_count: int | None = None
-    memory_total_kib: int | None = None
-    system_vendor: str | None = None
-    system_product: str | None = None
-    modules: list[str] = Field(default_factory=list)
+    kernel: str | None = Field(default=None, max_length=SHORT)
+    cpu_count: int | None = Field(default=None, ge=0, le=MAX_CPUS)
+    memory_total_kib: int | None = Field(default=None, ge=0, le=MAX_HOST_MEMORY_KIB)
+    system_vendor: str | None = Field(default=None, max_length=NAME)
+    system_product: str | None = Field(default=None, max_length=NAME)
+    modules: list[str] = Field(default_factory=list, max_length=65_536)
     sysctls: dict[str, str] = Field(default_factory=dict)
     nvidia_smi: NvidiaSmiReport | None = None
     nvidia_smi_error: str | None = None  # e.g. "nvidia-smi: command not found (rc=127)"
     topology: TopoMatrix | None = None
     nvlink: NvlinkStatus | None = None
-    ib_ports: list[IbPort] = Field(default_factory=list)
-    pci_devices: list[PciDevice] = Field(default_factory=list)
-    xids: list[XidEvent] = Field(default_factory=list)
-    block_devices: list[BlockDevice] = Field(default_factory=list)
+    ib_ports: list[IbPort] | None = Field(default=None, max_length=1024)
+    pci_devices: list[PciDevice] | None = Field(default=None, max_length=65_536)
+    xids: list[XidEvent] | None = Field(default=None, max_length=100_000)
+    xid_unreadable: list[UnreadableXid] = Field(default_factory=list, max_length=100_000)
+    block_devices: list[BlockDevice] | None = Field(default=None, max_length=65_536)
     fabricmanager_active: bool | None = None
-    fabricmanager_version: str | None = None  # nv-fabricmanager --version
-    container_toolkit: str | None = None  # nvidia-ctk --version (NVIDIA Container Toolkit)
+    fabricmanager_version: str | None = Field(default=None, max_length=SHORT)
+    container_toolkit: str | None = Field(default=None, max_length=SHORT)  # nvidia-ctk
     problems: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_snapshot(cls, data: Any) -> Any:
+        """Read a pre-version-2 snapshot fail closed: its ``[]`` may mean "not collected"."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("facts_version", LEGACY_FACTS_VERSION) >= FACTS_VERSION:
+            return data
+        return {k: (None if k in _NONE_IF_LEGACY_EMPTY and v == [] else v) for k, v in data.items()}
+
+    @model_validator(mode="after")
+    def _models_fit(self) -> HostFacts:
+        # The distinct GPU models are stored joined ("A, B") in a 128-character column.
+        models = sorted({g.product_name for g in self.gpus if g.product_name})
+        if len(", ".join(models)) > NAME:
+            raise ValueError(f"{len(models)} distinct GPU models: too many to record")
+        return self
 
     @property
     def gpus(self) -> list[Gpu]:
@@ -262,10 +334,11 @@ class HostFacts(Fact):
 
     @property
     def pci_gpus(self) -> list[PciDevice]:
-        """NVIDIA display/3D controllers on the PCI bus (GPUs the driver may not see)."""
+        """NVIDIA display/3D controllers on the PCI bus (GPUs the driver may not see);
+        empty when lspci was not collected (check ``pci_devices is None`` for that)."""
         return [
             d
-            for d in self.pci_devices
+            for d in self.pci_devices or []
             if d.vendor_id == "10de" and (d.class_id or "").startswith("03")
         ]
 

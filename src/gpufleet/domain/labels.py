@@ -162,7 +162,7 @@ def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     """
     active = [
         p
-        for p in facts.ib_ports
+        for p in facts.ib_ports or []  # None: ibstat not collected, no port counts as up
         if (p.state or "").lower() == "active"
         and (p.physical_state or "linkup").lower() == "linkup"
     ]
@@ -217,12 +217,13 @@ def derive_labels(
             nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)
         )
         labels[f"{PREFIX}/nvlink"] = str(has_nvlink).lower()
-        nvme = sum(
-            d.size_bytes
-            for d in facts.block_devices
-            if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
-        )
-        labels[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+        if facts.block_devices is not None:  # None: lsblk not collected, size unknown
+            nvme = sum(
+                d.size_bytes
+                for d in facts.block_devices
+                if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
+            )
+            labels[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
     return {k: sanitize_label_value(v) for k, v in labels.items()}
 
 
