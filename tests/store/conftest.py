@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-
 from tests.conftest import PG_ADMIN_URL
 
 

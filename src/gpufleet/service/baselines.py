@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
+from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
@@ -41,7 +42,7 @@ def save_baseline(fleet: Fleet, baseline: Baseline, *, replace: bool = False) ->
         record_event(
             s,
             fleet,
-            "baseline",
+            EventKind.BASELINE,
             f"baseline {baseline.name} saved ({baseline.status})",
             data=baseline.model_dump(mode="json"),
         )
@@ -103,7 +104,7 @@ def set_pool_baseline(fleet: Fleet, pool: str, baseline: str | None) -> None:
             s.add(row)
         before = row.baseline
         row.baseline = baseline
-        record_event(s, fleet, "pool", f"pool {pool}: baseline {before} -> {baseline}")
+        record_event(s, fleet, EventKind.POOL, f"pool {pool}: baseline {before} -> {baseline}")
 
 
 @dataclass

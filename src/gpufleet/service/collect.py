@@ -34,7 +34,9 @@ from gpufleet.collect.transport import (
     transport_key,
 )
 from gpufleet.domain.changes import detect_changes
+from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import Health
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event
@@ -278,7 +280,7 @@ def apply_result(
             record_event(
                 s,
                 fleet,
-                "alarm",
+                EventKind.ALARM,
                 f"SSH host key changed; collection refused. {raw.reason}",
                 host=host,
                 data={"pinned": host.host_key, "offered": raw.host_key},
@@ -292,7 +294,7 @@ def apply_result(
             record_event(
                 s,
                 fleet,
-                "host-key-pinned",
+                EventKind.HOST_KEY_PINNED,
                 f"pinned host key {fingerprint(raw.host_key)}",
                 host=host,
             )
@@ -311,7 +313,7 @@ def apply_result(
                     res.changes = [f"{c.kind}: {c.field} {c.before} -> {c.after}" for c in changes]
                     on_changes(s, fleet, host, changes)
         host.last_collected_at = now
-        host.last_outcome = raw.outcome.value
+        host.last_outcome = raw.outcome
         host.last_reason = raw.reason or None
         host.claim_token = None
         host.claimed_until = None
@@ -320,7 +322,7 @@ def apply_result(
             CollectionResult(
                 run_id=run_id,
                 host_id=host.id,
-                outcome=raw.outcome.value,
+                outcome=raw.outcome,
                 reason=raw.reason,
                 duration_s=raw.duration_s,
                 snapshot_id=res.snapshot_id,
@@ -391,9 +393,9 @@ def ensure_local_host(fleet: Fleet) -> str:
                 groups=["local"],
                 vars={"gpufleet_transport": "local"},
                 expected={},
-                state=HostState.ENROLLED.value,
+                state=HostState.ENROLLED,
                 state_entered_at=now,
-                health="ok",
+                health=Health.OK,
                 profiles=[],
                 source="local",
                 created_at=now,
@@ -401,5 +403,5 @@ def ensure_local_host(fleet: Fleet) -> str:
             )
             s.add(host)
             s.flush()
-            record_event(s, fleet, "enrolled", "enrolled by collect --local", host=host)
+            record_event(s, fleet, EventKind.ENROLLED, "enrolled by collect --local", host=host)
     return t.name

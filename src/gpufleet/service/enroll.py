@@ -8,6 +8,8 @@ from typing import Any
 from sqlalchemy import select
 
 from gpufleet.collect.inventory import Inventory, InventoryHost
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.health import Health
 from gpufleet.domain.states import HostState
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.store.tables import Host, Pool
@@ -50,9 +52,9 @@ def enroll(fleet: Fleet, inventory: Inventory) -> EnrollReport:
             if host is None:
                 host = Host(
                     name=ih.name,
-                    state=HostState.ENROLLED.value,
+                    state=HostState.ENROLLED,
                     state_entered_at=now,
-                    health="ok",
+                    health=Health.OK,
                     profiles=[],
                     source=inventory.source,
                     created_at=now,
@@ -64,7 +66,7 @@ def enroll(fleet: Fleet, inventory: Inventory) -> EnrollReport:
                 record_event(
                     s,
                     fleet,
-                    "enrolled",
+                    EventKind.ENROLLED,
                     f"enrolled from {inventory.source}",
                     host=host,
                     data={"groups": wanted["groups"], "address": ih.address},
@@ -82,7 +84,7 @@ def enroll(fleet: Fleet, inventory: Inventory) -> EnrollReport:
                     record_event(
                         s,
                         fleet,
-                        "updated",
+                        EventKind.UPDATED,
                         "inventory changed: " + ", ".join(sorted(changed)),
                         host=host,
                         data={k: {"before": b, "after": a} for k, (b, a) in changed.items()},

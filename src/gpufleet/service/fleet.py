@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from gpufleet.domain.events import EventKind
 from gpufleet.store.db import Database, database_url, default_home
 from gpufleet.store.tables import Event, Host
 
@@ -87,7 +88,7 @@ class Fleet:
 def record_event(
     session: Any,
     fleet: Fleet,
-    kind: str,
+    kind: EventKind,
     message: str,
     *,
     host: Host | None = None,

@@ -8,10 +8,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.health import Health
+from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.lifecycle import KEEP, retrying, transition
 from gpufleet.store.tables import Host
 
 
@@ -22,6 +25,7 @@ def _host(s: Session, name: str) -> Host:
     return host
 
 
+@retrying
 def maintenance_on(fleet: Fleet, name: str, reason: str, until: datetime | None = None) -> str:
     """Take a host out for maintenance (refused while allocated)."""
     with fleet.db.session() as s:
@@ -38,6 +42,7 @@ def maintenance_on(fleet: Fleet, name: str, reason: str, until: datetime | None 
         return h.state
 
 
+@retrying
 def maintenance_off(fleet: Fleet, name: str, reason: str = "maintenance done") -> str:
     """End maintenance: the host goes to validating, never straight to available."""
     with fleet.db.session() as s:
@@ -47,6 +52,7 @@ def maintenance_off(fleet: Fleet, name: str, reason: str = "maintenance done") -
         return h.state
 
 
+@retrying
 def retire(fleet: Fleet, name: str, reason: str) -> str:
     """Retire a host for good (refused while allocated)."""
     with fleet.db.session() as s:
@@ -55,6 +61,7 @@ def retire(fleet: Fleet, name: str, reason: str) -> str:
         return h.state
 
 
+@retrying
 def unquarantine(fleet: Fleet, name: str, reason: str) -> str:
     """Operator says the fault is repaired: back to validating."""
     with fleet.db.session() as s:
@@ -66,12 +73,14 @@ def unquarantine(fleet: Fleet, name: str, reason: str) -> str:
             Event.UNQUARANTINE,
             reason,
             data={"fault": h.fault, "fault_reason": h.fault_reason},
+            health=Health.OK,
+            fault=None,
+            fault_reason=None,
         )
-        h.fault = h.fault_reason = None
-        h.health = "ok"
         return h.state
 
 
+@retrying
 def record_change(
     fleet: Fleet, name: str, kind: DeclaredChangeKind, ticket: str | None, note: str = ""
 ) -> str:
@@ -82,12 +91,20 @@ def record_change(
         record_event(
             s,
             fleet,
-            "change-declared",
+            EventKind.CHANGE_DECLARED,
             msg + (f": {note}" if note else ""),
             host=h,
             data={"kind": kind.value, "ticket": ticket, "note": note},
         )
-        transition(s, fleet, h, Event.CHANGE_DECLARED, msg)
-        if h.state == HostState.VALIDATING.value:
-            h.fault = h.fault_reason = None
+        to = apply_event(h.name, HostState(h.state), Event.CHANGE_DECLARED)
+        clear = to is HostState.VALIDATING
+        transition(
+            s,
+            fleet,
+            h,
+            Event.CHANGE_DECLARED,
+            msg,
+            fault=None if clear else KEEP,
+            fault_reason=None if clear else KEEP,
+        )
         return h.state

@@ -49,7 +49,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
                 .order_by(Host.name)
             )
         )
-    per_state = Counter(h.state for h, _ in rows)
+    per_state = Counter(h.state.value for h, _ in rows)
     by_profile: dict[str, Counter[str]] = {}
     hosts_per_profile: Counter[str] = Counter()
     gpus_total = gpus_avail = 0

@@ -18,18 +18,19 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.checks import CheckStatus
+from gpufleet.domain.events import EventKind
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.health import HARDWARE_FAULTS
+from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
 from gpufleet.domain.profiles import Decision, Profile, ValidationOutcome, evaluate, load_profiles
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.domain.xid import XidPolicy
-from gpufleet.errors import NotFound
+from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.lifecycle import KEEP, retrying, transition
 from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import (
     BaselineRow,
@@ -127,8 +128,16 @@ def sweep(fleet: Fleet) -> list[str]:
                     transition(s, fleet, h, Event.EXPIRE, "validation record expired")
                     touched.append(h.name)
             elif is_overdue(st, h.state_entered_at, now, deadlines):
-                transition(s, fleet, h, Event.TIMEOUT, f"timed out in {st.value}")
-                h.fault, h.fault_reason, h.health = "timed_out", f"stuck in {st.value}", "critical"
+                transition(
+                    s,
+                    fleet,
+                    h,
+                    Event.TIMEOUT,
+                    f"timed out in {st.value}",
+                    health=Health.CRITICAL,
+                    fault=Fault.TIMED_OUT,
+                    fault_reason=f"stuck in {st.value}",
+                )
                 touched.append(h.name)
     return touched
 
@@ -136,7 +145,7 @@ def sweep(fleet: Fleet) -> list[str]:
 def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host."""
     out: dict[str, Any] = {}
-    stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == "evidence")
+    stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == EventKind.EVIDENCE)
     if since is not None:
         stmt = stmt.where(EventRow.at >= since)
     for ev in s.scalars(stmt.order_by(desc(EventRow.at), desc(EventRow.id))):
@@ -203,15 +212,6 @@ def judge_host(
         transition(s, fleet, host, Event.VALIDATE, "validation started")
     reason = "; ".join(outcome.reasons)
     hw = sorted(str(f) for f in outcome.faults if f in HARDWARE_FAULTS)
-    transition(
-        s,
-        fleet,
-        host,
-        outcome.event,
-        reason,
-        data={"profiles": sorted(outcome.profiles_passed), "faults": hw},
-    )
-    host.health = outcome.health.value
     warnings = [
         f"{r.name}: {r.message}" for r in outcome.results.values() if r.status is CheckStatus.WARN
     ]
@@ -222,24 +222,32 @@ def judge_host(
             # Only profiles lost to something broken, not ones the host was never meant for.
             if not p.passed and any(outcome.results[k].fault for k in p.failed)
         ]
+    quarantined = outcome.decision is Decision.QUARANTINE
+    transition(
+        s,
+        fleet,
+        host,
+        outcome.event,
+        reason,
+        data={"profiles": sorted(outcome.profiles_passed), "faults": hw},
+        health=outcome.health,
+        fault=Fault(hw[0]) if quarantined and hw else None,
+        fault_reason=reason if quarantined else None,
+        # Usable, but an operator should look (e.g. a row remap pending a GPU reset).
+        status_reason=("; ".join(warnings) or None)
+        if outcome.decision is Decision.AVAILABLE
+        else KEEP,
+    )
     if outcome.decision is Decision.AVAILABLE:
         host.profiles = sorted(outcome.profiles_passed)
         host.validated_until = now + fleet.settings.validation_ttl
-        host.fault = host.fault_reason = None
-        # Usable, but an operator should look (e.g. a row remap pending a GPU reset).
-        host.status_reason = "; ".join(warnings) or None
-    elif outcome.decision is Decision.QUARANTINE:
-        host.fault = hw[0] if hw else None
-        host.fault_reason = reason
-    else:
-        host.fault = host.fault_reason = None
     s.add(
         Validation(
             host_id=host.id,
             at=now,
             snapshot_id=snap.id,
             baseline=baseline.name if baseline else None,
-            decision=outcome.decision.value,
+            decision=outcome.decision,
             profiles=sorted(outcome.profiles_passed),
             results=[r.model_dump(mode="json") | {"key": k} for k, r in outcome.results.items()],
             expires_at=host.validated_until,
@@ -278,16 +286,34 @@ def validate(
     if selector and not names:
         raise NotFound(f"no hosts match selector '{selector}'")
     for name in names:
-        with fleet.db.session() as s:
-            host = s.scalar(select(Host).where(Host.name == name).with_for_update())
-            if host is None:
-                continue
-            verdicts.append(
-                judge_host(
-                    fleet, s, host, policies, raw.get(name), must_be_collected=run is not None
-                )
+        try:
+            verdict = _judge_by_name(
+                fleet, name, policies, raw.get(name), must_be_collected=run is not None
             )
+        except Conflict as exc:  # changed under us five times in a row: leave it as it is
+            verdict = HostVerdict(name, "?", "?", None, skipped=str(exc))
+        if verdict is not None:
+            verdicts.append(verdict)
     return ValidateReport(verdicts, run)
+
+
+@retrying
+def _judge_by_name(
+    fleet: Fleet,
+    name: str,
+    policies: Policies,
+    collected: RawResult | None,
+    *,
+    must_be_collected: bool,
+) -> HostVerdict | None:
+    """Judge one host in its own transaction. If its state changed between our read and our
+    write (an operator put it in maintenance meanwhile), nothing is written and the host is
+    re-read and judged again, so the operator's change is never undone."""
+    with fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == name).with_for_update())
+        if host is None:
+            return None
+        return judge_host(fleet, s, host, policies, collected, must_be_collected=must_be_collected)
 
 
 def record_evidence(
@@ -301,7 +327,7 @@ def record_evidence(
         record_event(
             s,
             fleet,
-            "evidence",
+            EventKind.EVIDENCE,
             f"{kind} result from {source}",
             host=host,
             data={"kind": kind, "result": result, "source": source},

@@ -8,14 +8,55 @@ garbage keeps its last known truth. ``Event`` is the append-only audit log.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from gpufleet.domain.events import CollectionOutcome, EventKind
+from gpufleet.domain.health import Fault, Health
+from gpufleet.domain.profiles import Decision
+from gpufleet.domain.states import HostState
+
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+E = TypeVar("E", bound=StrEnum)
+
+
+class StrEnumType(TypeDecorator[E], Generic[E]):
+    """A domain ``StrEnum`` stored as its value in a VARCHAR (the DDL stays ``VARCHAR(n)``).
+
+    Writes accept the enum or its exact value and refuse anything else (a typo never reaches
+    the database); reads return the enum, so services compare members, never strings.
+    """
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, enum_cls: type[E], length: int) -> None:
+        super().__init__(length)
+        self.enum_cls = enum_cls
+
+    def process_bind_param(self, value: E | str | None, dialect: Any) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(self.enum_cls(value).value)
+        except ValueError:
+            known = ", ".join(m.value for m in self.enum_cls)
+            raise ValueError(
+                f"{value!r} is not a {self.enum_cls.__name__} (known: {known})"
+            ) from None
+
+    def process_result_value(self, value: str | None, dialect: Any) -> E | None:
+        return None if value is None else self.enum_cls(value)
+
+    @property
+    def python_type(self) -> type[E]:
+        return self.enum_cls
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -59,12 +100,15 @@ class Host(Base):
     expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     source: Mapped[str | None] = mapped_column(Text)  # inventory file it came from
 
-    state: Mapped[str] = mapped_column(String(20), index=True)
+    state: Mapped[HostState] = mapped_column(StrEnumType(HostState, 20), index=True)
     state_entered_at: Mapped[datetime] = mapped_column(UtcDateTime)
     state_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    health: Mapped[str] = mapped_column(String(10), default="ok")
-    fault: Mapped[str | None] = mapped_column(String(40))
+    health: Mapped[Health] = mapped_column(StrEnumType(Health, 10), default=Health.OK)
+    fault: Mapped[Fault | None] = mapped_column(StrEnumType(Fault, 40))
     fault_reason: Mapped[str | None] = mapped_column(Text)
+    #: Bumped by every lifecycle write (service/lifecycle.py): the compare-and-set token that
+    #: keeps two writers from losing each other's transition.
+    state_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     status_reason: Mapped[str | None] = mapped_column(Text)  # why it is where it is
     profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
     validated_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
@@ -75,7 +119,9 @@ class Host(Base):
         ForeignKey("fact_snapshots.id", use_alter=True, name="fk_hosts_latest_snapshot")
     )
     last_collected_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    last_outcome: Mapped[str | None] = mapped_column(String(20))
+    last_outcome: Mapped[CollectionOutcome | None] = mapped_column(
+        StrEnumType(CollectionOutcome, 20)
+    )
     last_reason: Mapped[str | None] = mapped_column(Text)
 
     # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
@@ -114,7 +160,7 @@ class CollectionResult(Base):
         ForeignKey("collection_runs.id", ondelete="CASCADE"), index=True
     )
     host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
-    outcome: Mapped[str] = mapped_column(String(20))
+    outcome: Mapped[CollectionOutcome] = mapped_column(StrEnumType(CollectionOutcome, 20))
     reason: Mapped[str] = mapped_column(Text, default="")
     duration_s: Mapped[float] = mapped_column(Float, default=0.0)
     snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("fact_snapshots.id"))
@@ -200,7 +246,7 @@ class Event(Base):
     actor: Mapped[str] = mapped_column(String(128))
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     host_name: Mapped[str | None] = mapped_column(String(255))
-    kind: Mapped[str] = mapped_column(String(40), index=True)
+    kind: Mapped[EventKind] = mapped_column(StrEnumType(EventKind, 40), index=True)
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
 
@@ -240,7 +286,7 @@ class Validation(Base):
     at: Mapped[datetime] = mapped_column(UtcDateTime)
     snapshot_id: Mapped[int | None] = mapped_column(ForeignKey("fact_snapshots.id"))
     baseline: Mapped[str | None] = mapped_column(String(128))
-    decision: Mapped[str] = mapped_column(String(20))
+    decision: Mapped[Decision] = mapped_column(StrEnumType(Decision, 20))
     profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
     results: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

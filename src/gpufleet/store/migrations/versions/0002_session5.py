@@ -10,8 +10,8 @@ round can share this revision. Every block has its reverse in ``downgrade`` (rev
 
 from __future__ import annotations
 
-import sqlalchemy as sa  # noqa: F401
-from alembic import op  # noqa: F401
+import sqlalchemy as sa
+from alembic import op
 
 revision = "0002"
 down_revision = "0001"
@@ -26,8 +26,17 @@ def upgrade() -> None:
     op.alter_column("hosts", "lock_token", new_column_name="claim_token")
     op.alter_column("hosts", "locked_until", new_column_name="claimed_until")
 
+    # --- lifecycle compare-and-set counter (issue 6 B.11: no lost state updates) ---
+    op.add_column(
+        "hosts",
+        sa.Column("state_version", sa.Integer(), server_default="0", nullable=False),
+    )
+
 
 def downgrade() -> None:
+    # --- lifecycle compare-and-set counter (reverse) ---
+    op.drop_column("hosts", "state_version")  # native DROP COLUMN (SQLite >= 3.35)
+
     # --- claim columns renamed (reverse) ---
     op.alter_column("hosts", "claimed_until", new_column_name="locked_until")
     op.alter_column("hosts", "claim_token", new_column_name="lock_token")
