@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench env system-deps clean
+.PHONY: demo test lint bench env system-deps wheelhouse clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,7 @@ demo: env
 test: env system-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 system-deps:
@@ -37,6 +38,16 @@ bench: env system-deps
 lint: env
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## Every wheel an air-gapped install needs (gpufleet and its dependencies) in ./wheelhouse;
+## on the offline machine: pip install --no-index --find-links wheelhouse gpufleet
+WHEELHOUSE ?= wheelhouse
+wheelhouse: env
+	rm -rf build
+	$(BIN)/pip wheel -q -w $(WHEELHOUSE) .
+	rm -rf build
+	@ls $(WHEELHOUSE)
 
 clean:
-	rm -rf $(VENV) .gpufleet-demo .pytest_cache .mypy_cache
+	rm -rf $(VENV) .gpufleet-demo .pytest_cache .mypy_cache .import_linter_cache build wheelhouse

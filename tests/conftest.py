@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -13,23 +12,11 @@ from sqlalchemy import create_engine, text
 
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.db import Database
+from gpufleet.testing import FakeClock
 
 PG_ADMIN_URL = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 pytest_plugins = ["tests.sshlab_fixtures"]
-
-
-class FakeClock:
-    """A clock tests move by hand (services read time only through Fleet.clock)."""
-
-    def __init__(self) -> None:
-        self.now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, **kw: float) -> None:
-        self.now += timedelta(**kw)
 
 
 @pytest.fixture(scope="session")

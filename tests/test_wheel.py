@@ -1,0 +1,176 @@
+"""The package that ships: the built wheel alone runs the lab, and installs offline.
+
+One fresh virtual environment (no pip of its own; the test venv's pip installs into it with
+``--python``) gets gpufleet from a wheelhouse with ``pip install --no-index --find-links``, as an
+air-gapped compute centre would, and runs ``gpufleet --help`` and ``gpufleet lab demo`` from a
+directory outside the checkout. The wheelhouse is what ``make wheelhouse`` builds: the gpufleet
+wheel (rebuilt every session from a copy of the source) and the wheels of its dependencies
+(downloaded from PyPI once, cached under /tmp keyed by the dependency list).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import uuid
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.xdist_group("wheel")
+
+ROOT = Path(__file__).resolve().parents[1]
+PIP = [sys.executable, "-m", "pip"]
+CACHE_ROOT = Path(os.environ.get("GPUFLEET_WHEEL_CACHE", "/tmp/gpufleet-wheel-cache"))
+
+
+def _run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+         timeout: float = 600) -> str:
+    r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{' '.join(argv)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def _source_copy(dest: Path) -> Path:
+    """What a release builds from: pyproject, README and src/ (links followed: lab captures)."""
+    dest.mkdir(parents=True)
+    shutil.copy2(ROOT / "pyproject.toml", dest)
+    shutil.copy2(ROOT / "README.md", dest)
+    shutil.copytree(ROOT / "src", dest / "src", symlinks=False,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest
+
+
+def _dependency_wheels(src: Path) -> Path:
+    """Wheels of every dependency (not gpufleet itself), cached by the dependency list."""
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    key = hashlib.sha256(
+        "\n".join([sys.version, *sorted(deps)]).encode()
+    ).hexdigest()[:16]
+    cache = CACHE_ROOT / key
+    if cache.is_dir():
+        return cache
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    tmp = CACHE_ROOT / f".{key}.{uuid.uuid4().hex}"
+    _run([*PIP, "wheel", "-q", "-w", str(tmp), str(src)], cwd=src)
+    for own in tmp.glob("gpufleet-*.whl"):
+        own.unlink()  # rebuilt from the current source each session
+    try:
+        tmp.rename(cache)
+    except OSError:  # another session finished first: use its copy
+        shutil.rmtree(tmp, ignore_errors=True)
+    return cache
+
+
+@dataclass(frozen=True)
+class Installed:
+    """A fresh venv with gpufleet installed offline from the wheelhouse."""
+
+    venv: Path
+    wheel: Path
+    work: Path  # a directory outside the checkout to run from
+
+    def env(self, home: Path) -> dict[str, str]:
+        keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "HOME")
+        env = {k: v for k, v in os.environ.items() if k in keep}
+        env.update({"GPUFLEET_HOME": str(home), "COLUMNS": "120", "NO_COLOR": "1"})
+        return env
+
+    def gpufleet(self, *argv: str, home: Path) -> str:
+        return _run([str(self.venv / "bin" / "gpufleet"), *argv], cwd=self.work,
+                    env=self.env(home))
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    base = tmp_path_factory.mktemp("wheel")
+    src = _source_copy(base / "src-copy")
+    deps = _dependency_wheels(src)
+    dist = base / "dist"
+    _run([*PIP, "wheel", "-q", "--no-deps", "-w", str(dist), str(src)], cwd=src)
+    (wheel,) = dist.glob("gpufleet-*.whl")
+    wheelhouse = base / "wheelhouse"
+    wheelhouse.mkdir()
+    for w in [*deps.glob("*.whl"), wheel]:
+        shutil.copy2(w, wheelhouse)
+    venv = base / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=base)
+    _run([*PIP, "--python", str(venv / "bin" / "python"), "install", "-q", "--no-index",
+          "--find-links", str(wheelhouse), "gpufleet"], cwd=base)
+    work = base / "work"
+    work.mkdir()
+    yield Installed(venv, wheel, work)
+
+
+def test_wheel_carries_the_lab_captures_and_registers_the_plugins(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as z:
+        names = set(z.namelist())
+        entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    assert "gpufleet/lab/data/captured/nvidia-smi-xml/telegraf_a100-sxm4-v12.xml" in names
+    assert "gpufleet/lab/data/captured/nvidia-smi-xml/PROVENANCE.md" in names
+    assert not any(n.startswith("tests/") or "/sshlab" in n or n.endswith("sshd.py")
+                   for n in names)
+    assert "[gpufleet.transports]\nsim = gpufleet.lab.transport:SIM" in entry_points
+    assert "[gpufleet.cli]\nlab = gpufleet.lab.cli:app" in entry_points
+
+
+def test_installed_package_is_the_wheel_not_the_checkout(installed: Installed,
+                                                         tmp_path: Path) -> None:
+    out = _run([str(installed.venv / "bin" / "python"), "-c",
+                "import gpufleet.lab.captures as c; print(c.__file__); print(c.captures_dir())"],
+               cwd=installed.work, env=installed.env(tmp_path))
+    module, captures = out.split()
+    assert Path(module).is_relative_to(installed.venv)
+    assert Path(captures).is_relative_to(installed.venv)
+    assert not Path(captures).is_symlink() and (Path(captures) / "ib").is_dir()
+
+
+def test_help_from_the_offline_install(installed: Installed, tmp_path: Path) -> None:
+    out = installed.gpufleet("--help", home=tmp_path)
+    for cmd in ("collect", "validate", "hosts", "lab"):
+        assert cmd in out
+    lab = installed.gpufleet("lab", "--help", home=tmp_path)
+    assert "demo" in lab and "create" in lab
+
+
+def test_lab_demo_runs_from_the_installed_wheel(installed: Installed, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    out = installed.gpufleet("lab", "demo", "--hosts", "4", home=home)
+    assert "4 added" in out
+    assert "4 hosts: 4 ok" in out
+    assert "4 hosts, 32 GPUs" in out
+    assert (home / "lab" / "inventory.ini").is_file()
+    listed = installed.gpufleet("hosts", "list", home=home)
+    assert all(f"gpu-0{i}" in listed for i in range(1, 5))
+
+
+RENDER_ALL = """
+from datetime import UTC, datetime
+from gpufleet.lab.fleet import MODELS, create_fleet, render_output
+from gpufleet.lab.transport import ACTIVE_CAPTURES
+from gpufleet.lab.captures import captures_dir
+names = [f"gpu-{i:02d}" for i in range(1, len(MODELS) + 1)]
+faults = {names[0]: ["xid:79"], names[1]: ["ib-down"]}
+fl = create_fleet(len(MODELS), models=list(MODELS), faults=faults, seed=0,
+                  now=datetime(2026, 1, 1, tzinfo=UTC))
+assert sorted(h.model for h in fl.hosts) == sorted(MODELS), fl.hosts
+for h in fl.hosts:
+    assert "@@gpufleet:" in render_output(h), h.name
+for rel in ACTIVE_CAPTURES.values():
+    assert (captures_dir() / rel).read_text(), rel
+print("rendered", len(fl.hosts))
+"""
+
+
+def test_every_lab_model_renders_from_the_package_data(installed: Installed,
+                                                       tmp_path: Path) -> None:
+    out = _run([str(installed.venv / "bin" / "python"), "-c", RENDER_ALL],
+               cwd=installed.work, env=installed.env(tmp_path))
+    assert out.strip() == "rendered 5"
