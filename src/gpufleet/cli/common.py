@@ -1,8 +1,25 @@
-"""Shared CLI plumbing: the fleet from global options, JSON output, one error boundary."""
+"""Shared CLI plumbing: settings and the fleet from global options, JSON output, literal text,
+one error boundary.
+
+Errors: every error ends in one line ``error: MESSAGE`` on stderr and the error's exit code
+(:mod:`gpufleet.errors`); database and local I/O failures that escape a service are turned into
+:class:`~gpufleet.errors.StoreError` / :class:`~gpufleet.errors.LocalIOError` (exit 2). With
+``--json`` the error is printed instead as ``{"error": {"code", "message", "retryable"}}`` on
+**stdout**, where the caller already reads the command's JSON (stderr stays empty); the exit
+code is the same. ``--debug`` adds the traceback on stderr.
+
+Literal text: text from remote hosts and operators (host names, reasons, tool output) is shown
+as it is. :func:`lit` escapes Rich markup in a value put into a markup string or table cell,
+and both consoles replace terminal control characters (ESC, CSI, OSC, other C0/C1 controls,
+bidi overrides) by visible ``\\xNN`` escapes when they print, so no escape sequence from a
+host reaches the operator's terminal. JSON output keeps values faithful (JSON-escaped).
+"""
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -12,15 +29,59 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
+from rich.text import Text
 
-from gpufleet.errors import GpufleetError
+from gpufleet.config import Settings, load_settings, unknown_variables
+from gpufleet.errors import GpufleetError, LocalIOError, StoreError, StoreUnavailable
 from gpufleet.service.fleet import Fleet
 
-console = Console()
-err_console = Console(stderr=True)
+#: Terminal control characters: C0 except tab and newline, DEL, C1, and the bidi overrides.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every terminal control character replaced by a visible escape
+    (``\\x1b``), so that it cannot move the cursor, retitle the window or hide itself."""
+    return _CONTROL.sub(_visible, text)
+
+
+def lit(value: object) -> str:
+    """A value shown literally inside Rich markup (a table cell, an f-string printed):
+    markup characters escaped, control characters made visible; None as ``-``."""
+    if value is None:
+        return "-"
+    return escape(printable(str(value)))
+
+
+class SafeConsole(Console):
+    """A Rich console that never writes a control character taken from data: strings are
+    cleaned before markup is parsed and every text segment again before it is written
+    (Rich's own control segments, e.g. the progress bar's cursor moves, pass)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(printable(text), **kwargs)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterator[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control or not _CONTROL.search(seg.text):
+                yield seg
+            else:
+                yield Segment(printable(seg.text), seg.style, seg.control)
+
+
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -33,6 +94,8 @@ class GlobalOptions:
     home: Path | None = None
     db_url: str | None = None
     debug: bool = False
+    #: The validated settings of the running command (loaded by :func:`boundary`).
+    settings: Settings | None = None
 
 
 OPTIONS = GlobalOptions()
@@ -41,11 +104,22 @@ OPTIONS = GlobalOptions()
 _OPEN: dict[tuple[Path | None, str | None], Fleet] = {}
 
 
+def current_settings() -> Settings:
+    """The settings of this command: environment + global options, validated (loaded once
+    per command, before anything is created or written). Unknown ``GPUFLEET_*`` variables
+    are reported on stderr as warnings."""
+    if OPTIONS.settings is None:
+        OPTIONS.settings = load_settings(home=OPTIONS.home, database_url=OPTIONS.db_url)
+        for line in unknown_variables():
+            err_console.print(f"[yellow]warning:[/] {lit(line)}", soft_wrap=True)
+    return OPTIONS.settings
+
+
 def open_fleet() -> Fleet:
     """The fleet selected by the global options / environment (one per process and target)."""
     key = (OPTIONS.home, OPTIONS.db_url)
     if key not in _OPEN:
-        _OPEN[key] = Fleet.open(home=OPTIONS.home, url=OPTIONS.db_url)
+        _OPEN[key] = Fleet.open(settings=current_settings())
     return _OPEN[key]
 
 
@@ -60,18 +134,95 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+def _redacted_url() -> str:
+    settings = OPTIONS.settings
+    if settings is None:
+        return "(not configured)"
+    from sqlalchemy.engine import make_url
+
+    return make_url(settings.db_url()).render_as_string(hide_password=True)
+
+
+_UNAVAILABLE = (
+    "connection refused",
+    "could not connect",
+    "connection failed",
+    "timeout expired",
+    "timed out",
+    "database is locked",
+    "the database system is starting up",
+    "too many clients",
+    "server closed the connection",
+)
+
+
+#: Causes that no retry fixes, even when the driver words them as a connection failure.
+_PERMANENT = ("does not exist", "authentication failed", "password", "no pg_hba.conf entry")
+
+
+def infrastructure_error(exc: BaseException) -> GpufleetError | None:
+    """The gpufleet error for a database or local I/O failure that escaped a service (None:
+    not one of those, a bug: let it show its traceback)."""
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+    if isinstance(exc, SQLAlchemyError):
+        orig = exc.orig if isinstance(exc, DBAPIError) else None
+        text = str(orig if orig is not None else exc).strip()
+        cause = text.splitlines()[0].strip() if text else type(exc).__name__
+        lowered = text.lower()
+        permanent = any(m in lowered for m in _PERMANENT)
+        if (
+            isinstance(exc, DBAPIError)
+            and not permanent
+            and any(m in lowered for m in _UNAVAILABLE)
+        ):
+            return StoreUnavailable(url=_redacted_url(), cause=cause)
+        if "disk is full" in lowered or "no space left" in lowered:
+            cause += " (free disk space, then retry)"
+        return StoreError(url=_redacted_url(), cause=cause)
+    alembic_exc = sys.modules.get("alembic.util.exc")
+    if alembic_exc is not None and isinstance(exc, alembic_exc.CommandError):
+        return StoreError(url=_redacted_url(), cause=f"migration: {exc}")
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+        why = exc.strerror or str(exc) or type(exc).__name__
+        if exc.errno == errno.ENOSPC:
+            why += " (free disk space, then retry)"
+        return LocalIOError(path=exc.filename or "local I/O", cause=why)
+    return None
+
+
+def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
+    """Report ``exc`` the one way (a line on stderr, or the JSON shape on stdout) and return
+    the exit to raise. Call it inside the ``except`` block (``--debug`` prints the traceback)."""
+    if OPTIONS.debug:
+        err_console.print_exception()
+    if as_json:
+        print_json(exc.as_json())
+    else:
+        message = " ".join(str(exc).split("\n"))
+        err_console.print(f"[bold red]error:[/] {lit(message)}", soft_wrap=True)
+    return typer.Exit(exc.exit_code)
+
+
 def boundary(fn: Callable[P, R]) -> Callable[P, R]:
-    """The CLI's one error boundary: gpufleet errors print a message and exit with their code."""
+    """The CLI's one error boundary: settings are loaded and validated first; gpufleet errors
+    (and database / local I/O failures) print one line, or the JSON error shape under
+    ``--json``, and exit with their code."""
 
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        as_json = bool(kwargs.get("as_json"))
         try:
+            OPTIONS.settings = None
+            current_settings()
             return fn(*args, **kwargs)
         except GpufleetError as exc:
-            if OPTIONS.debug:
-                err_console.print_exception()
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
-            raise typer.Exit(exc.exit_code) from None
+            raise fail(exc, as_json=as_json) from None
+        except Exception as exc:
+            err = infrastructure_error(exc)
+            if err is None:
+                raise
+            raise fail(err, as_json=as_json) from None
         finally:
             close_fleets()
 
@@ -104,6 +255,6 @@ def host_progress(label: str, *, quiet: bool) -> Iterator[HostProgress]:
         yield HostProgress(
             on_start=lambda n: progress.update(task, total=n),
             on_result=lambda r: progress.update(
-                task, advance=1, last=f"{r.host}: {r.outcome.value}"
+                task, advance=1, last=f"{lit(r.host)}: {r.outcome.value}"
             ),
         )

@@ -29,21 +29,28 @@ def main(
     home: Path | None = typer.Option(
         None,
         "--home",
-        envvar="GPUFLEET_HOME",
-        help="State directory (SQLite database). Default ~/.local/share/gpufleet.",
+        help="State directory (SQLite database, lab). Overrides GPUFLEET_HOME; "
+        "default ~/.local/share/gpufleet.",
     ),
     db: str | None = typer.Option(
         None,
         "--db",
-        envvar="GPUFLEET_DATABASE_URL",
-        help="Database URL, e.g. postgresql+psycopg://user@host/db (overrides --home's SQLite).",
+        help="Database URL, e.g. postgresql+psycopg://user@host/db. Overrides "
+        "GPUFLEET_DATABASE_URL and --home's SQLite.",
     ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks with errors."),
 ) -> None:
-    """gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'."""
+    """gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.
+
+    Settings come from GPUFLEET_* environment variables (README, "Settings"); they are
+    validated before any command does anything.
+    """
+    # Only remembered here: the settings are loaded and validated by each command's error
+    # boundary (cli.common.boundary), so that a bad value ends in one line and exit 2.
     OPTIONS.home = home
     OPTIONS.db_url = db
     OPTIONS.debug = debug
+    OPTIONS.settings = None
 
 
 collect_cmds.register(app)

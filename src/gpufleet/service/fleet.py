@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-import getpass
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpufleet.config import Settings, default_actor, load_settings, with_overrides
 from gpufleet.domain.events import EventKind
-from gpufleet.store.db import Database, database_url, default_home
+from gpufleet.errors import LocalIOError
+from gpufleet.store.db import Database
 from gpufleet.store.tables import Event, Host
+
+__all__ = ["Fleet", "Settings", "record_event", "utcnow"]
 
 
 def utcnow() -> datetime:
@@ -20,66 +22,46 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def default_actor() -> str:
-    """``$GPUFLEET_ACTOR`` (e.g. a CI job id) or the OS user."""
-    env = os.environ.get("GPUFLEET_ACTOR")
-    if env:
-        return env
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        return "unknown"
-
-
-@dataclass
-class Settings:
-    """Tunables with production defaults."""
-
-    validation_ttl: timedelta = timedelta(days=30)
-    validating_deadline: timedelta = timedelta(hours=2)
-    reclaiming_deadline: timedelta = timedelta(minutes=30)
-    collect_timeout_s: float = 120.0
-    connect_timeout_s: float = 10.0
-    forks: int = 200
-    profiles_file: Path | None = None
-    xid_policy_file: Path | None = None
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        """Defaults overridden by ``GPUFLEET_*`` environment variables (documented in README)."""
-        s = cls()
-        env = os.environ
-        if v := env.get("GPUFLEET_PROFILES"):
-            s.profiles_file = Path(v)
-        if v := env.get("GPUFLEET_XID_POLICY"):
-            s.xid_policy_file = Path(v)
-        if v := env.get("GPUFLEET_VALIDATION_TTL_HOURS"):
-            s.validation_ttl = timedelta(hours=float(v))
-        if v := env.get("GPUFLEET_VALIDATING_DEADLINE_MINUTES"):
-            s.validating_deadline = timedelta(minutes=float(v))
-        if v := env.get("GPUFLEET_RECLAIMING_DEADLINE_MINUTES"):
-            s.reclaiming_deadline = timedelta(minutes=float(v))
-        return s
-
-
 @dataclass
 class Fleet:
-    """One gpufleet deployment as seen by this process."""
+    """One gpufleet deployment as seen by this process: database, actor, clock, settings."""
 
     db: Database
     home: Path
     actor: str = field(default_factory=default_actor)
     clock: Callable[[], datetime] = utcnow
-    settings: Settings = field(default_factory=Settings.from_env)
+    settings: Settings = field(default_factory=load_settings)
 
     @classmethod
-    def open(cls, home: Path | None = None, url: str | None = None, **kw: Any) -> Fleet:
-        """Open (and migrate) the fleet database under ``home`` or at ``url``."""
-        home = home or default_home()
-        home.mkdir(parents=True, exist_ok=True)
-        db = Database(url or database_url(home))
-        db.migrate()
-        return cls(db=db, home=home, **kw)
+    def open(
+        cls,
+        home: Path | None = None,
+        url: str | None = None,
+        *,
+        settings: Settings | None = None,
+        **kw: Any,
+    ) -> Fleet:
+        """Open the fleet database of ``settings`` (default: the environment's); a brand-new
+        SQLite one is created, any other must be at this gpufleet's schema (`gpufleet db upgrade`).
+
+        ``home`` and ``url`` override the settings' home and database URL. The settings are
+        validated before anything is created: the home directory is made only then.
+        """
+        if settings is None:
+            settings = load_settings(home=home, database_url=url)
+        else:
+            settings = with_overrides(settings, home=home, database_url=url)
+        try:
+            settings.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LocalIOError(
+                path=f"GPUFLEET_HOME {settings.home}",
+                cause=f"cannot create the state directory: {exc.strerror or exc}",
+            ) from exc
+        db = Database(settings.db_url())
+        db.ensure_current()
+        kw.setdefault("actor", settings.actor)
+        return cls(db=db, home=settings.home, settings=settings, **kw)
 
     def now(self) -> datetime:
         return self.clock()

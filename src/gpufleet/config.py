@@ -1,0 +1,432 @@
+"""gpufleet's configuration: every ``GPUFLEET_*`` setting, grouped, documented, validated at start.
+
+One home for configuration. Settings come from the environment (``GPUFLEET_*``); command-line
+flags override them for one call (``--home``, ``--db``, ``--forks``, ``--timeout``). The whole
+configuration is validated by :func:`load_settings` **before** anything has a side effect: no
+directory is created, no database opened, nothing written until it is valid. A bad value ends
+in one :class:`~gpufleet.errors.ConfigError` naming the variable and the cause (exit 2).
+
+Groups (the ``group`` of each field, used by :func:`settings_doc` and the README table):
+
+* ``store``      where the state lives: ``GPUFLEET_HOME``, ``GPUFLEET_DATABASE_URL``
+* ``identity``   who acts: ``GPUFLEET_ACTOR``
+* ``collect``    collection over SSH (``collect`` and ``validate``): forks and timeouts
+* ``evidence``   active tests (``evidence run``): forks and timeout
+* ``validate``   profiles, Xid policy, validation lifetime and lifecycle deadlines
+* ``secrets``    the key that encrypts inventory secrets: ``GPUFLEET_SECRET_KEY`` or
+  ``GPUFLEET_SECRET_KEY_FILE`` (one, not both)
+* ``lab``        the simulated lab: ``GPUFLEET_CAPTURES``
+
+``GPUFLEET_SYSROOT`` is not a controller setting: it is read by the remote collection script on
+the host it runs on (the lab's sshd hosts set it), so it is not listed here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import getpass
+import math
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic.config import JsonDict
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.errors import ConfigError
+
+PREFIX = "GPUFLEET_"
+
+#: ``GPUFLEET_*`` variables that are known but are not settings of this process.
+NOT_SETTINGS = frozenset({"GPUFLEET_SYSROOT"})
+
+
+def default_actor() -> str:
+    """The OS user (``GPUFLEET_ACTOR`` overrides it, e.g. with a CI job id)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry in some containers
+        return "unknown"
+
+
+def default_home() -> Path:
+    """``~/.local/share/gpufleet`` (``GPUFLEET_HOME`` / ``--home`` override it)."""
+    return Path.home() / ".local" / "share" / "gpufleet"
+
+
+def _setting(default: Any = None, *, env: str, group: str, doc: str, **kw: Any) -> Any:
+    """A field read from the environment variable ``env``, documented in ``group``."""
+    factory = kw.pop("default_factory", None)
+    extra: JsonDict = {"env": env, "group": group}
+    if factory is not None:
+        return Field(
+            default_factory=factory,
+            validation_alias=env,
+            description=doc,
+            json_schema_extra=extra,
+            **kw,
+        )
+    return Field(default, validation_alias=env, description=doc, json_schema_extra=extra, **kw)
+
+
+def _duration(value: Any, unit: str) -> Any:
+    """A number of ``unit`` (hours/minutes) from the environment, or a timedelta as is."""
+    if isinstance(value, timedelta):
+        n = value.total_seconds()
+        if n <= 0:
+            raise ValueError("must be a positive duration")
+        return value
+    try:
+        n = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number of {unit}, got {value!r}") from None
+    if not math.isfinite(n) or n <= 0:
+        raise ValueError(f"expected a positive number of {unit}, got {value!r}")
+    return timedelta(**{unit: n})
+
+
+class Settings(BaseSettings):
+    """Every setting of one gpufleet process, with production defaults."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+        validate_assignment=True,
+        validate_default=True,
+    )
+
+    # -- store ----------------------------------------------------------------------------
+    home: Path = _setting(
+        default_factory=default_home,
+        env="GPUFLEET_HOME",
+        group="store",
+        doc="State directory (SQLite database, lab).",
+    )
+    database_url: str | None = _setting(
+        env="GPUFLEET_DATABASE_URL",
+        group="store",
+        doc="Database URL, e.g. postgresql+psycopg://gpufleet@db/gpufleet (default: SQLite "
+        "in the home).",
+    )
+    # -- identity -------------------------------------------------------------------------
+    actor: str = _setting(
+        default_factory=default_actor,
+        env="GPUFLEET_ACTOR",
+        group="identity",
+        doc="Who is acting, recorded in every event (e.g. a CI job id); default the OS user.",
+    )
+    # -- collect --------------------------------------------------------------------------
+    forks: int = _setting(
+        200,
+        env="GPUFLEET_FORKS",
+        group="collect",
+        ge=1,
+        le=10_000,
+        doc="Hosts collected at once by collect and validate (--forks).",
+    )
+    collect_timeout_s: float = _setting(
+        120.0,
+        env="GPUFLEET_COLLECT_TIMEOUT",
+        group="collect",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds per host for the whole collection script (--timeout).",
+    )
+    connect_timeout_s: float = _setting(
+        10.0,
+        env="GPUFLEET_CONNECT_TIMEOUT",
+        group="collect",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds to open one SSH connection.",
+    )
+    # -- evidence -------------------------------------------------------------------------
+    evidence_forks: int = _setting(
+        50,
+        env="GPUFLEET_EVIDENCE_FORKS",
+        group="evidence",
+        ge=1,
+        le=10_000,
+        doc="Hosts tested at once by evidence run (--forks).",
+    )
+    evidence_timeout_s: float = _setting(
+        3600.0,
+        env="GPUFLEET_EVIDENCE_TIMEOUT",
+        group="evidence",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds per host for one active test (--timeout).",
+    )
+    # -- validate -------------------------------------------------------------------------
+    profiles_file: Path | None = _setting(
+        env="GPUFLEET_PROFILES",
+        group="validate",
+        doc="YAML overlaid on the shipped workload profiles.",
+    )
+    xid_policy_file: Path | None = _setting(
+        env="GPUFLEET_XID_POLICY",
+        group="validate",
+        doc="YAML overlaid on the shipped Xid catalog.",
+    )
+    validation_ttl: timedelta = _setting(
+        timedelta(days=30),
+        env="GPUFLEET_VALIDATION_TTL_HOURS",
+        group="validate",
+        doc="How long a validation record stays good, in hours (default 720).",
+    )
+    validating_deadline: timedelta = _setting(
+        timedelta(hours=2),
+        env="GPUFLEET_VALIDATING_DEADLINE_MINUTES",
+        group="validate",
+        doc="Minutes in validating before sweep quarantines the host (default 120).",
+    )
+    reclaiming_deadline: timedelta = _setting(
+        timedelta(minutes=30),
+        env="GPUFLEET_RECLAIMING_DEADLINE_MINUTES",
+        group="validate",
+        doc="The same for reclaiming, in minutes (default 30).",
+    )
+    # -- secrets --------------------------------------------------------------------------
+    secret_key: SecretStr | None = _setting(
+        env="GPUFLEET_SECRET_KEY",
+        group="secrets",
+        doc="Key that encrypts inventory secrets in the store (never printed).",
+    )
+    secret_key_file: Path | None = _setting(
+        env="GPUFLEET_SECRET_KEY_FILE",
+        group="secrets",
+        doc="File holding that key (instead of GPUFLEET_SECRET_KEY).",
+    )
+    # -- lab ------------------------------------------------------------------------------
+    captures_dir: Path | None = _setting(
+        env="GPUFLEET_CAPTURES",
+        group="lab",
+        doc="Captured tool output the simulated lab answers with (default: the shipped copy).",
+    )
+
+    # -- validation of single values --------------------------------------------------------
+    @field_validator("validation_ttl", mode="before")
+    @classmethod
+    def _hours(cls, v: Any) -> Any:
+        return _duration(v, "hours")
+
+    @field_validator("validating_deadline", "reclaiming_deadline", mode="before")
+    @classmethod
+    def _minutes(cls, v: Any) -> Any:
+        return _duration(v, "minutes")
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, v: Path) -> Path:
+        v = v.expanduser()
+        if v.exists() and not v.is_dir():
+            raise ValueError(f"{v} exists and is not a directory")
+        return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None or v == "":
+            return None
+        return check_database_url(v)
+
+    @field_validator("actor")
+    @classmethod
+    def _actor(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be empty")
+        if len(v) > 128:
+            raise ValueError("longer than 128 characters")
+        if any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in v):
+            raise ValueError("contains control characters")
+        return v
+
+    @field_validator("profiles_file", "xid_policy_file", "secret_key_file")
+    @classmethod
+    def _readable_file(cls, v: Path | None) -> Path | None:
+        if v is None:
+            return None
+        v = v.expanduser()
+        if not v.exists():
+            raise ValueError(f"file not found: {v}")
+        if not v.is_file():
+            raise ValueError(f"not a file: {v}")
+        if not os.access(v, os.R_OK):
+            raise ValueError(f"not readable: {v}")
+        return v
+
+    @field_validator("captures_dir")
+    @classmethod
+    def _dir(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.expanduser().is_dir():
+            raise ValueError(f"not a directory: {v}")
+        return v.expanduser() if v is not None else None
+
+    @model_validator(mode="after")
+    def _one_key(self) -> Settings:
+        if self.secret_key is not None and self.secret_key_file is not None:
+            raise ValueError(
+                "GPUFLEET_SECRET_KEY and GPUFLEET_SECRET_KEY_FILE are both set; set one"
+            )
+        return self
+
+    # -- derived values --------------------------------------------------------------------
+    def db_url(self) -> str:
+        """The database URL: ``database_url`` or SQLite in the home (nothing is created)."""
+        return self.database_url or f"sqlite:///{self.home / 'gpufleet.db'}"
+
+    def uses_home_database(self) -> bool:
+        """True when the database is the SQLite file inside the home directory."""
+        return self.database_url is None
+
+    def secret_key_bytes(self) -> bytes | None:
+        """The secret key (from the variable or the key file), or None when none is set."""
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().strip().encode()
+        if self.secret_key_file is not None:
+            try:
+                return self.secret_key_file.read_bytes().strip()
+            except OSError as exc:
+                raise ConfigError(
+                    f"GPUFLEET_SECRET_KEY_FILE: cannot read {self.secret_key_file}: "
+                    f"{exc.strerror or exc}"
+                ) from exc
+        return None
+
+
+def check_database_url(url: str) -> str:
+    """``url`` if SQLAlchemy can use it with an installed driver; else ValueError."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    hint = "expected sqlite:///PATH or postgresql+psycopg://USER@HOST/DB"
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"not a database URL ({hint})") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ValueError(f"unsupported database '{parsed.get_backend_name()}' ({hint})")
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (NoSuchModuleError, ImportError) as exc:
+        raise ValueError(
+            f"database driver '{parsed.drivername}' is not available ({exc}); {hint}"
+        ) from None
+    return url
+
+
+def _where(err: Mapping[str, Any]) -> str:
+    loc = err.get("loc") or ()
+    name = str(loc[0]) if loc else ""
+    if name and not name.startswith(PREFIX):
+        field = Settings.model_fields.get(name)
+        extra = field.json_schema_extra if field is not None else None
+        if isinstance(extra, dict):
+            name = str(extra.get("env", name))
+    return name
+
+
+def _describe(exc: ValidationError, secret_names: frozenset[str]) -> str:
+    """One line per invalid value: VARIABLE='value': cause (secret values are never shown)."""
+    parts = []
+    for err in exc.errors():
+        name = _where(err)
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        shown = name and name not in secret_names and err.get("type") != "value_error"
+        value = f"={err.get('input')!r}" if shown and "input" in err else ""
+        parts.append(f"{name}{value}: {msg}" if name else msg)
+    return "; ".join(parts)
+
+
+def _secret_env_names() -> frozenset[str]:
+    return frozenset(
+        str(f.validation_alias)
+        for f in Settings.model_fields.values()
+        if f.annotation is not None and "SecretStr" in str(f.annotation)
+    )
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The validated settings: environment, then ``overrides`` (flags; None = not given).
+
+    Raises :class:`ConfigError` naming every bad value; creates and writes nothing.
+    """
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {_describe(exc, _secret_env_names())}") from None
+
+
+def with_overrides(settings: Settings, **overrides: Any) -> Settings:
+    """A validated copy of ``settings`` with ``overrides`` (None = not given) applied."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return settings
+    copy = settings.model_copy()
+    try:
+        for key, value in given.items():
+            setattr(copy, key, value)  # validated on assignment
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {_describe(exc, _secret_env_names())}") from None
+    return copy
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """``GPUFLEET_*`` variables that are no setting: one line each, with a suggestion."""
+    env = os.environ if environ is None else environ
+    known = {f"{s.env}" for s in settings_doc()} | NOT_SETTINGS
+    out = []
+    for name in sorted(env):
+        up = name.upper()
+        if up.startswith(PREFIX) and up not in known:
+            close = difflib.get_close_matches(up, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            out.append(f"unknown setting {name} is ignored{hint}")
+    return out
+
+
+class SettingDoc:
+    """One setting as documented: variable, group, default and meaning."""
+
+    def __init__(self, env: str, group: str, field: str, default: str, doc: str) -> None:
+        self.env = env
+        self.group = group
+        self.field = field
+        self.default = default
+        self.doc = doc
+
+
+def _default_text(name: str) -> str:
+    field = Settings.model_fields[name]
+    if field.default_factory is not None or field.default is None:
+        return {"home": "~/.local/share/gpufleet", "actor": "the OS user"}.get(name, "none")
+    d = field.default
+    if isinstance(d, timedelta):
+        unit = "hours" if name == "validation_ttl" else "minutes"
+        return f"{d.total_seconds() / (3600 if unit == 'hours' else 60):g}"
+    return f"{d:g}" if isinstance(d, float) else str(d)
+
+
+def settings_doc() -> list[SettingDoc]:
+    """Every setting, in declaration order (the README's settings table lists the same)."""
+    out = []
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra
+        assert isinstance(extra, dict)
+        out.append(
+            SettingDoc(
+                str(extra["env"]),
+                str(extra["group"]),
+                name,
+                _default_text(name),
+                field.description or "",
+            )
+        )
+    return out
