@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collect.kernel_log import parse_xids
+from gpufleet.domain.facts import UnreadableXid
 from gpufleet.errors import ParseError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "kernel-log"
@@ -98,3 +99,23 @@ def test_unreadable_xid_line_raises_with_line() -> None:
     with pytest.raises(ParseError) as err:
         parse_xids(text, "h1:kernel-xid")
     assert (err.value.source, err.value.line) == ("h1:kernel-xid", 2)
+
+
+def test_per_line_keeps_readable_events_and_lists_unreadable_ones() -> None:
+    """EDITED capture (issue 6 A.1): the real log with its Xid 63 line cut mid-line."""
+    lines = _read("gpud_dmesg-time-format-iso.log").splitlines()
+    lines[11] = lines[11][: lines[11].index("(PCI:0000:19:") + 5]
+    bad: list[UnreadableXid] = []
+    events = parse_xids("\n".join(lines), "h1:kernel-xid", unreadable=bad)
+    assert [e.code for e in events] == [48] + [94] * 9
+    assert [(u.line, u.time is not None) for u in bad] == [(12, True)]
+    assert "unreadable Xid line" in bad[0].text
+    with pytest.raises(ParseError):  # strict without the list, as before
+        parse_xids("\n".join(lines), "h1:kernel-xid")
+
+
+def test_a_code_that_does_not_fit_is_unreadable_not_a_crash() -> None:
+    bad: list[UnreadableXid] = []
+    line = "[ 1.0] NVRM: Xid (PCI:0000:19:00): " + "9" * 5000 + ", pid=1, name=x, boom\n"
+    assert parse_xids(line, unreadable=bad) == []
+    assert len(bad) == 1

@@ -290,3 +290,19 @@ def test_captures_dir_default_and_override(monkeypatch: pytest.MonkeyPatch,
     assert captures_dir() == repo_tests / "fixtures" / "captured"
     monkeypatch.setenv("GPUFLEET_CAPTURES", str(tmp_path))
     assert captures_dir() == tmp_path
+
+
+def test_gpu_error_states_are_recorded_on_the_gpu() -> None:
+    """EDITED capture (issue 6 A.2): the real H100 CSV with its UUID cell replaced by
+    "[GPU is lost]", then its memory.total by "[Unknown Error]"; the unedited row has none."""
+    text = _csv(H100)
+    assert parse_query_gpu_report(text).gpus[0].error is None
+    uuid = re.search(r"GPU-[0-9a-f-]{36}", text)
+    assert uuid is not None
+    lost = text.replace(uuid.group(0), "[GPU is lost]")
+    assert parse_query_gpu_report(lost).gpus[0].error == "GPU is lost (uuid)"
+    total = "81559 MiB"
+    assert total in text
+    unknown = text.replace(total, "[Unknown Error]", 1)
+    gpu = parse_query_gpu_report(unknown).gpus[0]
+    assert (gpu.error, gpu.memory_total_mib) == ("Unknown Error (memory_total_mib)", None)

@@ -280,3 +280,12 @@ def test_unreadable_value_raises_naming_the_element() -> None:
 def test_normalize_pci_bus_id(raw: str, expected: str) -> None:
     assert normalize_pci_bus_id(raw) == expected
 
+
+
+def test_a_hundred_thousand_gpus_do_not_fit() -> None:
+    """Issue 6 B.8: a report that parses but names 100k GPUs is refused with a ParseError."""
+    gpus = "".join(f'<gpu id="0000:{i % 256:02x}:00.0"><product_name>X</product_name></gpu>'
+                   for i in range(100_000))
+    xml = f"<nvidia_smi_log><attached_gpus>100000</attached_gpus>{gpus}</nvidia_smi_log>"
+    with pytest.raises(ParseError, match="100000 GPUs"):
+        parse_nvidia_smi_xml(xml, "h1:nvidia-smi -q -x")

@@ -82,9 +82,9 @@ def assemble_facts(sections: Mapping[str, Section], collected_at: datetime, host
             problems.append(str(exc))
             return None
         except ValidationError as exc:  # parsed, but does not fit: refuse the collection
-            raise ParseError(f"{host}:{name}", _fit_error(exc), host=host) from None
+            raise ParseError(f"{host}:{name}", _fit_error(exc)) from None
         except ValueError as exc:  # e.g. int() of a 5000-digit number
-            raise ParseError(f"{host}:{name}", f"value does not fit: {exc}", host=host) from None
+            raise ParseError(f"{host}:{name}", f"value does not fit: {exc}") from None
 
     report, smi_error = _gpu_report(sections, host)
     kernel = _text(sections, "uname-r")
@@ -132,7 +132,7 @@ def assemble_facts(sections: Mapping[str, Section], collected_at: datetime, host
     except ValidationError as exc:
         field = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
         section = _FIELD_SECTIONS.get(field, "facts")
-        raise ParseError(f"{host}:{section}", _fit_error(exc), host=host) from None
+        raise ParseError(f"{host}:{section}", _fit_error(exc)) from None
 
 
 def _fit_error(exc: ValidationError) -> str:
@@ -151,7 +151,7 @@ def _cpu_count(text: str | None, host: str) -> int | None:
     if not text or not text.isdigit():
         return None
     if len(text) > 9:
-        raise ParseError(f"{host}:nproc", f"cpu_count: {text[:20]}... is no CPU count", host=host)
+        raise ParseError(f"{host}:nproc", f"cpu_count: {text[:20]}... is no CPU count")
     return int(text)
 
 
@@ -163,7 +163,7 @@ def _gpu_report(
     except ParseError:
         raise
     except ValueError as exc:  # a value that does not fit, not caught by the parser
-        raise ParseError(f"{host}:nvidia-smi", f"value does not fit: {exc}", host=host) from None
+        raise ParseError(f"{host}:nvidia-smi", f"value does not fit: {exc}") from None
 
 
 def _gpu_report_of(
