@@ -471,13 +471,8 @@ def test_ini_errors_name_file_and_line(tmp_path: Path, name: str, text: str, lin
 ])
 def test_expected_spec_errors_name_file_line_and_var(tmp_path: Path, text: str, line: int,
                                                      var: str) -> None:
-    path = write(tmp_path, "spec.ini", text)
-    host = load_inventory(path).host("h1")
-    with pytest.raises(InventoryError) as info:
-        host.expected_spec()
-    assert info.value.line == line
-    assert str(info.value).startswith(f"{path}:{line}: ")
-    assert var in info.value.message and "h1" in info.value.message
+    # Checked when the inventory is read, before anything is enrolled.
+    expect_error(tmp_path, "spec.ini", text, line, var, "h1")
 
 
 YAML_ERRORS = [
@@ -598,3 +593,139 @@ def test_ansible_rejects_the_same_ini_files(tmp_path: Path, name: str) -> None:
     path = write(tmp_path, name, text)
     proc = ansible_inventory(path, tmp_path)
     assert proc.returncode != 0, proc.stdout
+
+
+# ------------------------------------------------ typos, ranges, bounded inputs (issue 6)
+
+TYPO_ERRORS = [
+    # A.4: a misspelt gpufleet_ variable would silently disable the check it configures.
+    ("typo_group.ini", "[gpu]\nh1\n[gpu:vars]\ngpufleet_gpu_cout=8\n", 4,
+     ("unknown variable gpufleet_gpu_cout", "did you mean gpufleet_gpu_count?")),
+    ("typo_host.ini", "[gpu]\nh1 gpufleet_fabrik=ib\n", 2, ("gpufleet_fabrik",)),
+    ("typo.yml", "all:\n  vars:\n    gpufleet_pool: p\n    gpufleet_gpu_modle: H100\n", 4,
+     ("gpufleet_gpu_modle", "gpufleet_gpu_model")),
+    ("typo_csv_var.csv", "name,gpufleet_ib_port\nh1,8\n", 1, ("gpufleet_ib_port",)),
+    ("typo_transport.ini", "[gpu]\nh1\nh2 gpufleet_transport=shh\n", 3,
+     ("gpufleet_transport='shh'", "ssh")),
+    # unknown CSV columns are errors, with a hint
+    ("col.csv", "name,address,gpu_count\nh1,10.0.0.1,8\n", 1,
+     ("unknown CSV column 'gpu_count'", "did you mean gpufleet_gpu_count?")),
+    ("col2.csv", "# asset export\nname,adress\nh1,10.0.0.1\n", 2,
+     ("unknown CSV column 'adress'", "did you mean address?")),
+    # expected-spec values are range-checked
+    ("neg.ini", "[gpu]\nh1 gpufleet_gpu_count=-1\n", 2, ("gpufleet_gpu_count", "out of range")),
+    ("huge.ini", "[gpu]\nh1\n[gpu:vars]\ngpufleet_gpu_count=100000\n", 4, ("out of range",)),
+    ("nan.ini", "[gpu]\nh1 gpufleet_ib_rate_gbps=nan\n", 2, ("finite",)),
+    ("inf.yml", "all:\n  hosts:\n    h1:\n      gpufleet_ib_rate_gbps: .inf\n", 4, ("finite",)),
+    ("fabric.ini", "[gpu]\nh1 gpufleet_fabric=infiniband\n", 2,
+     ("unknown fabric", "ib, roce, none")),
+    ("width.csv", "name,gpufleet_pcie_width\nh1,12\n", 2, ("gpufleet_pcie_width",)),
+    ("negports.ini", "[gpu]\nh1 gpufleet_ib_ports=-2\n", 2, ("gpufleet_ib_ports",)),
+    ("mem.ini", "[gpu]\nh1 gpufleet_gpu_memory_mib=0\n", 2, ("gpufleet_gpu_memory_mib",)),
+    # B.12: bounded inputs
+    ("range_bomb.ini", "[gpu]\ngpu-[1:99999999]\n", 2, ("more than 100000 hosts",)),
+    ("range_bomb_padded.ini", "[gpu]\nh0\ngpu-[00000001:99999999]\n", 3, ("more than 100000",)),
+    ("range_product.yml", "all:\n  hosts:\n    r[1:1000]-n[1:1000]:\n", 3, ("more than 100000",)),
+    ("range_bomb.csv", "name\nok\ngpu-[1:99999999]\n", 3, ("more than 100000",)),
+    ("quote.csv", "name,address\nh1,10.0.0.1\nh2,\"10.0.0.2\nh3,10.0.0.3\n", 3,
+     ("quoted field", "never closed")),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "line", "words"), TYPO_ERRORS,
+                         ids=[e[0] for e in TYPO_ERRORS])
+def test_typos_ranges_and_bombs_are_errors_with_file_and_line(
+        tmp_path: Path, name: str, text: str, line: int, words: tuple[str, ...]) -> None:
+    expect_error(tmp_path, name, text, line, *words)
+
+
+def test_known_gpufleet_variables_are_accepted(tmp_path: Path) -> None:
+    inv = load_text(tmp_path, "ok.ini", """\
+        [gpu]
+        h1 gpufleet_transport=sim gpufleet_lab_dir=/tmp/lab gpufleet_pcie_gen=5
+        h2 gpufleet_pcie_width=16 gpufleet_fabric=roce gpufleet_ib_rate_gbps=200.0
+        [gpu:vars]
+        gpufleet_pool=p
+        gpufleet_baseline=b
+        gpufleet_gpu_count=0
+        """)
+    assert inv.host("h1").expected_spec() == ExpectedSpec(gpu_count=0, pcie_gen=5)
+    assert inv.host("h2").expected_spec().ib_rate_gbps == 200.0
+    assert inv.warnings == []
+
+
+def test_range_at_the_limit_expands(tmp_path: Path) -> None:
+    inv = load_text(tmp_path, "big.ini", "[gpu]\ngpu-[000001:100000]\n")
+    assert len(inv.hosts) == 100_000 and inv.names[-1] == "gpu-100000"
+    two = load_text(tmp_path, "two.ini", "[gpu]\nr[1:2]-n[a:b]\n")
+    assert two.names == ["r1-na", "r1-nb", "r2-na", "r2-nb"]  # Ansible's order
+
+
+ALIAS_BOMB = """\
+a: &a [x, x, x, x, x, x, x, x, x, x]
+b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]
+c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]
+d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]
+e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]
+f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]
+g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f, *f]
+all:
+  vars:
+    x: *g
+"""
+
+
+def test_yaml_alias_bomb_is_refused(tmp_path: Path) -> None:
+    # 10**7 scalars once expanded; json.dumps of the var value would have taken gigabytes.
+    expect_error(tmp_path, "bomb.yml", ALIAS_BOMB, 7, "alias bomb", "1000000")
+
+
+def test_yaml_ordinary_aliases_and_merge_keys_still_work(tmp_path: Path) -> None:
+    inv = load_text(tmp_path, "anchors.yml", """\
+        all:
+          vars:
+            common: &common {ansible_user: ops, gpufleet_pool: p}
+          hosts:
+            h1:
+              <<: *common
+              ansible_port: 2222
+            h2: *common
+        """)
+    assert (inv.host("h1").user, inv.host("h1").port, inv.host("h2").pool) == ("ops", 2222, "p")
+    assert inv.warnings == []
+
+
+def test_yaml_duplicate_keys_warn_like_ansible(tmp_path: Path) -> None:
+    path = write(tmp_path, "dup.yml", """\
+        all:
+          hosts:
+            h1:
+              ansible_user: first
+              ansible_user: second
+          vars:
+            gpufleet_pool: a
+            gpufleet_pool: b
+        """)
+    inv = load_inventory(path)
+    assert inv.host("h1").user == "second" and inv.host("h1").pool == "b"  # last one wins
+    assert inv.warnings == [
+        f"{path}:5: Found duplicate mapping key 'ansible_user' (column 7). "
+        "Using last defined value only.",
+        f"{path}:8: Found duplicate mapping key 'gpufleet_pool' (column 5). "
+        "Using last defined value only.",
+    ]
+    proc = ansible_inventory(path, tmp_path)  # Ansible says the same, and keeps the last value
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stderr.split())
+    assert "[WARNING]: Found duplicate mapping key" in said
+    assert "Using last defined value only." in said
+    assert json.loads(proc.stdout)["_meta"]["hostvars"]["h1"]["ansible_user"] == "second"
+
+
+def test_secret_in_unparsable_line_is_redacted(tmp_path: Path) -> None:
+    path = write(tmp_path, "pw.ini", "[gpu]\nh1 ansible_ssh_pass=hunter2 note=\"open\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert info.value.line == 2 and "hunter2" not in str(info.value)
+    assert "ansible_ssh_pass=<redacted>" in str(info.value)
+    assert "hunter2" not in repr(load_text(tmp_path, "ok.ini", "h1 ansible_ssh_pass=hunter2\n"))

@@ -9,7 +9,16 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
+from rich.markup import escape
+
+from gpufleet.cli.common import (
+    boundary,
+    console,
+    err_console,
+    host_progress,
+    open_fleet,
+    print_json,
+)
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.service import operations
@@ -56,6 +65,24 @@ def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
     return t
 
 
+HOSTS_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."
+
+
+def report_each(outcomes: list[operations.HostOutcome], note: str | None = None) -> None:
+    """One line per host (its new state, or why it was refused); exit with the first
+    refusal's code when any host was refused."""
+    for o in outcomes:
+        if o.error is None:
+            console.print(f"{escape(o.host)}: {escape(o.state or '')}")
+        else:
+            err_console.print(f"[bold red]error:[/] {escape(o.host)}: {escape(str(o.error))}")
+    if note and any(o.error is None for o in outcomes):
+        console.print(f"[dim]note: {escape(note)}[/]")
+    failed = [o.error for o in outcomes if o.error is not None]
+    if failed:
+        raise typer.Exit(failed[0].exit_code)
+
+
 def register(app: typer.Typer) -> None:
     """Attach the lifecycle commands."""
     app.command("validate")(validate_cmd)
@@ -77,7 +104,10 @@ def validate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print verdicts as JSON."),
 ) -> None:
     """Collect fresh facts, run the checks and move each host (available / validating /
-    quarantined). Exit 0 when every selected host ended available, 1 otherwise."""
+    quarantined). Exit 0 when every selected host that can be validated ended available,
+    1 when any ended elsewhere or could not be judged (unreachable, no facts). Hosts held
+    out of validation on purpose (maintenance, allocated, retired) are listed but do not
+    make the run fail on their own."""
     rep = run_validation(selector, transport, quiet=as_json, collect_first=not no_collect)
     if as_json:
         print_json([asdict(v) for v in rep.verdicts])
@@ -94,70 +124,94 @@ def validate_cmd(
 @maintenance_app.command("on")
 @boundary
 def maintenance_on_cmd(
-    host: str = typer.Argument(..., help="Host name."),
+    hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option(..., "--reason", help="Why (shown in events and taints)."),
     until: datetime | None = typer.Option(None, "--until", help="Planned end (ISO time)."),
 ) -> None:
-    """Put a host in maintenance (refused while allocated)."""
+    """Put hosts in maintenance (refused while allocated)."""
     from datetime import UTC
 
     if until is not None and until.tzinfo is None:
         until = until.replace(tzinfo=UTC)
-    console.print(f"{host}: {operations.maintenance_on(open_fleet(), host, reason, until)}")
+    fleet = open_fleet()
+    report_each(
+        operations.each(fleet, hosts, lambda n: operations.maintenance_on(fleet, n, reason, until))
+    )
 
 
 @maintenance_app.command("off")
 @boundary
 def maintenance_off_cmd(
-    host: str = typer.Argument(..., help="Host name."),
+    hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option("maintenance done", "--reason", help="What was done."),
 ) -> None:
-    """End maintenance; the host goes to validating (never straight to available)."""
-    console.print(f"{host}: {operations.maintenance_off(open_fleet(), host, reason)}")
+    """End maintenance; hosts go to validating (never straight to available)."""
+    fleet = open_fleet()
+    report_each(
+        operations.each(fleet, hosts, lambda n: operations.maintenance_off(fleet, n, reason))
+    )
 
 
 @boundary
 def retire_cmd(
-    host: str = typer.Argument(..., help="Host name."),
+    hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option("retired", "--reason", help="Why."),
 ) -> None:
-    """Retire a host for good."""
-    console.print(f"{host}: {operations.retire(open_fleet(), host, reason)}")
+    """Retire hosts for good (refused while allocated)."""
+    fleet = open_fleet()
+    report_each(operations.each(fleet, hosts, lambda n: operations.retire(fleet, n, reason)))
 
 
 @boundary
 def unquarantine_cmd(
-    host: str = typer.Argument(..., help="Host name."),
+    hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option(..., "--reason", help="What was repaired."),
 ) -> None:
-    """Declare a quarantined host repaired: it goes back to validating."""
-    console.print(f"{host}: {operations.unquarantine(open_fleet(), host, reason)}")
+    """Declare quarantined hosts repaired: they go back to validating."""
+    fleet = open_fleet()
+    report_each(operations.each(fleet, hosts, lambda n: operations.unquarantine(fleet, n, reason)))
 
 
 @change_app.command("record")
 @boundary
 def change_record_cmd(
-    host: str = typer.Argument(..., help="Host name."),
+    hosts: str = typer.Argument(..., help=HOSTS_HELP),
     kind: DeclaredChangeKind = typer.Option(..., "--kind", help="What changed."),
     ticket: str | None = typer.Option(None, "--ticket", help="Ticket / CI build id."),
     note: str = typer.Option("", "--note", help="Free text."),
 ) -> None:
-    """Record a change made outside gpufleet; the host must be validated again."""
-    console.print(f"{host}: {operations.record_change(open_fleet(), host, kind, ticket, note)}")
+    """Record a change made outside gpufleet; the hosts must be validated again. After a
+    reimage the host has a new SSH host key: accept it with 'gpufleet hosts rekey HOST'."""
+    fleet = open_fleet()
+    report_each(
+        operations.each(
+            fleet, hosts, lambda n: operations.record_change(fleet, n, kind, ticket, note)
+        ),
+        note=operations.REIMAGE_HINT if kind is DeclaredChangeKind.REIMAGE else None,
+    )
 
 
 @evidence_app.command("add")
 @boundary
 def evidence_add_cmd(
-    host: str = typer.Argument(..., help="Host the test ran on."),
+    hosts: str = typer.Argument(
+        ...,
+        help="Host the test ran on, or a selector (every host "
+        "it matches gets the result, e.g. a multi-node NCCL run).",
+    ),
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="Captured output."),
     kind: str = typer.Option(
         ..., "--kind", help="dcgm (dcgmi diag -j), nccl (all_reduce_perf) or gpu-burn."
     ),
 ) -> None:
     """Parse and store the output of a test your own tooling ran; validation uses it."""
-    ingest_file(open_fleet(), host, kind, file)
-    console.print(f"{host}: {kind} result stored")
+    fleet = open_fleet()
+
+    def store(name: str) -> str:
+        ingest_file(fleet, name, kind, file)
+        return f"{kind} result stored"
+
+    report_each(operations.each(fleet, hosts, store))
 
 
 @evidence_app.command("run")

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import ast
 import csv
+import difflib
 import io
+import itertools
 import json
+import math
 import re
 import shlex
 import string
@@ -28,10 +31,19 @@ from typing import Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet.collect.transport import get_transport_factory, known_transports
 from gpufleet.domain.spec import ExpectedSpec
-from gpufleet.errors import InventoryError, NotFound
+from gpufleet.errors import GpufleetError, InventoryError, NotFound
+from gpufleet.secrets import redact_text
 
-__all__ = ["Inventory", "InventoryHost", "load_inventory"]
+__all__ = [
+    "MAX_HOSTS",
+    "MAX_YAML_NODES",
+    "Inventory",
+    "InventoryHost",
+    "known_gpufleet_vars",
+    "load_inventory",
+]
 
 _IMPLICIT_GROUPS = ("all", "ungrouped")
 _SPEC_PREFIX = "gpufleet_"
@@ -43,6 +55,36 @@ _USER_KEYS = ("ansible_ssh_user", "ansible_user")
 _KEY_FILE_KEYS = ("ansible_ssh_private_key_file", "ansible_private_key_file")
 _TRUE = frozenset({"true", "yes", "on", "1", "y"})
 _FALSE = frozenset({"false", "no", "off", "0", "n"})
+
+#: Most hosts one inventory (or one host range) may name; a bigger range is refused before
+#: it is expanded.
+MAX_HOSTS = 100_000
+#: Most YAML nodes an inventory may expand to with its aliases resolved (alias bombs).
+MAX_YAML_NODES = 1_000_000
+#: ``gpufleet_*`` variables that are not expected-spec fields.
+_OTHER_GPUFLEET_VARS = ("gpufleet_pool", "gpufleet_baseline", "gpufleet_transport")
+_FABRICS = ("ib", "roce", "none")
+_MAX_TEXT = 128
+# Accepted ranges of the numeric expected-spec fields: (lowest, highest), both included.
+_SPEC_RANGES: dict[str, tuple[float, float]] = {
+    "gpu_count": (0, 64),
+    "gpu_memory_mib": (1, 4 * 1024 * 1024),
+    "nvlink_per_gpu": (0, 64),
+    "ib_ports": (0, 64),
+    "ib_rate_gbps": (1, 3200),
+    "pcie_gen": (1, 7),
+    "pcie_width": (1, 32),
+}
+_PCIE_WIDTHS = (1, 2, 4, 8, 16, 32)
+
+
+def known_gpufleet_vars() -> frozenset[str]:
+    """Every ``gpufleet_*`` variable gpufleet reads: the expected-spec fields, pool, baseline,
+    transport, and the variables each registered transport declares (``gpufleet_lab_dir``)."""
+    names = {_SPEC_PREFIX + f for f in ExpectedSpec.model_fields} | set(_OTHER_GPUFLEET_VARS)
+    for transport in known_transports():
+        names |= set(get_transport_factory(transport).host_vars)
+    return frozenset(names)
 
 
 class InventoryHost(BaseModel):
@@ -61,7 +103,7 @@ class InventoryHost(BaseModel):
     user: str | None = None
     key_file: str | None = None
     groups: list[str] = Field(default_factory=list)
-    vars: dict[str, str] = Field(default_factory=dict)
+    vars: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets
     line: int | None = None
     source: str = Field(default="", repr=False)
     var_lines: dict[str, int] = Field(default_factory=dict, repr=False)
@@ -79,8 +121,9 @@ class InventoryHost(BaseModel):
     def expected_spec(self) -> ExpectedSpec:
         """Build the :class:`ExpectedSpec` from the ``gpufleet_<field>`` variables.
 
-        Empty values count as unset; other ``gpufleet_*`` variables are ignored. A value that
-        does not convert raises :class:`InventoryError` at the line where it was set.
+        Empty values count as unset. A value that does not convert or is out of range (a
+        negative count, NaN, an unknown fabric) raises :class:`InventoryError` at the line
+        where it was set; :func:`load_inventory` already checked every host this way.
         """
         values: dict[str, Any] = {}
         for fname, finfo in ExpectedSpec.model_fields.items():
@@ -90,7 +133,7 @@ class InventoryHost(BaseModel):
                 continue
             kind = _scalar_type(finfo.annotation)
             try:
-                values[fname] = _convert(raw.strip(), kind)
+                values[fname] = _check_spec_value(fname, _convert(raw.strip(), kind))
             except ValueError as exc:
                 raise InventoryError(
                     self.source or "<inventory>",
@@ -117,6 +160,9 @@ class Inventory(BaseModel):
     hosts: list[InventoryHost] = Field(default_factory=list)
     groups: dict[str, list[str]] = Field(default_factory=dict)
     source: str = ""
+    #: Problems that do not stop the load (a duplicate YAML key), each naming file:line;
+    #: the CLI prints them on stderr as ``[WARNING]: ...``.
+    warnings: list[str] = Field(default_factory=list)
 
     def host(self, name: str) -> InventoryHost:
         """Return the host called ``name``; raise :class:`NotFound` when it is absent."""
@@ -167,7 +213,7 @@ class _Group:
     var_lines: dict[str, int] = field(default_factory=dict)
     children: list[str] = field(default_factory=list)
     parents: list[str] = field(default_factory=list)
-    hosts: list[str] = field(default_factory=list)
+    hosts: dict[str, None] = field(default_factory=dict)  # ordered set
 
 
 @dataclass
@@ -186,6 +232,39 @@ class _Builder:
         self.source = source
         self.groups: dict[str, _Group] = {g: _Group(g) for g in _IMPLICIT_GROUPS}
         self.hosts: dict[str, _Host] = {}
+        self.warnings: list[str] = []
+        self._known: frozenset[str] | None = None
+
+    def warn(self, line: int | None, message: str) -> None:
+        text = f"{self.source}:{line}: {message}" if line else f"{self.source}: {message}"
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def check_var(self, key: str, value: str, line: int) -> None:
+        """Refuse a ``gpufleet_*`` variable gpufleet does not know (a typo would silently
+        disable the check it meant to configure) and an unknown ``gpufleet_transport``."""
+        if not key.startswith(_SPEC_PREFIX):
+            return
+        if self._known is None:
+            try:
+                self._known = known_gpufleet_vars()
+            except GpufleetError as exc:
+                raise self.error(
+                    line, f"cannot list the known gpufleet_ variables: {exc}"
+                ) from None
+        if key not in self._known:
+            close = difflib.get_close_matches(key, sorted(self._known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise self.error(
+                line,
+                f"unknown variable {key}{hint}; gpufleet reads: {', '.join(sorted(self._known))}",
+            )
+        if key == "gpufleet_transport" and value != "":
+            known = known_transports()
+            if value not in known:
+                raise self.error(
+                    line, f"gpufleet_transport={value!r} is not a transport: use {', '.join(known)}"
+                )
 
     def error(self, line: int | None, message: str) -> InventoryError:
         return InventoryError(self.source, line, message)
@@ -198,19 +277,22 @@ class _Builder:
     def add_host(self, name: str, group: str, line: int) -> _Host:
         host = self.hosts.get(name)
         if host is None:
+            if len(self.hosts) >= MAX_HOSTS:
+                raise self.error(line, f"more than {MAX_HOSTS} hosts in one inventory")
             host = self.hosts[name] = _Host(name, line)
         grp = self.add_group(group)
-        if name not in grp.hosts:
-            grp.hosts.append(name)
+        grp.hosts.setdefault(name)
         if group not in host.groups:
             host.groups.append(group)
         return host
 
     def set_host_var(self, host: _Host, key: str, value: str, line: int) -> None:
+        self.check_var(key, value, line)
         host.vars[key] = value
         host.var_lines[key] = line
 
     def set_group_var(self, group: str, key: str, value: str, line: int) -> None:
+        self.check_var(key, value, line)
         grp = self.add_group(group)
         grp.vars[key] = value
         grp.var_lines[key] = line
@@ -313,7 +395,11 @@ class _Builder:
                     var_lines=lines,
                 )
             )
-        return Inventory(hosts=hosts, groups=members, source=self.source)
+        for ih in hosts:
+            ih.expected_spec()  # range-checks every gpufleet_ value now, naming file:line
+        return Inventory(
+            hosts=hosts, groups=members, source=self.source, warnings=list(self.warnings)
+        )
 
     def _port(self, host: str, merged: dict[str, str], lines: dict[str, int]) -> int:
         for key in _PORT_KEYS:
@@ -343,6 +429,26 @@ def _scalar_type(annotation: Any) -> type:
     if get_origin(annotation) in (Union, types.UnionType):
         return next(a for a in get_args(annotation) if a is not type(None))  # type: ignore[no-any-return]
     return annotation  # type: ignore[no-any-return]
+
+
+def _check_spec_value(fname: str, value: int | float | bool | str) -> int | float | bool | str:
+    """Range-check one converted expected-spec value; ValueError says what is accepted."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    if fname in _SPEC_RANGES and not isinstance(value, bool) and isinstance(value, (int, float)):
+        low, high = _SPEC_RANGES[fname]
+        if not low <= value <= high:
+            raise ValueError(f"out of range (expected {low:g} to {high:g})")
+        if fname == "pcie_width" and value not in _PCIE_WIDTHS:
+            raise ValueError(f"expected one of {', '.join(map(str, _PCIE_WIDTHS))}")
+    if fname == "fabric" and value not in _FABRICS:
+        raise ValueError(f"unknown fabric (expected {', '.join(_FABRICS)})")
+    if isinstance(value, str):
+        if len(value) > _MAX_TEXT:
+            raise ValueError(f"longer than {_MAX_TEXT} characters")
+        if any(not ch.isprintable() for ch in value):
+            raise ValueError("contains control characters")
+    return value
 
 
 def _convert(raw: str, kind: type) -> int | float | bool | str:
@@ -403,17 +509,8 @@ def _split_port(pattern: str) -> tuple[str, str | None]:
     return pattern, None
 
 
-def _expand_range(pattern: str) -> list[str]:
-    """Expand the first ``[beg:end(:step)]`` of ``pattern`` and recurse; raise ValueError."""
-    start = pattern.find("[")
-    if start < 0:
-        if "]" in pattern:
-            raise ValueError(f"unbalanced ']' in host pattern {pattern!r}")
-        return [pattern]
-    stop = pattern.find("]", start)
-    if stop < 0:
-        raise ValueError(f"unbalanced '[' in host pattern {pattern!r}")
-    head, body, tail = pattern[:start], pattern[start + 1 : stop], pattern[stop + 1 :]
+def _range_items(body: str) -> range | list[str]:
+    """The items of one ``[beg:end(:step)]`` body, lazily for numbers; raise ValueError."""
     bounds = body.split(":")
     if len(bounds) not in (2, 3):
         raise ValueError(f"host range [{body}] must be [begin:end] or [begin:end:step]")
@@ -424,20 +521,15 @@ def _expand_range(pattern: str) -> list[str]:
     if not step_text.isdigit() or int(step_text) < 1:
         raise ValueError(f"host range [{body}] needs a positive integer step")
     step = int(step_text)
-    seq: list[str]
     if beg.isdigit() and end.isdigit():
         if int(end) < int(beg):
             raise ValueError(f"host range [{body}] ends before it begins")
-        if beg[0] == "0" and len(beg) > 1:
-            if len(beg) != len(end):
-                raise ValueError(
-                    f"host range [{body}]: zero-padded begin and end must have the same width"
-                )
-            width = len(beg)
-            seq = [str(i).zfill(width) for i in range(int(beg), int(end) + 1, step)]
-        else:
-            seq = [str(i) for i in range(int(beg), int(end) + 1, step)]
-    elif (
+        if beg[0] == "0" and len(beg) > 1 and len(beg) != len(end):
+            raise ValueError(
+                f"host range [{body}]: zero-padded begin and end must have the same width"
+            )
+        return range(int(beg), int(end) + 1, step)
+    if (
         len(beg) == 1
         and len(end) == 1
         and beg in string.ascii_letters
@@ -446,13 +538,54 @@ def _expand_range(pattern: str) -> list[str]:
         i_beg, i_end = string.ascii_letters.index(beg), string.ascii_letters.index(end)
         if i_end < i_beg:
             raise ValueError(f"host range [{body}] ends before it begins")
-        seq = list(string.ascii_letters[i_beg : i_end + 1 : step])
-    else:
-        raise ValueError(f"host range [{body}] must be two integers or two letters")
-    out: list[str] = []
-    for item in seq:
-        out.extend(_expand_range(head + item + tail))
-    return out
+        return list(string.ascii_letters[i_beg : i_end + 1 : step])
+    raise ValueError(f"host range [{body}] must be two integers or two letters")
+
+
+def _expand_range(pattern: str) -> list[str]:
+    """Expand every ``[beg:end(:step)]`` of ``pattern``; raise ValueError.
+
+    The number of names is computed before anything is expanded: a pattern naming more than
+    :data:`MAX_HOSTS` hosts (``gpu-[01:99999999]``) is refused without using the memory.
+    """
+    parts: list[list[str] | tuple[range, int]] = []  # literal text, or (numbers, zero width)
+    rest, total = pattern, 1
+    while True:
+        start = rest.find("[")
+        if start < 0:
+            if "]" in rest:
+                raise ValueError(f"unbalanced ']' in host pattern {pattern!r}")
+            parts.append([rest])
+            break
+        stop = rest.find("]", start)
+        if stop < 0:
+            raise ValueError(f"unbalanced '[' in host pattern {pattern!r}")
+        if "]" in rest[:start]:
+            raise ValueError(f"unbalanced ']' in host pattern {pattern!r}")
+        body = rest[start + 1 : stop]
+        items = _range_items(body)
+        parts.append([rest[:start]])
+        if isinstance(items, range):
+            beg = body.split(":")[0]
+            width = len(beg) if beg.startswith("0") and len(beg) > 1 else 0
+            parts.append((items, width))
+        else:
+            parts.append(items)
+        total *= len(items)
+        if total > MAX_HOSTS:
+            raise ValueError(
+                f"host pattern {pattern!r} names more than {MAX_HOSTS} hosts; "
+                "split it or list fewer"
+            )
+        rest = rest[stop + 1 :]
+    choices: list[list[str]] = []
+    for part in parts:
+        if isinstance(part, tuple):
+            numbers, width = part
+            choices.append([str(i).zfill(width) for i in numbers])
+        else:
+            choices.append(part)
+    return ["".join(combo) for combo in itertools.product(*choices)]
 
 
 def _expand_hostpattern(pattern: str, builder: _Builder, line: int) -> tuple[list[str], str | None]:
@@ -562,7 +695,7 @@ def _ini_host_line(b: _Builder, line: str, group: str, lineno: int) -> None:
     try:
         tokens = shlex.split(line, comments=True)
     except ValueError as exc:
-        raise b.error(lineno, f"cannot parse host line {line!r}: {exc}") from None
+        raise b.error(lineno, f"cannot parse host line {redact_text(line)!r}: {exc}") from None
     if not tokens:
         return
     names, port = _expand_hostpattern(tokens[0], b, lineno)
@@ -601,13 +734,87 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
+class _CountingLoader(yaml.SafeLoader):
+    """A safe loader that remembers every alias it resolves (for the alias-bomb check)."""
+
+    def __init__(self, stream: str, builder: _Builder) -> None:
+        super().__init__(stream)
+        self.builder = builder
+        self.aliases: list[tuple[yaml.Node, int]] = []
+        self.checked: set[int] = set()  # mappings already checked for duplicate keys
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+            node = super().compose_node(parent, index)
+            if node is not None:
+                mark = event.start_mark
+                self.aliases.append((node, int(mark.line) + 1 if mark is not None else 0))
+            return node
+        return super().compose_node(parent, index)
+
+
+def _expanded_sizes(root: yaml.Node) -> dict[int, int]:
+    """Nodes under each node with aliases expanded (shared nodes counted at every use)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        if done:
+            total = 1 + sum(sizes.get(id(c), 1) for c in children)
+            sizes[id(node)] = min(total, MAX_YAML_NODES + 1)
+            continue
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes
+
+
+def _check_alias_bomb(loader: _CountingLoader, root: yaml.Node, b: _Builder) -> None:
+    if not loader.aliases:
+        return
+    sizes = _expanded_sizes(root)
+    if sizes[id(root)] > MAX_YAML_NODES:
+        node, line = max(loader.aliases, key=lambda a: sizes.get(id(a[0]), 1))
+        size = sizes.get(id(node), 1)
+        here = f"more than {MAX_YAML_NODES}" if size > MAX_YAML_NODES else str(size)
+        raise b.error(
+            line,
+            f"YAML aliases expand this inventory to more than {MAX_YAML_NODES} nodes "
+            f"(the alias here alone to {here}): refusing an alias bomb",
+        )
+
+
+def _warn_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode, b: _Builder) -> None:
+    """Ansible's warning for a key given twice in one mapping (the last value is used)."""
+    seen: set[str] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = _var_text(loader.construct_object(key_node, deep=True))
+        if key in seen:
+            b.warn(
+                _line(key_node),
+                f"Found duplicate mapping key {key!r} (column {key_node.start_mark.column + 1}). "
+                "Using last defined value only.",
+            )
+        seen.add(key)
+
+
 def _parse_yaml(text: str, src: str) -> _Builder:
     b = _Builder(src)
-    loader = yaml.SafeLoader(text)
+    loader = _CountingLoader(text, b)
     try:
         root = loader.get_single_node()
         if root is None:
             return b
+        _check_alias_bomb(loader, root, b)
         if not isinstance(root, yaml.MappingNode):
             raise b.error(
                 _line(root),
@@ -634,6 +841,9 @@ def _parse_yaml(text: str, src: str) -> _Builder:
 
 
 def _pairs(loader: yaml.SafeLoader, node: yaml.MappingNode) -> list[tuple[yaml.Node, yaml.Node]]:
+    if isinstance(loader, _CountingLoader) and id(node) not in loader.checked:
+        loader.checked.add(id(node))  # flattening rewrites it: check only the written form
+        _warn_duplicate_keys(loader, node, loader.builder)
     loader.flatten_mapping(node)  # resolves '<<' merge keys in place
     return list(node.value)
 
@@ -737,11 +947,39 @@ _CSV_VARS = {
     "user": "ansible_user",
     "key_file": "ansible_ssh_private_key_file",
 }
+#: Free-text CSV columns kept as host variables of the same name.
+_CSV_TEXT_COLUMNS = ("note", "notes", "comment", "description")
+
+
+def _check_csv_columns(b: _Builder, header: list[str], columns: list[str], lineno: int) -> None:
+    """Refuse a column gpufleet would not read (a typo would silently drop its values)."""
+    for raw, column in zip(header, columns, strict=True):
+        if column in _CSV_COLUMNS.values() or column in _CSV_TEXT_COLUMNS:
+            continue
+        if column.startswith("ansible_"):
+            continue
+        if column.startswith(_SPEC_PREFIX):
+            b.check_var(column, "", lineno)
+            continue
+        accepted = sorted(set(_CSV_COLUMNS) | set(_CSV_TEXT_COLUMNS))
+        guess = difflib.get_close_matches(
+            raw.lower(),
+            accepted + sorted(known_gpufleet_vars()) + [_SPEC_PREFIX + raw.lower()],
+            n=1,
+        )
+        if _SPEC_PREFIX + raw.lower() in known_gpufleet_vars():
+            guess = [_SPEC_PREFIX + raw.lower()]
+        hint = f" (did you mean {guess[0]}?)" if guess else ""
+        raise b.error(
+            lineno,
+            f"unknown CSV column {raw!r}{hint}: use {', '.join(accepted)}, "
+            "a gpufleet_* variable or an ansible_* variable",
+        )
 
 
 def _parse_csv(text: str, src: str) -> _Builder:
     b = _Builder(src)
-    reader = csv.reader(io.StringIO(text))
+    reader = csv.reader(io.StringIO(text), strict=True)
     header: list[str] | None = None
     columns: list[str] = []
     prev_end = 0
@@ -762,11 +1000,16 @@ def _parse_csv(text: str, src: str) -> _Builder:
                     raise b.error(
                         lineno, f"CSV header has empty or duplicate columns: {sorted(dup) or ['']}"
                     )
+                _check_csv_columns(b, header, columns, lineno)
                 continue
             if len(row) > len(columns):
                 raise b.error(lineno, f"row has {len(row)} fields, header has {len(columns)}")
             _csv_row(b, dict(zip(columns, (c.strip() for c in row), strict=False)), lineno)
     except csv.Error as exc:
+        if "unexpected end of data" in str(exc):  # strict: an open quote runs to the end
+            raise b.error(
+                prev_end + 1, "invalid CSV: a quoted field opened on this line is never closed"
+            ) from None
         raise b.error(reader.line_num, f"invalid CSV: {exc}") from None
     return b
 

@@ -1,7 +1,13 @@
-"""Operator actions on single hosts: maintenance, retire, unquarantine, declared changes."""
+"""Operator actions on hosts: maintenance, retire, unquarantine, declared changes.
+
+Each action works on one host by name; :func:`each` applies it to every host a selector
+matches, one transaction per host, so one refusal (an allocated host) does not undo the rest.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
@@ -12,9 +18,10 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Health
 from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import NotFound
+from gpufleet.errors import GpufleetError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
+from gpufleet.service.select import selected_names
 from gpufleet.store.tables import Host
 
 
@@ -108,3 +115,35 @@ def record_change(
             fault_reason=None if clear else KEEP,
         )
         return h.state
+
+
+#: What ``change record --kind reimage`` tells the operator: a reimaged host has a new SSH
+#: host key, which gpufleet refuses until the operator accepts it.
+REIMAGE_HINT = (
+    "a reimage gives the host a new SSH host key, which the next collection refuses; "
+    "accept it with 'gpufleet hosts rekey HOST' (or pin it: --fingerprint SHA256:...)"
+)
+
+
+@dataclass
+class HostOutcome:
+    """One host's result of an action applied through a selector."""
+
+    host: str
+    state: str | None = None
+    error: GpufleetError | None = None
+
+
+def each(fleet: Fleet, selector: str, action: Callable[[str], str]) -> list[HostOutcome]:
+    """Apply ``action(host_name)`` (returning the new state) to every host ``selector``
+    matches, by name; :class:`NotFound` (exit 4) when it matches none. A gpufleet error on
+    one host is recorded in its outcome and the others still run."""
+    with fleet.db.session() as s:
+        names = selected_names(s, selector)
+    out: list[HostOutcome] = []
+    for name in names:
+        try:
+            out.append(HostOutcome(name, str(action(name))))
+        except GpufleetError as exc:
+            out.append(HostOutcome(name, error=exc))
+    return out

@@ -52,6 +52,8 @@ EVIDENCE_MODELS: dict[str, type[BaseModel]] = {
 
 #: States a validation run acts on; the others are left to their owners (jobs, operators).
 VALIDATABLE = {HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE}
+#: States an operator or scheduler put a host in on purpose: not validated, not a failure.
+HELD_OUT = {HostState.MAINTENANCE, HostState.ALLOCATED, HostState.RETIRED}
 
 
 @dataclass
@@ -78,7 +80,13 @@ class ValidateReport:
 
     @property
     def ok(self) -> bool:
-        return all(v.skipped is None and v.state == HostState.AVAILABLE for v in self.verdicts)
+        """Every judged host ended available. Hosts held out of validation on purpose
+        (maintenance, allocated, retired) are skipped without failing the run."""
+        return all(
+            (v.skipped is None and v.state == HostState.AVAILABLE)
+            or (v.skipped is not None and v.state in HELD_OUT)
+            for v in self.verdicts
+        )
 
 
 @dataclass
