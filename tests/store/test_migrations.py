@@ -24,8 +24,18 @@ def test_migrate_is_idempotent_on_sqlite(tmp_path: Path) -> None:
     db.migrate()
     assert db.current_revision() == SCHEMA_REVISION
     tables = set(inspect(db.engine).get_table_names())
-    assert {"hosts", "fact_snapshots", "gpus", "nics", "events", "collection_runs",
-            "collection_results", "validations", "baselines", "pools"} <= tables
+    assert {
+        "hosts",
+        "fact_snapshots",
+        "gpus",
+        "nics",
+        "events",
+        "collection_runs",
+        "collection_results",
+        "validations",
+        "baselines",
+        "pools",
+    } <= tables
 
 
 def test_postgres_schema_is_current(pg_database_url: str) -> None:
@@ -41,11 +51,15 @@ def test_0002_renames_claim_columns_keeping_values(empty_url: str) -> None:
     db = Database(empty_url)
     db.migrate("0001")
     with db.engine.begin() as c:
-        c.execute(text(
-            "INSERT INTO hosts (name, address, port, groups, vars, expected, state,"
-            " state_entered_at, health, profiles, lock_token, locked_until, created_at,"
-            " updated_at) VALUES ('gpu-01', '10.0.0.1', 22, '[]', '{}', '{}', 'enrolled',"
-            " :t, 'ok', '[]', 'tok-1', :t, :t, :t)"), {"t": "2026-12-01 12:00:00+00:00"})
+        c.execute(
+            text(
+                "INSERT INTO hosts (name, address, port, groups, vars, expected, state,"
+                " state_entered_at, health, profiles, lock_token, locked_until, created_at,"
+                " updated_at) VALUES ('gpu-01', '10.0.0.1', 22, '[]', '{}', '{}', 'enrolled',"
+                " :t, 'ok', '[]', 'tok-1', :t, :t, :t)"
+            ),
+            {"t": "2026-12-01 12:00:00+00:00"},
+        )
     db.migrate()
     assert db.current_revision() == SCHEMA_REVISION
     cols = {c["name"] for c in inspect(db.engine).get_columns("hosts")}

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, cell, console, open_fleet, print_json
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
 from gpufleet.service import baselines as svc
@@ -41,12 +42,14 @@ def create_cmd(
     kernel: str | None = typer.Option(None, help="Kernel release (uname -r)."),
     driver: str | None = typer.Option(None, help="NVIDIA driver version."),
     cuda: str | None = typer.Option(None, help="CUDA version nvidia-smi reports."),
-    container_toolkit: str | None = typer.Option(None, help="nvidia-container-toolkit version."),
+    container_toolkit: str | None = typer.Option(
+        None, "--container-toolkit", help="nvidia-container-toolkit version."
+    ),
     vbios: list[str] = typer.Option([], help="Accepted VBIOS version; repeatable."),
     fabric_manager: str | None = typer.Option(None, help="Fabric manager version."),
     sysctl: list[str] = typer.Option([], help="KEY=VALUE; repeatable."),
     pool: list[str] = typer.Option([], help="Point these pools at it; repeatable."),
-    replace: bool = typer.Option(False, help="Overwrite an existing baseline."),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite an existing baseline."),
 ) -> None:
     """Create a baseline (explicitly, or from a host) and optionally map pools to it."""
     fleet = open_fleet()
@@ -69,7 +72,7 @@ def create_cmd(
         )
     svc.save_baseline(fleet, b, replace=replace)
     for p in pool:
-        svc.set_pool_baseline(fleet, p, name)
+        svc.set_pool_baseline(fleet, p, name, create=True)
     console.print(
         f"baseline {name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
     )
@@ -90,11 +93,11 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
         t.add_row(
             b.name,
             b.status.value,
-            b.driver or "",
-            b.cuda or "",
-            b.kernel or "",
-            b.os_image or "",
-            ", ".join(pools),
+            cell(b.driver),
+            cell(b.cuda),
+            cell(b.kernel),
+            cell(b.os_image),
+            cell(pools),
         )
     console.print(t)
 
@@ -113,7 +116,7 @@ def show_cmd(
     t.add_column("field")
     t.add_column("value", overflow="fold")
     for k, v in b.model_dump(mode="json").items():
-        t.add_row(k, str(v))
+        t.add_row(k, escape(cell(v)))
     console.print(t)
 
 
@@ -132,7 +135,7 @@ def diff_cmd(
     for col in ("field", a, b):
         t.add_column(col, overflow="fold")
     for f, x, y in rows:
-        t.add_row(f, str(x), str(y))
+        t.add_row(f, escape(cell(x)), escape(cell(y)))
     console.print(t if rows else "identical")
 
 
@@ -154,9 +157,13 @@ def pool_list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as J
 
 @pool_app.command("baseline")
 @boundary
-def pool_baseline_cmd(pool: str, baseline: str) -> None:
-    """Point a pool at a baseline."""
-    svc.set_pool_baseline(open_fleet(), pool, baseline)
+def pool_baseline_cmd(
+    pool: str = typer.Argument(..., help="Pool name (from the inventory's gpufleet_pool)."),
+    baseline: str = typer.Argument(..., help="Baseline name."),
+    create: bool = typer.Option(False, "--create", help="Create the pool if it is new."),
+) -> None:
+    """Point a pool at a baseline (an unknown pool is refused unless --create)."""
+    svc.set_pool_baseline(open_fleet(), pool, baseline, create=create)
     console.print(f"pool {pool} -> baseline {baseline}")
 
 
@@ -184,7 +191,7 @@ def drift_cmd(
             for col in ("field", "found", "on hosts", "baseline"):
                 t.add_column(col, overflow="fold")
             for s in rep.summary:
-                t.add_row(s.field, s.actual or "-", str(len(s.hosts)), s.expected)
+                t.add_row(s.field, cell(s.actual), str(len(s.hosts)), cell(s.expected))
             console.print(t)
             console.print(
                 ", ".join(
@@ -199,7 +206,11 @@ def drift_cmd(
             for host, items in sorted(rep.by_host.items()):
                 for i in items:
                     h.add_row(
-                        host, rep.baselines.get(host, ""), i.field, i.expected, i.actual or "-"
+                        host,
+                        cell(rep.baselines.get(host)),
+                        i.field,
+                        cell(i.expected),
+                        cell(i.actual),
                     )
             console.print(h)
         else:

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
 from functools import wraps
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -129,9 +131,53 @@ def close_fleets() -> None:
         _OPEN.popitem()[1].db.dispose()
 
 
+def _aware(dt: datetime) -> datetime:
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def iso_time(dt: datetime) -> str:
+    """The one JSON timestamp format: ISO 8601 with the zone (``2026-01-05T10:00:00+00:00``);
+    naive values are UTC (that is how the store keeps them)."""
+    return _aware(dt).isoformat()
+
+
+def local_time(dt: datetime | None) -> str:
+    """The one table timestamp format: local time, readable, with the zone
+    (``2026-01-05 11:00:00 CET``); ``-`` when unknown."""
+    if dt is None:
+        return "-"
+    return _aware(dt).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def cell(value: object) -> str:
+    """A value as a table shows it: never a Python repr or ``None`` (``-`` for unknown,
+    lists joined, mappings as ``k=v``, enums by value, times via :func:`local_time`)."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, datetime):
+        return local_time(value)
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(cell(v) for v in value) or "-"
+    return str(value)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return iso_time(value)
+    if isinstance(value, Enum):
+        return value.value
+    return str(value)
+
+
 def print_json(data: Any) -> None:
-    """Machine-readable output on stdout (stable keys, ISO timestamps)."""
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    """Machine-readable output on stdout (stable keys, ISO 8601 timestamps with zone)."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
 
 
 def _redacted_url() -> str:

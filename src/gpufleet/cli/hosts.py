@@ -6,9 +6,10 @@ from dataclasses import asdict
 
 import typer
 from rich import box
+from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, cell, console, local_time, open_fleet, print_json
 from gpufleet.service.hosts import list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
@@ -113,17 +114,24 @@ def show_cmd(
     if f is None:
         console.print("  no facts collected yet")
     else:
-        os_name = f.os.pretty_name if f.os else "?"
+        os_name = f.os.pretty_name if f.os else None
         console.print(
-            f"  OS {os_name}, kernel {f.kernel}, driver {f.driver_version}, "
-            f"CUDA {f.cuda_version}, {len(f.pci_gpus)} NVIDIA GPUs on PCI, "
-            f"collected {f.collected_at:%Y-%m-%d %H:%M:%S}"
+            escape(
+                f"  OS {cell(os_name)}, kernel {cell(f.kernel)}, "
+                f"driver {cell(f.driver_version)}, CUDA {cell(f.cuda_version)}, "
+                f"{len(f.pci_gpus)} NVIDIA GPUs on PCI, collected {local_time(f.collected_at)}"
+            )
         )
         if f.nvidia_smi_error:
             console.print(f"  [red]{f.nvidia_smi_error}[/]")
-        g = Table(title="GPUs")
-        for col in ("#", "model", "memory", "serial", "bus", "VBIOS", "temp", "ECC unc.", "remap"):
-            g.add_column(col, no_wrap=col != "model", overflow="fold")
+        # Identifiers are never cut: every column folds (wraps mid-word) instead of
+        # cropping, and the identifiers get their own table so they fit 80 columns.
+        g = Table(title="GPUs", box=box.SIMPLE_HEAD)
+        for col in ("#", "model", "memory", "temp", "ECC unc.", "remap"):
+            g.add_column(col, overflow="fold")
+        ids = Table(title="GPU identifiers", box=box.SIMPLE_HEAD)
+        for col in ("#", "serial", "bus", "VBIOS", "UUID"):
+            ids.add_column(col, overflow="fold")
         for gpu in f.gpus:
             unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
             rr = gpu.remapped_rows
@@ -132,17 +140,22 @@ def show_cmd(
             )
             g.add_row(
                 str(gpu.index),
-                (gpu.product_name or "?").removeprefix("NVIDIA "),
-                f"{gpu.memory_total_mib} MiB",
-                gpu.serial or "",
-                gpu.pci_bus_id or "",
-                gpu.vbios_version or "",
-                "" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
-                "" if unc is None else str(unc),
+                escape(cell(gpu.product_name)),
+                "-" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib} MiB",
+                "-" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
+                cell(unc),
                 remap,
+            )
+            ids.add_row(
+                str(gpu.index),
+                escape(cell(gpu.serial)),
+                escape(cell(gpu.pci_bus_id)),
+                escape(cell(gpu.vbios_version)),
+                escape(cell(gpu.uuid)),
             )
         if f.gpus:
             console.print(g)
+            console.print(ids)
         if f.ib_ports:
             n = Table(title="high-speed NIC ports")
             for col in ("CA", "port", "state", "physical", "rate", "link layer"):
@@ -167,7 +180,7 @@ def show_cmd(
         for col in ("at", "actor", "kind", "message"):
             e.add_column(col, overflow="fold")
         for ev in d.events:
-            e.add_row(f"{ev['at']:%m-%d %H:%M:%S}", ev["actor"], ev["kind"], ev["message"])
+            e.add_row(local_time(ev["at"]), ev["actor"], cell(ev["kind"]), escape(ev["message"]))
         console.print(e)
 
 
@@ -186,11 +199,13 @@ def events_cmd(
         print_json(rows)
         return
     t = Table(title=f"{len(rows)} events", expand=True)
-    t.add_column("at", no_wrap=True)
-    t.add_column("actor", no_wrap=True, max_width=16)
-    t.add_column("host", no_wrap=True)
-    t.add_column("kind", no_wrap=True)
-    t.add_column("message", overflow="fold", ratio=1)
+    t.add_column("at", overflow="fold", max_width=19)
+    t.add_column("actor", overflow="fold", max_width=12)
+    t.add_column("host", overflow="fold", max_width=12)
+    t.add_column("kind", overflow="fold", max_width=11)
+    t.add_column("message", overflow="fold", ratio=1, min_width=24)
     for e in rows:
-        t.add_row(f"{e['at']:%m-%d %H:%M:%S}", e["actor"], e["host"] or "", e["kind"], e["message"])
+        t.add_row(
+            local_time(e["at"]), e["actor"], e["host"] or "-", cell(e["kind"]), escape(e["message"])
+        )
     console.print(t)

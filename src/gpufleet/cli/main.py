@@ -8,6 +8,7 @@ import typer
 
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import collect as collect_cmds
+from gpufleet.cli import db as db_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
 from gpufleet.cli import summary as summary_cmds
@@ -61,6 +62,7 @@ app.command("events")(hosts_cmds.events_cmd)
 app.add_typer(baseline_cmds.app, name="baseline", help="Validated image/driver/CUDA/firmware sets.")
 app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline each points to.")
 app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
+app.add_typer(db_cmds.app, name="db", help="Database schema: status, explicit upgrade.")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -129,6 +129,7 @@ def change_cmd(
         clear_faults=list(current.faults) if repair else None,
         add_faults=add_fault or None,
         gpu_swap=gpu_swap,
+        now=datetime.now(UTC),  # an injected Xid happens now, as with ``lab create``
     )
     fl.save(d)
     console.print(f"{host}: changed")

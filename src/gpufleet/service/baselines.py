@@ -12,7 +12,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.select import select_hosts
+from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
 
 
@@ -93,18 +93,37 @@ def list_baselines(fleet: Fleet) -> list[tuple[Baseline, list[str]]]:
         ]
 
 
-def set_pool_baseline(fleet: Fleet, pool: str, baseline: str | None) -> None:
-    """Point a pool at a baseline (creating the pool if needed)."""
+def set_pool_baseline(
+    fleet: Fleet, pool: str, baseline: str | None, *, create: bool = False
+) -> None:
+    """Point a pool at a baseline. A pool no inventory or host names is :class:`NotFound`
+    (a typo must not create a pool) unless ``create``."""
     if baseline is not None:
         get_baseline(fleet, baseline)
     with fleet.db.session() as s:
         row = s.scalar(select(Pool).where(Pool.name == pool))
+        if row is None and not create:
+            used = s.scalar(select(Host.id).where(Host.pool == pool).limit(1))
+            if used is None:
+                known = sorted(
+                    set(s.scalars(select(Pool.name)))
+                    | {p for p in s.scalars(select(Host.pool).distinct()) if p}
+                )
+                raise NotFound(
+                    f"no pool named '{pool}' (known: {', '.join(known) or 'none'}); "
+                    "use --create to make a new one"
+                )
         if row is None:
             row = Pool(name=pool, expected={})
             s.add(row)
         before = row.baseline
         row.baseline = baseline
-        record_event(s, fleet, EventKind.POOL, f"pool {pool}: baseline {before} -> {baseline}")
+        record_event(
+            s,
+            fleet,
+            EventKind.POOL,
+            f"pool {pool}: baseline {before or '(none)'} -> {baseline or '(none)'}",
+        )
 
 
 @dataclass
@@ -159,6 +178,8 @@ def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
         pools = {p.name: p.baseline for p in s.scalars(select(Pool))}
         rows = {r.name: _to_domain(r) for r in s.scalars(select(BaselineRow))}
         hosts = list(s.scalars(select_hosts(selector)))
+        if not hosts and is_explicit(selector):
+            raise nothing_matches(selector)
         snaps = {
             sn.host_id: sn
             for sn in s.scalars(

@@ -6,12 +6,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Text, desc, func, select
+from sqlalchemy import desc, func, select
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.select import select_hosts
+from gpufleet.service.select import (
+    check_state,
+    group_clause,
+    is_explicit,
+    model_clause,
+    nothing_matches,
+    select_hosts,
+)
 from gpufleet.store.tables import CollectionResult, Event, FactSnapshot, Host
 
 
@@ -86,15 +93,23 @@ def list_hosts(
     sub = select_hosts(selector).with_only_columns(Host.id).order_by(None)
     stmt = stmt.where(Host.id.in_(sub)).order_by(Host.name)
     if group:
-        stmt = stmt.where(func.lower(func.cast(Host.groups, Text)).like(f'%"{group.lower()}"%'))
+        stmt = stmt.where(group_clause(group))
     if model:
-        stmt = stmt.where(func.lower(FactSnapshot.gpu_model).like(f"%{model.lower()}%"))
+        stmt = stmt.where(model_clause(model))
     if state:
-        stmt = stmt.where(Host.state == state)
+        stmt = stmt.where(Host.state == check_state(state))
     if pool:
         stmt = stmt.where(Host.pool == pool)
     with fleet.db.session() as s:
-        return [_view(h, snap) for h, snap in s.execute(stmt)]
+        rows = [_view(h, snap) for h, snap in s.execute(stmt)]
+    if not rows and (is_explicit(selector) or group or model or state or pool):
+        filters = [
+            f"{k}:{v}"
+            for k, v in (("group", group), ("model", model), ("state", state), ("pool", pool))
+            if v
+        ]
+        raise nothing_matches(" and ".join([selector or "all", *filters]) if filters else selector)
+    return rows
 
 
 def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:

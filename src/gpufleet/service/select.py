@@ -1,21 +1,79 @@
 """Host selectors shared by every command: ``gpu-0*``, ``group:gpu_h800``, ``pool:train``,
-``state:available``, ``model:H100``, comma-separated for a union; empty or ``all`` = all."""
+``state:available``, ``model:H100``, ``rack:r12``, comma-separated for a union; empty or
+``all`` = all.
+
+Only ``*`` and ``?`` are wildcards in a name glob; ``%`` and ``_`` are literal everywhere
+(escaped for SQL ``LIKE`` on both backends). An unknown state name is refused (exit 2, the
+valid states listed); a selector that matches nothing is :class:`NotFound` (exit 4) wherever
+hosts are selected (:func:`selected_names`).
+"""
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
-
 from sqlalchemy import ColumnElement, Select, Text, func, or_, select
+from sqlalchemy.orm import Session
 
-from gpufleet.errors import ConfigError
+from gpufleet.domain.states import HostState
+from gpufleet.errors import ConfigError, NotFound
 from gpufleet.store.tables import FactSnapshot, Host
+
+#: The selector kinds, as the help and error messages name them.
+KINDS = "NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R"
+STATES = tuple(s.value for s in HostState)
+
+
+def like_literal(text: str) -> str:
+    """``text`` with the SQL ``LIKE`` wildcards (and the escape character) escaped, for
+    ``.like(..., escape="\\\\")``."""
+    return text.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
+
+
+def check_state(value: str) -> HostState:
+    """The state named ``value``; a :class:`ConfigError` listing the valid ones otherwise."""
+    try:
+        return HostState(value.strip().lower())
+    except ValueError:
+        raise ConfigError(
+            f"unknown state '{value}': valid states are {', '.join(STATES)}"
+        ) from None
+
+
+def is_explicit(selector: str | None) -> bool:
+    """True unless the selector means "every host" (empty or ``all``)."""
+    return bool(selector and selector.strip() not in ("", "all"))
+
+
+def is_single_name(selector: str) -> bool:
+    """A plain host name: no wildcard, no ``kind:``, no union."""
+    return not any(c in selector for c in "*?,:[")
+
+
+def nothing_matches(selector: str | None) -> NotFound:
+    """The error for a selection that matched no host."""
+    if selector and is_single_name(selector.strip()):
+        return NotFound(f"no host named '{selector.strip()}'")
+    return NotFound(f"no hosts match selector '{selector}'")
+
+
+def group_clause(group: str) -> ColumnElement[bool]:
+    """Hosts in ``group`` (case-insensitive). JSON containment differs per backend, so the
+    serialised list is matched, the quoted name taken literally."""
+    return func.lower(func.cast(Host.groups, Text)).like(
+        f'%"{like_literal(group.lower())}"%', escape="\\"
+    )
+
+
+def model_clause(model: str) -> ColumnElement[bool]:
+    """Hosts whose latest facts name a GPU model containing ``model`` (case-insensitive)."""
+    return func.lower(FactSnapshot.gpu_model).like(f"%{like_literal(model.lower())}%", escape="\\")
 
 
 def select_hosts(selector: str | None) -> Select[Host]:
     """A SELECT of the hosts matching ``selector`` ordered by name."""
     stmt = select(Host).order_by(Host.name)
-    if not selector or selector.strip() in ("", "all"):
+    if not is_explicit(selector):
         return stmt
+    assert selector is not None
     clauses: list[ColumnElement[bool]] = []
     for term in (t.strip() for t in selector.split(",")):
         if not term:
@@ -23,6 +81,8 @@ def select_hosts(selector: str | None) -> Select[Host]:
         kind, _, value = term.partition(":")
         if not value:
             kind, value = "name", term
+        kind = kind.strip().lower()
+        value = value.strip()
         if kind == "name":
             if "[" in value:
                 raise ConfigError(
@@ -30,29 +90,30 @@ def select_hosts(selector: str | None) -> Select[Host]:
                 )
             # Host names are case-insensitive (DNS); lower both sides so SQLite and
             # PostgreSQL agree.
-            like = value.lower().replace("%", r"\%").replace("_", r"\_")
-            like = like.replace("*", "%").replace("?", "_")
+            like = like_literal(value.lower()).replace("*", "%").replace("?", "_")
             clauses.append(func.lower(Host.name).like(like, escape="\\"))
         elif kind == "pool":
             clauses.append(Host.pool == value)
+        elif kind == "rack":
+            clauses.append(func.lower(Host.rack) == value.lower())
         elif kind == "state":
-            clauses.append(Host.state == value)
+            clauses.append(Host.state == check_state(value))
         elif kind == "group":
-            # JSON containment differs per backend; match on the serialised list instead.
-            clauses.append(func.lower(func.cast(Host.groups, Text)).like(f'%"{value.lower()}"%'))
+            clauses.append(group_clause(value))
         elif kind == "model":
             sub = select(FactSnapshot.id).where(
-                FactSnapshot.id == Host.latest_snapshot_id,
-                func.lower(FactSnapshot.gpu_model).like(f"%{value.lower()}%"),
+                FactSnapshot.id == Host.latest_snapshot_id, model_clause(value)
             )
             clauses.append(sub.exists())
         else:
-            raise ConfigError(
-                f"unknown selector '{term}': use NAME-GLOB, group:, pool:, state: or model:"
-            )
+            raise ConfigError(f"unknown selector '{term}': use {KINDS}")
     return stmt.where(or_(*clauses)) if clauses else stmt
 
 
-def matches_name(pattern: str, name: str) -> bool:
-    """Glob match used where hosts are filtered in memory."""
-    return fnmatchcase(name, pattern)
+def selected_names(s: Session, selector: str | None) -> list[str]:
+    """Names of the hosts ``selector`` matches, by name; :class:`NotFound` (exit 4) when an
+    explicit selector matches none."""
+    names = list(s.scalars(select_hosts(selector).with_only_columns(Host.name)))
+    if not names and is_explicit(selector):
+        raise nothing_matches(selector)
+    return names

@@ -14,7 +14,7 @@ from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.select import select_hosts
+from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import FactSnapshot, Host, Pool
 
 
@@ -49,6 +49,8 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
                 .order_by(Host.name)
             )
         )
+    if not rows and is_explicit(selector):
+        raise nothing_matches(selector)
     per_state = Counter(h.state.value for h, _ in rows)
     by_profile: dict[str, Counter[str]] = {}
     hosts_per_profile: Counter[str] = Counter()
@@ -109,6 +111,8 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
                 .order_by(Host.name)
             )
         )
+    if not rows and is_explicit(selector):
+        raise nothing_matches(selector)
     out = []
     for h, snap in rows:
         facts = HostFacts.model_validate(snap.facts) if snap else None

@@ -1,21 +1,33 @@
 """Engine, sessions and migrations for SQLite (default) and PostgreSQL.
 
-``GPUFLEET_DATABASE_URL`` selects the database; otherwise ``sqlite:///<home>/gpufleet.db``.
+The URL comes from the settings (:mod:`gpufleet.config`: ``GPUFLEET_DATABASE_URL``, otherwise
+``sqlite:///<home>/gpufleet.db``).
 Sessions are short: load, close; do network I/O; open another to apply (no network I/O
 inside a transaction).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, create_engine, event, inspect, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.errors import StoreError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -24,20 +36,27 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 SCHEMA_REVISION = "0002"
 
 
-def default_home() -> Path:
-    """``$GPUFLEET_HOME`` or ``~/.local/share/gpufleet``."""
-    env = os.environ.get("GPUFLEET_HOME")
-    return Path(env) if env else Path.home() / ".local" / "share" / "gpufleet"
+#: The tables the migrations create (besides ``alembic_version``): how a half-created gpufleet
+#: schema is told from a foreign database.
+OUR_TABLES = frozenset(
+    {
+        "hosts",
+        "fact_snapshots",
+        "gpus",
+        "nics",
+        "events",
+        "collection_runs",
+        "collection_results",
+        "validations",
+        "baselines",
+        "pools",
+    }
+)
 
+#: Every revision this gpufleet knows, oldest first.
+KNOWN_REVISIONS = ("0001", "0002")
 
-def database_url(home: Path | None = None) -> str:
-    """The configured database URL (``GPUFLEET_DATABASE_URL`` wins)."""
-    url = os.environ.get("GPUFLEET_DATABASE_URL")
-    if url:
-        return url
-    home = home or default_home()
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'gpufleet.db'}"
+UPGRADE_HINT = "run `gpufleet db upgrade`"
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -48,15 +67,43 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """What ``gpufleet db status`` reports."""
+
+    url: str
+    dialect: str
+    revision: str | None
+    head: str
+    state: str  # current | empty | older | newer | foreign | partial
+    message: str
+
+
 class Database:
-    """One database: engine, session factory, schema migration."""
+    """One database: engine, session factory, schema checks and explicit migration.
+
+    Every infrastructure failure (unreachable server, wrong URL, corrupt, foreign, newer or
+    older schema, read-only file, disk full) is a :class:`~gpufleet.errors.StoreError` whose
+    message names the cause in one line.
+    """
 
     def __init__(self, url: str) -> None:
         self.url = url
-        kwargs: dict[str, Any] = {}
-        if url.startswith("postgresql"):
-            kwargs["pool_pre_ping"] = True
-        self.engine: Engine = create_engine(url, **kwargs)
+        try:
+            parsed = make_url(url)
+            self.safe_url = parsed.render_as_string(hide_password=True)
+            kwargs: dict[str, Any] = {}
+            if parsed.get_backend_name() == "postgresql":
+                kwargs["pool_pre_ping"] = True
+                kwargs["connect_args"] = {"connect_timeout": 10}
+            self.engine: Engine = create_engine(parsed, **kwargs)
+        except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as exc:
+            raise StoreError(f"invalid database URL '{_redact(url)}': {_first_line(exc)}") from exc
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
@@ -65,32 +112,159 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    # ------------------------------------------------------------------ errors
+
+    def store_error(self, exc: BaseException) -> StoreError:
+        """The one-line :class:`StoreError` for a database failure (translated, not hidden)."""
+        line = _first_line(exc)
+        low = line.lower()
+        where = self.safe_url
+        if "file is not a database" in low or "malformed" in low:
+            msg = (
+                f"database {where} is not a usable SQLite file (corrupt or not a database): {line}"
+            )
+        elif "readonly" in low or "read-only" in low or "read only" in low:
+            msg = f"database {where} is read-only: {line}"
+        elif "disk is full" in low or "no space left" in low or "disk full" in low:
+            msg = f"database {where}: disk full: {line}"
+        elif "unable to open database file" in low:
+            msg = f"cannot open database file {where} (missing directory or no permission): {line}"
+        elif "database is locked" in low:
+            msg = f"database {where} is locked by another process (try again): {line}"
+        elif isinstance(exc, OperationalError) and self.dialect == "postgresql":
+            msg = f"cannot use database {where}: {line}"
+        else:
+            msg = f"database {where}: {line}"
+        return StoreError(msg)
+
+    # ------------------------------------------------------------------ schema
+
     def current_revision(self) -> str | None:
-        """The schema revision recorded in the database (None when not migrated yet)."""
+        """The schema revision recorded in the database (None when there is none)."""
         try:
             with self.engine.connect() as conn:
+                if not inspect(conn).has_table("alembic_version"):
+                    return None
                 return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        except DBAPIError:
-            return None
+        except (OperationalError, DatabaseError) as exc:
+            raise self.store_error(exc) from exc
+
+    def _tables(self) -> set[str]:
+        try:
+            with self.engine.connect() as conn:
+                return set(inspect(conn).get_table_names())
+        except (OperationalError, DatabaseError) as exc:
+            raise self.store_error(exc) from exc
+
+    def status(self) -> SchemaStatus:
+        """Where the schema stands against this gpufleet's migrations (reads only)."""
+        rev = self.current_revision()
+        tables = self._tables() - {"alembic_version"}
+
+        def st(state: str, message: str) -> SchemaStatus:
+            return SchemaStatus(self.safe_url, self.dialect, rev, SCHEMA_REVISION, state, message)
+
+        if rev == SCHEMA_REVISION:
+            return st("current", f"database schema {rev} is current")
+        if rev is None:
+            if not tables:
+                return st("empty", f"database {self.safe_url} has no gpufleet schema yet")
+            foreign = sorted(tables - OUR_TABLES)
+            if foreign:
+                return st(
+                    "foreign",
+                    f"database {self.safe_url} holds tables that are not gpufleet's "
+                    f"({', '.join(foreign[:5])}) and no gpufleet schema revision: refusing to "
+                    "migrate into it; point GPUFLEET_DATABASE_URL at an empty database",
+                )
+            return st(
+                "partial",
+                f"database {self.safe_url} holds a half-created gpufleet schema (tables "
+                f"{', '.join(sorted(tables))} but no recorded revision): an interrupted first "
+                "migration; drop those tables (or remove the SQLite file) and " + UPGRADE_HINT,
+            )
+        if rev in KNOWN_REVISIONS:
+            return st(
+                "older",
+                f"database schema {rev} is older than this gpufleet ({SCHEMA_REVISION}): "
+                + UPGRADE_HINT,
+            )
+        return st(
+            "newer",
+            f"database schema {rev} is unknown to this gpufleet (knows up to "
+            f"{SCHEMA_REVISION}): written by a newer gpufleet, or not a gpufleet database; "
+            "upgrade gpufleet",
+        )
+
+    def ensure_current(self, *, create_if_empty: bool | None = None) -> None:
+        """Refuse to run on a schema other than this gpufleet's (:class:`StoreError`).
+
+        A brand-new, empty SQLite database is created at the current schema (the embedded
+        default needs no extra step); anything else (an older schema, any PostgreSQL) needs an
+        explicit ``gpufleet db upgrade`` so that servers and workers never race to migrate.
+        """
+        if create_if_empty is None:
+            create_if_empty = self.dialect == "sqlite"
+        status = self.status()
+        if status.state == "current":
+            return
+        if status.state == "empty" and create_if_empty:
+            self.migrate()
+            return
+        if status.state == "empty":
+            raise StoreError(f"{status.message}: {UPGRADE_HINT}")
+        raise StoreError(status.message)
 
     def migrate(self, target: str = "head") -> None:
-        """Bring the schema to ``target`` (the newest Alembic revision by default)."""
-        if target == "head" and self.current_revision() == SCHEMA_REVISION:
+        """Bring the schema to ``target`` (newest by default) in ONE transaction, holding a
+        migration lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock), so that
+        it cannot half-apply and two processes never migrate at once. Refuses foreign,
+        half-created and newer databases."""
+        status = self.status()
+        if target == "head" and status.state == "current":
             return
+        if status.state in ("foreign", "partial", "newer"):
+            raise StoreError(status.message)
         from alembic import command
         from alembic.config import Config
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
-        with self.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, target)
+        try:
+            with self.engine.connect() as conn:
+                if self.dialect == "sqlite":
+                    # pysqlite runs DDL outside a transaction unless one is begun explicitly.
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                else:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(7460210002)"))
+                cfg.attributes["connection"] = conn
+                command.upgrade(cfg, target)
+                conn.commit()
+        except (OperationalError, DatabaseError) as exc:
+            raise self.store_error(exc) from exc
+
+    # ------------------------------------------------------------------ sessions
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        """A transaction: commits on success, rolls back on error."""
-        with self._sessions() as s, s.begin():
-            yield s
+        """A transaction: commits on success, rolls back on error. Infrastructure failures
+        (disk full, read-only, unreachable, corrupt) become :class:`StoreError`."""
+        try:
+            with self._sessions() as s, s.begin():
+                yield s
+        except OperationalError as exc:
+            raise self.store_error(exc) from exc
+        except DatabaseError as exc:
+            if isinstance(exc, IntegrityError | DataError | ProgrammingError):
+                raise
+            raise self.store_error(exc) from exc
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _redact(url: str) -> str:
+    """``url`` with any password replaced (for messages)."""
+    import re
+
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)

@@ -32,8 +32,25 @@ def upgrade() -> None:
         sa.Column("state_version", sa.Integer(), server_default="0", nullable=False),
     )
 
+    # --- the foreign key 0001 missed on PostgreSQL (issue 7 item 6) ---
+    # 0001 declared hosts.latest_snapshot_id -> fact_snapshots.id with use_alter=True inside
+    # create_table, which Alembic leaves out on PostgreSQL (SQLite got it inline).
+    if op.get_bind().dialect.name == "postgresql":
+        # Without the key, deleting a snapshot could leave a host pointing at nothing.
+        op.execute(
+            "UPDATE hosts SET latest_snapshot_id = NULL WHERE latest_snapshot_id IS NOT NULL"
+            " AND latest_snapshot_id NOT IN (SELECT id FROM fact_snapshots)"
+        )
+        op.create_foreign_key(
+            "fk_hosts_latest_snapshot", "hosts", "fact_snapshots", ["latest_snapshot_id"], ["id"]
+        )
+
 
 def downgrade() -> None:
+    # --- the foreign key 0001 missed on PostgreSQL (reverse) ---
+    if op.get_bind().dialect.name == "postgresql":
+        op.drop_constraint("fk_hosts_latest_snapshot", "hosts", type_="foreignkey")
+
     # --- lifecycle compare-and-set counter (reverse) ---
     op.drop_column("hosts", "state_version")  # native DROP COLUMN (SQLite >= 3.35)
 

@@ -1,0 +1,45 @@
+"""``gpufleet db status`` and ``gpufleet db upgrade``: the schema, explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import typer
+
+from gpufleet.cli.common import boundary, console, current_settings, lit, print_json
+from gpufleet.service.schema import schema_status, upgrade
+
+app = typer.Typer(no_args_is_help=True)
+
+JSON = typer.Option(False, "--json", help="Print JSON.")
+
+
+@app.command("status")
+@boundary
+def status_cmd(as_json: bool = JSON) -> None:
+    """Show the database's schema revision against this gpufleet's; exit 1 unless current."""
+    st = schema_status(current_settings())
+    if as_json:
+        print_json(asdict(st))
+    else:
+        console.print(
+            f"{lit(st.url)} ({st.dialect}): revision {st.revision or 'none'}, "
+            f"this gpufleet {st.head}: {st.state}"
+        )
+        if st.state != "current":
+            console.print(lit(st.message), soft_wrap=True)
+    if st.state != "current":
+        raise typer.Exit(1)
+
+
+@app.command("upgrade")
+@boundary
+def upgrade_cmd(as_json: bool = JSON) -> None:
+    """Migrate the database to this gpufleet's schema (run once, before servers/workers)."""
+    before, after = upgrade(current_settings())
+    if as_json:
+        print_json({"before": before.revision, "after": after.revision, "url": after.url})
+    elif before.revision == after.revision:
+        console.print(f"{lit(after.url)}: schema {after.revision} is already current")
+    else:
+        console.print(f"{lit(after.url)}: schema {before.revision or 'none'} -> {after.revision}")

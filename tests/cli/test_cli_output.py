@@ -1,0 +1,222 @@
+"""Faithful output (issue 7 item 10) through the ``gpufleet`` CLI, on SQLite and PostgreSQL:
+selectors on every command that takes hosts, exit 4 for a selection matching nothing, unknown
+states refused, ``%``/``_`` literal, ``pool baseline`` refusing unknown pools, the validate
+exit rule for hosts in maintenance, ``lab change --add-fault xid:N`` at the lab's "now",
+identifiers never cut in ``hosts show`` at 80 and 60 columns, ``--help`` readable at 80
+columns, tables without Python reprs, one timestamp format.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.clitools import Cli, cli_for_backend, flat
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+
+ACTOR = "cli-output-test"
+POOL = "train-h100"
+DCGM = Path(__file__).resolve().parents[2] / "examples" / "dcgm.json"
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d$")
+
+
+class Gf(Cli):
+    @property
+    def lab(self) -> Path:
+        return self.tmp / "lab"
+
+    def build_lab(self, hosts: int = 4) -> None:
+        """lab create (no faults) -> enroll -> collect -> baseline from gpu-01 for the pool."""
+        self.run("lab", "create", "--hosts", str(hosts), "--model", "h100-8x",
+                 "--dir", str(self.lab))
+        self.run("enroll", "-i", str(self.lab / "inventory.ini"))
+        self.run("collect")
+        self.run("baseline", "create", "h100-lab", "--from-host", "gpu-01", "--pool", POOL)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Gf]:
+    c = cli_for_backend(request, tmp_path, ACTOR)
+    g = Gf(c.global_args, c.tmp, c.env)
+    g.build_lab()
+    yield g
+
+
+def test_selectors_on_every_command_and_exit_4(gf: Gf) -> None:
+    # A selection that matches nothing exits 4 on every command that takes hosts.
+    nothing = "gpu-9*"
+    for argv in (
+        ("hosts", "list", nothing),
+        ("summary", nothing),
+        ("labels", nothing),
+        ("drift", nothing),
+        ("collect", nothing),
+        ("validate", nothing),
+        ("maintenance", "on", nothing, "--reason", "x"),
+        ("maintenance", "off", nothing),
+        ("retire", nothing),
+        ("unquarantine", nothing, "--reason", "x"),
+        ("change", "record", nothing, "--kind", "driver-upgrade"),
+        ("evidence", "add", nothing, str(DCGM), "--kind", "dcgm"),
+        ("evidence", "run", nothing, "--kind", "dcgm"),
+        ("hosts", "list", "rack:r99"),
+        ("hosts", "list", "--state", "quarantined"),
+    ):
+        r = gf.run(*argv, code=4)
+        assert "match" in flat(r.stderr) or "no host" in flat(r.stderr), (argv, r.stderr)
+
+    # Unknown state names: exit 2, the valid states listed.
+    for argv in (("hosts", "list", "state:bogus"), ("hosts", "list", "--state", "bogus"),
+                 ("maintenance", "on", "state:bogus", "--reason", "x")):
+        err = flat(gf.run(*argv, code=2).stderr)
+        assert "bogus" in err and "available" in err and "maintenance" in err, (argv, err)
+
+    # rack:R is a selector (the lab puts gpu-01..04 in rack r01).
+    assert [h["name"] for h in gf.json("hosts", "list", "rack:r01")] == [
+        "gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+
+    # % and _ are literal, not SQL wildcards.
+    assert len(gf.json("hosts", "list", "model:H100 80GB")) == 4
+    gf.run("hosts", "list", "model:H100_80GB", code=4)
+    gf.run("hosts", "list", "--model", "%", code=4)
+    gf.run("hosts", "list", "group:gpu%", code=4)
+    assert len(gf.json("hosts", "list", "group:gpu_h100")) == 4
+    gf.run("hosts", "list", "--group", "gpu_h10_", code=4)
+
+    # maintenance on/off, retire, change record take selectors; one line per host.
+    out = gf.run("maintenance", "on", "gpu-01,gpu-02", "--reason", "PDU work").stdout
+    assert flat(out) == "gpu-01: maintenance gpu-02: maintenance"
+    out = gf.run("maintenance", "off", "state:maintenance").stdout
+    assert flat(out) == "gpu-01: validating gpu-02: validating"
+    out = gf.run("change", "record", "gpu-03,gpu-04", "--kind", "reimage",
+                 "--ticket", "T-1").stdout
+    assert "gpu-03: enrolled" in out and "gpu-04: enrolled" in out  # never validated yet
+    assert "gpufleet hosts rekey" in flat(out)  # the reimage says how to accept the new key
+    gf.run("evidence", "add", "rack:r01", str(DCGM), "--kind", "dcgm")
+    kinds = [e["kind"] for e in gf.json("events", "gpu-04", "--kind", "evidence")]
+    assert kinds == ["evidence"]
+    # A refusal on one host does not stop the others; the exit code is the refusal's.
+    gf.run("maintenance", "on", "gpu-01", "--reason", "x")
+    r = gf.run("unquarantine", "gpu-0*", "--reason", "fixed", code=5)
+    assert "gpu-01" in flat(r.stderr)
+    gf.run("retire", "gpu-03,gpu-04", "--reason", "eol")
+    assert gf.state("gpu-03") == gf.state("gpu-04") == "retired"
+
+    # pool baseline: an unknown pool is refused unless --create.
+    err = flat(gf.run("pool", "baseline", "trian-h100", "h100-lab", code=4).stderr)
+    assert "trian-h100" in err and POOL in err and "--create" in err
+    gf.run("pool", "baseline", POOL, "h100-lab")
+    gf.run("pool", "baseline", "new-pool", "h100-lab", "--create")
+    assert {p["name"] for p in gf.json("pool", "list")} >= {POOL, "new-pool"}
+
+
+def test_validate_exit_rule_and_lab_xid_now(gf: Gf) -> None:
+    assert gf.run("validate").exit_code == 0
+    gf.run("maintenance", "on", "gpu-02", "--reason", "PSU swap")
+    verdicts = {v["host"]: v for v in gf.json("validate", code=0)}  # maintenance alone: 0
+    assert verdicts["gpu-02"]["skipped"] and verdicts["gpu-02"]["state"] == "maintenance"
+    assert "maintenance" in flat(gf.run("validate", "--help").stdout)  # the rule is documented
+
+    # lab change --add-fault xid:79 injects the Xid now: the next validation acts on it.
+    gf.run("lab", "change", "gpu-03", "--add-fault", "xid:79", "--dir", str(gf.lab))
+    gf.run("validate", code=1)
+    rows = {h["name"]: h for h in gf.json("hosts", "list")}
+    assert rows["gpu-03"]["state"] == "quarantined", rows["gpu-03"]
+    assert rows["gpu-01"]["state"] == "available"
+
+
+def test_tables_and_timestamps(gf: Gf) -> None:
+    # JSON: ISO 8601 with zone.
+    rows = gf.json("hosts", "list")
+    assert all(ISO.match(r["last_collected_at"]) for r in rows), rows[0]["last_collected_at"]
+    events = gf.json("events", "--limit", "5")
+    assert events and all(ISO.match(e["at"]) for e in events)
+    # Tables: values, never reprs or None.
+    for argv in (("baseline", "show", "h100-lab"), ("baseline", "list"), ("hosts", "list"),
+                 ("hosts", "show", "gpu-01"), ("events",), ("pool", "list")):
+        out = gf.run(*argv).stdout
+        assert "None" not in out and "['" not in out and "{'" not in out, (argv, out)
+    shown = flat(gf.run("baseline", "show", "h100-lab").stdout)
+    vbios = gf.json("baseline", "show", "h100-lab")["vbios"]
+    assert ", ".join(vbios) in shown
+
+
+def _unfold(out: str, title: str, columns: list[str]) -> list[dict[str, str]]:
+    """Rows of a folded Rich table (SIMPLE_HEAD box) cut back into cells by the header's
+    column offsets; continuation lines are appended to the row above."""
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.strip() == title)
+    head_i = next(i for i in range(start, len(lines))
+                  if lines[i].split()[:2] == columns[:2])
+    header = lines[head_i]
+    offsets = [header.index(f" {c} ") + 1 for c in columns]
+    rows: list[dict[str, str]] = []
+    for ln in lines[head_i + 2:]:
+        if not ln.strip():
+            break
+        cells = [ln[o: (offsets[k + 1] if k + 1 < len(offsets) else None)].strip()
+                 for k, o in enumerate(offsets)]
+        if cells[0]:
+            rows.append(dict(zip(columns, cells, strict=True)))
+        else:
+            for c, v in zip(columns, cells, strict=True):
+                rows[-1][c] += v
+    return rows
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+def test_hosts_show_never_cuts_an_identifier(tmp_path: Path, columns: int) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "GPUFLEET_HOME": str(home), "COLUMNS": str(columns),
+           "GPUFLEET_ACTOR": ACTOR}
+    env.pop("GPUFLEET_DATABASE_URL", None)
+    gf = [sys.executable, "-m", "gpufleet.cli.main"]
+
+    def run(*argv: str) -> str:
+        return subprocess.run([*gf, *argv], env=env, check=True, capture_output=True,
+                              text=True).stdout
+
+    run("lab", "create", "--hosts", "1", "--model", "h100-8x", "--dir", str(tmp_path / "lab"))
+    run("enroll", "-i", str(tmp_path / "lab" / "inventory.ini"))
+    run("collect")
+    import json
+
+    gpus = json.loads(run("hosts", "show", "gpu-01", "--json"))["facts"]["nvidia_smi"]["gpus"]
+    out = run("hosts", "show", "gpu-01")
+    assert max(len(ln) for ln in out.splitlines()) <= columns
+    cols = ["#", "serial", "bus", "VBIOS", "UUID"]
+    rows = {r["#"]: r for r in _unfold(out, "GPU identifiers", cols)}
+    assert len(rows) == len(gpus) == 8
+    for g in gpus:
+        row = rows[str(g["index"])]
+        assert row["serial"] == g["serial"]
+        assert row["UUID"] == g["uuid"]
+        assert row["bus"] == g["pci_bus_id"]
+        assert row["VBIOS"] == g["vbios_version"]
+
+
+def test_help_is_readable_at_80_columns() -> None:
+    runner = CliRunner()
+
+    def walk(cmd: object, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from walk(sub, [*path, name])
+
+    paths = list(walk(get_command(app), []))
+    assert len(paths) > 25
+    for path in paths:
+        r = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"}, terminal_width=80)
+        assert r.exit_code == 0, path
+        for line in r.output.splitlines():
+            assert len(line) <= 80, (path, line)
+            assert "…" not in line, (path, line)  # a flag or value cut short
+            assert "--no-no" not in line, (path, line)
