@@ -6,7 +6,8 @@ from dataclasses import asdict
 
 import typer
 
-from gpufleet.cli.common import boundary, console, current_settings, lit, print_json
+from gpufleet.cli.common import boundary, console, current_settings, lit, open_fleet, print_json
+from gpufleet.service.prune import prune
 from gpufleet.service.schema import schema_status, upgrade
 
 app = typer.Typer(no_args_is_help=True)
@@ -43,3 +44,20 @@ def upgrade_cmd(as_json: bool = JSON) -> None:
         console.print(f"{lit(after.url)}: schema {after.revision} is already current")
     else:
         console.print(f"{lit(after.url)}: schema {before.revision or 'none'} -> {after.revision}")
+
+
+@boundary
+def prune_cmd(
+    keep_days: float = typer.Option(..., "--keep-days", help="Keep snapshots newer than N days."),
+    keep_last: int = typer.Option(..., "--keep-last", help="Keep each host's K newest."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Count only; remove nothing."),
+    as_json: bool = JSON,
+) -> None:
+    """Remove old fact snapshots; never a host's latest, nor one a validation or a detected
+    change points at."""
+    rep = prune(open_fleet(), keep_days=keep_days, keep_last=keep_last, dry_run=dry_run)
+    if as_json:
+        print_json(asdict(rep))
+    else:
+        verb = "would remove" if rep.dry_run else "removed"
+        console.print(f"{verb} {rep.removed} snapshot(s); {rep.kept} kept")

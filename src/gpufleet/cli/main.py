@@ -63,6 +63,7 @@ app.add_typer(baseline_cmds.app, name="baseline", help="Validated image/driver/C
 app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline each points to.")
 app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
 app.add_typer(db_cmds.app, name="db", help="Database schema: status, explicit upgrade.")
+app.command("prune")(db_cmds.prune_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -169,6 +169,8 @@ def on_changes(s: Session, fleet: Fleet, host: Host, changes: Sequence[Change]) 
                 "field": c.field,
                 "before": str(c.before),
                 "after": str(c.after),
+                # the snapshot that showed the change: ``gpufleet prune`` keeps it
+                "snapshot": host.latest_snapshot_id,
             },
         )
     kinds = ", ".join(sorted({str(c.kind) for c in changes}))
