@@ -6,6 +6,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
@@ -41,17 +42,36 @@ def enroll_cmd(
         dir_okay=False,
         help="Ansible INI or YAML inventory, or a CSV (name,address,...).",
     ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Enroll nothing and exit 1 when the inventory has warnings."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
-    """Enroll (or update) hosts from an inventory; re-running is idempotent."""
+    """Enroll (or update) hosts from an inventory; re-running is idempotent.
+
+    The whole inventory is checked first and nothing is enrolled when it has an error (exit 2,
+    naming file:line): an unknown gpufleet_* variable or CSV column, an out-of-range expected
+    value, one machine under two names, gpufleet_transport=local for another machine, a secret
+    variable (password, token, key) without $GPUFLEET_SECRET_KEY or $GPUFLEET_SECRET_KEY_FILE
+    to encrypt it with. Warnings (a duplicate YAML key) are printed on stderr; with --strict
+    they stop the enroll with exit 1.
+    """
     inv = load_inventory(inventory)
+    for warning in inv.warnings:
+        typer.echo(f"[WARNING]: {warning}", err=True)
+    if strict and inv.warnings:
+        typer.echo(
+            f"enroll --strict: {len(inv.warnings)} warning(s) in {inventory}; nothing enrolled",
+            err=True,
+        )
+        raise typer.Exit(1)
     fleet = open_fleet()
     rep = enroll(fleet, inv)
     if as_json:
         print_json(asdict(rep))
         return
     console.print(
-        f"enrolled from [bold]{inventory}[/]: {len(rep.added)} added, "
+        f"enrolled from [bold]{escape(str(inventory))}[/]: {len(rep.added)} added, "
         f"{len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
     )
 
