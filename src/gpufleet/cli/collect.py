@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from pathlib import Path
 
@@ -9,7 +10,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, host_progress, open_fleet, print_json
+from gpufleet.cli.common import (
+    boundary,
+    console,
+    host_progress,
+    lit,
+    open_fleet,
+    print_json,
+    printable,
+)
 from gpufleet.collect.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
@@ -58,7 +67,7 @@ def enroll_cmd(
     """
     inv = load_inventory(inventory)
     for warning in inv.warnings:
-        typer.echo(f"[WARNING]: {warning}", err=True)
+        typer.echo(printable(f"[WARNING]: {warning}"), err=True)
     if strict and inv.warnings:
         typer.echo(
             f"enroll --strict: {len(inv.warnings)} warning(s) in {inventory}; nothing enrolled",
@@ -74,6 +83,25 @@ def enroll_cmd(
         f"enrolled from [bold]{escape(str(inventory))}[/]: {len(rep.added)} added, "
         f"{len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
     )
+
+
+#: Exit code of a collect that got nothing because every selected host is held by another
+#: worker (the same as :class:`~gpufleet.errors.Conflict`: retry later).
+EXIT_ALL_HELD = 6
+
+
+def positive_seconds(value: float | None) -> float | None:
+    """Typer callback: ``--timeout`` must be a positive, finite number (exit 2 otherwise)."""
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise typer.BadParameter(f"must be a positive number of seconds, not {value}")
+    return value
+
+
+def positive_forks(value: int | None) -> int | None:
+    """Typer callback: ``--forks`` must be at least 1 (exit 2 otherwise)."""
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"must be at least 1, not {value}")
+    return value
 
 
 def run_collection(
@@ -108,10 +136,10 @@ def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
             continue
         notes = r.reason or "; ".join(r.changes + r.problems[:2])
         t.add_row(
-            r.host,
+            lit(r.host),
             f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
             "" if r.gpus is None else str(r.gpus),
-            notes,
+            lit(notes),
         )
     return t
 
@@ -123,13 +151,18 @@ def collect_cmd(
     ),
     local: bool = typer.Option(False, "--local", help="Collect this machine (real nvidia-smi)."),
     transport: str | None = typer.Option(None, help="Force a transport: ssh, sim or local."),
-    forks: int | None = typer.Option(None, "--forks", "-f", help="Hosts collected at once (200)."),
-    timeout: float | None = typer.Option(None, help="Seconds per host for the whole script (120)."),
+    forks: int | None = typer.Option(
+        None, "--forks", "-f", help="Hosts collected at once (200).", callback=positive_forks
+    ),
+    timeout: float | None = typer.Option(
+        None, help="Seconds per host for the whole script (120).", callback=positive_seconds
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print per-host results as JSON."),
 ) -> None:
     """Collect facts from hosts over SSH (or the lab / this machine) and store them.
 
-    Exit code 0 when every host was collected, 1 when any was not.
+    Exit code 0 when every host was collected, 1 when any was not, 6 when nothing was
+    collected because every selected host is being collected by another worker.
     """
     if local:
         selector = ensure_local_host(open_fleet())
@@ -153,5 +186,12 @@ def collect_cmd(
                 f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
                 f"by another worker[/]"
             )
+    if rep.all_held_elsewhere:
+        typer.echo(
+            f"nothing collected: all {len(rep.skipped_locked)} hosts selected are being "
+            "collected by another worker; retry when it is done",
+            err=True,
+        )
+        raise typer.Exit(EXIT_ALL_HELD)
     if not rep.ok:
         raise typer.Exit(1)

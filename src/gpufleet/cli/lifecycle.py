@@ -7,15 +7,16 @@ from datetime import datetime
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from rich.markup import escape
-
+from gpufleet.cli.collect import positive_forks, positive_seconds
 from gpufleet.cli.common import (
     boundary,
     console,
     err_console,
     host_progress,
+    lit,
     open_fleet,
     print_json,
 )
@@ -31,7 +32,13 @@ evidence_app = typer.Typer(no_args_is_help=True)
 
 
 def run_validation(
-    selector: str | None, transport: str | None, *, quiet: bool, collect_first: bool = True
+    selector: str | None,
+    transport: str | None,
+    *,
+    quiet: bool,
+    collect_first: bool = True,
+    forks: int | None = None,
+    timeout: float | None = None,
 ) -> ValidateReport:
     """Validate with a progress bar over the collection."""
     with host_progress("validating", quiet=quiet) as p:
@@ -40,6 +47,8 @@ def run_validation(
             selector,
             collect_first=collect_first,
             transport=transport,
+            forks=forks,
+            timeout_s=timeout,
             on_start=p.on_start,
             on_result=p.on_result,
         )
@@ -57,10 +66,10 @@ def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
             continue
         arrow = v.state if v.state == v.state_before else f"{v.state_before} -> {v.state}"
         t.add_row(
-            v.host,
+            lit(v.host),
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
             ",".join(v.profiles),
-            v.skipped or "; ".join(v.reasons),
+            lit(v.skipped or "; ".join(v.reasons)),
         )
     return t
 
@@ -101,6 +110,12 @@ def validate_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (default all)."),
     transport: str | None = typer.Option(None, help="Force a transport: ssh, sim or local."),
     no_collect: bool = typer.Option(False, "--no-collect", help="Judge the stored facts only."),
+    forks: int | None = typer.Option(
+        None, "--forks", "-f", help="Hosts collected at once (200).", callback=positive_forks
+    ),
+    timeout: float | None = typer.Option(
+        None, help="Seconds per host for the collection (120).", callback=positive_seconds
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print verdicts as JSON."),
 ) -> None:
     """Collect fresh facts, run the checks and move each host (available / validating /
@@ -108,7 +123,14 @@ def validate_cmd(
     1 when any ended elsewhere or could not be judged (unreachable, no facts). Hosts held
     out of validation on purpose (maintenance, allocated, retired) are listed but do not
     make the run fail on their own."""
-    rep = run_validation(selector, transport, quiet=as_json, collect_first=not no_collect)
+    rep = run_validation(
+        selector,
+        transport,
+        quiet=as_json,
+        collect_first=not no_collect,
+        forks=forks,
+        timeout=timeout,
+    )
     if as_json:
         print_json([asdict(v) for v in rep.verdicts])
     else:
@@ -224,7 +246,16 @@ def evidence_run_cmd(
     command: str | None = typer.Option(
         None, "--command", help="Command line to run instead of the default."
     ),
-    timeout: float = typer.Option(3600, help="Seconds per host."),
+    timeout: float | None = typer.Option(
+        None, help="Seconds per host (GPUFLEET_EVIDENCE_TIMEOUT, 3600).", callback=positive_seconds
+    ),
+    forks: int | None = typer.Option(
+        None,
+        "--forks",
+        "-f",
+        help="Hosts tested at once (GPUFLEET_EVIDENCE_FORKS, 50).",
+        callback=positive_forks,
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
 ) -> None:
     """Run an active test over SSH on each host, parse and store the result.
@@ -237,6 +268,7 @@ def evidence_run_cmd(
         seconds=seconds,
         command=command,
         timeout_s=timeout,
+        forks=forks,
     )
     if as_json:
         print_json([asdict(r) for r in runs])
@@ -245,7 +277,7 @@ def evidence_run_cmd(
         t.add_column("host", no_wrap=True)
         t.add_column("result", overflow="fold")
         for r in runs:
-            t.add_row(r.host, f"[{'green' if r.ok else 'red'}]{r.summary}[/]")
+            t.add_row(lit(r.host), f"[{'green' if r.ok else 'red'}]{lit(r.summary)}[/]")
         console.print(t)
     if not all(r.ok for r in runs):
         raise typer.Exit(1)
@@ -259,5 +291,5 @@ def sweep_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.
         print_json(touched)
     else:
         console.print(
-            f"{len(touched)} hosts moved" + (f": {', '.join(touched)}" if touched else "")
+            f"{len(touched)} hosts moved" + (f": {lit(', '.join(touched))}" if touched else "")
         )

@@ -58,13 +58,14 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
     """Parse framed script output into sections by name.
 
     Raises :class:`ParseError` (naming the line) when the framing is broken, e.g. when the
-    output was cut off before ``@@gpufleet:done@@``.
+    output was cut off before ``@@gpufleet:done@@`` or a section appears twice.
     """
     lines = text.split("\n")
     if not lines or lines[0].strip() != _HEADER:
         first = lines[0][:60] if lines else ""
         raise ParseError(source, f"not gpufleet collection output (first line {first!r})", line=1)
     sections: dict[str, Section] = {}
+    starts: dict[str, int] = {}  # section name -> line of its begin marker
     i = 1
     done = False
     while i < len(lines):
@@ -82,6 +83,15 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
             continue
         name = m.group("name")
         begin_line = i + 1
+        if name in starts:
+            # A second copy (a tool printing our framing, or a tampered stream) could
+            # replace the real output unnoticed: refuse the whole bundle.
+            raise ParseError(
+                source,
+                f"section '{name}' appears twice (first at line {starts[name]})",
+                line=begin_line,
+            )
+        starts[name] = begin_line
         out: list[str] = []
         err: list[str] = []
         target = out

@@ -17,6 +17,7 @@ Errors become outcomes here and nowhere else (the ``except`` chain in :meth:`Ssh
 - DNS failure, refused, no route, reset or closed before login -> UNREACHABLE
 - more than ``max_output_bytes`` of output -> BAD_OUTPUT
 - client key unreadable, session refused, connection lost mid-run -> ERROR
+- unreadable or invalid ~/.ssh/config -> ERROR
 - script exits non-zero, output truncated or garbage -> OK (the bundle parser decides)
 """
 
@@ -81,6 +82,8 @@ class SshTransport:
 
     connect_timeout_s: float = 10.0
     max_output_bytes: int = MAX_OUTPUT_BYTES
+    #: OpenSSH client config files to read; ``()``: ``~/.ssh/config`` when it exists.
+    ssh_config: tuple[str, ...] = ()
     name: str = field(default="ssh", init=False)
     _keys: dict[str, list[asyncssh.SSHKey]] = field(default_factory=dict, init=False, repr=False)
 
@@ -103,7 +106,7 @@ class SshTransport:
         """Run ``script`` on ``target`` within ``timeout_s`` (connecting included)."""
         start = time.monotonic()
         where = f"{target.address}:{target.port}"
-        who = f"{target.user or 'default user'}@{target.address}"
+        who = f"{target.user or '(user from ~/.ssh/config or local user)'}@{target.address}"
 
         def result(
             outcome: Outcome,
@@ -145,14 +148,18 @@ class SshTransport:
                     conn = await asyncssh.connect(
                         target.address,
                         target.port,
-                        username=target.user,
+                        # No ansible_user: as Ansible (OpenSSH) would, the User of the
+                        # matching ~/.ssh/config entry, else the local user; () = not given.
+                        username=target.user if target.user else (),
                         client_factory=lambda: check,
                         # The pinned key steers algorithm choice; others go to _KeyCheck.
                         known_hosts=([pinned] if pinned else [], [], []),
                         client_keys=client_keys if client_keys is not None else (),
                         # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
                         agent_path=None if client_keys is not None else (),
-                        config=None,
+                        # ~/.ssh/config supplies what the inventory leaves out (User,
+                        # IdentityFile, ProxyJump ...); what the inventory says wins.
+                        config=self.ssh_config,
                         preferred_auth="publickey",
                         password_auth=False,
                         kbdint_auth=False,
@@ -220,6 +227,8 @@ class SshTransport:
             )
         except asyncssh.ChannelOpenError as exc:
             return result(Outcome.ERROR, f"{who}: session refused: {exc.reason}", host_key=key_text)
+        except asyncssh.ConfigParseError as exc:
+            return result(Outcome.ERROR, f"OpenSSH client config: {exc}")
         except socket.gaierror as exc:
             return result(Outcome.UNREACHABLE, f"cannot resolve {target.address}: {exc.strerror}")
         except OSError as exc:

@@ -8,16 +8,21 @@ collect the same host at once, and results are applied only while the token stil
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
+import signal
 import socket
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from types import FrameType
 
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import split_bundle
@@ -29,6 +34,7 @@ from gpufleet.collect.transport import (
     Transport,
     TransportKey,
     fingerprint,
+    get_transport_factory,
     open_transport,
     run_many,
     transport_key,
@@ -36,11 +42,16 @@ from gpufleet.collect.transport import (
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.health import Health
-from gpufleet.domain.states import HostState
-from gpufleet.errors import NotFound, ParseError
+from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
+from gpufleet.domain.health import Fault, Health
+from gpufleet.domain.identity import duplicate_reason, machine_ids
+from gpufleet.domain.profiles import Decision, evaluate
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import on_changes
+from gpufleet.service.lifecycle import on_changes, transition
+from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import (
     CollectionResult,
@@ -64,6 +75,7 @@ class HostResult:
     gpus: int | None = None
     changes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)  # lifecycle moves this result caused
 
 
 @dataclass
@@ -79,8 +91,13 @@ class RunReport:
         return dict(Counter(r.outcome.value for r in self.results))
 
     @property
+    def all_held_elsewhere(self) -> bool:
+        """Nothing was collected because every selected host is held by another worker."""
+        return not self.results and bool(self.skipped_locked)
+
+    @property
     def ok(self) -> bool:
-        return all(r.outcome is Outcome.OK for r in self.results)
+        return not self.all_held_elsewhere and all(r.outcome is Outcome.OK for r in self.results)
 
 
 @dataclass
@@ -96,13 +113,71 @@ def _transport_for(vars_: dict[str, str], override: str | None) -> str:
     return override or vars_.get("gpufleet_transport", "ssh")
 
 
+#: Slack on top of the estimated work of a claim (process start, parsing, a slow database).
+CLAIM_MARGIN_S = 60.0
+
+
+def claim_lease(
+    hosts: int, forks: int, timeout_s: float, connect_timeout_s: float
+) -> timedelta:
+    """How long a claim on ``hosts`` hosts lasts: the waves of ``forks`` hosts it takes, each
+    up to ``timeout_s`` (connecting included, at worst ``connect_timeout_s`` more), plus
+    :data:`CLAIM_MARGIN_S`. A running collection renews it; a crashed one's claims run out."""
+    waves = max(1, math.ceil(hosts / max(1, forks)))
+    return timedelta(seconds=waves * (timeout_s + connect_timeout_s) + CLAIM_MARGIN_S)
+
+
+def check_timeout(value: float, what: str = "timeout") -> float:
+    """A positive, finite number of seconds; :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be a positive, finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def check_forks(value: int, what: str = "forks") -> int:
+    """A positive whole number of hosts at once; :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+@dataclass
+class Claim:
+    """What :func:`claim_hosts` got: the run, the claimed hosts, the ones held elsewhere and
+    the ones refused before claiming (a transport that cannot be used; already recorded)."""
+
+    run_id: int
+    token: str
+    hosts: list[_Claimed]
+    busy: list[str]
+    refused: list[HostResult] = field(default_factory=list)
+
+
 def claim(
     fleet: Fleet, selector: str | None, transport: str | None, lease: timedelta
 ) -> tuple[int, list[_Claimed], list[str]]:
     """Create the run and claim the selected hosts; return those another worker holds."""
+    c = claim_hosts(fleet, selector, transport, lambda _n: lease)
+    return c.run_id, c.hosts, c.busy
+
+
+def claim_hosts(
+    fleet: Fleet,
+    selector: str | None,
+    transport: str | None,
+    lease: Callable[[int], timedelta],
+) -> Claim:
+    """Create the run and claim the selected hosts for ``lease(number claimed)``.
+
+    A host whose transport cannot be used (unknown ``gpufleet_transport``) is not claimed: it
+    is recorded as an ``error`` of this run with the reason, and the others go ahead.
+    """
     now = fleet.now()
     token = str(uuid.uuid4())
     claimed: list[_Claimed] = []
+    refused: list[HostResult] = []
     busy: list[str] = []
     with fleet.db.session() as s:
         run = CollectionRun(
@@ -123,26 +198,106 @@ def claim(
             .where(or_(Host.claimed_until.is_(None), Host.claimed_until < now))
             .with_for_update(skip_locked=True)
         )
+        rows: list[Host] = []
         for h in s.scalars(stmt):
-            h.claim_token = token
-            h.claimed_until = now + lease
+            kind = _transport_for(h.vars, transport)
+            try:
+                key = transport_key(kind, h.vars)
+            except ConfigError as exc:
+                refused.append(_refuse(s, run.id, h, f"transport {kind!r}: {exc}", now))
+                continue
+            rows.append(h)
             claimed.append(
                 _Claimed(
                     host_id=h.id,
                     target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
-                    transport=_transport_for(h.vars, transport),
-                    key=transport_key(_transport_for(h.vars, transport), h.vars),
+                    transport=kind,
+                    key=key,
                     token=token,
                 )
             )
-        got = {c.target.name for c in claimed}
+        until = now + lease(len(rows))
+        for h in rows:
+            h.claim_token = token
+            h.claimed_until = until
+        got = {c.target.name for c in claimed} | {r.host for r in refused}
         retired = {
             h.name
             for h in s.scalars(select_hosts(selector).where(Host.state == HostState.RETIRED.value))
         }
         busy = [n for n in wanted if n not in got and n not in retired]
         run_id = run.id
-    return run_id, claimed, busy
+    return Claim(run_id, token, claimed, busy, refused)
+
+
+def _refuse(s: Session, run_id: int, h: Host, reason: str, now: datetime) -> HostResult:
+    h.last_outcome = Outcome.ERROR
+    h.last_reason = reason
+    h.updated_at = now
+    s.add(CollectionResult(run_id=run_id, host_id=h.id, outcome=Outcome.ERROR, reason=reason))
+    return HostResult(h.name, Outcome.ERROR, reason)
+
+
+def release_claims(fleet: Fleet, token: str) -> int:
+    """Drop every claim still held under ``token`` (an interrupted or failed run)."""
+    with fleet.db.session() as s:
+        res = s.execute(
+            update(Host)
+            .where(Host.claim_token == token)
+            .values(claim_token=None, claimed_until=None)
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(res, "rowcount", 0) or 0)
+
+
+def renew_claims(fleet: Fleet, token: str, lease: timedelta) -> int:
+    """Extend the claims still held under ``token`` to ``now + lease`` (a running collection)."""
+    with fleet.db.session() as s:
+        res = s.execute(
+            update(Host)
+            .where(Host.claim_token == token)
+            .values(claimed_until=fleet.now() + lease)
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(res, "rowcount", 0) or 0)
+
+
+class _Renewer(threading.Thread):
+    """Renews a run's claims every ``interval_s`` to the work still left (see claim_lease)."""
+
+    def __init__(
+        self, fleet: Fleet, token: str, lease: Callable[[], timedelta], interval_s: float
+    ) -> None:
+        super().__init__(name="gpufleet-claims", daemon=True)
+        self.fleet, self.token, self.lease, self.interval_s = fleet, token, lease, interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            with suppress(Exception):  # a failed renewal only shortens the claim
+                renew_claims(self.fleet, self.token, self.lease())
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit(143)`` while a run is in flight, so its ``finally``
+    blocks (releasing claims) run; only in the main thread, where signals are delivered."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
@@ -150,12 +305,19 @@ def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
     return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
 
 
-def _transports(claimed: list[_Claimed], fleet: Fleet) -> dict[TransportKey, Transport]:
+def _transports(
+    claimed: list[_Claimed], fleet: Fleet
+) -> tuple[dict[TransportKey, Transport], dict[TransportKey, str]]:
+    """One transport per key; a key whose transport cannot be built fails only its hosts."""
     out: dict[TransportKey, Transport] = {}
+    broken: dict[TransportKey, str] = {}
     for c in claimed:
-        if c.key not in out:
-            out[c.key] = transport_for_host(c.key, fleet)
-    return out
+        if c.key not in out and c.key not in broken:
+            try:
+                out[c.key] = transport_for_host(c.key, fleet)
+            except GpufleetError as exc:
+                broken[c.key] = f"transport {c.transport!r} unusable: {exc}"
+    return out, broken
 
 
 async def _run_all(
@@ -183,50 +345,98 @@ def collect(
     timeout_s: float | None = None,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[RawResult], None] | None = None,
+    policies: Policies | None = None,
 ) -> RunReport:
-    """Collect every selected host once and store what came back."""
-    timeout_s = timeout_s or fleet.settings.collect_timeout_s
-    forks = forks or fleet.settings.forks
-    lease = timedelta(seconds=timeout_s + fleet.settings.connect_timeout_s + 60)
-    run_id, claimed, busy = claim(fleet, selector, transport, lease)
-    if on_start:
-        on_start(len(claimed))
-    by_key = _transports(claimed, fleet)
-    groups: dict[TransportKey, list[Target]] = {}
-    for c in claimed:
-        groups.setdefault(c.key, []).append(c.target)
-    script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-    ids = {c.target.name: c.host_id for c in claimed}
-    tokens = {c.target.name: c.token for c in claimed}
-    # Results are parsed and stored by a second thread while slower hosts are still answering,
-    # so the controller's CPU work overlaps the network wait instead of following it.
-    pending: queue.Queue[RawResult | None] = queue.Queue()
-    results: list[HostResult] = []
+    """Collect every selected host once and store what came back.
+
+    Everything that can be refused is refused before a host is claimed (bad timeout or forks,
+    an unknown ``transport``, unreadable profiles). Claims last as long as the work needs
+    (:func:`claim_lease`) and are renewed while the run goes on; an interrupted run (Ctrl-C,
+    SIGTERM, a database error) releases every claim it still holds before the error goes on.
+    """
+    settings = fleet.settings
+    timeout_s = check_timeout(
+        settings.collect_timeout_s if timeout_s is None else timeout_s, "--timeout"
+    )
+    forks = check_forks(settings.forks if forks is None else forks, "--forks")
+    if transport is not None:
+        get_transport_factory(transport)  # an unknown name: ConfigError, nothing claimed
+    policies = (policies or Policies(fleet)).load()
+    connect_s = settings.connect_timeout_s
+
+    def lease(n: int) -> timedelta:
+        return claim_lease(n, forks, timeout_s, connect_s)
+
+    got = claim_hosts(fleet, selector, transport, lease)
+    run_id, claimed, token = got.run_id, got.hosts, got.token
+    results: list[HostResult] = list(got.refused)
+    done: set[str] = set()
     failure: list[BaseException] = []
-
-    def applier() -> None:
-        while (r := pending.get()) is not None:
-            try:
-                results.append(apply_result(fleet, run_id, ids[r.host], r, tokens[r.host]))
-            except BaseException as exc:  # re-raised in the caller's thread below
-                failure.append(exc)
-
-    def arrived(r: RawResult) -> None:
-        pending.put(r)
-        if on_result:
-            on_result(r)
-
-    worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
-    worker.start()
+    renewer = _Renewer(
+        fleet,
+        token,
+        lambda: lease(len(claimed) - len(done)),
+        interval_s=max(1.0, min(60.0, (timeout_s + connect_s) / 3)),
+    )
+    worker: threading.Thread | None = None
+    pending: queue.Queue[RawResult | None] = queue.Queue()
     try:
-        asyncio.run(
-            _run_all(
-                [(by_key[k], ts) for k, ts in groups.items()], script, forks, timeout_s, arrived
+        with sigterm_as_exit():
+            renewer.start()
+            if on_start:
+                on_start(len(claimed))
+            by_key, broken = _transports(claimed, fleet)
+            groups: dict[TransportKey, list[Target]] = {}
+            for c in claimed:
+                if c.key in by_key:
+                    groups.setdefault(c.key, []).append(c.target)
+            script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
+            ids = {c.target.name: c.host_id for c in claimed}
+            tokens = {c.target.name: c.token for c in claimed}
+
+            # Results are parsed and stored by a second thread while slower hosts are still
+            # answering, so the controller's CPU work overlaps the network wait.
+            def applier() -> None:
+                while (r := pending.get()) is not None:
+                    try:
+                        results.append(
+                            apply_result(
+                                fleet, run_id, ids[r.host], r, tokens[r.host], policies=policies
+                            )
+                        )
+                        done.add(r.host)
+                    except BaseException as exc:  # re-raised in the caller's thread below
+                        failure.append(exc)
+
+            def arrived(r: RawResult) -> None:
+                pending.put(r)
+                if on_result:
+                    on_result(r)
+
+            worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
+            worker.start()
+            for c in claimed:
+                if c.key in broken:
+                    arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
+            asyncio.run(
+                _run_all(
+                    [(by_key[k], ts) for k, ts in groups.items()],
+                    script,
+                    forks,
+                    timeout_s,
+                    arrived,
+                )
             )
-        )
     finally:
-        pending.put(None)
-        worker.join()
+        if worker is not None:
+            pending.put(None)
+            worker.join()
+        renewer.stop()
+        if len(done) < len(claimed):
+            # Interrupted (Ctrl-C, SIGTERM), or a result could not be stored: nothing of
+            # this run may keep a host claimed. If the database is gone, the lease runs out.
+            with suppress(Exception):
+                release_claims(fleet, token)
     if failure:
         raise failure[0]
     with fleet.db.session() as s:
@@ -235,7 +445,7 @@ def collect(
         run.finished_at = fleet.now()
         run.counts = dict(Counter(r.outcome.value for r in results))
     results.sort(key=lambda r: r.host)
-    return RunReport(run_id, results, busy)
+    return RunReport(run_id, results, got.busy)
 
 
 def parse_result(raw: RawResult, collected_at: datetime) -> tuple[RawResult, HostFacts | None]:
@@ -255,12 +465,23 @@ def parse_result(raw: RawResult, collected_at: datetime) -> tuple[RawResult, Hos
 
 
 def apply_result(
-    fleet: Fleet, run_id: int, host_id: int, raw: RawResult, token: str | None = None
+    fleet: Fleet,
+    run_id: int,
+    host_id: int,
+    raw: RawResult,
+    token: str | None = None,
+    *,
+    policies: Policies | None = None,
 ) -> HostResult:
     """Store one host's result in its own short transaction, guarded by the claim token.
 
     If the lease ran out and another worker claimed the host meanwhile, this (older) result is
     discarded rather than written over the newer worker's.
+
+    New critical faults act at once: an ``available`` host whose fresh facts show a
+    quarantining fault (the domain's checks decide, as validation would) is quarantined in
+    this transaction; a changed host key quarantines it with ``host_key_changed``; a host that
+    is the same machine as an earlier-enrolled one is flagged and leaves ``available``.
     """
     now = fleet.now()
     raw, facts = parse_result(raw, now)
@@ -285,6 +506,20 @@ def apply_result(
                 host=host,
                 data={"pinned": host.host_key, "offered": raw.host_key},
             )
+            if HostState(host.state) in KEY_CHANGE_QUARANTINES:
+                why = f"SSH host key changed: {raw.reason}"
+                transition(
+                    s,
+                    fleet,
+                    host,
+                    Event.HARDWARE_FAULT,
+                    why,
+                    data={"faults": [Fault.HOST_KEY_CHANGED.value], "source": "collect"},
+                    health=Health.CRITICAL,
+                    fault=Fault.HOST_KEY_CHANGED,
+                    fault_reason=why,
+                )
+                res.actions.append(f"quarantined: {why}")
         elif (
             raw.host_key
             and host.host_key is None
@@ -307,11 +542,15 @@ def apply_result(
             res.gpus = len(facts.gpus)
             res.problems = list(facts.problems)
             host.latest_snapshot_id = snap.id
+            was_available = HostState(host.state) is HostState.AVAILABLE
             if prev is not None:
                 changes = detect_changes(HostFacts.model_validate(prev.facts), facts)
                 if changes:
                     res.changes = [f"{c.kind}: {c.field} {c.before} -> {c.after}" for c in changes]
                     on_changes(s, fleet, host, changes)
+            if was_available:
+                _act_on_critical(s, fleet, host, facts, policies or Policies(fleet), res)
+            flag_duplicate(s, fleet, host, facts, res)
         host.last_collected_at = now
         host.last_outcome = raw.outcome
         host.last_reason = raw.reason or None
@@ -329,6 +568,97 @@ def apply_result(
             )
         )
     return res
+
+
+#: States a changed host key quarantines (allocated hosts only raise the alarm: the job runs).
+KEY_CHANGE_QUARANTINES = frozenset({HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE})
+
+
+def _act_on_critical(
+    s: Session, fleet: Fleet, host: Host, facts: HostFacts, policies: Policies, res: HostResult
+) -> None:
+    """Quarantine a host that was available when its fresh facts show a quarantining fault.
+
+    The decision is the domain's (:func:`gpufleet.domain.profiles.evaluate`, as validation
+    makes it); only hardware faults act here, everything else waits for ``validate``.
+    """
+    outcome = evaluate(
+        facts,
+        ExpectedSpec.model_validate(host.expected),
+        None,
+        policies.profiles,
+        policies.xid,
+        fleet.now(),
+    )
+    if outcome.decision is not Decision.QUARANTINE:
+        return
+    reason = "; ".join(outcome.reasons)
+    hw = sorted(
+        {str(r.fault) for r in outcome.results.values() if r.fault and r.fault in HW_FAULTS}
+    )
+    transition(
+        s,
+        fleet,
+        host,
+        Event.HARDWARE_FAULT,
+        f"new critical fault seen by collection: {reason}",
+        data={"faults": hw, "source": "collect"},
+        health=Health.CRITICAL,
+        fault=Fault(hw[0]) if hw else None,
+        fault_reason=reason,
+    )
+    res.actions.append(f"quarantined: {reason}")
+
+
+def duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str, list[str]] | None:
+    """The earlier-enrolled host (not retired) whose latest facts share GPU UUIDs with
+    ``facts``, and the shared UUIDs; None when ``host`` is no later duplicate."""
+    mine = machine_ids(facts)
+    if not mine:
+        return None
+    raw = sorted({g.uuid for g in facts.gpus if g.uuid})
+    rows = s.execute(
+        select(Host.name, GpuRow.uuid)
+        .join(GpuRow, GpuRow.snapshot_id == Host.latest_snapshot_id)
+        .where(Host.id < host.id, Host.state != HostState.RETIRED, GpuRow.uuid.in_(raw))
+        .order_by(Host.id)
+    ).all()
+    shared: dict[str, list[str]] = {}
+    for name, u in rows:
+        if u and u.strip().upper() in mine:
+            shared.setdefault(name, []).append(u)
+    if not shared:
+        return None
+    other = next(iter(shared))
+    return other, sorted(shared[other])
+
+
+def flag_duplicate(
+    s: Session, fleet: Fleet, host: Host, facts: HostFacts, res: HostResult | None = None
+) -> str | None:
+    """Flag ``host`` when it is the later name of a machine already enrolled: an alarm (once
+    per finding), the reason as its status, and out of ``available``. Returns the reason."""
+    dup = duplicate_of(s, host, facts)
+    if dup is None:
+        return None
+    other, shared = dup
+    reason = duplicate_reason(other, shared)
+    if host.status_reason != reason:
+        record_event(
+            s,
+            fleet,
+            EventKind.ALARM,
+            f"duplicate host: {reason}",
+            host=host,
+            data={"duplicate_of": other, "gpu_uuids": shared},
+        )
+    if HostState(host.state) is HostState.AVAILABLE:
+        transition(s, fleet, host, Event.VALIDATE, reason, status_reason=reason)
+    elif HostState(host.state) in (HostState.ENROLLED, HostState.VALIDATING):
+        host.status_reason = reason
+    if res is not None:
+        res.problems.append(reason)
+    return reason
 
 
 def _snapshot(host: Host, run_id: int, facts: HostFacts) -> FactSnapshot:
@@ -369,7 +699,7 @@ def _snapshot(host: Host, run_id: int, facts: HostFacts) -> FactSnapshot:
             rate_gbps=p.rate_gbps,
             link_layer=p.link_layer,
         )
-        for p in facts.ib_ports
+        for p in facts.ib_ports or ()  # None: ibstat not collected, no rows
     ]
     return snap
 

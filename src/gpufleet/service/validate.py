@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,14 +22,14 @@ from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
-from gpufleet.domain.profiles import Decision, Profile, ValidationOutcome, evaluate, load_profiles
+from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event, HostState
-from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import Conflict, NotFound
-from gpufleet.service.collect import RunReport, collect
+from gpufleet.service.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
+from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import (
     BaselineRow,
@@ -89,24 +88,6 @@ class ValidateReport:
         )
 
 
-@dataclass
-class Policies:
-    """Profiles and Xid policy, loaded once per run (user files from settings)."""
-
-    fleet: Fleet
-
-    @cached_property
-    def profiles(self) -> dict[str, Profile]:
-        f = self.fleet.settings.profiles_file
-        return load_profiles(f.read_text() if f else None, source=str(f) if f else "<none>")
-
-    @cached_property
-    def xid(self) -> XidPolicy:
-        f = self.fleet.settings.xid_policy_file
-        base = XidPolicy.load_default()
-        return XidPolicy.from_yaml(f.read_text(), source=str(f)) if f else base
-
-
 def sweep(fleet: Fleet) -> list[str]:
     """Fire deadlines and expiries: overdue transient states -> quarantined ("timed out"),
     expired validation records -> validating. Returns the host names touched."""
@@ -150,12 +131,35 @@ def sweep(fleet: Fleet) -> list[str]:
     return touched
 
 
+#: Audit-log kinds that mean "the hardware or software under test changed": evidence recorded
+#: before the latest of them tested something else and no longer counts.
+CHANGE_EVENT_KINDS = (EventKind.CHANGE_DETECTED, EventKind.CHANGE_DECLARED)
+
+
+def last_change_event_id(s: Session, host: Host) -> int | None:
+    """Id of the host's latest detected or declared change (driver, GPU swap, reimage ...)."""
+    return s.scalar(
+        select(EventRow.id)
+        .where(EventRow.host_id == host.id, EventRow.kind.in_(CHANGE_EVENT_KINDS))
+        .order_by(desc(EventRow.id))
+        .limit(1)
+    )
+
+
 def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
-    """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host."""
+    """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host.
+
+    Only evidence recorded after the host's last change counts (it tested *this* hardware
+    and software), and only within ``since`` (the validation TTL).
+    """
     out: dict[str, Any] = {}
     stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == EventKind.EVIDENCE)
     if since is not None:
         stmt = stmt.where(EventRow.at >= since)
+    changed = last_change_event_id(s, host)
+    if changed is not None:
+        # Event ids grow with every append, so "after the change" holds even on one tick.
+        stmt = stmt.where(EventRow.id > changed)
     for ev in s.scalars(stmt.order_by(desc(EventRow.at), desc(EventRow.id))):
         kind = ev.data.get("kind")
         if kind and kind not in out:
@@ -216,6 +220,16 @@ def judge_host(
         now,
         evidence=_evidence(s, host, now - fleet.settings.validation_ttl),
     )
+    duplicate = flag_duplicate(s, fleet, host, facts)
+    if duplicate and outcome.decision is Decision.AVAILABLE:
+        # One machine, one host: the later name is not counted while the duplicate stands.
+        outcome = outcome.model_copy(
+            update={
+                "decision": Decision.STAY_VALIDATING,
+                "reasons": [duplicate],
+                "profiles_passed": set(),
+            }
+        )
     if HostState(host.state) is not HostState.VALIDATING:
         transition(s, fleet, host, Event.VALIDATE, "validation started")
     reason = "; ".join(outcome.reasons)
@@ -276,18 +290,29 @@ def validate(
     *,
     collect_first: bool = True,
     transport: str | None = None,
+    forks: int | None = None,
+    timeout_s: float | None = None,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[RawResult], None] | None = None,
 ) -> ValidateReport:
     """Collect fresh facts (unless told not to), run the checks, move every host."""
+    policies = Policies(fleet).load()  # a bad profiles file stops the run before any change
     sweep(fleet)
     run = (
-        collect(fleet, selector, transport=transport, on_start=on_start, on_result=on_result)
+        collect(
+            fleet,
+            selector,
+            transport=transport,
+            forks=forks,
+            timeout_s=timeout_s,
+            on_start=on_start,
+            on_result=on_result,
+            policies=policies,
+        )
         if collect_first
         else None
     )
     raw = {r.host: RawResult(r.host, r.outcome, r.reason) for r in run.results} if run else {}
-    policies = Policies(fleet)
     verdicts: list[HostVerdict] = []
     with fleet.db.session() as s:
         names = [h.name for h in s.scalars(select_hosts(selector))]

@@ -1,0 +1,36 @@
+"""Profiles and Xid policy of a run, loaded once (operator files from the settings).
+
+Shared by validation and by collection, which acts on new critical faults at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from gpufleet.domain.profiles import Profile, load_profiles
+from gpufleet.domain.xid import XidPolicy
+from gpufleet.service.fleet import Fleet
+
+
+@dataclass
+class Policies:
+    """Profiles and Xid policy, loaded once per run (user files from settings)."""
+
+    fleet: Fleet
+
+    @cached_property
+    def profiles(self) -> dict[str, Profile]:
+        f = self.fleet.settings.profiles_file
+        return load_profiles(f.read_text() if f else None, source=str(f) if f else "<none>")
+
+    @cached_property
+    def xid(self) -> XidPolicy:
+        f = self.fleet.settings.xid_policy_file
+        base = XidPolicy.load_default()
+        return XidPolicy.from_yaml(f.read_text(), source=str(f)) if f else base
+
+    def load(self) -> Policies:
+        """Read and check both now (before a run claims anything); returns self."""
+        _ = self.profiles, self.xid
+        return self
