@@ -328,9 +328,10 @@ def _check_reachable(path: Path, uid: int) -> None:
             )
 
 
-def _write_key(path: Path) -> str:
-    """A new ed25519 private key at ``path`` (0600); returns the OpenSSH public key line."""
-    key = asyncssh.generate_private_key("ssh-ed25519")
+def _write_key(path: Path, alg: str = "ssh-ed25519") -> str:
+    """A new private key (``alg``: ed25519 unless told) at ``path`` (0600); returns the
+    OpenSSH public key line."""
+    key = asyncssh.generate_private_key(alg)
     path.unlink(missing_ok=True)
     path.touch(mode=0o600)
     path.write_bytes(key.export_private_key("openssh"))
@@ -660,11 +661,14 @@ class SshLab:
         h = self._host(name)
         materialize_host(h.dir, sections)
 
-    def rotate_host_key(self, name: str) -> str:
-        """Give a host a new host key and restart its sshd; returns the new public key."""
+    def rotate_host_key(self, name: str, key_type: str = "ssh-ed25519") -> str:
+        """Give a host a new host key and restart its sshd; returns the new public key.
+
+        ``key_type`` (``ssh-rsa``, ``ecdsa-sha2-nistp256`` ...): the host then offers only a
+        key of that type (the file keeps its name; sshd reads the type from the key)."""
         h = self._host(name)
         was_running = h.proc is not None
-        h.host_key = _write_key(h.dir / "ssh_host_ed25519_key")
+        h.host_key = _write_key(h.dir / "ssh_host_ed25519_key", key_type)
         if was_running:
             with _port_lock():  # keep the port ours while sshd restarts
                 self._stop_host(h)

@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, cell, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, cell, console, lit, open_fleet, print_json
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
 from gpufleet.service import baselines as svc
@@ -91,13 +91,13 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
         t.add_column(col, overflow="fold")
     for b, pools in rows:
         t.add_row(
-            b.name,
+            lit(b.name),
             b.status.value,
-            cell(b.driver),
-            cell(b.cuda),
-            cell(b.kernel),
-            cell(b.os_image),
-            cell(pools),
+            lit(cell(b.driver)),
+            lit(cell(b.cuda)),
+            lit(cell(b.kernel)),
+            lit(cell(b.os_image)),
+            lit(cell(pools)),
         )
     console.print(t)
 
@@ -191,12 +191,12 @@ def drift_cmd(
             for col in ("field", "found", "on hosts", "baseline"):
                 t.add_column(col, overflow="fold")
             for s in rep.summary:
-                t.add_row(s.field, cell(s.actual), str(len(s.hosts)), cell(s.expected))
+                t.add_row(s.field, lit(cell(s.actual)), str(len(s.hosts)), lit(cell(s.expected)))
             console.print(t)
             console.print(
                 ", ".join(
-                    f"{s.field} {s.actual} on {len(s.hosts)} host"
-                    f"{'s' if len(s.hosts) != 1 else ''}, baseline {s.expected}"
+                    f"{s.field} {lit(s.actual)} on {len(s.hosts)} host"
+                    f"{'s' if len(s.hosts) != 1 else ''}, baseline {lit(s.expected)}"
                     for s in rep.summary
                 )
             )
@@ -206,11 +206,11 @@ def drift_cmd(
             for host, items in sorted(rep.by_host.items()):
                 for i in items:
                     h.add_row(
-                        host,
-                        cell(rep.baselines.get(host)),
+                        lit(host),
+                        lit(cell(rep.baselines.get(host))),
                         i.field,
-                        cell(i.expected),
-                        cell(i.actual),
+                        lit(cell(i.expected)),
+                        lit(cell(i.actual)),
                     )
             console.print(h)
         else:

@@ -65,7 +65,8 @@ def lit(value: object) -> str:
 
 
 class SafeConsole(Console):
-    """A Rich console that never writes a control character taken from data: strings are
+    """A Rich console that never writes a control character taken from data (create it with
+    ``emoji=False`` so that ``:name:`` stays text): strings are
     cleaned before markup is parsed and every text segment again before it is written
     (Rich's own control segments, e.g. the progress bar's cursor moves, pass)."""
 
@@ -82,8 +83,9 @@ class SafeConsole(Console):
                 yield Segment(printable(seg.text), seg.style, seg.control)
 
 
-console = SafeConsole()
-err_console = SafeConsole(stderr=True)
+# emoji=False: ``:end:`` in a message is text, not an emoji code
+console = SafeConsole(emoji=False)
+err_console = SafeConsole(stderr=True, emoji=False)
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -9,7 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, cell, console, local_time, open_fleet, print_json
+from gpufleet.cli.common import boundary, cell, console, lit, local_time, open_fleet, print_json
 from gpufleet.service.hosts import list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
@@ -61,19 +61,19 @@ def list_cmd(
         t.add_column(col, no_wrap=col in ("host", "state", "driver", "prof."), overflow="fold")
     for r in rows:
         gpus = (
-            f"{r.gpu_count}x {(r.gpu_model or '?').removeprefix('NVIDIA ')}"
+            f"{r.gpu_count}x {lit((r.gpu_model or '?').removeprefix('NVIDIA '))}"
             if r.gpu_count
             else ("-" if r.gpu_model is None else "0")
         )
         st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
         if r.fault:
-            st += f"\n[dim]{r.fault}[/]"
+            st += f"\n[dim]{lit(r.fault)}[/]"
         t.add_row(
-            r.name,
+            lit(r.name),
             st,
-            r.pool or "",
+            lit(r.pool or ""),
             gpus,
-            r.driver or "",
+            lit(r.driver or ""),
             ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
             r.last_outcome or "never",
         )
@@ -102,13 +102,13 @@ def show_cmd(
         return
     v, f = d.view, d.facts
     console.print(
-        f"[bold]{v.name}[/] ({v.address})  state [bold]{v.state}[/]  health {v.health}"
-        + (f"  fault [red]{v.fault}[/]" if v.fault else "")
+        f"[bold]{lit(v.name)}[/] ({lit(v.address)})  state [bold]{v.state}[/]  health {v.health}"
+        + (f"  fault [red]{lit(v.fault)}[/]" if v.fault else "")
     )
     if v.status_reason:
-        console.print(f"  why: {v.status_reason}")
+        console.print(f"  why: {lit(v.status_reason)}")
     console.print(
-        f"  groups: {', '.join(v.groups)}   pool: {v.pool or '-'}   "
+        f"  groups: {lit(', '.join(v.groups))}   pool: {lit(v.pool or '-')}   "
         f"profiles: {', '.join(v.profiles) or '-'}"
     )
     if f is None:
@@ -123,7 +123,7 @@ def show_cmd(
             )
         )
         if f.nvidia_smi_error:
-            console.print(f"  [red]{f.nvidia_smi_error}[/]")
+            console.print(f"  [red]{lit(f.nvidia_smi_error)}[/]")
         # Identifiers are never cut: every column folds (wraps mid-word) instead of
         # cropping, and the identifiers get their own table so they fit 80 columns.
         g = Table(title="GPUs", box=box.SIMPLE_HEAD)
@@ -162,25 +162,27 @@ def show_cmd(
                 n.add_column(col)
             for p in f.ib_ports:
                 n.add_row(
-                    p.ca,
+                    lit(p.ca),
                     str(p.port),
-                    p.state or "",
-                    p.physical_state or "",
+                    lit(p.state or ""),
+                    lit(p.physical_state or ""),
                     "" if p.rate_gbps is None else f"{p.rate_gbps:g}",
-                    p.link_layer or "",
+                    lit(p.link_layer or ""),
                 )
             console.print(n)
         for prob in f.problems:
-            console.print(f"  [yellow]note:[/] {prob}")
+            console.print(f"  [yellow]note:[/] {lit(prob)}")
     if d.collections:
         last = d.collections[0]
-        console.print(f"  last collection: run {last['run_id']} {last['outcome']} {last['reason']}")
+        console.print(
+            f"  last collection: run {last['run_id']} {last['outcome']} {lit(last['reason'] or '')}"
+        )
     if d.events:
         e = Table(title="recent events")
         for col in ("at", "actor", "kind", "message"):
             e.add_column(col, overflow="fold")
         for ev in d.events:
-            e.add_row(local_time(ev["at"]), ev["actor"], cell(ev["kind"]), escape(ev["message"]))
+            e.add_row(local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"]))
         console.print(e)
 
 
@@ -206,6 +208,10 @@ def events_cmd(
     t.add_column("message", overflow="fold", ratio=1, min_width=24)
     for e in rows:
         t.add_row(
-            local_time(e["at"]), e["actor"], e["host"] or "-", cell(e["kind"]), escape(e["message"])
+            local_time(e["at"]),
+            lit(e["actor"]),
+            lit(e["host"]),
+            cell(e["kind"]),
+            lit(e["message"]),
         )
     console.print(t)

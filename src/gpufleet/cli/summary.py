@@ -7,7 +7,7 @@ from dataclasses import asdict
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, open_fleet, print_json
+from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import FleetSummary, fleet_summary, host_labels
 
@@ -69,7 +69,7 @@ def render_summary(sm: FleetSummary) -> None:
             gp.add_column(p, justify="right")
         for m in models:
             gp.add_row(
-                m.removeprefix("NVIDIA "),
+                lit(m.removeprefix("NVIDIA ")),
                 *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles],
             )
         gp.add_row(
@@ -85,7 +85,9 @@ def render_summary(sm: FleetSummary) -> None:
             d.add_column(col, overflow="fold")
         for item in sm.drift.summary:
             names = ", ".join(item.hosts[:6]) + (" ..." if len(item.hosts) > 6 else "")
-            d.add_row(item.field, item.actual or "-", item.expected, f"{len(item.hosts)}: {names}")
+            d.add_row(
+                item.field, lit(item.actual), lit(item.expected), f"{len(item.hosts)}: {lit(names)}"
+            )
         console.print(d)
     _host_table("last collection failed", sm.unreachable, "outcome", "reason")
 
@@ -107,10 +109,11 @@ def _host_table(
         t.add_column(fault_col, no_wrap=True)
     t.add_column(reason_col, overflow="fold")
     for row in rows:
-        cells = [row["host"] or ""]
+        cells = [lit(row["host"] or "")]
         if fault_col:
-            cells.append(f"[red]{row['fault']}[/]" if style == "red" else row["fault"] or "")
-        reason = row["reason"] or ""
+            fault = lit(row["fault"] or "")
+            cells.append(f"[red]{fault}[/]" if style == "red" else fault)
+        reason = lit(row["reason"] or "")
         cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)
         t.add_row(*cells)
     console.print(t)
@@ -157,11 +160,11 @@ def labels_cmd(
         )
         return
     for r in rows:
-        t = Table(title=r.host, show_header=False)
+        t = Table(title=lit(r.host), show_header=False)
         t.add_column("key", no_wrap=True)
         t.add_column("value", overflow="fold")
         for k, v in sorted(r.labels.items()):
-            t.add_row(k, v)
+            t.add_row(lit(k), lit(v))
         for taint in r.taints:
-            t.add_row("[red]taint[/]", str(taint))
+            t.add_row("[red]taint[/]", lit(taint))
         console.print(t)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
 from gpufleet.collect.transport import Outcome, Target, TransportKey, run_many, transport_key
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
-from gpufleet.service.collect import transport_for_host
+from gpufleet.service.collect import check_forks, check_timeout, transport_for_host
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import select_hosts
 from gpufleet.service.validate import record_evidence
@@ -92,14 +92,19 @@ def run_active(
     level: int = 1,
     seconds: int = 60,
     command: str | None = None,
-    timeout_s: float = 3600.0,
-    forks: int = 50,
+    timeout_s: float | None = None,
+    forks: int | None = None,
 ) -> list[ActiveRun]:
     """Run an active test on the selected hosts over their transport and store the results.
+    ``timeout_s`` / ``forks`` default to the settings (GPUFLEET_EVIDENCE_TIMEOUT / _FORKS).
 
     No database transaction is open while the tests run (they take minutes).
     """
     test = active_test(kind)
+    timeout_s = check_timeout(
+        fleet.settings.evidence_timeout_s if timeout_s is None else timeout_s, "--timeout"
+    )
+    forks = check_forks(fleet.settings.evidence_forks if forks is None else forks, "--forks")
     with fleet.db.session() as s:
         hosts = [
             (
