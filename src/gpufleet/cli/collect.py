@@ -132,9 +132,15 @@ def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
     t.add_column("GPUs", justify="right")
     t.add_column("reason / notes", overflow="fold")
     for r in rep.results:
-        if only_problems and r.outcome is Outcome.OK and not r.changes and not r.problems:
+        if (
+            only_problems
+            and r.outcome is Outcome.OK
+            and not (r.changes or r.problems or r.actions)
+        ):
             continue
-        notes = r.reason or "; ".join(r.changes + r.problems[:2])
+        notes = "; ".join(([r.reason] if r.reason else []) + r.actions) or "; ".join(
+            r.changes + r.problems[:2]
+        )
         t.add_row(
             lit(r.host),
             f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
