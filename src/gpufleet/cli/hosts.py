@@ -1,4 +1,4 @@
-"""``gpufleet hosts list|show``."""
+"""``gpufleet hosts list|show|rekey|remove``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import boundary, cell, console, lit, local_time, open_fleet, print_json
+from gpufleet.cli.common import (
+    boundary,
+    cell,
+    console,
+    err_console,
+    lit,
+    local_time,
+    open_fleet,
+    print_json,
+)
+from gpufleet.service import operations
 from gpufleet.service.hosts import list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
@@ -215,3 +225,87 @@ def events_cmd(
             lit(e["message"]),
         )
     console.print(t)
+
+
+SELECTOR_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."
+
+
+@app.command("rekey")
+@boundary
+def rekey_cmd(
+    hosts: str = typer.Argument(..., help=SELECTOR_HELP),
+    fingerprint: str | None = typer.Option(
+        None,
+        "--fingerprint",
+        help="Accept only the key with this SHA256 fingerprint (one host; read it on the "
+        "host's console: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub).",
+    ),
+    reason: str = typer.Option("host reimaged", "--reason", help="Why (kept in the event)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Accept a new SSH host key (after a reimage). Without --fingerprint the pinned key is
+    cleared and the next collection pins the key it is offered (trust on first use); with
+    it, the next collection accepts only that key (any other: host key changed, alarm).
+    The host's state is unchanged. Exit 4: no such host; 2: bad fingerprint."""
+    rows = operations.rekey_hosts(open_fleet(), hosts, reason, fingerprint)
+    if as_json:
+        print_json(
+            [
+                {
+                    "host": r.host,
+                    "old": r.old,
+                    "expected": r.expected,
+                    "state": r.state,
+                    "error": r.error.as_json()["error"] if r.error else None,
+                }
+                for r in rows
+            ]
+        )
+    for r in rows:
+        if r.error is not None:
+            err_console.print(f"[bold red]error:[/] {lit(r.host)}: {lit(str(r.error))}")
+            continue
+        if as_json:
+            continue
+        then = (
+            f"next collection accepts only {r.expected}"
+            if r.expected
+            else "next collection pins the key it is offered"
+        )
+        console.print(f"{lit(r.host)}: host key {lit(r.old or 'none')} released; {lit(then)}")
+        if r.state == "quarantined" and r.fault == "host_key_changed":
+            console.print(
+                f"[dim]note: {lit(r.host)} stays quarantined (host_key_changed); once the new "
+                f"key is pinned: gpufleet unquarantine {lit(r.host)} --reason ...[/]"
+            )
+    failed = [r.error for r in rows if r.error is not None]
+    if failed:
+        raise typer.Exit(failed[0].exit_code)
+
+
+@app.command("remove")
+@boundary
+def remove_cmd(
+    hosts: str = typer.Argument(..., help=SELECTOR_HELP),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    reason: str = typer.Option("removed by operator", "--reason", help="Why (kept in the event)."),
+) -> None:
+    """Remove hosts and everything stored about them (facts, GPU/NIC rows, collection
+    results, validations). The audit log keeps their events and a host-removed event with
+    the last state. Refused for an allocated host (exit 5) or one a running collection
+    holds (exit 6); exit 4 when nothing matches."""
+    fleet = open_fleet()
+    names = operations.named_hosts(fleet, hosts, "remove")
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    if not yes and not typer.confirm(f"Remove {len(names)} host(s): {shown}?", default=False):
+        err_console.print("nothing removed")
+        raise typer.Exit(1)
+    outcomes = operations.each_name(names, lambda n: operations.remove_host(fleet, n, reason))
+    for o in outcomes:
+        if o.error is None:
+            console.print(f"{lit(o.host)}: removed (was {lit(o.state)})")
+        else:
+            err_console.print(f"[bold red]error:[/] {lit(o.host)}: {lit(str(o.error))}")
+    failed = [o.error for o in outcomes if o.error is not None]
+    if failed:
+        raise typer.Exit(failed[0].exit_code)

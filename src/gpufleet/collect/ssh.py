@@ -5,12 +5,16 @@ SH_COMMAND`): that command line means the same to bash, dash, zsh, csh and fish 
 works with a plain sshd (no sftp, no temp files) and no tool can swallow the script.
 
 Host keys are trusted on first use: with no pinned key any key is accepted and returned in
-:attr:`RawResult.host_key`; with a pinned key any other key ends the connection during key
-exchange, before authentication, so nothing runs on the host.
+:attr:`RawResult.host_key`; with a pinned key (or an operator's expected ``SHA256:``
+fingerprint, see :mod:`gpufleet.collect.hostkeys`) any other key ends the connection during key
+exchange, before authentication, so nothing runs on the host. The client offers every host key
+type (the pinned one first), so a host that now has only a key of another type is seen as a
+changed key, not as "no matching host key type".
 
 Errors become outcomes here and nowhere else (the ``except`` chain in :meth:`SshTransport.run`):
 
-- pinned key differs (HostKeyNotVerifiable) -> HOST_KEY_CHANGED
+- pinned key or expected fingerprint differs, key type included (HostKeyNotVerifiable)
+  -> HOST_KEY_CHANGED
 - pinned key's type no longer offered (KeyExchangeFailed) -> HOST_KEY_CHANGED
 - connect phase over ``connect_timeout_s``, or the whole run over ``timeout_s`` -> TIMEOUT
 - publickey refused (PermissionDenied) -> AUTH_FAILED
@@ -31,7 +35,9 @@ import time
 from dataclasses import dataclass, field
 
 import asyncssh
+from asyncssh.public_key import get_default_public_key_algs
 
+from gpufleet.collect.hostkeys import is_fingerprint_pin
 from gpufleet.collect.local import MAX_OUTPUT_BYTES, SH_COMMAND, exit_note, size_text
 from gpufleet.collect.transport import Outcome, RawResult, Target
 
@@ -58,17 +64,48 @@ _CIPHERS = (
 )
 
 
+#: Host key types in OpenSSH's order of preference (the key ``ssh`` itself would pin); the rest
+#: of asyncssh's public-key algorithms follow. No certificate types: no CA is trusted.
+_HOST_KEY_ALGS = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "rsa-sha2-512",
+    "rsa-sha2-256",
+)
+
+
+def _host_key_algs(pinned: asyncssh.SSHKey | None) -> list[str]:
+    """The pinned key's algorithms first, then every other type: a host whose pinned type is
+    gone still completes key exchange and shows its new key, which :class:`_KeyCheck` refuses."""
+    first = [a.decode() for a in pinned.sig_algorithms] if pinned is not None else []
+    rest = [*_HOST_KEY_ALGS, *(a.decode() for a in get_default_public_key_algs())]
+    return list(dict.fromkeys([*first, *rest]))
+
+
 class _KeyCheck(asyncssh.SSHClient):
     """Decides on host keys not in the (pinned) trusted set and remembers what was offered."""
 
-    def __init__(self, pinned: asyncssh.SSHKey | None) -> None:
+    def __init__(self, pinned: asyncssh.SSHKey | None, expected: str | None = None) -> None:
         self.pinned = pinned
+        #: An operator's expected SHA256 fingerprint (``hosts rekey --fingerprint``).
+        self.expected = expected
         self.offered: asyncssh.SSHKey | None = None
+
+    @property
+    def pin(self) -> str | None:
+        """The fingerprint a key must have; None: trust on first use."""
+        if self.expected is not None:
+            return self.expected
+        return self.pinned.get_fingerprint("sha256") if self.pinned is not None else None
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey
     ) -> bool:
         self.offered = key
+        if self.expected is not None:
+            return bool(key.get_fingerprint("sha256") == self.expected)
         return self.pinned is None  # trust on first use; a pinned host must match exactly
 
 
@@ -123,10 +160,11 @@ class SshTransport:
                 duration_s=time.monotonic() - start,
             )
 
+        expected = target.pinned_host_key if is_fingerprint_pin(target.pinned_host_key) else None
         try:
             pinned = (
                 asyncssh.import_public_key(target.pinned_host_key)
-                if target.pinned_host_key
+                if target.pinned_host_key and expected is None
                 else None
             )
         except (asyncssh.KeyImportError, ValueError) as exc:
@@ -138,7 +176,7 @@ class SshTransport:
         except (OSError, asyncssh.KeyImportError) as exc:
             return result(Outcome.ERROR, f"cannot load client key {target.key_file}: {exc}")
 
-        check = _KeyCheck(pinned)
+        check = _KeyCheck(pinned, expected)
         phase = "connect"
         conn: asyncssh.SSHClientConnection | None = None
         key_text: str | None = None
@@ -154,6 +192,7 @@ class SshTransport:
                         client_factory=lambda: check,
                         # The pinned key steers algorithm choice; others go to _KeyCheck.
                         known_hosts=([pinned] if pinned else [], [], []),
+                        server_host_key_algs=_host_key_algs(pinned),
                         client_keys=client_keys if client_keys is not None else (),
                         # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
                         agent_path=None if client_keys is not None else (),
@@ -190,20 +229,22 @@ class SshTransport:
                 host_key=key_text,
             )
         except asyncssh.HostKeyNotVerifiable as exc:
-            if pinned is not None and check.offered is not None:
+            if check.pin is not None and check.offered is not None:
+                kind = "expected" if expected is not None else "pinned"
                 return result(
                     Outcome.HOST_KEY_CHANGED,
-                    f"host key changed: pinned {pinned.get_fingerprint('sha256')}, "
-                    f"offered {check.offered.get_fingerprint('sha256')}; refusing to run",
+                    f"host key changed: {kind} {check.pin}, offered "
+                    f"{check.offered.get_fingerprint('sha256')} "
+                    f"({check.offered.get_algorithm()}); refusing to run",
                     host_key=openssh_line(check.offered),
                 )
             return result(Outcome.ERROR, f"host key not verifiable: {exc.reason}")
         except asyncssh.KeyExchangeFailed as exc:
-            if pinned is not None:
+            if check.pin is not None:
+                what = f" ({pinned.algorithm.decode()})" if pinned is not None else ""
                 return result(
                     Outcome.HOST_KEY_CHANGED,
-                    f"host key changed: pinned {pinned.get_fingerprint('sha256')} "
-                    f"({pinned.algorithm.decode()}) not offered any more "
+                    f"host key changed: pinned {check.pin}{what} not offered any more "
                     f"({exc.reason}); refusing to run",
                 )
             return result(Outcome.UNREACHABLE, f"{where}: key exchange failed: {exc.reason}")

@@ -32,7 +32,15 @@ class EventKind(StrEnum):
     """Something an operator must look at (a changed SSH host key)."""
 
     HOST_KEY_PINNED = "host-key-pinned"
-    """The host's SSH key was pinned on first use."""
+    """The host's SSH key was pinned on first use (or matched the operator's fingerprint)."""
+
+    HOST_KEY_REKEYED = "host-key-rekeyed"
+    """An operator accepted a new SSH host key (``hosts rekey``); ``data`` has the old
+    fingerprint, the expected one (None: the next collection pins on first use) and why."""
+
+    HOST_REMOVED = "host-removed"
+    """A host was removed (``hosts remove``); the event keeps its name and last state (the
+    host's earlier events stay, their host_id cleared)."""
 
     EVIDENCE = "evidence"
     """An active-test result (DCGM, NCCL, gpu-burn) was stored for a host."""

@@ -17,6 +17,7 @@ import hashlib
 import time
 from pathlib import Path
 
+from gpufleet.collect.hostkeys import pin_accepts, pin_fingerprint
 from gpufleet.collect.transport import (
     Outcome,
     RawResult,
@@ -71,11 +72,11 @@ class SimTransport:
                 f"connect to {target.address}:{target.port}: Connection refused",
             )
         key = sim_host_key(host)
-        if target.pinned_host_key and target.pinned_host_key.split()[:2] != key.split()[:2]:
+        if target.pinned_host_key and not pin_accepts(target.pinned_host_key, key):
             return RawResult(
                 target.name,
                 Outcome.HOST_KEY_CHANGED,
-                f"host key changed: pinned {fingerprint(target.pinned_host_key)}, "
+                f"host key changed: pinned {pin_fingerprint(target.pinned_host_key)}, "
                 f"offered {fingerprint(key)}; refusing to run",
                 host_key=key,
             )

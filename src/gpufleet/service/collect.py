@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import split_bundle
+from gpufleet.collect.hostkeys import is_fingerprint_pin, pin_accepts
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.transport import (
     Outcome,
@@ -522,16 +523,24 @@ def apply_result(
                 res.actions.append(f"quarantined: {why}")
         elif (
             raw.host_key
-            and host.host_key is None
+            # Nothing pinned (first use), or the fingerprint an operator gave with
+            # 'hosts rekey --fingerprint' matched: the store keeps the full key from now on.
+            and (
+                host.host_key is None
+                or (is_fingerprint_pin(host.host_key) and pin_accepts(host.host_key, raw.host_key))
+            )
             and raw.outcome in (Outcome.OK, Outcome.BAD_OUTPUT)
         ):
+            expected = host.host_key
             host.host_key = raw.host_key
             record_event(
                 s,
                 fleet,
                 EventKind.HOST_KEY_PINNED,
-                f"pinned host key {fingerprint(raw.host_key)}",
+                f"pinned host key {fingerprint(raw.host_key)}"
+                + (" (the fingerprint the operator gave)" if expected else ""),
                 host=host,
+                data={"fingerprint": fingerprint(raw.host_key), "expected": expected},
             )
         if facts is not None:
             prev = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None

@@ -1,4 +1,5 @@
-"""Operator actions on hosts: maintenance, retire, unquarantine, declared changes.
+"""Operator actions on hosts: maintenance, retire, unquarantine, declared changes, accepting a
+new SSH host key (rekey), removing a host.
 
 Each action works on one host by name; :func:`each` applies it to every host a selector
 matches, one transaction per host, so one refusal (an allocated host) does not undo the rest.
@@ -10,19 +11,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from gpufleet.collect.hostkeys import check_fingerprint, is_fingerprint_pin, pin_fingerprint
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Health
 from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import GpufleetError, NotFound
+from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransition, NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
-from gpufleet.service.select import selected_names
-from gpufleet.store.tables import Host
+from gpufleet.service.select import is_explicit, selected_names
+from gpufleet.store.tables import (
+    CollectionResult,
+    FactSnapshot,
+    GpuRow,
+    Host,
+    NicRow,
+    Validation,
+)
+from gpufleet.store.tables import Event as EventRow
 
 
 def _host(s: Session, name: str) -> Host:
@@ -120,8 +130,10 @@ def record_change(
 #: What ``change record --kind reimage`` tells the operator: a reimaged host has a new SSH
 #: host key, which gpufleet refuses until the operator accepts it.
 REIMAGE_HINT = (
-    "a reimage gives the host a new SSH host key, which the next collection refuses; "
-    "accept it with 'gpufleet hosts rekey HOST' (or pin it: --fingerprint SHA256:...)"
+    "a reimage gives the host a new SSH host key, which the next collection refuses (alarm, "
+    "quarantine); before it, accept the new key with 'gpufleet hosts rekey HOST', or pin the "
+    "one you read on the host's console: 'gpufleet hosts rekey HOST --fingerprint SHA256:...' "
+    "(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub)"
 )
 
 
@@ -140,6 +152,11 @@ def each(fleet: Fleet, selector: str, action: Callable[[str], str]) -> list[Host
     one host is recorded in its outcome and the others still run."""
     with fleet.db.session() as s:
         names = selected_names(s, selector)
+    return each_name(names, action)
+
+
+def each_name(names: list[str], action: Callable[[str], str]) -> list[HostOutcome]:
+    """:func:`each` over hosts already selected, by name."""
     out: list[HostOutcome] = []
     for name in names:
         try:
@@ -147,3 +164,143 @@ def each(fleet: Fleet, selector: str, action: Callable[[str], str]) -> list[Host
         except GpufleetError as exc:
             out.append(HostOutcome(name, error=exc))
     return out
+
+
+def named_hosts(fleet: Fleet, selector: str, verb: str) -> list[str]:
+    """The hosts an explicit ``selector`` matches, for an action that must not reach the whole
+    fleet by accident (``remove``, ``rekey``): empty or ``all`` is a ConfigError (exit 2), no
+    match is NotFound (exit 4)."""
+    if not is_explicit(selector):
+        raise ConfigError(f"{verb}: name the hosts (a name, glob or selector), not '{selector}'")
+    with fleet.db.session() as s:
+        return selected_names(s, selector)
+
+
+# --- host keys ------------------------------------------------------------------------------
+
+
+@dataclass
+class Rekeyed:
+    """One host's ``hosts rekey``: the fingerprint it had pinned, the one now expected (None:
+    the next collection pins the key it is offered), and where the host stands."""
+
+    host: str
+    old: str | None = None
+    expected: str | None = None
+    state: str | None = None
+    fault: str | None = None
+    error: GpufleetError | None = None
+
+
+def rekey(fleet: Fleet, name: str, reason: str, fingerprint: str | None = None) -> Rekeyed:
+    """Accept a new SSH host key for ``name`` (after a reimage).
+
+    Without ``fingerprint`` the pinned key is cleared: the next collection trusts the key it is
+    offered and pins it (first use again). With one, only a key with that SHA256 fingerprint
+    is accepted from now on (checked during key exchange, so nothing runs on a host offering
+    another; that is a host-key change, with its alarm); the first match pins the full key.
+    Either way a ``host-key-rekeyed`` event records actor, old and expected fingerprints and
+    ``reason``. The host's state is left alone: a host quarantined for a changed key stays
+    quarantined until an operator lifts it (``unquarantine``)."""
+    expected = check_fingerprint(fingerprint) if fingerprint is not None else None
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        old = pin_fingerprint(h.host_key) if h.host_key else None
+        if expected is None or expected != old or is_fingerprint_pin(h.host_key):
+            h.host_key = expected  # the same key as pinned: keep the full key
+        h.updated_at = fleet.now()
+        then = (
+            f"the next collection accepts only {expected}"
+            if expected
+            else "the next collection pins the key it is offered (first use)"
+        )
+        record_event(
+            s,
+            fleet,
+            EventKind.HOST_KEY_REKEYED,
+            f"host key re-pinned ({reason}): was {old or 'none'}; {then}",
+            host=h,
+            data={"old": old, "expected": expected, "reason": reason},
+        )
+        return Rekeyed(h.name, old, expected, h.state, h.fault)
+
+
+def rekey_hosts(
+    fleet: Fleet, selector: str, reason: str, fingerprint: str | None = None
+) -> list[Rekeyed]:
+    """:func:`rekey` every host ``selector`` names; a fingerprint fits one host only."""
+    if fingerprint is not None:
+        check_fingerprint(fingerprint)  # a typo is refused before any host is touched
+    names = named_hosts(fleet, selector, "rekey")
+    if fingerprint is not None and len(names) > 1:
+        raise ConfigError(
+            f"--fingerprint is one host's key, but '{selector}' matches {len(names)} hosts "
+            f"({', '.join(names[:5])}{' ...' if len(names) > 5 else ''})"
+        )
+    out: list[Rekeyed] = []
+    for name in names:
+        try:
+            out.append(rekey(fleet, name, reason, fingerprint))
+        except GpufleetError as exc:
+            out.append(Rekeyed(name, error=exc))
+    return out
+
+
+# --- removing hosts -------------------------------------------------------------------------
+
+
+def remove_host(fleet: Fleet, name: str, reason: str) -> str:
+    """Remove ``name`` and everything stored about it (facts, GPU and NIC rows, collection
+    results, validations); returns the state it was in.
+
+    Refused while the host is allocated (InvalidTransition, exit 5) or claimed by a running
+    collection (Conflict, exit 6). The audit log keeps the host's events (their ``host_id``
+    cleared, the name kept) and gains a ``host-removed`` event with the host's last state."""
+    now = fleet.now()
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        if HostState(h.state) is HostState.ALLOCATED:
+            raise InvalidTransition(
+                h.name, h.state, "remove", ["any state but allocated (release it first)"]
+            )
+        if h.claim_token is not None and h.claimed_until is not None and h.claimed_until > now:
+            raise Conflict(
+                what=f"host {h.name} (claimed by a running collection until "
+                f"{h.claimed_until.isoformat(timespec='seconds')})"
+            )
+        host_id, version, state = h.id, h.state_version, h.state
+        snapshots = s.scalar(
+            select(func.count()).select_from(FactSnapshot).where(FactSnapshot.host_id == host_id)
+        )
+        last = {
+            "state": str(state),
+            "health": str(h.health),
+            "fault": str(h.fault) if h.fault else None,
+            "fault_reason": h.fault_reason,
+            "address": h.address,
+            "port": h.port,
+            "groups": list(h.groups or []),
+            "pool": h.pool,
+            "host_key": pin_fingerprint(h.host_key) if h.host_key else None,
+            "last_outcome": str(h.last_outcome) if h.last_outcome else None,
+            "snapshots": snapshots,
+            "reason": reason,
+        }
+        s.expunge(h)
+        # The audit log outlives the host: its events keep the name, lose the row id.
+        s.execute(update(EventRow).where(EventRow.host_id == host_id).values(host_id=None))
+        ev = record_event(
+            s,
+            fleet,
+            EventKind.HOST_REMOVED,
+            f"host removed ({reason}); it was {state}",
+            data=last,
+        )
+        ev.host_name = name
+        s.execute(update(Host).where(Host.id == host_id).values(latest_snapshot_id=None))
+        for table in (Validation, CollectionResult, GpuRow, NicRow, FactSnapshot):
+            s.execute(delete(table).where(table.host_id == host_id))
+        gone = s.execute(delete(Host).where(Host.id == host_id, Host.state_version == version))
+        if getattr(gone, "rowcount", 0) != 1:
+            raise Conflict(what=f"host {name}")  # its state changed meanwhile; nothing removed
+        return str(state)
