@@ -61,7 +61,7 @@ app.command("drift")(baseline_cmds.drift_cmd)
 app.command("events")(hosts_cmds.events_cmd)
 app.add_typer(baseline_cmds.app, name="baseline", help="Validated image/driver/CUDA/firmware sets.")
 app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline each points to.")
-app.add_typer(hosts_cmds.app, name="hosts", help="List and inspect hosts.")
+app.add_typer(hosts_cmds.app, name="hosts", help="List, inspect, rekey and remove hosts.")
 app.add_typer(db_cmds.app, name="db", help="Database schema: status, explicit upgrade.")
 app.command("prune")(db_cmds.prune_cmd)
 
