@@ -13,6 +13,7 @@ from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.store.repo import baseline_for_host, hosts_with_latest_facts
 from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
 
 
@@ -175,38 +176,25 @@ class DriftReport:
 def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
     """Every selected host compared with its pool's baseline, field by field."""
     with fleet.db.session() as s:
-        pools = {p.name: p.baseline for p in s.scalars(select(Pool))}
-        rows = {r.name: _to_domain(r) for r in s.scalars(select(BaselineRow))}
-        hosts = list(s.scalars(select_hosts(selector)))
+        hosts = hosts_with_latest_facts(s, select_hosts(selector))
         if not hosts and is_explicit(selector):
             raise nothing_matches(selector)
-        snaps = {
-            sn.host_id: sn
-            for sn in s.scalars(
-                select(FactSnapshot).where(
-                    FactSnapshot.id.in_(
-                        [h.latest_snapshot_id for h in hosts if h.latest_snapshot_id]
-                    )
-                )
-            )
-        }
         by_host: dict[str, list[DriftItem]] = {}
         names: dict[str, str] = {}
         no_baseline: list[str] = []
         no_facts: list[str] = []
-        for h in hosts:
+        for h, snap in hosts:
             if h.state == "retired":
                 continue
-            bname = h.vars.get("gpufleet_baseline") or pools.get(h.pool or "")
-            if not bname or bname not in rows:
+            baseline = baseline_for_host(s, h)
+            if baseline is None:
                 no_baseline.append(h.name)
                 continue
-            snap = snaps.get(h.id)
             if snap is None:
                 no_facts.append(h.name)
                 continue
-            items = diff_against_baseline(HostFacts.model_validate(snap.facts), rows[bname])
-            names[h.name] = bname
+            items = diff_against_baseline(HostFacts.model_validate(snap.facts), baseline)
+            names[h.name] = baseline.name
             if items:
                 by_host[h.name] = items
     return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)

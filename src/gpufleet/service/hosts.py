@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import desc, func, select
+from sqlalchemy import ColumnElement, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
-from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import (
     check_state,
@@ -19,6 +18,7 @@ from gpufleet.service.select import (
     nothing_matches,
     select_hosts,
 )
+from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import CollectionResult, Event, FactSnapshot, Host
 
 
@@ -87,21 +87,19 @@ def list_hosts(
     pool: str | None = None,
 ) -> list[HostView]:
     """Hosts matching the selector AND every given filter, by name."""
-    stmt = select(Host, FactSnapshot).outerjoin(
-        FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id
-    )
-    sub = select_hosts(selector).with_only_columns(Host.id).order_by(None)
-    stmt = stmt.where(Host.id.in_(sub)).order_by(Host.name)
+    where: list[ColumnElement[bool]] = []
     if group:
-        stmt = stmt.where(group_clause(group))
+        where.append(group_clause(group))
     if model:
-        stmt = stmt.where(model_clause(model))
+        where.append(model_clause(model))
     if state:
-        stmt = stmt.where(Host.state == check_state(state))
+        where.append(Host.state == check_state(state))
     if pool:
-        stmt = stmt.where(Host.pool == pool)
+        where.append(Host.pool == pool)
     with fleet.db.session() as s:
-        rows = [_view(h, snap) for h, snap in s.execute(stmt)]
+        rows = [
+            _view(h, snap) for h, snap in hosts_with_latest_facts(s, select_hosts(selector), *where)
+        ]
     if not rows and (is_explicit(selector) or group or model or state or pool):
         filters = [
             f"{k}:{v}"
@@ -115,9 +113,7 @@ def list_hosts(
 def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
     """Facts, last collections and recent events of one host."""
     with fleet.db.session() as s:
-        h = s.scalar(select(Host).where(Host.name == name))
-        if h is None:
-            raise NotFound(f"no host named '{name}'")
+        h = host_by_name(s, name)
         snap = s.get(FactSnapshot, h.latest_snapshot_id) if h.latest_snapshot_id else None
         evs = s.scalars(
             select(Event)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
-
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import Taint, derive_labels, derive_taints
@@ -15,7 +13,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.tables import FactSnapshot, Host, Pool
+from gpufleet.store.repo import baseline_name_for_host, hosts_with_latest_facts
 
 
 @dataclass
@@ -39,16 +37,7 @@ class FleetSummary:
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     with fleet.db.session() as s:
-        rows = list(
-            s.execute(
-                select(Host, FactSnapshot)
-                .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-                .where(
-                    Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
-                )
-                .order_by(Host.name)
-            )
-        )
+        rows = hosts_with_latest_facts(s, select_hosts(selector))
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     per_state = Counter(h.state.value for h, _ in rows)
@@ -100,17 +89,8 @@ class HostLabels:
 def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host."""
     with fleet.db.session() as s:
-        pools = {p.name: p.baseline for p in s.scalars(select(Pool))}
-        rows = list(
-            s.execute(
-                select(Host, FactSnapshot)
-                .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-                .where(
-                    Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None))
-                )
-                .order_by(Host.name)
-            )
-        )
+        rows = hosts_with_latest_facts(s, select_hosts(selector))
+        baselines = {h.name: baseline_name_for_host(s, h) for h, _ in rows}
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     out = []
@@ -118,7 +98,7 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
         facts = HostFacts.model_validate(snap.facts) if snap else None
         state = HostState(h.state)
         fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
-        baseline = h.vars.get("gpufleet_baseline") or pools.get(h.pool or "")
+        baseline = baselines[h.name]
         spec = ExpectedSpec.model_validate(h.expected)
         labels = derive_labels(
             h.name,

@@ -16,14 +16,14 @@ from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
-from gpufleet.domain.checks import CheckStatus
+from gpufleet.domain.checks import ActiveEvidence, CheckStatus
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
 from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
-from gpufleet.domain.spec import Baseline, ExpectedSpec
+from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.collect import RunReport, collect, flag_duplicate
@@ -31,16 +31,11 @@ from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
-from gpufleet.store.tables import (
-    BaselineRow,
-    FactSnapshot,
-    Host,
-    Pool,
-    Validation,
-)
+from gpufleet.store.repo import baseline_for_host, host_by_name, last_change_event_id
 from gpufleet.store.tables import (
     Event as EventRow,
 )
+from gpufleet.store.tables import FactSnapshot, Host, Validation
 
 #: Stored evidence kinds and the models they were dumped from.
 EVIDENCE_MODELS: dict[str, type[BaseModel]] = {
@@ -131,21 +126,6 @@ def sweep(fleet: Fleet) -> list[str]:
     return touched
 
 
-#: Audit-log kinds that mean "the hardware or software under test changed": evidence recorded
-#: before the latest of them tested something else and no longer counts.
-CHANGE_EVENT_KINDS = (EventKind.CHANGE_DETECTED, EventKind.CHANGE_DECLARED)
-
-
-def last_change_event_id(s: Session, host: Host) -> int | None:
-    """Id of the host's latest detected or declared change (driver, GPU swap, reimage ...)."""
-    return s.scalar(
-        select(EventRow.id)
-        .where(EventRow.host_id == host.id, EventRow.kind.in_(CHANGE_EVENT_KINDS))
-        .order_by(desc(EventRow.id))
-        .limit(1)
-    )
-
-
 def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host.
 
@@ -156,7 +136,7 @@ def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == EventKind.EVIDENCE)
     if since is not None:
         stmt = stmt.where(EventRow.at >= since)
-    changed = last_change_event_id(s, host)
+    changed = last_change_event_id(s, host.id)
     if changed is not None:
         # Event ids grow with every append, so "after the change" holds even on one tick.
         stmt = stmt.where(EventRow.id > changed)
@@ -168,19 +148,6 @@ def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
             raw = ev.data.get("result")
             out[kind] = model.model_validate(raw) if model and raw is not None else raw
     return out
-
-
-def _baseline(s: Session, host: Host) -> Baseline | None:
-    name = host.vars.get("gpufleet_baseline")
-    if not name and host.pool:
-        pool = s.scalar(select(Pool).where(Pool.name == host.pool))
-        name = pool.baseline if pool else None
-    if not name:
-        return None
-    row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
-    if row is None:
-        return None
-    return Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
 
 
 def judge_host(
@@ -209,7 +176,7 @@ def judge_host(
         verdict.skipped = "no facts collected yet"
         return verdict
     facts = HostFacts.model_validate(snap.facts)
-    baseline = _baseline(s, host)
+    baseline = baseline_for_host(s, host)
     now = fleet.now()
     outcome: ValidationOutcome = evaluate(
         facts,
@@ -218,7 +185,9 @@ def judge_host(
         policies.profiles,
         policies.xid,
         now,
-        evidence=_evidence(s, host, now - fleet.settings.validation_ttl),
+        evidence=ActiveEvidence.from_kinds(
+            _evidence(s, host, now - fleet.settings.validation_ttl)
+        ),
     )
     duplicate = flag_duplicate(s, fleet, host, facts)
     if duplicate and outcome.decision is Decision.AVAILABLE:
@@ -343,8 +312,9 @@ def _judge_by_name(
     write (an operator put it in maintenance meanwhile), nothing is written and the host is
     re-read and judged again, so the operator's change is never undone."""
     with fleet.db.session() as s:
-        host = s.scalar(select(Host).where(Host.name == name).with_for_update())
-        if host is None:
+        try:
+            host = host_by_name(s, name, for_update=True)
+        except NotFound:  # removed meanwhile
             return None
         return judge_host(fleet, s, host, policies, collected, must_be_collected=must_be_collected)
 
@@ -354,9 +324,7 @@ def record_evidence(
 ) -> None:
     """Store the parsed result of an active test (dcgm, nccl, gpu_burn) for a host."""
     with fleet.db.session() as s:
-        host = s.scalar(select(Host).where(Host.name == host_name))
-        if host is None:
-            raise NotFound(f"no host named '{host_name}'")
+        host = host_by_name(s, host_name)
         record_event(
             s,
             fleet,

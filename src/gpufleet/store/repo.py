@@ -1,0 +1,84 @@
+"""Shared queries: the few reads every use case needs, spelled once.
+
+Services call these inside their own transaction (the session is theirs); nothing here opens
+a transaction, commits or does network I/O. Selectors are built by
+:mod:`gpufleet.service.select`; the functions here take the resulting ``SELECT`` of hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, Select, desc, select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.spec import Baseline
+from gpufleet.errors import NotFound
+from gpufleet.store.tables import BaselineRow, Event, FactSnapshot, Host, Pool
+
+
+def host_by_name(s: Session, name: str, *, for_update: bool = False) -> Host:
+    """The host called ``name`` (row-locked with ``for_update``); :class:`NotFound` (exit 4)
+    naming it otherwise."""
+    stmt = select(Host).where(Host.name == name)
+    if for_update:
+        stmt = stmt.with_for_update()
+    host = s.scalar(stmt)
+    if host is None:
+        raise NotFound(f"no host named '{name}'")
+    return host
+
+
+def hosts_with_latest_facts(
+    s: Session, hosts: Select[Host], *where: ColumnElement[bool]
+) -> list[tuple[Host, FactSnapshot | None]]:
+    """Each host ``hosts`` selects (e.g. ``select_hosts(selector)``) with its latest good
+    snapshot (None before the first collection), by name. ``where`` adds clauses that may
+    name either table (e.g. a model filter on :class:`FactSnapshot`)."""
+    ids = hosts.with_only_columns(Host.id).order_by(None)
+    stmt = (
+        select(Host, FactSnapshot)
+        .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.id.in_(ids), *where)
+        .order_by(Host.name)
+    )
+    return [(h, snap) for h, snap in s.execute(stmt)]
+
+
+def baseline_name_for_host(s: Session, host: Host) -> str | None:
+    """The name of the baseline that applies to ``host``: its own ``gpufleet_baseline``
+    variable, else its pool's baseline; None when neither names one. The named baseline may
+    not exist (see :func:`baseline_for_host`)."""
+    name = host.vars.get("gpufleet_baseline")
+    if not name and host.pool:
+        name = s.scalar(select(Pool.baseline).where(Pool.name == host.pool))
+    return name or None
+
+
+def baseline_for_host(s: Session, host: Host) -> Baseline | None:
+    """The baseline that applies to ``host`` (:func:`baseline_name_for_host`), or None when
+    none is named or the named one is not stored. Validation and drift both use this."""
+    name = baseline_name_for_host(s, host)
+    if name is None:
+        return None
+    row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
+    if row is None:
+        return None
+    return Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
+
+
+#: Audit-log kinds that mean "the hardware or software under test changed": evidence recorded
+#: before the latest of them tested something else and no longer counts.
+CHANGE_EVENT_KINDS: Sequence[EventKind] = (EventKind.CHANGE_DETECTED, EventKind.CHANGE_DECLARED)
+
+
+def last_change_event_id(s: Session, host_id: int) -> int | None:
+    """Id of the host's latest detected or declared change (driver, GPU swap, reimage ...);
+    event ids grow with every append, so it orders changes even within one clock tick."""
+    return s.scalar(
+        select(Event.id)
+        .where(Event.host_id == host_id, Event.kind.in_(CHANGE_EVENT_KINDS))
+        .order_by(desc(Event.id))
+        .limit(1)
+    )
