@@ -10,8 +10,18 @@ from gpufleet.domain.checks import (
     CHECK_PARAMS,
     CHECKS,
     HARDWARE_FAULTS,
+    ActiveEvidence,
+    CheckContext,
     CheckResult,
     CheckStatus,
+)
+from gpufleet.domain.evidence import (
+    DcgmDiagResult,
+    GpuBurnGpu,
+    GpuBurnResult,
+    NcclMeasurement,
+    NcclResult,
+    NcclRow,
 )
 from gpufleet.domain.facts import (
     EccErrors,
@@ -27,6 +37,7 @@ from gpufleet.domain.facts import (
 from gpufleet.domain.health import Fault
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.xid import XidPolicy
+from gpufleet.testing import NOW
 
 Facts = Callable[..., HostFacts]
 P, W, F, SK = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
@@ -38,8 +49,16 @@ def run(
     spec: ExpectedSpec,
     baseline: Baseline | None,
     params: Mapping[str, Any] | None = None,
+    *,
+    now: datetime = NOW,
+    xid_policy: XidPolicy | None = None,
+    evidence: ActiveEvidence | None = None,
 ) -> CheckResult:
-    result = CHECKS[name](facts, spec, baseline, params or {})
+    ctx = CheckContext(
+        now=now, spec=spec, baseline=baseline, evidence=evidence or ActiveEvidence(),
+        xid_policy=xid_policy or XidPolicy.load_default(),
+    )
+    result = CHECKS[name](facts, ctx, params or {})
     assert result.name == name
     return result
 
@@ -61,7 +80,7 @@ def test_clean_host_passes_everything_it_can(
     facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
 ) -> None:
     for name, fn in CHECKS.items():
-        result = fn(facts, spec, baseline, {"now": now})
+        result = fn(facts, CheckContext(now=now, spec=spec, baseline=baseline), {})
         assert result.status in (P, SK), (name, result.message)
         assert result.fault is None
 
@@ -311,7 +330,7 @@ def xid(code: int, when: datetime | None, addr: str = "PCI:0000:9a:00") -> XidEv
 
 def test_fatal_xid_fails(facts_factory: Facts, spec: ExpectedSpec, now: datetime) -> None:
     f = facts_factory(xids=[xid(79, now - timedelta(hours=1))])
-    r = run("xid", f, spec, None, {"now": now})
+    r = run("xid", f, spec, None, now=now)
     assert (r.status, r.fault) == (F, Fault.FATAL_XID)
     assert "Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM) x1 on PCI:0000:9a:00" in r.message
     assert r.evidence["fatal"] == [79]
@@ -321,7 +340,7 @@ def test_nonfatal_and_unknown_xids_warn(
     facts_factory: Facts, spec: ExpectedSpec, now: datetime
 ) -> None:
     f = facts_factory(xids=[xid(13, now), xid(13, now), xid(999, now)])
-    r = run("xid", f, spec, None, {"now": now})
+    r = run("xid", f, spec, None, now=now)
     assert (r.status, r.fault) == (W, None)
     assert "GR_EXCEPTION" in r.message and "x2" in r.message and "unknown Xid 999" in r.message
     assert r.evidence["unknown"] == [999] and r.evidence["nonfatal"] == [13]
@@ -329,22 +348,22 @@ def test_nonfatal_and_unknown_xids_warn(
 
 def test_xid_window(facts_factory: Facts, spec: ExpectedSpec, now: datetime) -> None:
     old = facts_factory(xids=[xid(79, now - timedelta(hours=30))])
-    r = run("xid", old, spec, None, {"now": now})
+    r = run("xid", old, spec, None, now=now)
     assert r.status is P and r.evidence["ignored_older"] == 1
-    assert run("xid", old, spec, None, {"now": now, "window_hours": 48}).status is F
+    assert run("xid", old, spec, None, {"window_hours": 48}, now=now).status is F
     # No timestamp: from the current boot's log, counted.
     undated = facts_factory(xids=[xid(79, None)])
-    assert run("xid", undated, spec, None, {"now": now}).status is F
+    assert run("xid", undated, spec, None, now=now).status is F
     # Naive timestamps are read as UTC rather than crash.
     naive = facts_factory(xids=[xid(79, (now - timedelta(hours=1)).replace(tzinfo=None))])
-    assert run("xid", naive, spec, None, {"now": now}).status is F
+    assert run("xid", naive, spec, None, now=now).status is F
 
 
 def test_xid_policy_param(facts_factory: Facts, spec: ExpectedSpec, now: datetime) -> None:
     f = facts_factory(xids=[xid(109, now)])
-    assert run("xid", f, spec, None, {"now": now}).status is F
+    assert run("xid", f, spec, None, now=now).status is F
     lenient = XidPolicy.load_default().merged({109: False})
-    assert run("xid", f, spec, None, {"now": now, "xid_policy": lenient}).status is W
+    assert run("xid", f, spec, None, xid_policy=lenient, now=now).status is W
 
 
 # --------------------------------------------------------------------------- NVLink
@@ -490,67 +509,67 @@ def test_pcie_link(facts_factory: Facts, spec: ExpectedSpec) -> None:
 
 def test_evidence_checks_skip_without_results(facts: HostFacts, spec: ExpectedSpec) -> None:
     for name in ("dcgm_diag", "nccl", "gpu_burn"):
-        assert run(name, facts, spec, None, {"evidence": {}}).status is SK
-        assert run(name, facts, spec, None, {"evidence": {}, "require": True}).status is F
+        assert run(name, facts, spec, None, evidence=ActiveEvidence()).status is SK
+        assert run(name, facts, spec, None, {"require": True}).status is F
 
 
-class _Diag:
-    """Stands in for gpufleet.domain.evidence.DcgmDiagResult (attribute access)."""
-
-    def __init__(self, passed: bool, level: int) -> None:
-        self.passed = passed
-        self.level = level
+def _nccl(avg: float | None, wrong: int = 0) -> NcclResult:
+    half = NcclMeasurement(time_us=10.0, algbw_gbps=100.0, busbw_gbps=175.0, wrong=wrong)
+    row = NcclRow(size_bytes=8 << 30, count=1 << 31, dtype="float", redop="sum",
+                  out_of_place=half, in_place=half.model_copy(update={"wrong": 0}))
+    return NcclResult(op="all_reduce", max_bus_bw_gbps=190.0, avg_bus_bw_gbps=avg,
+                      size_max_bytes=8 << 30, rows=[row])
 
 
 def test_dcgm_diag(facts: HostFacts, spec: ExpectedSpec) -> None:
-    ok = run("dcgm_diag", facts, spec, None, {"evidence": {"dcgm_diag": _Diag(True, 2)}})
-    assert ok.status is P
-    bad = run("dcgm_diag", facts, spec, None, {"evidence": {"dcgm_diag": _Diag(False, 2)}})
+    def diag(passed: bool, level: int) -> ActiveEvidence:
+        return ActiveEvidence(dcgm_diag=DcgmDiagResult(passed=passed, level=level))
+
+    assert run("dcgm_diag", facts, spec, None, evidence=diag(True, 2)).status is P
+    bad = run("dcgm_diag", facts, spec, None, evidence=diag(False, 2))
     assert (bad.status, bad.fault) == (F, Fault.DIAG_FAILED)
-    shallow = run("dcgm_diag", facts, spec, None,
-                  {"evidence": {"dcgm_diag": {"passed": True, "level": 1}}, "min_level": 2})
+    shallow = run("dcgm_diag", facts, spec, None, {"min_level": 2}, evidence=diag(True, 1))
     assert shallow.status is F and "level 2 required" in shallow.message
 
 
 def test_nccl(facts: HostFacts, spec: ExpectedSpec) -> None:
-    ev = {"evidence": {"nccl": {"avg_bus_bw_gbps": 180.5}}}
-    assert run("nccl", facts, spec, None, {**ev, "min_busbw_gbps": 150}).status is P
-    r = run("nccl", facts, spec, None, {**ev, "min_busbw_gbps": 350})
+    ev = ActiveEvidence(nccl=_nccl(180.5))
+    assert run("nccl", facts, spec, None, {"min_busbw_gbps": 150}, evidence=ev).status is P
+    r = run("nccl", facts, spec, None, {"min_busbw_gbps": 350}, evidence=ev)
     assert (r.status, r.fault) == (F, Fault.DIAG_FAILED)
     assert "180.5 GB/s below 350 GB/s" in r.message
+    r = run("nccl", facts, spec, None, evidence=ActiveEvidence(nccl=_nccl(None)))
+    assert (r.status, r.message) == (F, "NCCL test reported no bus bandwidth")
 
 
 def test_gpu_burn(facts: HostFacts, spec: ExpectedSpec) -> None:
-    assert run("gpu_burn", facts, spec, None,
-               {"evidence": {"gpu_burn": {"passed": True}}}).status is P
-    per_gpu = {"gpus": [{"index": 0, "ok": True}, {"index": 1, "ok": False}]}
-    r = run("gpu_burn", facts, spec, None, {"evidence": {"gpu_burn": per_gpu}})
+    ok = GpuBurnResult(gpus=[GpuBurnGpu(index=0, ok=True)])
+    assert run("gpu_burn", facts, spec, None, evidence=ActiveEvidence(gpu_burn=ok)).status is P
+    bad = GpuBurnResult(gpus=[GpuBurnGpu(index=0, ok=True), GpuBurnGpu(index=1, ok=False)])
+    r = run("gpu_burn", facts, spec, None, evidence=ActiveEvidence(gpu_burn=bad))
     assert r.status is F and r.message == "gpu-burn failed on GPU 1"
+    # A run that tested no GPU proves nothing.
+    empty = ActiveEvidence(gpu_burn=GpuBurnResult(gpus=[]))
+    assert run("gpu_burn", facts, spec, None, evidence=empty).status is F
 
 
 def test_evidence_models_from_the_evidence_module(facts: HostFacts, spec: ExpectedSpec) -> None:
-    from gpufleet.domain.evidence import (
-        DcgmDiagResult,
-        GpuBurnGpu,
-        GpuBurnResult,
-        NcclResult,
-    )
-
-    evidence = {
+    evidence = ActiveEvidence.from_kinds({
         "dcgm_diag": DcgmDiagResult(level=2, passed=False, runtime_error="NVML error"),
+        # Stored evidence comes back as its JSON dump.
         "nccl": NcclResult(op="all_reduce", max_bus_bw_gbps=190.0, avg_bus_bw_gbps=170.0,
-                           size_max_bytes=8 << 30),
+                           size_max_bytes=8 << 30).model_dump(mode="json"),
         "gpu_burn": GpuBurnResult(gpus=[GpuBurnGpu(index=0, ok=True),
                                         GpuBurnGpu(index=3, ok=False)]),
-    }
-    r = run("dcgm_diag", facts, spec, None, {"evidence": evidence})
+        "something_else": {"ignored": True},
+    })
+    r = run("dcgm_diag", facts, spec, None, evidence=evidence)
     assert (r.status, r.message) == (F, "DCGM diag failed (NVML error)")
-    assert run("nccl", facts, spec, None, {"evidence": evidence, "min_busbw_gbps": 150}).status is P
-    r = run("gpu_burn", facts, spec, None, {"evidence": evidence})
+    assert run("nccl", facts, spec, None, {"min_busbw_gbps": 150}, evidence=evidence).status is P
+    r = run("gpu_burn", facts, spec, None, evidence=evidence)
     assert (r.status, r.message) == (F, "gpu-burn failed on GPU 3")
 
 
 def test_nccl_wrong_values_fail(facts: HostFacts, spec: ExpectedSpec) -> None:
-    r = run("nccl", facts, spec, None,
-            {"evidence": {"nccl": {"avg_bus_bw_gbps": 200.0, "wrong_total": 4}}})
+    r = run("nccl", facts, spec, None, evidence=ActiveEvidence(nccl=_nccl(200.0, wrong=4)))
     assert (r.status, r.fault) == (F, Fault.DIAG_FAILED) and "4 wrong values" in r.message

@@ -19,7 +19,7 @@ from gpufleet.collect.ib import parse_ibstat, parse_ibstatus
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
 from gpufleet.collect.pci import parse_lspci
-from gpufleet.domain.checks import CHECKS, CheckResult, CheckStatus
+from gpufleet.domain.checks import CHECKS, ActiveEvidence, CheckContext, CheckResult, CheckStatus
 from gpufleet.domain.facts import FACTS_VERSION, HostFacts, NvidiaSmiReport
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault
 from gpufleet.domain.spec import ExpectedSpec
@@ -40,8 +40,11 @@ def facts(**kw: Any) -> HostFacts:
 
 
 def check(name: str, f: HostFacts, spec: ExpectedSpec | None = None,
+          now: datetime = COLLECTED, evidence: dict[str, Any] | None = None,
           **params: Any) -> CheckResult:
-    result = CHECKS[name](f, spec or ExpectedSpec(), None, params)
+    ctx = CheckContext(now=now, spec=spec or ExpectedSpec(),
+                       evidence=ActiveEvidence.from_kinds(evidence))
+    result = CHECKS[name](f, ctx, params)
     assert result.name == name
     return result
 

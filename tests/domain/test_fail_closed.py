@@ -16,7 +16,7 @@ from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
-from gpufleet.domain.checks import CHECKS, CheckStatus
+from gpufleet.domain.checks import CHECKS, CheckContext, CheckStatus
 from gpufleet.domain.facts import FACTS_VERSION, HostFacts, UnreadableXid
 from gpufleet.domain.health import Fault
 from gpufleet.domain.profiles import Decision, evaluate, load_profiles
@@ -64,7 +64,7 @@ ONE = ExpectedSpec(gpu_count=1)
 
 
 def xid(f: HostFacts) -> tuple[CheckStatus, Fault | None, str]:
-    r = CHECKS["xid"](f, ExpectedSpec(), None, {"now": NOW})
+    r = CHECKS["xid"](f, CheckContext(now=NOW), {})
     return r.status, r.fault, r.message
 
 
@@ -133,7 +133,7 @@ def test_ibstat_lspci_lsblk_failures_are_none_not_empty() -> None:
     ))
     assert (f.ib_ports, f.pci_devices, f.block_devices) == (None, None, None)
     need = ExpectedSpec(fabric="ib", ib_ports=4)
-    r = CHECKS["ib_ports"](f, need, None, {"required": True})
+    r = CHECKS["ib_ports"](f, CheckContext(now=NOW, spec=need), {"required": True})
     assert r.status is CheckStatus.FAIL and "not collected" in r.message
 
 
@@ -165,7 +165,7 @@ def test_lost_gpu_in_xml_is_recorded_and_fails_health() -> None:
     report = parse_nvidia_smi_xml(xml, "edited")
     assert [g.error for g in report.gpus] == [None, None, "GPU is lost (product_name)"] + [None] * 5
     f = facts_of(sections(**{"nvidia-smi-xml": Section("nvidia-smi-xml", xml, "", 0)}))
-    r = CHECKS["gpu_count"](f, ExpectedSpec(gpu_count=8), None, {})
+    r = CHECKS["gpu_count"](f, CheckContext(now=NOW, spec=ExpectedSpec(gpu_count=8)), {})
     assert (r.status, r.fault) == (CheckStatus.FAIL, Fault.GPU_LOST)
     assert "GPU 2" in r.message and "GPU is lost" in r.message
     decision, passed = judge(f, ExpectedSpec(gpu_count=8))
@@ -193,7 +193,7 @@ def test_unknown_error_and_requires_reset_in_text_report() -> None:
         1: "Unknown Error (uuid)", 5: "GPU requires reset (temperature_c)"}
     f = HostFacts(facts_version=FACTS_VERSION, collected_at=NOW,
                   nvidia_smi=parse_nvidia_smi_text(edited, "edited"), pci_devices=None, xids=[])
-    r = CHECKS["gpu_count"](f, ExpectedSpec(gpu_count=8), None, {})
+    r = CHECKS["gpu_count"](f, CheckContext(now=NOW, spec=ExpectedSpec(gpu_count=8)), {})
     assert (r.status, r.fault) == (CheckStatus.FAIL, Fault.GPU_LOST)
 
 
@@ -217,7 +217,7 @@ def test_gpu_less_vm_is_never_validated_even_without_a_spec() -> None:
     decision, passed = judge(f)  # the inventory gives no expected spec at all
     assert decision is not Decision.AVAILABLE
     assert passed == set()  # no validated.inference, no validated.test
-    r = CHECKS["gpu_count"](f, ExpectedSpec(), None, {})
+    r = CHECKS["gpu_count"](f, CheckContext(now=NOW, spec=ExpectedSpec()), {})
     assert r.status is CheckStatus.FAIL and "no NVIDIA GPU on the PCI bus" in r.message
 
 
@@ -238,11 +238,11 @@ def test_spec_silent_expected_count_comes_from_lspci() -> None:
     # report one: with no spec, the bus's 8 are expected, and the host is held.
     f = facts_of(sections(**{"lspci-nn": Section("lspci-nn", text(LSPCI_A100), "", 0)}))
     assert len(f.pci_gpus) == 8 and len(f.gpus) == 1
-    r = CHECKS["gpu_count"](f, ExpectedSpec(), None, {})
+    r = CHECKS["gpu_count"](f, CheckContext(now=NOW, spec=ExpectedSpec()), {})
     assert (r.status, r.fault) == (CheckStatus.FAIL, Fault.GPU_LOST)
     assert r.evidence["expected_from"] == "lspci"
     # lspci not collected and no spec: nothing to hold the driver's count against.
     blind = facts_of(sections())  # no lspci section
-    r = CHECKS["gpu_count"](blind, ExpectedSpec(), None, {})
+    r = CHECKS["gpu_count"](blind, CheckContext(now=NOW, spec=ExpectedSpec()), {})
     assert r.status is CheckStatus.FAIL and "cannot tell" in r.message
     assert judge(blind)[0] is not Decision.AVAILABLE

@@ -5,7 +5,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from gpufleet.domain.checks import CHECKS, CheckStatus
+from gpufleet.domain.checks import CHECKS, ActiveEvidence, CheckStatus
+from gpufleet.domain.evidence import NcclResult
 from gpufleet.domain.facts import HostFacts, XidEvent
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.profiles import Decision, evaluate, load_profiles
@@ -145,7 +146,9 @@ def test_evidence_reaches_evidence_checks(
 ) -> None:
     user = "profiles:\n  training-multinode:\n    checks:\n      nccl: {min_busbw_gbps: 300}\n"
     out = evaluate(facts, spec, baseline, load_profiles(user), None, now,
-                   evidence={"nccl": {"avg_bus_bw_gbps": 120.0}})
+                   evidence=ActiveEvidence(nccl=NcclResult(
+                       op="all_reduce", max_bus_bw_gbps=130.0, avg_bus_bw_gbps=120.0,
+                       size_max_bytes=8 << 30)))
     assert out.profiles_passed == ALL - {"training-multinode"}
     assert out.faults == {Fault.DIAG_FAILED}
     assert out.health is Health.WARNING

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict
+from typing import Any, cast
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, cell, console, lit, open_fleet, print_json
+from gpufleet.domain.pins import PINS, Compare, Pin, PinValue
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
 from gpufleet.service import baselines as svc
@@ -17,65 +20,104 @@ app = typer.Typer(no_args_is_help=True)
 pool_app = typer.Typer(no_args_is_help=True)
 
 
-def _sysctls(pairs: list[str]) -> dict[str, str]:
+def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
     out = {}
     for p in pairs:
         k, sep, v = p.partition("=")
         if not sep or not k.strip():
-            raise ConfigError(f"--sysctl {p!r}: expected KEY=VALUE")
+            raise ConfigError(f"{flag} {p!r}: expected KEY=VALUE")
         out[k.strip()] = v.strip()
     return out
 
 
-@app.command("create")
-@boundary
-def create_cmd(
-    name: str = typer.Argument(..., help="Baseline name, e.g. h100-2026q4."),
-    purpose: str = typer.Option("", help="What it is for (training, inference ...)."),
-    status: BaselineStatus = typer.Option(
-        BaselineStatus.CANDIDATE, help="Lifecycle of the baseline."
-    ),
-    from_host: str | None = typer.Option(
-        None, "--from-host", help="Copy from a known-good host's facts."
-    ),
-    os_image: str | None = typer.Option(None, "--os", help="OS image, e.g. 'Ubuntu 22.04.5 LTS'."),
-    kernel: str | None = typer.Option(None, help="Kernel release (uname -r)."),
-    driver: str | None = typer.Option(None, help="NVIDIA driver version."),
-    cuda: str | None = typer.Option(None, help="CUDA version nvidia-smi reports."),
-    container_toolkit: str | None = typer.Option(
-        None, "--container-toolkit", help="nvidia-container-toolkit version."
-    ),
-    vbios: list[str] = typer.Option([], help="Accepted VBIOS version; repeatable."),
-    fabric_manager: str | None = typer.Option(None, help="Fabric manager version."),
-    sysctl: list[str] = typer.Option([], help="KEY=VALUE; repeatable."),
-    pool: list[str] = typer.Option([], help="Point these pools at it; repeatable."),
-    replace: bool = typer.Option(False, "--replace", help="Overwrite an existing baseline."),
-) -> None:
+def _pin_value(pin: Pin, given: Any) -> PinValue:
+    if pin.compare is Compare.MAP:
+        return _pairs(pin.flag, list(given))
+    if pin.compare is Compare.ONE_OF:
+        return list(given)
+    return cast("str | None", given)
+
+
+def _pin_option(pin: Pin) -> inspect.Parameter:
+    """``baseline create``'s flag for one pin: repeatable for lists and KEY=VALUE maps."""
+    if pin.compare in (Compare.ONE_OF, Compare.MAP):
+        annotation: Any = list[str]
+        default = typer.Option([], pin.flag, help=pin.help)
+    else:
+        annotation = str | None
+        default = typer.Option(None, pin.flag, help=pin.help)
+    return inspect.Parameter(pin.field, _KW, default=default, annotation=annotation)
+
+
+_KW = inspect.Parameter.KEYWORD_ONLY
+
+
+def create_cmd(**options: Any) -> None:
     """Create a baseline (explicitly, or from a host) and optionally map pools to it."""
+    name: str = options["name"]
+    pool: list[str] = options["pool"]
+    status: BaselineStatus = options["status"]
     fleet = open_fleet()
-    if from_host:
-        b = svc.baseline_from_host(fleet, from_host, name, purpose)
+    if options["from_host"]:
+        b = svc.baseline_from_host(fleet, options["from_host"], name, options["purpose"])
         b = b.model_copy(update={"status": status})
     else:
-        b = Baseline(
-            name=name,
-            purpose=purpose,
-            status=status,
-            os_image=os_image,
-            kernel=kernel,
-            driver=driver,
-            cuda=cuda,
-            container_toolkit=container_toolkit,
-            vbios=list(vbios),
-            fabric_manager=fabric_manager,
-            sysctls=_sysctls(sysctl),
+        pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
+        b = Baseline.model_validate(
+            {"name": name, "purpose": options["purpose"], "status": status} | pinned
         )
-    svc.save_baseline(fleet, b, replace=replace)
+    svc.save_baseline(fleet, b, replace=options["replace"])
     for p in pool:
         svc.set_pool_baseline(fleet, p, name, create=True)
     console.print(
         f"baseline {name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
     )
+
+
+# The pinned fields' flags come from the pin table (gpufleet.domain.pins): Typer reads the
+# command's parameters from its signature.
+vars(create_cmd)["__signature__"] = inspect.Signature(
+    [
+        inspect.Parameter(
+            "name",
+            _KW,
+            default=typer.Argument(..., help="Baseline name, e.g. h100-2026q4."),
+            annotation=str,
+        ),
+        inspect.Parameter(
+            "purpose",
+            _KW,
+            default=typer.Option("", help="What it is for (training, inference ...)."),
+            annotation=str,
+        ),
+        inspect.Parameter(
+            "status",
+            _KW,
+            default=typer.Option(BaselineStatus.CANDIDATE, help="Lifecycle of the baseline."),
+            annotation=BaselineStatus,
+        ),
+        inspect.Parameter(
+            "from_host",
+            _KW,
+            default=typer.Option(None, "--from-host", help="Copy from a known-good host's facts."),
+            annotation=str | None,
+        ),
+        *(_pin_option(p) for p in PINS),
+        inspect.Parameter(
+            "pool",
+            _KW,
+            default=typer.Option([], help="Point these pools at it; repeatable."),
+            annotation=list[str],
+        ),
+        inspect.Parameter(
+            "replace",
+            _KW,
+            default=typer.Option(False, "--replace", help="Overwrite an existing baseline."),
+            annotation=bool,
+        ),
+    ]
+)
+app.command("create")(boundary(create_cmd))
 
 
 @app.command("list")

@@ -27,11 +27,13 @@ from pydantic import BaseModel, ConfigDict
 from gpufleet.domain.checks import (
     CHECK_PARAMS,
     CHECKS,
-    CONTEXT_PARAMS,
     DRIFT_CHECKS,
+    ActiveEvidence,
+    CheckContext,
     CheckResult,
     CheckStatus,
 )
+from gpufleet.domain.checks.base import default_xid_policy
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health, health_for
 from gpufleet.domain.spec import Baseline, ExpectedSpec
@@ -41,6 +43,9 @@ from gpufleet.errors import ConfigError
 
 #: Parameter every check accepts: report the failure, don't fail the profile for it.
 ADVISORY = "advisory"
+#: What validation supplies in the :class:`~gpufleet.domain.checks.CheckContext`: refused as
+#: profile parameters, so a profile cannot fake the time, the policy or the evidence.
+CONTEXT_PARAMS = frozenset({"now", "xid_policy", "evidence"})
 _PROFILE_KEYS = {"description", "extends", "checks"}
 
 
@@ -256,7 +261,7 @@ def evaluate(
     policy: XidPolicy | None,
     now: datetime,
     *,
-    evidence: Mapping[str, Any] | None = None,
+    evidence: ActiveEvidence | None = None,
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
 ) -> ValidationOutcome:
     """Run every profile's checks on ``facts`` and decide (see the module docstring).
@@ -264,8 +269,13 @@ def evaluate(
     ``results`` is keyed by check name; when profiles give one check different parameters,
     the later parameter sets are keyed ``"<check>[<profile>]"``.
     """
-    # A None policy lets the xid check use its cached packaged default.
-    context = {"now": now, "xid_policy": policy, "evidence": evidence}
+    context = CheckContext(
+        now=now,
+        spec=spec,
+        baseline=baseline,
+        evidence=evidence or ActiveEvidence(),
+        xid_policy=policy or default_xid_policy(),  # None: the packaged default
+    )
     results: dict[str, CheckResult] = {}
     run_keys: dict[tuple[str, str], str] = {}  # (check, params repr) -> result key
     outcomes: dict[str, ProfileOutcome] = {}
@@ -280,7 +290,7 @@ def evaluate(
             key = run_keys.get(signature)
             if key is None:
                 key = check if check not in results else f"{check}[{pname}]"
-                results[key] = CHECKS[check](facts, spec, baseline, {**own, **context})
+                results[key] = CHECKS[check](facts, context, own)
                 run_keys[signature] = key
             keys[check] = key
             result = results[key]

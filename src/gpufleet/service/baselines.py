@@ -9,6 +9,7 @@ from sqlalchemy import select
 from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.pins import baseline_values
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
@@ -59,19 +60,10 @@ def baseline_from_host(fleet: Fleet, host_name: str, name: str, purpose: str = "
         snap = s.get(FactSnapshot, host.latest_snapshot_id)
         assert snap is not None
         facts = HostFacts.model_validate(snap.facts)
-    vbios = sorted({g.vbios_version for g in facts.gpus if g.vbios_version})
-    return Baseline(
-        name=name,
-        purpose=purpose,
-        status=BaselineStatus.CANDIDATE,
-        os_image=facts.os.pretty_name if facts.os else None,
-        kernel=facts.kernel,
-        driver=facts.driver_version,
-        cuda=facts.cuda_version,
-        container_toolkit=facts.container_toolkit,
-        fabric_manager=facts.fabricmanager_version,
-        vbios=vbios,
-        sysctls=dict(facts.sysctls),
+    # Every pin of the table, as the host has it (gpufleet.domain.pins).
+    return Baseline.model_validate(
+        {"name": name, "purpose": purpose, "status": BaselineStatus.CANDIDATE}
+        | baseline_values(facts)
     )
 
 
