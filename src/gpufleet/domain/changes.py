@@ -23,7 +23,7 @@ class ChangeKind(StrEnum):
 
 
 class DeclaredChangeKind(StrEnum):
-    """What an operator can declare (``gpufleet change declare --kind ...``)."""
+    """What an operator can declare (``gpufleet change record --kind ...``)."""
 
     DRIVER_UPGRADE = "driver-upgrade"
     REIMAGE = "reimage"

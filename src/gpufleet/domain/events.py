@@ -11,7 +11,7 @@ from enum import StrEnum
 
 
 class EventKind(StrEnum):
-    """What an audit-log row records (``gpufleet hosts events --kind``)."""
+    """What an audit-log row records (``gpufleet events --kind``)."""
 
     TRANSITION = "transition"
     """A lifecycle event was applied (self-transitions included); ``data`` has from/to/event."""

@@ -34,25 +34,25 @@ E = Event
 
 TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     # --- enrolment and validation
-    (S.ENROLLED, E.VALIDATE): S.VALIDATING,  # service/onboard.py, cli `gpufleet validate`
+    (S.ENROLLED, E.VALIDATE): S.VALIDATING,  # cli `gpufleet validate` (first validation)
     (S.AVAILABLE, E.VALIDATE): S.VALIDATING,  # cli/api `gpufleet validate` (operator re-check)
     (S.VALIDATING, E.VALIDATE): S.VALIDATING,  # service/validate.py: new attempt, clock restarts
     (S.VALIDATING, E.VALIDATION_PASSED): S.AVAILABLE,  # service/validate.py
     (S.VALIDATING, E.VALIDATION_FAILED): S.VALIDATING,  # service/validate.py: reasons recorded
-    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/sweeper.py: validation record too old
+    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/validate.py sweep: validation record too old
     # --- hardware faults (validation or monitoring)
-    (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py, service/monitor.py
+    (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py, monitoring
     (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py
-    (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/monitor.py
-    (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/monitor.py: job already broken
-    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/reclaim.py
-    (S.MAINTENANCE, E.HARDWARE_FAULT): S.MAINTENANCE,  # service/monitor.py: recorded only
-    (S.QUARANTINED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/monitor.py: recorded only
+    (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/collect.py (critical fault)
+    (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): job already broken
+    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # reclaim (not built yet)
+    (S.MAINTENANCE, E.HARDWARE_FAULT): S.MAINTENANCE,  # monitoring (not built yet): recorded only
+    (S.QUARANTINED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): recorded only
     # --- allocation and reclaim (Ironic: teardown always passes through cleaning)
-    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # service/allocate.py
-    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # service/allocate.py
-    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # service/reclaim.py
-    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # service/reclaim.py
+    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # allocation (not built yet)
+    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # allocation (not built yet)
+    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # reclaim (not built yet)
+    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # reclaim (not built yet)
     # --- maintenance (operator)
     (S.ENROLLED, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api `gpufleet maintenance on`
     (S.VALIDATING, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: aborts the run
@@ -65,10 +65,10 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.VALIDATING, E.CHANGE_DETECTED): S.VALIDATING,  # restarts the attempt
     (S.AVAILABLE, E.CHANGE_DETECTED): S.VALIDATING,
     (S.ALLOCATED, E.CHANGE_DETECTED): S.ALLOCATED,  # recorded; re-seen at reclaim
-    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # service/reclaim.py: full validation
+    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # reclaim (not built yet): full validation
     (S.MAINTENANCE, E.CHANGE_DETECTED): S.MAINTENANCE,  # recorded; maintenance_off validates
     (S.QUARANTINED, E.CHANGE_DETECTED): S.QUARANTINED,  # recorded; only a human unquarantines
-    (S.ENROLLED, E.CHANGE_DECLARED): S.ENROLLED,  # cli/api `gpufleet change declare`
+    (S.ENROLLED, E.CHANGE_DECLARED): S.ENROLLED,  # cli/api `gpufleet change record`
     (S.VALIDATING, E.CHANGE_DECLARED): S.VALIDATING,
     (S.AVAILABLE, E.CHANGE_DECLARED): S.VALIDATING,
     (S.ALLOCATED, E.CHANGE_DECLARED): S.ALLOCATED,
@@ -76,8 +76,8 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.MAINTENANCE, E.CHANGE_DECLARED): S.MAINTENANCE,
     (S.QUARANTINED, E.CHANGE_DECLARED): S.VALIDATING,  # e.g. RMA'd GPU swapped: the repair
     # --- deadlines
-    (S.VALIDATING, E.TIMEOUT): S.QUARANTINED,  # service/sweeper.py, reason "timed out"
-    (S.RECLAIMING, E.TIMEOUT): S.QUARANTINED,  # service/sweeper.py, reason "timed out"
+    (S.VALIDATING, E.TIMEOUT): S.QUARANTINED,  # service/validate.py sweep, reason "timed out"
+    (S.RECLAIMING, E.TIMEOUT): S.QUARANTINED,  # service/validate.py sweep, reason "timed out"
     # --- repair and retirement (operator)
     (S.QUARANTINED, E.UNQUARANTINE): S.VALIDATING,  # cli/api `gpufleet unquarantine`
     (S.ENROLLED, E.RETIRE): S.RETIRED,  # cli/api `gpufleet retire`
