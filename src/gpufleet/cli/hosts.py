@@ -107,6 +107,8 @@ def show_cmd(
                 "facts": d.facts.model_dump(mode="json") if d.facts else None,
                 "events": d.events,
                 "collections": d.collections,
+                "alarms": [asdict(a) for a in d.alarms],
+                "evidence": d.evidence,
             }
         )
         return
@@ -186,6 +188,16 @@ def show_cmd(
         last = d.collections[0]
         console.print(
             f"  last collection: run {last['run_id']} {last['outcome']} {lit(last['reason'] or '')}"
+        )
+    for a in d.alarms:
+        console.print(
+            f"  [red]alarm[/] {a.kind} ({a.severity}) since {local_time(a.opened_at)}: "
+            f"{lit(a.message)}"
+        )
+    for ev in d.evidence:
+        verdict = {True: "passed", False: "FAILED", None: "recorded"}[ev["passed"]]
+        console.print(
+            f"  evidence {ev['kind']} {verdict} {local_time(ev['at'])}: {lit(ev['summary'])}"
         )
     if d.events:
         e = Table(title="recent events")

@@ -76,6 +76,7 @@ def render_summary(sm: FleetSummary) -> None:
             "[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]
         )
         console.print(gp)
+    _host_table("open alarms", sm.alarms, "alarm", "message", style="red")
     _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
     _host_table("held in validating", sm.validating, None, "why")
     _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")

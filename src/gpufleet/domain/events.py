@@ -29,7 +29,8 @@ class EventKind(StrEnum):
     """An operator declared a change (driver upgrade, reimage, swap)."""
 
     ALARM = "alarm"
-    """Something an operator must look at (a changed SSH host key)."""
+    """Something an operator must look at (a changed SSH host key); the alarm itself is a
+    row of the ``alarms`` table (:class:`AlarmKind`), this event says it was raised."""
 
     HOST_KEY_PINNED = "host-key-pinned"
     """The host's SSH key was pinned on first use (or matched the operator's fingerprint)."""
@@ -43,7 +44,8 @@ class EventKind(StrEnum):
     host's earlier events stay, their host_id cleared)."""
 
     EVIDENCE = "evidence"
-    """An active-test result (DCGM, NCCL, gpu-burn) was stored for a host."""
+    """An active-test result (DCGM, NCCL, gpu-burn) was stored for a host; the result itself
+    is a row of the ``evidence`` table (:class:`EvidenceKind`)."""
 
     BASELINE = "baseline"
     """A baseline was saved."""
@@ -65,3 +67,51 @@ class CollectionOutcome(StrEnum):
     TIMEOUT = "timeout"
     BAD_OUTPUT = "bad output"
     ERROR = "error"
+
+
+class EvidenceKind(StrEnum):
+    """An active test whose result is stored as evidence (``gpufleet evidence add/run KIND``).
+
+    One spelling everywhere (CLI, ``evidence`` table); :attr:`check` is the name of the check
+    that reads it (the key of the evidence mapping the checks receive)."""
+
+    DCGM = "dcgm"
+    """``dcgmi diag -r LEVEL -j`` (DCGM diagnostics)."""
+
+    NCCL = "nccl"
+    """nccl-tests (``all_reduce_perf``): bus bandwidth, wrong values."""
+
+    GPU_BURN = "gpu-burn"
+    """gpu-burn: every GPU OK or FAULTY under load."""
+
+    @property
+    def check(self) -> str:
+        """The check (and evidence key) that reads this kind: dcgm_diag, nccl, gpu_burn."""
+        return _EVIDENCE_CHECKS[self]
+
+
+_EVIDENCE_CHECKS = {
+    EvidenceKind.DCGM: "dcgm_diag",
+    EvidenceKind.NCCL: "nccl",
+    EvidenceKind.GPU_BURN: "gpu_burn",
+}
+
+
+class AlarmKind(StrEnum):
+    """What an alarm (``alarms`` table) is about."""
+
+    HOST_KEY_CHANGED = "host-key-changed"
+    """The host offered another SSH host key than the pinned one; collection refused."""
+
+    DUPLICATE_HOST = "duplicate-host"
+    """The host is the same machine (GPU UUIDs) as an earlier-enrolled host."""
+
+    OTHER = "other"
+    """An alarm of the audit log migrated without a recognisable kind."""
+
+
+class AlarmSeverity(StrEnum):
+    """How urgent an alarm is."""
+
+    WARNING = "warning"
+    CRITICAL = "critical"

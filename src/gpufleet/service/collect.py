@@ -41,7 +41,7 @@ from gpufleet.collect.transport import (
     transport_key,
 )
 from gpufleet.domain.changes import detect_changes
-from gpufleet.domain.events import EventKind
+from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
@@ -50,6 +50,7 @@ from gpufleet.domain.profiles import Decision, evaluate
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
+from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes, transition
 from gpufleet.service.policies import Policies
@@ -499,12 +500,13 @@ def apply_result(
                 raw.duration_s,
             )
         if raw.outcome is Outcome.HOST_KEY_CHANGED:
-            record_event(
+            raise_alarm(
                 s,
                 fleet,
-                EventKind.ALARM,
+                host,
+                AlarmKind.HOST_KEY_CHANGED,
+                AlarmSeverity.CRITICAL,
                 f"SSH host key changed; collection refused. {raw.reason}",
-                host=host,
                 data={"pinned": host.host_key, "offered": raw.host_key},
             )
             if HostState(host.state) in KEY_CHANGE_QUARANTINES:
@@ -541,6 +543,13 @@ def apply_result(
                 + (" (the fingerprint the operator gave)" if expected else ""),
                 host=host,
                 data={"fingerprint": fingerprint(raw.host_key), "expected": expected},
+            )
+            close_alarms(
+                s,
+                fleet,
+                host,
+                AlarmKind.HOST_KEY_CHANGED,
+                f"new host key pinned: {fingerprint(raw.host_key)}",
             )
         if facts is not None:
             prev = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
@@ -649,16 +658,20 @@ def flag_duplicate(
     per finding), the reason as its status, and out of ``available``. Returns the reason."""
     dup = duplicate_of(s, host, facts)
     if dup is None:
+        close_alarms(
+            s, fleet, host, AlarmKind.DUPLICATE_HOST, "no GPU UUIDs shared with an enrolled host"
+        )
         return None
     other, shared = dup
     reason = duplicate_reason(other, shared)
     if host.status_reason != reason:
-        record_event(
+        raise_alarm(
             s,
             fleet,
-            EventKind.ALARM,
+            host,
+            AlarmKind.DUPLICATE_HOST,
+            AlarmSeverity.WARNING,
             f"duplicate host: {reason}",
-            host=host,
             data={"duplicate_of": other, "gpu_uuids": shared},
         )
     if HostState(host.state) is HostState.AVAILABLE:

@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
 from gpufleet.collect.transport import Outcome, Target, TransportKey, run_many, transport_key
+from gpufleet.domain.events import EvidenceKind
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.collect import check_forks, check_timeout, transport_for_host
 from gpufleet.service.fleet import Fleet
@@ -26,15 +27,15 @@ from gpufleet.store.tables import Host
 class ActiveTest:
     """How to run one kind of active test and read its output."""
 
-    key: str  # evidence key the checks read
+    kind: EvidenceKind
     command: str  # default command line; {level} / {gpus} / {seconds} are filled in
     parse: Callable[[str, str], BaseModel]
     describe: Callable[[Any], str]
 
 
-ACTIVE_TESTS: dict[str, ActiveTest] = {
-    "dcgm": ActiveTest(
-        "dcgm_diag",
+ACTIVE_TESTS: dict[EvidenceKind, ActiveTest] = {
+    EvidenceKind.DCGM: ActiveTest(
+        EvidenceKind.DCGM,
         "dcgmi diag -r {level} -j",
         lambda t, s: parse_dcgm_diag_json(t, s),
         lambda r: (
@@ -43,14 +44,14 @@ ACTIVE_TESTS: dict[str, ActiveTest] = {
             + (f", failed GPUs {r.failed_gpus}" if r.failed_gpus else "")
         ),
     ),
-    "nccl": ActiveTest(
-        "nccl",
+    EvidenceKind.NCCL: ActiveTest(
+        EvidenceKind.NCCL,
         "all_reduce_perf -b 8 -e 8G -f 2 -g {gpus}",
         lambda t, s: parse_nccl_tests(t, s),
         lambda r: f"avg bus bandwidth {r.avg_bus_bw_gbps} GB/s, max {r.max_bus_bw_gbps} GB/s",
     ),
-    "gpu-burn": ActiveTest(
-        "gpu_burn",
+    EvidenceKind.GPU_BURN: ActiveTest(
+        EvidenceKind.GPU_BURN,
         "gpu_burn {seconds}",
         lambda t, s: parse_gpu_burn(t, s),
         lambda r: f"{len(r.gpus)} GPUs, " + (f"FAULTY {r.faulty}" if r.faulty else "all OK"),
@@ -61,8 +62,8 @@ ACTIVE_TESTS: dict[str, ActiveTest] = {
 def active_test(kind: str) -> ActiveTest:
     """The test named ``kind`` (dcgm, nccl, gpu-burn)."""
     try:
-        return ACTIVE_TESTS[kind]
-    except KeyError:
+        return ACTIVE_TESTS[EvidenceKind(kind)]
+    except ValueError:
         raise ConfigError(f"unknown active test {kind!r}: use {', '.join(ACTIVE_TESTS)}") from None
 
 
@@ -70,8 +71,23 @@ def ingest_file(fleet: Fleet, host: str, kind: str, path: Path) -> BaseModel:
     """Parse a file the operator's tooling produced and store it for ``host``."""
     test = active_test(kind)
     result = test.parse(path.read_text(errors="replace"), str(path))
-    record_evidence(fleet, host, test.key, result.model_dump(mode="json"), str(path))
+    record_evidence(
+        fleet,
+        host,
+        test.kind,
+        result.model_dump(mode="json"),
+        str(path),
+        passed=passed(result),
+        summary=test.describe(result),
+    )
     return result
+
+
+def passed(result: BaseModel) -> bool | None:
+    """Whether a result passed on its own (DCGM, gpu-burn); None when only the profile can
+    judge it (NCCL bandwidth floors)."""
+    value = getattr(result, "passed", None)
+    return None if value is None else bool(value)
 
 
 @dataclass
@@ -140,10 +156,18 @@ def run_active(
             except GpufleetError as exc:
                 runs.append(ActiveRun(name, False, f"bad output: {exc}"))
                 continue
-            if kind == "dcgm" and getattr(result, "level", None) is None:
+            if test.kind is EvidenceKind.DCGM and getattr(result, "level", None) is None:
                 result = result.model_copy(update={"level": level})  # dcgmi -j omits it
             data = result.model_dump(mode="json")
-            record_evidence(fleet, name, test.key, data, f"{transport}: {cmd}")
-            passed = bool(getattr(result, "passed", True))
-            runs.append(ActiveRun(name, passed, test.describe(result), data))
+            ok = passed(result)
+            record_evidence(
+                fleet,
+                name,
+                test.kind,
+                data,
+                f"{transport}: {cmd}",
+                passed=ok,
+                summary=test.describe(result),
+            )
+            runs.append(ActiveRun(name, ok is not False, test.describe(result), data))
     return sorted(runs, key=lambda r: r.host)

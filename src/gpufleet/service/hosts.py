@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
+from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import (
     check_state,
@@ -19,7 +20,7 @@ from gpufleet.service.select import (
     select_hosts,
 )
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
-from gpufleet.store.tables import CollectionResult, Event, FactSnapshot, Host
+from gpufleet.store.tables import CollectionResult, Event, EvidenceRow, FactSnapshot, Host
 
 
 @dataclass
@@ -54,6 +55,8 @@ class HostDetail:
     host_key: str | None
     events: list[dict[str, Any]] = field(default_factory=list)
     collections: list[dict[str, Any]] = field(default_factory=list)
+    alarms: list[AlarmView] = field(default_factory=list)  # open ones, oldest first
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # newest first
 
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
@@ -127,7 +130,25 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
             .order_by(desc(CollectionResult.id))
             .limit(5)
         )
+        evidence = s.scalars(
+            select(EvidenceRow)
+            .where(EvidenceRow.host_id == h.id)
+            .order_by(desc(EvidenceRow.recorded_at), desc(EvidenceRow.id))
+            .limit(5)
+        )
         return HostDetail(
+            alarms=open_alarms(s, [h.id]),
+            evidence=[
+                {
+                    "at": e.recorded_at,
+                    "kind": e.kind,
+                    "passed": e.passed,
+                    "summary": e.summary,
+                    "source": e.source,
+                    "actor": e.actor,
+                }
+                for e in evidence
+            ],
             view=_view(h, snap),
             facts=HostFacts.model_validate(snap.facts) if snap else None,
             expected=dict(h.expected),

@@ -10,6 +10,7 @@ from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import Taint, derive_labels, derive_taints
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
+from gpufleet.service.alarms import open_alarms
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
@@ -31,6 +32,7 @@ class FleetSummary:
     drift: DriftReport
     gpus_total: int = 0
     gpus_available: int = 0
+    alarms: list[dict[str, str | None]] = field(default_factory=list)  # open, oldest first
     extra: dict[str, object] = field(default_factory=dict)
 
 
@@ -38,6 +40,10 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     with fleet.db.session() as s:
         rows = hosts_with_latest_facts(s, select_hosts(selector))
+        alarms: list[dict[str, str | None]] = [
+            {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
+            for a in open_alarms(s, [h.id for h, _ in rows])
+        ]
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     per_state = Counter(h.state.value for h, _ in rows)
@@ -74,6 +80,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         drift=drift(fleet, selector),
         gpus_total=gpus_total,
         gpus_available=gpus_avail,
+        alarms=alarms,
     )
 
 

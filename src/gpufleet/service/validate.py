@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.checks import ActiveEvidence, CheckStatus
-from gpufleet.domain.events import EventKind
+from gpufleet.domain.events import EventKind, EvidenceKind
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
@@ -32,16 +32,13 @@ from gpufleet.service.lifecycle import KEEP, retrying, transition
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
 from gpufleet.store.repo import baseline_for_host, host_by_name, last_change_event_id
-from gpufleet.store.tables import (
-    Event as EventRow,
-)
-from gpufleet.store.tables import FactSnapshot, Host, Validation
+from gpufleet.store.tables import EvidenceRow, FactSnapshot, Host, Validation
 
 #: Stored evidence kinds and the models they were dumped from.
-EVIDENCE_MODELS: dict[str, type[BaseModel]] = {
-    "dcgm_diag": DcgmDiagResult,
-    "nccl": NcclResult,
-    "gpu_burn": GpuBurnResult,
+EVIDENCE_MODELS: dict[EvidenceKind, type[BaseModel]] = {
+    EvidenceKind.DCGM: DcgmDiagResult,
+    EvidenceKind.NCCL: NcclResult,
+    EvidenceKind.GPU_BURN: GpuBurnResult,
 }
 
 #: States a validation run acts on; the others are left to their owners (jobs, operators).
@@ -127,26 +124,27 @@ def sweep(fleet: Fleet) -> list[str]:
 
 
 def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
-    """Latest stored active-test evidence of each kind (dcgm, nccl, gpu_burn) for the host.
+    """Latest stored active-test evidence of each kind for the host, keyed by the check that
+    reads it (dcgm_diag, nccl, gpu_burn).
 
     Only evidence recorded after the host's last change counts (it tested *this* hardware
-    and software), and only within ``since`` (the validation TTL).
+    and software): its change marker must be the host's latest change event. And only within
+    ``since`` (the validation TTL).
     """
     out: dict[str, Any] = {}
-    stmt = select(EventRow).where(EventRow.host_id == host.id, EventRow.kind == EventKind.EVIDENCE)
+    stmt = select(EvidenceRow).where(EvidenceRow.host_id == host.id)
     if since is not None:
-        stmt = stmt.where(EventRow.at >= since)
+        stmt = stmt.where(EvidenceRow.recorded_at >= since)
     changed = last_change_event_id(s, host.id)
     if changed is not None:
-        # Event ids grow with every append, so "after the change" holds even on one tick.
-        stmt = stmt.where(EventRow.id > changed)
-    for ev in s.scalars(stmt.order_by(desc(EventRow.at), desc(EventRow.id))):
-        kind = ev.data.get("kind")
-        if kind and kind not in out:
-            model = EVIDENCE_MODELS.get(kind)
+        # The marker is the latest change when the result was recorded; event ids grow with
+        # every append, so "after the change" holds even on one clock tick.
+        stmt = stmt.where(EvidenceRow.change_event_id >= changed)
+    for ev in s.scalars(stmt.order_by(desc(EvidenceRow.recorded_at), desc(EvidenceRow.id))):
+        key = ev.kind.check
+        if key not in out:
             # Re-hydrate so derived values (e.g. NCCL's wrong-value total) exist again.
-            raw = ev.data.get("result")
-            out[kind] = model.model_validate(raw) if model and raw is not None else raw
+            out[key] = EVIDENCE_MODELS[ev.kind].model_validate(ev.data)
     return out
 
 
@@ -185,9 +183,7 @@ def judge_host(
         policies.profiles,
         policies.xid,
         now,
-        evidence=ActiveEvidence.from_kinds(
-            _evidence(s, host, now - fleet.settings.validation_ttl)
-        ),
+        evidence=ActiveEvidence.from_kinds(_evidence(s, host, now - fleet.settings.validation_ttl)),
     )
     duplicate = flag_duplicate(s, fleet, host, facts)
     if duplicate and outcome.decision is Decision.AVAILABLE:
@@ -320,16 +316,61 @@ def _judge_by_name(
 
 
 def record_evidence(
-    fleet: Fleet, host_name: str, kind: str, result: dict[str, Any], source: str
+    fleet: Fleet,
+    host_name: str,
+    kind: EvidenceKind,
+    result: dict[str, Any],
+    source: str,
+    *,
+    passed: bool | None = None,
+    summary: str = "",
 ) -> None:
-    """Store the parsed result of an active test (dcgm, nccl, gpu_burn) for a host."""
+    """Store the parsed result of an active test (dcgm, nccl, gpu-burn) for a host."""
     with fleet.db.session() as s:
-        host = host_by_name(s, host_name)
-        record_event(
+        store_evidence(
             s,
             fleet,
-            EventKind.EVIDENCE,
-            f"{kind} result from {source}",
-            host=host,
-            data={"kind": kind, "result": result, "source": source},
+            host_by_name(s, host_name),
+            kind,
+            result,
+            source,
+            passed=passed,
+            summary=summary,
         )
+
+
+def store_evidence(
+    s: Session,
+    fleet: Fleet,
+    host: Host,
+    kind: EvidenceKind,
+    result: dict[str, Any],
+    source: str,
+    *,
+    passed: bool | None = None,
+    summary: str = "",
+) -> EvidenceRow:
+    """Add one ``evidence`` row (marked with the host's latest change) and its audit event,
+    inside the caller's transaction."""
+    row = EvidenceRow(
+        host_id=host.id,
+        kind=kind,
+        recorded_at=fleet.now(),
+        snapshot_id=host.latest_snapshot_id,
+        change_event_id=last_change_event_id(s, host.id),
+        passed=passed,
+        summary=summary,
+        data=result,
+        source=source,
+        actor=fleet.actor,
+    )
+    s.add(row)
+    record_event(
+        s,
+        fleet,
+        EventKind.EVIDENCE,
+        f"{kind.check} result from {source}",
+        host=host,
+        data={"kind": kind.check, "result": result, "source": source},
+    )
+    return row

@@ -11,12 +11,28 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from gpufleet.domain.events import CollectionOutcome, EventKind
+from gpufleet.domain.events import (
+    AlarmKind,
+    AlarmSeverity,
+    CollectionOutcome,
+    EventKind,
+    EvidenceKind,
+)
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.states import HostState
@@ -290,3 +306,53 @@ class Validation(Base):
     profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
     results: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class EvidenceRow(Base):
+    """One active-test result (DCGM, NCCL, gpu-burn) of one host; never updated.
+
+    ``change_event_id`` is the host's latest change event (detected or declared) when the
+    result was recorded: validation counts evidence only while it is still the latest, i.e.
+    the result tested the hardware and software the host has now. An ``evidence`` event in
+    the audit log says the result was recorded.
+    """
+
+    __tablename__ = "evidence"
+    __table_args__ = (Index("ix_evidence_host_time", "host_id", "recorded_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    kind: Mapped[EvidenceKind] = mapped_column(StrEnumType(EvidenceKind, 20))
+    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    snapshot_id: Mapped[int | None] = mapped_column(
+        ForeignKey("fact_snapshots.id", ondelete="SET NULL")
+    )
+    change_event_id: Mapped[int | None] = mapped_column(ForeignKey("events.id"))
+    passed: Mapped[bool | None] = mapped_column(Boolean)  # None: judged by the profile
+    summary: Mapped[str] = mapped_column(Text, default="")
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType)  # the parsed result
+    source: Mapped[str] = mapped_column(Text)  # the file, or "transport: command"
+    actor: Mapped[str] = mapped_column(String(128))
+
+
+class Alarm(Base):
+    """Something an operator must look at on one host, open until closed.
+
+    One open alarm per host and kind; raising it again while it is open adds an ``alarm``
+    event to the audit log but no second row.
+    """
+
+    __tablename__ = "alarms"
+    __table_args__ = (Index("ix_alarms_host_kind", "host_id", "kind"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    kind: Mapped[AlarmKind] = mapped_column(StrEnumType(AlarmKind, 40))
+    severity: Mapped[AlarmSeverity] = mapped_column(StrEnumType(AlarmSeverity, 10))
+    opened_at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(128))
+    closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it was closed
