@@ -4,19 +4,23 @@ every pin has its Baseline field, drift field, check (in every packaged profile)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import typer
 
 from gpufleet.cli.baseline import app as baseline_app
+from gpufleet.collect.ib import parse_ibstat
 from gpufleet.domain.checks import CHECK_PARAMS, CHECKS, DRIFT_CHECKS, CheckContext, CheckStatus
-from gpufleet.domain.drift import DRIFT_FIELDS, diff_against_baseline
-from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.drift import DRIFT_FIELDS, DriftItem, diff_against_baseline
+from gpufleet.domain.facts import FACTS_VERSION, HostFacts
 from gpufleet.domain.pins import BASELINE_META, PINS, Compare, Pin, PinValue, baseline_values
-from gpufleet.domain.profiles import load_profiles
-from gpufleet.domain.spec import Baseline
+from gpufleet.domain.profiles import Decision, evaluate, load_profiles
+from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.testing import DRIVER, NOW, make_facts
 
 IDS = [p.field for p in PINS]
+CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
 
 
 def clean() -> HostFacts:
@@ -101,3 +105,54 @@ def test_an_unpinned_field_is_skipped(pin: Pin) -> None:
     assert r.status is CheckStatus.SKIP and "does not pin" in r.message
     r = CHECKS[pin.check](facts, CheckContext(now=NOW, baseline=None), {})
     assert (r.status, r.message) == (CheckStatus.SKIP, "no baseline assigned")
+
+
+# ----------------------------------------------- the fact added through the table: HCA firmware
+
+
+def ibstat_facts(capture: str) -> HostFacts:
+    """Facts with the ports of a real ibstat capture (gpud, Apache-2.0; unedited)."""
+    path = CAPTURED / "ib" / capture
+    assert path.is_file(), f"capture {capture} missing"
+    return HostFacts(facts_version=FACTS_VERSION, collected_at=NOW,
+                     ib_ports=parse_ibstat(path.read_text(), capture))
+
+
+def test_hca_firmware_pinned_from_a_real_host_and_drift_on_another() -> None:
+    # Two real H100 hosts: the reference runs ConnectX-7 28.39.1002 and 22.39.1002 on the
+    # frontend NICs (mlx5_1, _2, _7, _8); the other still has 22.38.1002 on those four.
+    ref = ibstat_facts("gpud_ibstat.47.0.h100.all.active.0.txt")
+    baseline = from_host(ref)
+    assert baseline.hca_firmware == ["22.39.1002", "28.39.1002"]
+    assert diff_against_baseline(ref, baseline) == []
+    ctx = CheckContext(now=NOW, baseline=baseline)
+    ok = CHECKS["hca_firmware"](ref, ctx, {})
+    assert (ok.status, ok.message) == (CheckStatus.PASS, "HCA firmware version as in baseline ref")
+
+    other = ibstat_facts("gpud_ibstat.47.0.h100.some.down.0.txt")
+    assert diff_against_baseline(other, baseline) == [
+        DriftItem("hca_firmware", "22.39.1002, 28.39.1002", "22.38.1002")
+    ]
+    r = CHECKS["hca_firmware"](other, ctx, {})
+    assert (r.status, r.fault) == (CheckStatus.FAIL, None)
+    assert r.message == (
+        "HCA firmware not in baseline ref (22.39.1002, 28.39.1002): "
+        "mlx5_1, mlx5_2, mlx5_7, mlx5_8: 22.38.1002"
+    )
+    # On an otherwise clean host with the same baseline: drift, not hardware; the host stays
+    # in validation with the HCA firmware as the reason, whichever profile it tries.
+    host = clean().model_copy(update={"ib_ports": other.ib_ports})
+    pinned = from_host(clean()).model_copy(update={"hca_firmware": baseline.hca_firmware})
+    out = evaluate(host, ExpectedSpec(), pinned, load_profiles(), None, NOW)
+    assert out.decision is Decision.STAY_VALIDATING and out.faults == set()
+    assert [d.name for d in out.drift] == ["hca_firmware"]
+    assert f"hca_firmware: {r.message}" in out.reasons
+    assert out.profiles_passed == set()  # drift fails every profile
+
+
+def test_hca_firmware_not_collected_is_not_drift() -> None:
+    baseline = from_host(ibstat_facts("gpud_ibstat.47.0.h100.all.active.0.txt"))
+    blind = HostFacts(facts_version=FACTS_VERSION, collected_at=NOW, ib_ports=None)
+    assert diff_against_baseline(blind, baseline) == []
+    r = CHECKS["hca_firmware"](blind, CheckContext(now=NOW, baseline=baseline), {})
+    assert (r.status, r.message) == (CheckStatus.SKIP, "HCA firmware version not collected")

@@ -186,6 +186,19 @@ def _vbios_owners(f: HostFacts) -> list[tuple[str, str]]:
     return [(str(g.index), g.vbios_version) for g in f.gpus if g.vbios_version]
 
 
+def _hca_firmware(f: HostFacts) -> PinValue:
+    return [fw for _, fw in _hca_owners(f)]
+
+
+def _hca_owners(f: HostFacts) -> list[tuple[str, str]]:
+    # ibstat repeats the CA's firmware on every port: one value per adapter.
+    by_ca: dict[str, str] = {}
+    for p in f.ib_ports or []:
+        if p.firmware:
+            by_ca.setdefault(p.ca, p.firmware)
+    return sorted(by_ca.items())
+
+
 #: The pins, in drift-report order.
 PINS: tuple[Pin, ...] = (
     Pin(
@@ -265,6 +278,19 @@ PINS: tuple[Pin, ...] = (
         doc="nvidia-fabricmanager version equals the baseline's (missing counts as drift).",
         flag="--fabric-manager",
         help="Fabric manager version.",
+    ),
+    Pin(
+        field="hca_firmware",
+        check="hca_firmware",
+        label="HCA firmware version",
+        drift_field="hca_firmware",
+        fact=_hca_firmware,
+        compare=Compare.ONE_OF,
+        owners=_hca_owners,
+        title="HCA firmware",
+        doc="Every IB/RoCE adapter's firmware (ibstat) is one of the baseline's accepted versions.",
+        flag="--hca-firmware",
+        help="Accepted HCA firmware version (ibstat); repeatable.",
     ),
     Pin(
         field="sysctls",

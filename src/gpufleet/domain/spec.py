@@ -43,8 +43,9 @@ class BaselineStatus(StrEnum):
 class Baseline(BaseModel):
     """A validated image + driver + CUDA + firmware combination, mapped to purposes.
 
-    ``None`` means "not pinned by this baseline"; pinned fields are compared exactly, except
-    ``vbios`` which is a list of accepted versions.
+    ``None`` (or empty) means "not pinned by this baseline"; how each pinned field compares
+    with the host is declared in :data:`gpufleet.domain.pins.PINS`, which must name every
+    field but ``name``, ``purpose`` and ``status``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,4 +60,5 @@ class Baseline(BaseModel):
     container_toolkit: str | None = None
     vbios: list[str] = Field(default_factory=list)
     fabric_manager: str | None = None
+    hca_firmware: list[str] = Field(default_factory=list)  # accepted, as ibstat shows them
     sysctls: dict[str, str] = Field(default_factory=dict)
