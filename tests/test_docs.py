@@ -5,8 +5,9 @@
   every audit-log event kind, every exit code an error class uses and every JSON error code
   (and the lifecycle events, health, faults and collection outcomes).
 * No doc (README, docs, bench README) and no comment or docstring in ``src``, ``tests`` or
-  ``bench`` names a repository file that does not exist, and every backticked
-  ``gpufleet ...`` command line in them resolves to a real command with real options.
+  ``bench`` names a repository file or a ``gpufleet.*`` module (or attribute) that does not
+  exist, and every backticked ``gpufleet ...`` command line in them resolves to a real
+  command with real options.
 
 Each failure names the missing item, or the file:line of the dangling reference.
 """
@@ -14,6 +15,8 @@ Each failure names the missing item, or the file:line of the dangling reference.
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import io
 import re
 import shlex
@@ -188,18 +191,14 @@ def comment_and_docstring_texts() -> Iterator[Ref]:
     for path in python_files():
         source = path.read_text(encoding="utf-8")
         docstrings: set[tuple[int, int]] = set()
+        # a string statement: module, class and function docstrings and attribute docstrings
         for node in ast.walk(ast.parse(source)):
-            if isinstance(
-                node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-            ) and node.body:
-                first = node.body[0]
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                    if isinstance(first.value.value, str):
-                        docstrings.add((first.value.lineno, first.value.col_offset))
-            # attribute docstrings (a string statement after an assignment) count too
-            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-                if isinstance(node.value.value, str):
-                    docstrings.add((node.value.lineno, node.value.col_offset))
+            if (
+                isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, str)
+            ):
+                docstrings.add((node.value.lineno, node.value.col_offset))
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
             if tok.type == tokenize.COMMENT or (
                 tok.type == tokenize.STRING and tok.start in docstrings
@@ -263,6 +262,41 @@ def path_exists(name: str) -> bool:
     return (PACKAGE / name).exists()
 
 
+#: Dotted ``gpufleet`` names that are not modules: what they are.
+NOT_MODULES = {
+    "gpufleet.io": "the Kubernetes label prefix (gpufleet.io/...)",
+    "gpufleet.transports": "an entry point group",
+}
+_DOTTED = re.compile(r"(?<![\w./-])(gpufleet(?:\.[A-Za-z_]\w*)+)")
+
+
+def dotted_refs() -> Iterator[tuple[Ref, str]]:
+    """Every dotted ``gpufleet`` module (or module attribute) named in docs and comments."""
+    for ref in (*doc_texts(), *comment_and_docstring_texts()):
+        for m in _DOTTED.finditer(ref.text):
+            if m.group(1) not in NOT_MODULES:
+                yield ref, m.group(1)
+
+
+def why_not_importable(name: str) -> str | None:
+    """None when ``name`` is a module, or a module's attribute (path); else what is missing."""
+    parts = name.split(".")
+    for k in range(len(parts), 0, -1):
+        module = ".".join(parts[:k])
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if found:
+            obj: object = importlib.import_module(module)
+            for i, attr in enumerate(parts[k:], k):
+                if not hasattr(obj, attr):
+                    return f"{'.'.join(parts[:i])} has no {attr}"
+                obj = getattr(obj, attr)
+            return None
+    return "no such module"
+
+
 # -- the reference ----------------------------------------------------------------------------
 
 
@@ -300,9 +334,7 @@ def test_the_command_tree_includes_the_plugin_groups() -> None:
 
 def test_every_command_is_in_the_reference() -> None:
     documented = reference_commands()
-    missing = [
-        f"`gpufleet {' '.join(path)}`" for path in command_tree() if path not in documented
-    ]
+    missing = [f"`gpufleet {' '.join(path)}`" for path in command_tree() if path not in documented]
     assert not missing, f"{rel(REFERENCE)} does not document: " + ", ".join(missing)
 
 
@@ -362,6 +394,28 @@ def test_no_doc_or_comment_names_a_missing_command() -> None:
     assert not dangling, "names a command that does not exist:\n" + "\n".join(dangling)
 
 
+def test_no_doc_or_comment_names_a_missing_module() -> None:
+    dangling = [
+        f"{ref.where()}: {name}: {why}"
+        for ref, name in dotted_refs()
+        if (why := why_not_importable(name)) is not None
+    ]
+    assert not dangling, "names a module or attribute that does not exist:\n" + "\n".join(dangling)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("gpufleet.service.lifecycle.transition", None),
+        ("gpufleet.lab", None),
+        ("gpufleet.service.nosuch", "gpufleet.service has no nosuch"),
+        ("gpufleet.errors.NotFound.nosuch", "gpufleet.errors.NotFound has no nosuch"),
+    ],
+)
+def test_the_module_check_can_fail(name: str, why: str | None) -> None:
+    assert why_not_importable(name) == why
+
+
 @pytest.mark.parametrize(
     ("line", "why"),
     [
@@ -382,7 +436,10 @@ def test_the_command_check_can_fail(line: str, why: str | None) -> None:
 @pytest.mark.parametrize(
     ("text", "found"),
     [
-        ("see `src/gpufleet/nosuch.py` and docs/nosuch.md", ["src/gpufleet/nosuch.py", "docs/nosuch.md"]),
+        (
+            "see `src/gpufleet/nosuch.py` and docs/nosuch.md",
+            ["src/gpufleet/nosuch.py", "docs/nosuch.md"],
+        ),
         ("the table in service/nosuch.py.", ["service/nosuch.py"]),
         ("/work/shared/docs/x.md and ~/.local/share/gpufleet/lab/inventory.ini", []),
     ],
