@@ -42,7 +42,7 @@ import socket
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -50,7 +50,7 @@ from types import TracebackType
 import asyncssh
 
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.script import SECTIONS
+from gpufleet.collect.sections import REGISTRY, SectionSpec, names
 from gpufleet.collect.transport import Target
 
 SSHD = "/usr/sbin/sshd"
@@ -77,31 +77,22 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # Hang mode: sessions that never answer. The pid is recorded so stop() can end them.
 _HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
 
-#: Sections served by a generic fake tool: section -> tool name in bin/.
-_SIMPLE_TOOLS = {
-    "nproc": "nproc",
-    "fabricmanager-version": "nv-fabricmanager",
-    "container-toolkit": "nvidia-ctk",
-    "sysctl": "sysctl",
-    "ibstat": "ibstat",
-    "lspci-nn": "lspci",
-    "lsblk": "lsblk",
-}
-#: Sections served as files under sysroot/.
-_FILES = {
-    "hostname": "proc/sys/kernel/hostname",
-    "uname-r": "proc/sys/kernel/osrelease",
-    "os-release": "etc/os-release",
-    "meminfo": "proc/meminfo",
-    "modules": "proc/modules",
-}
-#: nvidia-smi arguments ("$*") -> section.
-_NVSMI_ARGS = {
-    "-q -x": "nvidia-smi-xml",
-    "-q": "nvidia-smi-q",
-    "topo -m": "topo-m",
-    "nvlink -s": "nvlink-s",
-}
+#: Tools whose fake needs more than "serve the recorded output" (section -> body builder below);
+#: every other registry entry is served generically from what it declares (files or tool).
+_SPECIAL = ("kernel-xid", "fabricmanager")
+
+
+def served_by(spec: SectionSpec) -> str:
+    """How a lab host serves a registry entry: ``file:PATH[,PATH]`` or ``tool:NAME [ARGS]``.
+
+    Derived from the entry (its ``files``, else its ``tool``); an entry declaring neither
+    cannot be served, which is an error here rather than a section silently missing.
+    """
+    if spec.files:
+        return "file:" + ",".join(spec.files)
+    if spec.tool:
+        return f"tool:{spec.tool} {spec.args}".rstrip()
+    raise ValueError(f"section {spec.name} declares no file or tool a lab host could serve")
 
 
 class LabError(RuntimeError):
@@ -151,16 +142,40 @@ def _real(tool: str) -> str:
     return path
 
 
-def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[str, str]:
+def _special_tool(name: str, sections: Mapping[str, Section], data: Callable[[str], str]) -> str:
+    """Fake tools that are not "print the recorded output" (see :data:`_SPECIAL`)."""
+    if name == "kernel-xid":
+        # The script greps dmesg for Xid lines; dmesg itself succeeds.
+        return f"{_real('cat')} {data('kernel-xid.out')}\nexit 0"
+    if name == "fabricmanager":
+        state = sections["fabricmanager"].stdout.strip() or "inactive"
+        # Behaves like systemctl: prints the state (unless --quiet), rc 0 only when active.
+        return (
+            'q=; [ "$1" = "--quiet" ] && { q=1; shift; }\n'
+            'if [ "$1" = "is-active" ] && [ "$2" = "nvidia-fabricmanager" ]; then\n'
+            f'  [ -n "$q" ] || echo {_sq(state)}\n'
+            f"  exit {0 if state == 'active' else 3}\n"
+            "fi\n"
+            'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
+        )
+    raise LabError(f"no special fake tool for section {name}")
+
+
+def materialize_host(
+    host_dir: Path,
+    sections: Mapping[str, Section],
+    registry: Sequence[SectionSpec] = REGISTRY,
+) -> dict[str, str]:
     """Write fake tools, data and sysroot files serving ``sections``; return the environment.
 
     The returned ``PATH`` and ``GPUFLEET_SYSROOT`` make the real remote script reproduce the
     sections (see the module docstring for the few limits). Calling it again replaces what a
     host serves; tools whose section disappeared are removed.
     """
-    unknown = sorted(set(sections) - set(SECTIONS))
+    known = names(registry)
+    unknown = sorted(set(sections) - set(known))
     if unknown:
-        raise LabError(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
+        raise LabError(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(known)}")
     for name, sec in sections.items():
         if not 0 <= sec.rc <= 255:
             raise LabError(f"section '{name}': rc {sec.rc} is not an exit status (0..255)")
@@ -189,54 +204,51 @@ def materialize_host(host_dir: Path, sections: Mapping[str, Section]) -> dict[st
         return _sq(str(data_dir / name))
 
     tools: dict[str, str] = {}
-    for sec_name, tool in _SIMPLE_TOOLS.items():
-        if sec_name in sections:
-            tools[tool] = f"serve {data(sec_name)}"
-    if "nvidia-smi-xml" in sections:  # no XML section: nvidia-smi is absent (driver missing)
-        cases = "".join(f"  {_sq(args)}) s={_sq(sec)} ;;\n" for args, sec in _NVSMI_ARGS.items())
-        tools["nvidia-smi"] = (
-            f'case "$*" in\n{cases}'
-            '  *) echo "nvidia-smi (gpufleet lab): unsupported arguments: $*" >&2; exit 2 ;;\n'
-            "esac\n"
-            f'd={_sq(str(data_dir))}/"$s"\n'
-            '[ -f "$d.rc" ] || { echo "nvidia-smi (gpufleet lab): nothing recorded for $*" >&2; '
-            "exit 2; }\n"
-            'serve "$d"'
-        )
-    if "kernel-xid" in sections:
-        # The script greps dmesg for Xid lines; dmesg itself succeeds.
-        tools["dmesg"] = f"{_real('cat')} {data('kernel-xid.out')}\nexit 0"
-    if "fabricmanager" in sections:
-        state = sections["fabricmanager"].stdout.strip() or "inactive"
-        # Behaves like systemctl: prints the state (unless --quiet), rc 0 only when active.
-        tools["systemctl"] = (
-            'q=; [ "$1" = "--quiet" ] && { q=1; shift; }\n'
-            'if [ "$1" = "is-active" ] && [ "$2" = "nvidia-fabricmanager" ]; then\n'
-            f'  [ -n "$q" ] || echo {_sq(state)}\n'
-            f"  exit {0 if state == 'active' else 3}\n"
-            "fi\n"
-            'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
-        )
+    by_tool: dict[str, list[SectionSpec]] = {}
+    for spec in registry:
+        served_by(spec)  # every entry is servable
+        if spec.tool and not spec.files:
+            by_tool.setdefault(spec.tool, []).append(spec)
+    for tool, specs in by_tool.items():
+        # A tool exists when its first section is served (no XML section: no nvidia-smi).
+        if specs[0].name not in sections:
+            continue
+        if specs[0].name in _SPECIAL:
+            tools[tool] = _special_tool(specs[0].name, sections, data)
+        elif len(specs) == 1:
+            tools[tool] = f"serve {data(specs[0].name)}"
+        else:  # one tool, several sections told apart by their arguments (nvidia-smi)
+            cases = "".join(f"  {_sq(sp.args)}) s={_sq(sp.name)} ;;\n" for sp in specs)
+            tools[tool] = (
+                f'case "$*" in\n{cases}'
+                f'  *) echo "{tool} (gpufleet lab): unsupported arguments: $*" >&2; exit 2 ;;\n'
+                "esac\n"
+                f'd={_sq(str(data_dir))}/"$s"\n'
+                f'[ -f "$d.rc" ] || {{ echo "{tool} (gpufleet lab): nothing recorded for $*" >&2; '
+                "exit 2; }\n"
+                'serve "$d"'
+            )
     for old in bin_dir.iterdir():
         if old.name not in tools:
             old.unlink()
     for tool, body in tools.items():
         _write(bin_dir / tool, _tool_script(body, log), 0o755)
 
-    for sec_name, rel in _FILES.items():
-        path = sysroot / rel
-        served = sections.get(sec_name)
-        if served is not None and served.rc == 0:
-            _write(path, _emitted(served.stdout))
-        else:
-            path.unlink(missing_ok=True)
-    dmi = sysroot / "sys/class/dmi/id"
-    vendor_line, _, product = (sections["dmi"].stdout if "dmi" in sections else "").partition("\n")
-    for path, text in ((dmi / "sys_vendor", vendor_line), (dmi / "product_name", product)):
-        if text:
-            _write(path, text + "\n")
-        else:
-            path.unlink(missing_ok=True)
+    for spec in registry:
+        served = sections.get(spec.name)
+        if len(spec.files) == 1:
+            texts = [_emitted(served.stdout)] if served is not None and served.rc == 0 else [""]
+        else:  # one line per file (dmi: vendor, product)
+            lines = (served.stdout if served is not None and served.rc == 0 else "").split(
+                "\n", max(len(spec.files) - 1, 0)
+            )
+            texts = [line + "\n" if line else "" for line in lines]
+        for rel, text in zip(spec.files, texts + [""] * len(spec.files), strict=False):
+            path = sysroot / rel
+            if text:
+                _write(path, text)
+            else:
+                path.unlink(missing_ok=True)
     for d in (sysroot, *sysroot.rglob("*")):
         if d.is_dir():
             d.chmod(0o755)

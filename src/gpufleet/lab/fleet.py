@@ -45,7 +45,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -54,7 +54,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.collect.bundle import Section, render_bundle
-from gpufleet.collect.script import SECTIONS, SYSCTL_KEYS
+from gpufleet.collect.sections import SYSCTL_KEYS, names
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
 
@@ -102,6 +102,8 @@ FAULT_KINDS: tuple[str, ...] = (
 )
 
 _NOT_FOUND_RC = 127
+#: The sections a lab host answers: every registered one, in script order.
+SECTIONS: tuple[str, ...] = names()
 
 
 # --------------------------------------------------------------------------- model specs
@@ -1419,57 +1421,97 @@ def _garbage(host: LabHost) -> str:
     return "\n".join("".join(rng.choice(alphabet) for _ in range(72)) for _ in range(24))
 
 
+@dataclass(frozen=True)
+class _Render:
+    """What the section renderers of one host share (computed once per host)."""
+
+    host: LabHost
+    tpl: _Template
+    present: list[int]
+    xml: str
+    qtext: str
+    driver: str
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.tpl.spec
+
+
+def _ok(stdout: str) -> tuple[str, str, int]:
+    return stdout, "", 0
+
+
+def _not_found_out(tool: str) -> tuple[str, str, int]:
+    return "", f"sh: 1: {tool}: not found", _NOT_FOUND_RC
+
+
+def _xml_out(r: _Render) -> tuple[str, str, int]:
+    if r.spec.smi_format == "xml":
+        return _ok(r.xml)
+    return (
+        "",
+        f"gpufleet lab: the 'nvidia-smi -q -x' capture is not available for lab model "
+        f"{r.spec.name} (this host answers 'nvidia-smi -q')",
+        2,
+    )
+
+
+def _q_out(r: _Render) -> tuple[str, str, int]:
+    # Not run when the XML answered (the script skips it: empty, rc 0).
+    return _ok("" if r.spec.smi_format == "xml" else r.qtext)
+
+
+#: One renderer per registered section (:data:`gpufleet.collect.sections.REGISTRY`):
+#: section name -> (stdout, stderr, rc) as a healthy host of the model answers; faults are
+#: applied afterwards by :func:`render_sections`.
+RENDERERS: dict[str, Callable[[_Render], tuple[str, str, int]]] = {
+    "hostname": lambda r: _ok(r.host.name),
+    "os-release": lambda r: _ok(_OS_RELEASE),
+    "uname-r": lambda r: _ok(_KERNEL),
+    "nproc": lambda r: _ok(str(r.spec.nproc)),
+    "meminfo": lambda r: _ok(_meminfo(r.spec)),
+    "dmi": lambda r: _ok("\n".join(r.spec.dmi) + "\n"),
+    "modules": lambda r: _ok(_modules(r.spec)),
+    "sysctl": lambda r: _ok(_sysctl(r.spec)),
+    "nvidia-smi-xml": _xml_out,
+    "nvidia-smi-q": _q_out,
+    "topo-m": lambda r: _ok(_topo(r.tpl, r.present, r.driver)),
+    "nvlink-s": lambda r: _ok(_nvlink(r.host, r.tpl, r.present)),
+    "ibstat": lambda r: (
+        _ok(_ibstat(r.host, r.tpl)) if r.tpl.ibstat is not None else _not_found_out("ibstat")
+    ),
+    "lspci-nn": lambda r: _ok(_lspci(r.tpl)),
+    "kernel-xid": lambda r: _ok(_xids(r.host, r.tpl)),
+    "lsblk": lambda r: _ok(_lsblk(r.spec)),
+    # fm(): "active" when systemctl says so; otherwise pgrep fails too and fm echoes "inactive".
+    "fabricmanager": lambda r: _ok("active" if r.spec.nvswitch else "inactive"),
+    # No capture of `nv-fabricmanager --version` exists in the fixtures; this line follows the
+    # tool's wording, and the parser only takes the first dotted version from it. The fabric
+    # manager package version always equals the driver's.
+    "fabricmanager-version": lambda r: (
+        _ok(f"Fabric Manager version is : {r.driver}")
+        if r.spec.nvswitch
+        else _not_found_out("nv-fabricmanager")
+    ),
+    # Real `nvidia-ctk --version` output (NVIDIA/nvidia-container-toolkit issue #50).
+    "container-toolkit": lambda r: _ok(_CTK_VERSION),
+}
+
+
 def render_sections(host: LabHost) -> dict[str, Section]:
-    """Every section of :data:`SECTIONS` as the host answers the collection script."""
+    """Every registered section (:data:`SECTIONS`) as the host answers the collection script."""
     tpl = _template(host.model)
     spec = tpl.spec
     kinds = {_split_fault(f)[0] for f in host.faults}
     present, xml, qtext = _gpu_sections(host, tpl)
-    driver = _effective_driver(host, tpl)
-    s: dict[str, Section] = {
-        "hostname": Section("hostname", host.name, "", 0),
-        "os-release": Section("os-release", _OS_RELEASE, "", 0),
-        "uname-r": Section("uname-r", _KERNEL, "", 0),
-        "nproc": Section("nproc", str(spec.nproc), "", 0),
-        "meminfo": Section("meminfo", _meminfo(spec), "", 0),
-        "dmi": Section("dmi", "\n".join(spec.dmi) + "\n", "", 0),
-        "modules": Section("modules", _modules(spec), "", 0),
-        "sysctl": Section("sysctl", _sysctl(spec), "", 0),
-    }
-    if spec.smi_format == "xml":
-        s["nvidia-smi-xml"] = Section("nvidia-smi-xml", xml, "", 0)
-        s["nvidia-smi-q"] = Section("nvidia-smi-q", "", "", 0)  # not run: XML answered
-    else:
-        s["nvidia-smi-xml"] = Section(
-            "nvidia-smi-xml",
-            "",
-            f"gpufleet lab: the 'nvidia-smi -q -x' capture is not available for lab model "
-            f"{spec.name} (this host answers 'nvidia-smi -q')",
-            2,
-        )
-        s["nvidia-smi-q"] = Section("nvidia-smi-q", qtext, "", 0)
-    s["topo-m"] = Section("topo-m", _topo(tpl, present, driver), "", 0)
-    s["nvlink-s"] = Section("nvlink-s", _nvlink(host, tpl, present), "", 0)
-    s["ibstat"] = (
-        Section("ibstat", _ibstat(host, tpl), "", 0)
-        if tpl.ibstat is not None
-        else _not_found("ibstat", "ibstat")
-    )
-    s["lspci-nn"] = Section("lspci-nn", _lspci(tpl), "", 0)
-    s["kernel-xid"] = Section("kernel-xid", _xids(host, tpl), "", 0)
-    s["lsblk"] = Section("lsblk", _lsblk(spec), "", 0)
-    # fm(): "active" when systemctl says so; otherwise pgrep fails too and fm echoes "inactive".
-    s["fabricmanager"] = Section("fabricmanager", "active" if spec.nvswitch else "inactive", "", 0)
-    # No capture of `nv-fabricmanager --version` exists in the fixtures; this line follows the
-    # tool's wording, and the parser only takes the first dotted version from it. The fabric
-    # manager package version always equals the driver's.
-    s["fabricmanager-version"] = (
-        Section("fabricmanager-version", f"Fabric Manager version is : {driver}", "", 0)
-        if spec.nvswitch
-        else _not_found("fabricmanager-version", "nv-fabricmanager")
-    )
-    # Real `nvidia-ctk --version` output (NVIDIA/nvidia-container-toolkit issue #50).
-    s["container-toolkit"] = Section("container-toolkit", _CTK_VERSION, "", 0)
+    ctx = _Render(host, tpl, present, xml, qtext, _effective_driver(host, tpl))
+    s: dict[str, Section] = {}
+    for name in SECTIONS:
+        try:
+            render = RENDERERS[name]
+        except KeyError:
+            raise NotImplementedError(f"the lab renders no section {name!r}") from None
+        s[name] = Section(name, *render(ctx))
 
     if "nvidia-smi-missing" in kinds:
         for name in ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"):
