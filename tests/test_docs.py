@@ -3,7 +3,7 @@
 * ``docs/reference.md`` documents every CLI command (the Click tree of the ``gpufleet`` app,
   plugin groups such as ``lab`` included), every ``GPUFLEET_*`` setting, every host state,
   every audit-log event kind, every exit code an error class uses and every JSON error code
-  (and the lifecycle events, health, faults and collection outcomes).
+  (and the lifecycle events, health, faults, collection outcomes, evidence and alarm kinds).
 * No doc (README, docs, bench README) and no comment or docstring in ``src``, ``tests`` or
   ``bench`` names a repository file or a ``gpufleet.*`` module (or attribute) that does not
   exist, and every backticked ``gpufleet ...`` command line in them resolves to a real
@@ -32,7 +32,13 @@ import typer
 from gpufleet import errors
 from gpufleet.cli.main import app
 from gpufleet.config import NOT_SETTINGS, settings_doc
-from gpufleet.domain.events import CollectionOutcome, EventKind
+from gpufleet.domain.events import (
+    AlarmKind,
+    AlarmSeverity,
+    CollectionOutcome,
+    EventKind,
+    EvidenceKind,
+)
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.states import Event, HostState
 
@@ -351,7 +357,7 @@ def test_every_setting_state_event_kind_and_exit_code_is_in_the_reference() -> N
         if f"`{kind.value}`" not in text:
             missing.append(f"event kind {kind.value}")
     # the rest of what an operator reads in tables and JSON
-    for enum in (Event, Health, Fault, CollectionOutcome):
+    for enum in (Event, Health, Fault, CollectionOutcome, EvidenceKind, AlarmKind, AlarmSeverity):
         for member in enum:
             if f"`{member.value}`" not in text:
                 missing.append(f"{enum.__name__} value {member.value}")
