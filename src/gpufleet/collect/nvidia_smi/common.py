@@ -1,0 +1,260 @@
+"""Shared by the nvidia-smi parsers: value adapters ("N/A" spellings, numbers with units,
+booleans, PCI bus ids, GPU error states) and the read-only views over XML and text trees."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import ValidationError
+
+# ----------------------------------------------------------------------------- adapters
+
+# Lower-cased spellings nvidia-smi uses for "no value". Bracketed forms ("[N/A]") are the CSV
+# spelling and are handled generically, so only the bare forms are listed.
+_MISSING = frozenset(
+    {
+        "",
+        "n/a",
+        "na",
+        "none",
+        "not supported",
+        "not available",
+        "unknown error",
+        "unknown",
+        "insufficient permissions",
+        "requested functionality has been deprecated",
+        "gpu is lost",
+        "gpu requires reset",
+        "err!",
+    }
+)
+
+
+# Error states (lower-cased, brackets stripped) -> how they are recorded on the GPU.
+_ERROR_STATES = {
+    "gpu is lost": "GPU is lost",
+    "gpu requires reset": "GPU requires reset",
+    "unknown error": "Unknown Error",
+    "err!": "ERR!",
+}
+#: States that mean a broken GPU wherever they appear.
+_ALWAYS_ERROR = frozenset({"gpu is lost", "gpu requires reset"})
+#: Gpu attributes every working GPU reports: "Unknown Error"/"ERR!" there is a broken GPU.
+_VITAL = frozenset({"uuid", "product_name", "pci_bus_id", "memory_total_mib"})
+
+
+def _error_state(attr: str, raw: str | None) -> str | None:
+    """``"GPU is lost (product_name)"`` if ``raw`` marks the GPU broken, else None."""
+    if raw is None:
+        return None
+    low = raw.strip().strip("[]").strip().lower()
+    if low in _ALWAYS_ERROR or (low in _ERROR_STATES and attr in _VITAL):
+        return f"{_ERROR_STATES[low]} ({attr})"
+    return None
+
+
+def _fit_error(exc: ValidationError) -> str:
+    """The first complaint of a bounds check, as "field: message"."""
+    err = exc.errors()[0]
+    field = ".".join(str(p) for p in err["loc"]) or "value"
+    return f"{field}: {err['msg']}"
+
+
+class _BadValue(ValueError):
+    """A present value that the adapter cannot read (turned into ParseError by the caller)."""
+
+
+def _clean(raw: str | None) -> str | None:
+    """Strip ``raw``; ``None`` for every nvidia-smi spelling of "no value"."""
+    if raw is None:
+        return None
+    value = raw.strip()
+    if value.startswith("[") and value.endswith("]"):
+        return None  # CSV: "[N/A]", "[Not Supported]", "[Unknown Error]", ...
+    low = value.lower()
+    # "Not available in WDDM driver model" (Windows per-process memory) and the like.
+    if low in _MISSING or low.startswith(("not available", "not supported")):
+        return None
+    return value
+
+
+def _as_str(value: str) -> str:
+    return value
+
+
+def _version(value: str) -> str:
+    # R610 appends a note: "610.57.04 [Deprecated; will be removed in CUDA 14.0. ...]".
+    return value.split()[0]
+
+
+_NUMBER = re.compile(r"^(?P<num>[-+]?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%]*)$")
+
+
+def _number(*units: str, integer: bool) -> Callable[[str], float | int]:
+    """Adapter for ``"81559 MiB"`` / ``"81559"`` (unit optional: CSV ``nounits`` drops it)."""
+    allowed = {u.lower() for u in units}
+
+    def convert(value: str) -> float | int:
+        m = _NUMBER.match(value)
+        if m is None or (m["unit"] and m["unit"].lower() not in allowed):
+            expected = " or ".join(units) if units else "a number"
+            raise _BadValue(f"expected {expected}, got {value!r}")
+        num = m["num"]
+        if len(num) > 30:  # int() refuses > 4300 digits; no reading has 30
+            raise _BadValue(f"number too long: {value[:40]!r}...")
+        if integer:
+            if "." in num:
+                raise _BadValue(f"expected a whole number, got {value!r}")
+            return int(num)
+        return float(num)
+
+    return convert
+
+
+_int = _number(integer=True)
+_mib = _number("MiB", integer=True)
+_mhz = _number("MHz", integer=True)
+_watts = _number("W", integer=False)
+_celsius = _number("C", integer=False)
+_percent = _number("%", integer=False)
+_link_width = _number("x", integer=True)  # "16x"
+
+_TRUE = frozenset({"enabled", "yes", "on", "active", "true", "1"})
+_FALSE = frozenset({"disabled", "no", "off", "not active", "false", "0"})
+
+
+def _bool(value: str) -> bool:
+    low = value.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise _BadValue(f"expected Enabled/Disabled or Yes/No, got {value!r}")
+
+
+_PCI = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
+    r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+
+
+def normalize_pci_bus_id(value: str) -> str:
+    """``"00000000:19:00.0"`` -> ``"0000:19:00.0"``: lower case, 4-digit domain like lspci.
+
+    nvidia-smi prints a 32-bit domain (8 hex digits); Linux and lspci use 16 bits.
+    """
+    m = _PCI.match(value.strip())
+    if m is None:
+        raise _BadValue(f"expected a PCI address like 00000000:19:00.0, got {value!r}")
+    domain = int(m["domain"] or "0", 16)
+    return f"{domain:04x}:{int(m['bus'], 16):02x}:{int(m['dev'], 16):02x}.{m['fn']}"
+
+
+def _pci(value: str) -> str:
+    return normalize_pci_bus_id(value)
+
+
+# --------------------------------------------------------------------------- tree views
+
+
+class _View(Protocol):
+    """Read-only access to one node of an XML or text ``-q`` tree by normalised key path."""
+
+    def raw(self, path: str) -> str | None:
+        """Text of the first node at ``path`` ("a/b/c"), ``None`` when absent."""
+
+    def node(self, path: str) -> _View | None:
+        """First node at ``path``."""
+
+    def nodes(self, path: str) -> list[_View]:
+        """Every node at ``path`` (the last segment may repeat, e.g. one per process)."""
+
+    def leaves(self) -> list[tuple[str, str | None, _View]]:
+        """Direct children as ``(key, text, view)``."""
+
+    def where(self, path: str) -> tuple[int | None, str]:
+        """Line (when known) and a human description of ``path`` for error messages."""
+
+
+class _XmlView:
+    def __init__(self, elem: ET.Element, label: str) -> None:
+        self._elem = elem
+        self._label = label
+
+    def raw(self, path: str) -> str | None:
+        found = self._elem.find(path)
+        if found is None:
+            return None
+        return found.text or ""
+
+    def node(self, path: str) -> _XmlView | None:
+        found = self._elem.find(path)
+        return None if found is None else _XmlView(found, f"{self._label}/{path}")
+
+    def nodes(self, path: str) -> list[_View]:
+        return [_XmlView(e, f"{self._label}/{path}") for e in self._elem.findall(path)]
+
+    def leaves(self) -> list[tuple[str, str | None, _View]]:
+        return [(c.tag, c.text, _XmlView(c, f"{self._label}/{c.tag}")) for c in self._elem]
+
+    def where(self, path: str) -> tuple[int | None, str]:
+        # The stdlib ElementTree keeps no line numbers; the element path is precise enough.
+        return None, f"<{self._label}/{path}>" if path else f"<{self._label}>"
+
+
+@dataclass
+class _TextNode:
+    """One ``Key : Value`` (or bare ``Key``) line of ``nvidia-smi -q`` and its children."""
+
+    key: str  # normalised: "FB Memory Usage" -> "fb_memory_usage"
+    label: str  # as printed, for messages
+    value: str | None
+    line: int
+    indent: int
+    children: list[_TextNode] = field(default_factory=list)
+    child_indent: int | None = None
+
+
+def _norm_key(key: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", key.lower()).strip("_")
+
+
+class _TextView:
+    def __init__(self, node: _TextNode) -> None:
+        self._node = node
+
+    def _walk(self, path: str) -> Iterator[_TextNode]:
+        *parents, last = path.split("/")
+        current = self._node
+        for part in parents:
+            nxt = next((c for c in current.children if c.key == part), None)
+            if nxt is None:
+                return
+            current = nxt
+        yield from (c for c in current.children if c.key == last)
+
+    def raw(self, path: str) -> str | None:
+        found = next(self._walk(path), None)
+        if found is None:
+            return None
+        return found.value if found.value is not None else ""
+
+    def node(self, path: str) -> _TextView | None:
+        found = next(self._walk(path), None)
+        return None if found is None else _TextView(found)
+
+    def nodes(self, path: str) -> list[_View]:
+        return [_TextView(n) for n in self._walk(path)]
+
+    def leaves(self) -> list[tuple[str, str | None, _View]]:
+        return [(c.key, c.value, _TextView(c)) for c in self._node.children]
+
+    def where(self, path: str) -> tuple[int | None, str]:
+        found = next(self._walk(path), None) if path else self._node
+        if found is None:
+            return self._node.line, f"'{self._node.label}'"
+        return found.line, f"'{found.label}'"
