@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.lab.fleet import create_fleet, render_sections
+from gpufleet.lab.fleet import create_fleet
+from gpufleet.lab.renderers import render_sections
 
 # The real-sshd lab is a test helper (tests/sshlab.py), not part of the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

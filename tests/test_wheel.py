@@ -153,7 +153,9 @@ def test_lab_demo_runs_from_the_installed_wheel(installed: Installed, tmp_path: 
 
 RENDER_ALL = """
 from datetime import UTC, datetime
-from gpufleet.lab.fleet import MODELS, create_fleet, render_output
+from gpufleet.lab.catalogue import MODELS
+from gpufleet.lab.fleet import create_fleet
+from gpufleet.lab.renderers import render_output
 from gpufleet.lab.transport import ACTIVE_CAPTURES
 from gpufleet.lab.captures import captures_dir
 names = [f"gpu-{i:02d}" for i in range(1, len(MODELS) + 1)]

@@ -31,8 +31,10 @@ from gpufleet.collect.sections import (
 from gpufleet.collect.transport import Outcome, Target
 from gpufleet.domain.facts import HostFacts
 from gpufleet.errors import ParseError
-from gpufleet.lab.fleet import MODELS, LabHost, render_sections
-from gpufleet.lab.fleet import RENDERERS as LAB_RENDERERS
+from gpufleet.lab.catalogue import MODELS
+from gpufleet.lab.fleet import LabHost
+from gpufleet.lab.renderers import RENDERERS as LAB_RENDERERS
+from gpufleet.lab.renderers import render_sections
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 HERE = Target("local", "localhost")

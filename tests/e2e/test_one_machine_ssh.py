@@ -11,7 +11,8 @@ import pytest
 from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, render_sections
+from gpufleet.lab.fleet import create_fleet
+from gpufleet.lab.renderers import render_sections
 from gpufleet.service import operations
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet

@@ -17,7 +17,8 @@ from tests.sshlab_fixtures import SshLabFactory
 from gpufleet.collect.bundle import Section
 from gpufleet.collect.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
-from gpufleet.lab.fleet import apply_change, create_fleet, render_sections
+from gpufleet.lab.fleet import apply_change, create_fleet
+from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet

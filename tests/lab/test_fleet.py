@@ -18,18 +18,10 @@ from gpufleet.collect.pci import parse_lspci
 from gpufleet.collect.script import SECTIONS
 from gpufleet.domain.facts import HostFacts
 from gpufleet.errors import ConfigError, NotFound, ParseError
-from gpufleet.lab.fleet import (
-    MODELS,
-    LabFleet,
-    LabHost,
-    apply_change,
-    create_fleet,
-    fault_gpu_index,
-    model_spec,
-    render_output,
-    render_sections,
-    write_inventory,
-)
+from gpufleet.lab.catalogue import MODELS, model_spec
+from gpufleet.lab.fleet import LabFleet, LabHost, apply_change, create_fleet, write_inventory
+from gpufleet.lab.renderers import render_output, render_sections
+from gpufleet.lab.templates import fault_gpu_index
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 EXPECTED = {  # model -> (GPU count, product substring, driver of the capture)

@@ -20,7 +20,8 @@ from gpufleet.collect.bundle import Section
 from gpufleet.collect.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.errors import ParseError
-from gpufleet.lab.fleet import create_fleet, render_sections
+from gpufleet.lab.fleet import create_fleet
+from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet

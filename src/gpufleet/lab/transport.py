@@ -29,7 +29,8 @@ from gpufleet.collect.transport import (
 )
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.fleet import LabFleet, LabHost, render_output
+from gpufleet.lab.fleet import LabFleet, LabHost
+from gpufleet.lab.renderers import render_output
 
 #: Active tests the lab answers, each with the real captured output of that tool.
 ACTIVE_CAPTURES = {

@@ -1,0 +1,71 @@
+"""Lab faults: the kinds a lab host can carry and the check that a model can show them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from gpufleet.errors import ConfigError
+from gpufleet.lab.catalogue import model_spec
+
+DEFAULT_DRIFT_DRIVER = "535.154.05"
+_ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_DRIVER
+
+#: Faults the SSH lab / sim transport act on; the section renderer ignores them.
+TRANSPORT_FAULTS: frozenset[str] = frozenset(
+    {"unreachable", "hang", "wrong-key", "host-key-changed"}
+)
+#: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
+#: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
+FAULT_KINDS: tuple[str, ...] = (
+    "gpu-missing",
+    "driver-drift",
+    "ecc-uncorrectable",
+    "remap-pending",
+    "remap-failure",
+    "ib-down",
+    "ib-polling",
+    "xid",
+    "nvidia-smi-missing",
+    "garbage",
+    "truncated",
+    *sorted(TRANSPORT_FAULTS),
+)
+
+
+# --------------------------------------------------------------------------- faults
+
+
+def _split_fault(fault: str) -> tuple[str, str | None]:
+    kind, _, arg = fault.partition(":")
+    return kind, (arg or None)
+
+
+def validate_faults(model: str, faults: Sequence[str]) -> None:
+    """Raise :class:`ConfigError` for an unknown fault or one the model cannot show."""
+    spec = model_spec(model)
+    for fault in faults:
+        kind, arg = _split_fault(fault)
+        if kind not in FAULT_KINDS:
+            raise ConfigError(f"unknown lab fault {fault!r} (known: {', '.join(FAULT_KINDS)})")
+        why: str | None = None
+        if kind == "xid":
+            parts = (arg or "").split(":")
+            if (
+                not parts[0].isdigit()
+                or len(parts) > 2
+                or (len(parts) == 2 and not (parts[1].isdigit() and int(parts[1]) < spec.gpu_count))
+            ):
+                why = "expected xid:<code> or xid:<code>:<gpu index>"
+        elif kind in ("remap-pending", "remap-failure") and not spec.has_remapped_rows:
+            why = "its GPUs do not report remapped rows"
+        elif kind in ("ib-down", "ib-polling") and spec.ibstat_file is None:
+            why = "it has no RDMA adapters"
+        elif kind == "gpu-missing" and spec.gpu_count < 2:
+            why = "it has a single GPU (use nvidia-smi-missing)"
+        elif kind == "driver-drift" and arg is not None and not re.fullmatch(r"[\d.]+", arg):
+            why = "expected driver-drift[:<version>]"
+        elif arg is not None and kind not in ("xid", "driver-drift", "ib-down", "ib-polling"):
+            why = "it takes no argument"
+        if why:
+            raise ConfigError(f"lab fault {fault!r} does not apply to a {model} host: {why}")

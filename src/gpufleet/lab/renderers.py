@@ -1,0 +1,592 @@
+"""Rendering a lab host's answer to the collection script: one renderer per registered section
+(:data:`RENDERERS`, keyed like :data:`gpufleet.collect.sections.REGISTRY`), then the faults.
+
+Rendering is pure and deterministic: templates are parsed once per model and split into
+literal pieces and identity slots, so rendering 1000 hosts takes about a second.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+
+from gpufleet.collect.bundle import Section, render_bundle
+from gpufleet.collect.sections import SYSCTL_KEYS, names
+from gpufleet.errors import ConfigError
+from gpufleet.lab.catalogue import ModelSpec
+from gpufleet.lab.faults import _ALT_DRIFT_DRIVER, DEFAULT_DRIFT_DRIVER, _split_fault
+from gpufleet.lab.fleet import LabHost
+from gpufleet.lab.templates import (
+    _bus_values,
+    _fill,
+    _identity,
+    _path,
+    _pick,
+    _Template,
+    _template,
+    fault_gpu_index,
+)
+
+_NOT_FOUND_RC = 127
+#: The sections a lab host answers: every registered one, in script order.
+SECTIONS: tuple[str, ...] = names()
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _effective_driver(host: LabHost, tpl: _Template) -> str:
+    base = host.driver or tpl.driver
+    for f in host.faults:
+        kind, arg = _split_fault(f)
+        if kind == "driver-drift":
+            if arg:
+                return arg
+            return DEFAULT_DRIFT_DRIVER if base != DEFAULT_DRIFT_DRIVER else _ALT_DRIFT_DRIVER
+    return base
+
+
+def _set_ecc(block: str, fmt: str) -> str:
+    if fmt == "text":
+        return re.sub(r"^(\s+DRAM Uncorrectable\s+: )\d+$", r"\g<1>2", block, flags=re.M)
+    if "<dram_uncorrectable>" in block:  # DTD v12+
+        return re.sub(r"<dram_uncorrectable>\d+<", "<dram_uncorrectable>2<", block)
+
+    def dbe(m: re.Match[str]) -> str:  # DTD v11: volatile/aggregate <double_bit> totals
+        return re.sub(r"<(device_memory|total)>\d+<", r"<\1>2<", m.group(0))
+
+    return re.sub(r"<double_bit>.*?</double_bit>", dbe, block, flags=re.S)
+
+
+def _set_remap(block: str, fmt: str, what: str) -> str:
+    if fmt == "xml":
+        return block.replace(f"<remapped_row_{what}>No<", f"<remapped_row_{what}>Yes<")
+    start = block.index("    Remapped Rows\n")
+    key = "Pending" if what == "pending" else "Remapping Failure Occurred"
+    rest = re.sub(rf"^(        {key}\s+: )No$", r"\g<1>Yes", block[start:], count=1, flags=re.M)
+    return block[:start] + rest
+
+
+def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
+    """(indices of GPUs the driver sees, nvidia-smi XML, nvidia-smi -q text)."""
+    spec = tpl.spec
+    kinds = {_split_fault(f)[0] for f in host.faults}
+    suspect = fault_gpu_index(host)
+    present = [i for i in range(spec.gpu_count) if not ("gpu-missing" in kinds and i == suspect)]
+    blocks = []
+    for i in present:
+        values = _identity(host, i)
+        if spec.replicate:
+            values |= _bus_values(tpl.bus_ids[i], i, spec.smi_format)
+        block = _fill(tpl.blocks[i % len(tpl.blocks)], values)
+        if i == suspect:
+            if "ecc-uncorrectable" in kinds:
+                block = _set_ecc(block, spec.smi_format)
+            if "remap-pending" in kinds:
+                block = _set_remap(block, spec.smi_format, "pending")
+            if "remap-failure" in kinds:
+                block = _set_remap(block, spec.smi_format, "failure")
+        blocks.append(block)
+    head = _fill(tpl.head, {"attached": str(len(present))})
+    sep = "\n" if spec.smi_format == "text" else ""
+    body = head + sep.join(blocks) + tpl.tail
+    driver = _effective_driver(host, tpl)
+    if driver != tpl.driver:
+        body = body.replace(tpl.driver, driver)
+    if spec.smi_format == "xml":
+        return present, body, ""
+    return present, "", body
+
+
+def _nvlink(host: LabHost, tpl: _Template, present: list[int]) -> str:
+    if not tpl.nvlink:
+        # A GPU without NVLink: the per-GPU header line and no links (generated, see module doc)
+        return "".join(
+            f"GPU {pos}: {tpl.product} (UUID: {_identity(host, i)['uuid']})\n"
+            for pos, i in enumerate(present)
+        )
+    pieces = tpl.nvlink
+    return "".join(
+        _fill(pieces[i % len(pieces)], {"idx": str(pos), "uuid": _identity(host, i)["uuid"]})
+        for pos, i in enumerate(present)
+    )
+
+
+_LEGEND = "".join(
+    line + "\n"
+    for line in (  # verbatim from the exporter's topo -m capture
+        "Legend:",
+        "",
+        "  X    = Self",
+        "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes "
+        "(e.g., QPI/UPI)",
+        "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges "
+        "within a NUMA node",
+        "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+        "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host "
+        "Bridge)",
+        "  PIX  = Connection traversing at most a single PCIe bridge",
+        "  NV#  = Connection traversing a bonded set of # NVLinks",
+    )
+)
+
+
+def _ibstat_cas(ibstat: str) -> list[tuple[str, str, str, str]]:
+    """(name, CA type, link layer, rate) per CA, in output order."""
+    out = []
+    for block in re.split(r"(?m)^(?=CA ')", ibstat):
+        m = re.match(r"CA '([^']+)'", block)
+        if not m:
+            continue
+        ca_type, layer, rate = (
+            re.search(rf"^\s+{k}: (\S+)", block, re.M) for k in ("CA type", "Link layer", "Rate")
+        )
+        out.append(
+            (
+                m.group(1),
+                ca_type[1] if ca_type else "",
+                layer[1] if layer else "",
+                rate[1] if rate else "",
+            )
+        )
+    return out
+
+
+def _pci_order(name: str) -> tuple[str, int]:
+    """mlx5_2 before mlx5_10: device names follow PCI order, ibstat sorts them as text."""
+    m = re.fullmatch(r"(\D+)(\d+)", name)
+    return (m[1], int(m[2])) if m else (name, 1 << 30)
+
+
+def _fabric_cas(spec: ModelSpec, ibstat: str) -> list[str]:
+    """The high-speed ports (the expected spec's ``ib_ports``), in PCI order."""
+    layer = "InfiniBand" if spec.fabric == "ib" else "Ethernet"
+    rate = f"{spec.ib_rate_gbps:g}"
+    return sorted(
+        (n for n, _, ll, r in _ibstat_cas(ibstat) if ll == layer and r == rate), key=_pci_order
+    )
+
+
+@dataclass(frozen=True)
+class _Dev:
+    label: str  # column/row name: "GPU3", "NIC0" (or "mlx5_0" on older drivers)
+    gpu: int | None  # physical GPU slot
+    nic: str | None
+    numa: int
+    switch: int | None  # PCIe switch shared by a GPU and its fabric NIC
+
+
+def _topo(tpl: _Template, present: list[int], driver: str) -> str:
+    """Generated ``topo -m`` (no permitted 8-GPU capture exists; format of the real one)."""
+    if tpl.topo is not None:
+        return tpl.topo
+    spec = tpl.spec
+    new_format = int(driver.split(".")[0]) >= 535  # "GPU NUMA ID" column and NIC legend
+    half = max(1, spec.gpu_count // 2)
+    nics = sorted((c[0] for c in _ibstat_cas(tpl.ibstat)), key=_pci_order) if tpl.ibstat else []
+    fabric = _fabric_cas(spec, tpl.ibstat) if tpl.ibstat else []
+    devs = [_Dev(f"GPU{pos}", i, None, int(i >= half), i) for pos, i in enumerate(present)]
+    for k, name in enumerate(nics):
+        slot = fabric.index(name) if name in fabric else None
+        devs.append(
+            _Dev(
+                f"NIC{k}" if new_format else name,
+                None,
+                name,
+                int(slot >= half) if slot is not None else k % 2,
+                slot,
+            )
+        )
+
+    def link(a: _Dev, b: _Dev) -> str:
+        if a == b:
+            return " X "
+        if a.gpu is not None and b.gpu is not None and spec.nvlink_per_gpu:
+            return f"NV{spec.nvlink_per_gpu}"
+        if a.switch is not None and a.switch == b.switch:
+            return "PXB"  # a GPU and its own NIC sit behind one PCIe switch
+        return "NODE" if a.numa == b.numa else "SYS"
+
+    per_socket = spec.nproc // 4  # cores per socket; hyper-thread siblings follow all cores
+    affinity = (
+        [
+            f"{s * per_socket}-{(s + 1) * per_socket - 1},"
+            f"{(s + 2) * per_socket}-{(s + 3) * per_socket - 1}"
+            for s in (0, 1)
+        ]
+        if spec.gpu_count > 1
+        else [f"0-{spec.nproc - 1}"] * 2
+    )
+    cols = ["CPU Affinity", "NUMA Affinity"] + (["GPU NUMA ID"] if new_format else [])
+    lines = ["\t\x1b[4m" + "\t".join([d.label for d in devs] + cols) + "\x1b[0m"]
+    for d in devs:
+        row = [d.label] + [link(d, other) for other in devs]
+        if d.gpu is not None:
+            row += [affinity[d.numa], str(d.numa)]
+            # the real output has an empty field before "GPU NUMA ID" (exporter capture)
+            row += ["", "N/A"] if new_format else []
+        elif not new_format:
+            row += ["", ""]  # older drivers pad NIC rows with the empty affinity fields
+        lines.append("\t".join(row))
+    text = "\n".join(lines) + "\n\n" + _LEGEND
+    if new_format and nics:
+        text += "\nNIC Legend:\n\n" + "".join(f"  NIC{k}: {n}\n" for k, n in enumerate(nics))
+    return text
+
+
+def _ibstat(host: LabHost, tpl: _Template) -> str:
+    assert tpl.ibstat is not None
+    text = tpl.ibstat
+    for f in host.faults:
+        kind, arg = _split_fault(f)
+        if kind not in ("ib-down", "ib-polling"):
+            continue
+        fabric = _fabric_cas(tpl.spec, text)
+        ca = arg or fabric[_pick(len(fabric), "port", host.name, host.serial_salt)]
+        phys = "Disabled" if kind == "ib-down" else "Polling"
+        blocks = re.split(r"(?m)^(?=CA ')", text)
+        for j, block in enumerate(blocks):
+            if block.startswith(f"CA '{ca}'"):
+                block = re.sub(r"(?m)^(\s+State: )\w+$", r"\g<1>Down", block, count=1)
+                blocks[j] = re.sub(
+                    r"(?m)^(\s+Physical state: )\w+$", rf"\g<1>{phys}", block, count=1
+                )
+                break
+        else:
+            raise ConfigError(f"{host.name}: {f}: no RDMA adapter {ca!r}")
+        text = "".join(blocks)
+    return text
+
+
+_MT_PCI = {  # ibstat "CA type" (PCI device id, decimal) -> lspci -nn name
+    "MT4129": "Mellanox Technologies MT2910 Family [ConnectX-7] [15b3:1021]",
+    "MT4125": "Mellanox Technologies MT2892 Family [ConnectX-6 Dx] [15b3:101d]",
+    "MT4126": "Mellanox Technologies ConnectX Family mlx5Gen Virtual Function [15b3:101e]",
+    "MT41692": "Mellanox Technologies MT43244 BlueField-3 integrated ConnectX-7 network "
+    "controller [15b3:a2dc] (rev 01)",
+}
+
+
+def _lspci(tpl: _Template) -> str:
+    """Generated ``lspci -nn -D`` (every GPU, whether or not the driver sees it)."""
+    spec = tpl.spec
+    lines = [f"{b} 3D controller [0302]: {spec.pci_gpu}" for b in tpl.bus_ids]
+    if tpl.ibstat:
+        cas = sorted(_ibstat_cas(tpl.ibstat), key=lambda ca: _pci_order(ca[0]))
+        for (name, mt, layer, _), bus in zip(cas, spec.nic_bus_ids, strict=True):
+            cls = (
+                "Infiniband controller [0207]"
+                if layer == "InfiniBand"
+                else "Ethernet controller [0200]"
+            )
+            funcs = (".0", ".1") if "bond" in name else (".0",)  # a bond spans two functions
+            lines += [f"{bus[:-2]}{fn} {cls}: {_MT_PCI[mt]}" for fn in funcs]
+    lines += spec.extra_pci
+    return "\n".join(sorted(lines)) + "\n"
+
+
+_XID_MESSAGES = {  # codes the iso capture does not contain; texts as the driver prints them
+    79: "GPU has fallen off the bus.",
+    13: "Graphics Exception: ChID 0008, Class 0000c9c0, Offset 00000510, Data 0017e2ac",
+    31: "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ "
+    "0x7f31_c0000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ",
+    45: "Ch 00000008",
+    74: "NVLink: fatal error detected on link 3(0x0, 0x0, 0x0, 0x0, 0x0, 0x0, 0x0)",
+    92: "High single-bit ECC error rate detected",
+    95: "Uncontained: FBHUB. RST: Yes, D-RST: No",
+    119: "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function 76 "
+    "(GSP_RM_CONTROL) (0x20803032 0x58c).",
+}
+_XID_LINE = re.compile(
+    r"^(?P<ts>\S+) NVRM: Xid \(PCI:(?P<pci>[^)]+)\): (?P<code>\d+), "
+    r"(?P<who>pid=.*?, name=.*?), (?P<msg>.*)$"
+)
+
+
+@cache
+def _xid_format() -> tuple[str, dict[int, str]]:
+    """The first Xid line of the iso capture as a format, and the capture's messages by code."""
+    text = _path("kernel-log/gpud_dmesg-time-format-iso.log").read_text(encoding="utf-8")
+    fmt: str | None = None
+    messages: dict[int, str] = {}
+    for line in text.splitlines():
+        m = _XID_LINE.match(line)
+        if not m:
+            continue
+        if fmt is None:
+            fmt = (
+                "{ts} NVRM: Xid (PCI:{pci}): {code}, "
+                + m["who"].replace("{", "{{").replace("}", "}}")
+                + ", {msg}"
+            )
+        messages.setdefault(int(m["code"]), m["msg"])
+    if fmt is None:
+        raise RuntimeError("lab template: no Xid line in gpud_dmesg-time-format-iso.log")
+    return fmt, messages
+
+
+_XID_EPOCH = datetime(2025, 1, 14, 3, 12, 45, 118204, tzinfo=UTC)
+
+
+def _xids(host: LabHost, tpl: _Template) -> str:
+    fmt, captured = _xid_format()
+    lines = []
+    for n, f in enumerate(f for f in host.faults if _split_fault(f)[0] == "xid"):
+        parts = f.split(":")
+        code = int(parts[1])
+        gpu = int(parts[2]) if len(parts) > 2 else fault_gpu_index(host)
+        dom, bus, devfn = tpl.bus_ids[gpu].split(":")
+        if host.xid_at is not None:
+            ts = host.xid_at.astimezone(UTC) + timedelta(seconds=n)
+        else:
+            ts = _XID_EPOCH + timedelta(
+                seconds=_pick(86400, "xid", host.name) + 97 * n,
+                microseconds=_pick(10**6, "us", host.name, n),
+            )
+        msg = captured.get(code) or _XID_MESSAGES.get(code) or "Ch 00000008"
+        lines.append(
+            fmt.format(
+                ts=ts.strftime("%Y-%m-%dT%H:%M:%S,%f+00:00"),
+                pci=f"{dom}:{bus}:{devfn.split('.')[0]}",
+                code=code,
+                msg=msg,
+            )
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+_CTK_VERSION = (
+    "NVIDIA Container Toolkit CLI version 1.12.0\ncommit: 62bd015475656ef795cb0d59cc4030a6bd4a9526"
+)
+
+_OS_RELEASE = """PRETTY_NAME="Ubuntu 22.04.5 LTS"
+NAME="Ubuntu"
+VERSION_ID="22.04"
+VERSION="22.04.5 LTS (Jammy Jellyfish)"
+VERSION_CODENAME=jammy
+ID=ubuntu
+ID_LIKE=debian
+HOME_URL="https://www.ubuntu.com/"
+SUPPORT_URL="https://help.ubuntu.com/"
+BUG_REPORT_URL="https://bugs.launchpad.net/ubuntu/"
+PRIVACY_POLICY_URL="https://www.ubuntu.com/legal/terms-and-policies/privacy-policy"
+UBUNTU_CODENAME=jammy
+"""
+_KERNEL = "5.15.0-125-generic"
+
+
+def _meminfo(spec: ModelSpec) -> str:
+    total = spec.mem_total_kib
+    rows = [
+        ("MemTotal", total),
+        ("MemFree", total * 87 // 100),
+        ("MemAvailable", total * 93 // 100),
+        ("Buffers", 2154816),
+        ("Cached", total * 5 // 100),
+        ("SwapCached", 0),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+        ("HugePages_Total", 0),
+    ]
+    # /proc/meminfo: name padded to 16 columns, value right-aligned in 8 ("kB" except hugepages)
+    return "".join(
+        f"{k + ':':<16}{v:>8}{'' if k.startswith('HugePages') else ' kB'}\n" for k, v in rows
+    )
+
+
+def _modules(spec: ModelSpec) -> str:
+    # /proc/modules as an unprivileged reader sees it (addresses zeroed)
+    z = "Live 0x0000000000000000"
+    rdma = spec.ibstat_file is not None
+    rows = [
+        f"nvidia_uvm 1437696 4 - {z} (POE)",
+        *([f"nvidia_peermem 16384 0 - {z} (POE)"] if rdma else []),
+        f"nvidia_drm 77824 0 - {z} (POE)",
+        f"nvidia_modeset 1306624 1 nvidia_drm, {z} (POE)",
+        f"nvidia 56717312 {106 if rdma else 26} nvidia_uvm,"
+        f"{'nvidia_peermem,' if rdma else ''}nvidia_modeset, {z} (POE)",
+    ]
+    if rdma:
+        rows += [
+            f"rdma_ucm 28672 0 - {z} (OE)",
+            f"ib_ipoib 139264 0 - {z} (OE)",
+            f"ib_umad 36864 0 - {z} (OE)",
+            f"mlx5_ib 458752 0 - {z} (OE)",
+            f"ib_uverbs 163840 3 nvidia_peermem,rdma_ucm,mlx5_ib, {z} (OE)",
+            f"ib_core 454656 7 rdma_ucm,ib_ipoib,ib_umad,mlx5_ib,ib_uverbs,rdma_cm,ib_cm, {z} (OE)",
+            f"mlx5_core 2080768 1 mlx5_ib, {z} (OE)",
+            f"mlxfw 36864 1 mlx5_core, {z} (OE)",
+            f"mlx_compat 69632 9 rdma_ucm,ib_ipoib,ib_umad,mlx5_ib,ib_uverbs,ib_core,mlx5_core, "
+            f"{z} (OE)",
+            f"psample 20480 1 mlx5_core, {z}",
+            f"tls 114688 1 mlx5_core, {z}",
+        ]
+    if spec.dmi[0] == "Amazon EC2":
+        rows.append(f"ena 147456 0 - {z}")
+    nvme = sum(d[0].startswith("nvme") for d in spec.disks)
+    if nvme:
+        rows += [f"nvme 49152 {nvme} - {z}", f"nvme_core 139264 {nvme + 1} nvme, {z}"]
+    else:
+        rows.append(f"virtio_blk 24576 2 - {z}")
+    return "".join(r + "\n" for r in rows)
+
+
+def _sysctl(spec: ModelSpec) -> str:
+    tuned = spec.fabric != "none"  # training pools carry the NCCL/RDMA tuning
+    values = {
+        "vm.max_map_count": "262144" if tuned else "65530",
+        "vm.swappiness": "60",
+        "net.core.rmem_max": "2147483647" if tuned else "212992",
+        "net.core.wmem_max": "2147483647" if tuned else "212992",
+        "kernel.numa_balancing": "0" if tuned else "1",
+        "net.ipv4.tcp_mtu_probing": "0",
+    }
+    return "".join(f"{k} = {values[k]}\n" for k in SYSCTL_KEYS)
+
+
+def _lsblk(spec: ModelSpec) -> str:
+    out = []
+    for name, size, model in spec.disks:
+        tran = "nvme" if name.startswith("nvme") else ""
+        out.append(f'NAME="{name}" SIZE="{size}" TRAN="{tran}" ROTA="0" MODEL="{model}"')
+    return "\n".join(out) + "\n"
+
+
+def _not_found(name: str, tool: str) -> Section:
+    return Section(name, "", f"sh: 1: {tool}: not found", _NOT_FOUND_RC)
+
+
+def _garbage(host: LabHost) -> str:
+    """Non-XML noise, as a wedged terminal or a broken pipe might leave."""
+    rng = random.Random(f"garbage|{host.name}")
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=#;:%&*"
+    return "\n".join("".join(rng.choice(alphabet) for _ in range(72)) for _ in range(24))
+
+
+@dataclass(frozen=True)
+class _Render:
+    """What the section renderers of one host share (computed once per host)."""
+
+    host: LabHost
+    tpl: _Template
+    present: list[int]
+    xml: str
+    qtext: str
+    driver: str
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.tpl.spec
+
+
+def _ok(stdout: str) -> tuple[str, str, int]:
+    return stdout, "", 0
+
+
+def _not_found_out(tool: str) -> tuple[str, str, int]:
+    return "", f"sh: 1: {tool}: not found", _NOT_FOUND_RC
+
+
+def _xml_out(r: _Render) -> tuple[str, str, int]:
+    if r.spec.smi_format == "xml":
+        return _ok(r.xml)
+    return (
+        "",
+        f"gpufleet lab: the 'nvidia-smi -q -x' capture is not available for lab model "
+        f"{r.spec.name} (this host answers 'nvidia-smi -q')",
+        2,
+    )
+
+
+def _q_out(r: _Render) -> tuple[str, str, int]:
+    # Not run when the XML answered (the script skips it: empty, rc 0).
+    return _ok("" if r.spec.smi_format == "xml" else r.qtext)
+
+
+#: One renderer per registered section (:data:`gpufleet.collect.sections.REGISTRY`):
+#: section name -> (stdout, stderr, rc) as a healthy host of the model answers; faults are
+#: applied afterwards by :func:`render_sections`.
+RENDERERS: dict[str, Callable[[_Render], tuple[str, str, int]]] = {
+    "hostname": lambda r: _ok(r.host.name),
+    "os-release": lambda r: _ok(_OS_RELEASE),
+    "uname-r": lambda r: _ok(_KERNEL),
+    "nproc": lambda r: _ok(str(r.spec.nproc)),
+    "meminfo": lambda r: _ok(_meminfo(r.spec)),
+    "dmi": lambda r: _ok("\n".join(r.spec.dmi) + "\n"),
+    "modules": lambda r: _ok(_modules(r.spec)),
+    "sysctl": lambda r: _ok(_sysctl(r.spec)),
+    "nvidia-smi-xml": _xml_out,
+    "nvidia-smi-q": _q_out,
+    "topo-m": lambda r: _ok(_topo(r.tpl, r.present, r.driver)),
+    "nvlink-s": lambda r: _ok(_nvlink(r.host, r.tpl, r.present)),
+    "ibstat": lambda r: (
+        _ok(_ibstat(r.host, r.tpl)) if r.tpl.ibstat is not None else _not_found_out("ibstat")
+    ),
+    "lspci-nn": lambda r: _ok(_lspci(r.tpl)),
+    "kernel-xid": lambda r: _ok(_xids(r.host, r.tpl)),
+    "lsblk": lambda r: _ok(_lsblk(r.spec)),
+    # fm(): "active" when systemctl says so; otherwise pgrep fails too and fm echoes "inactive".
+    "fabricmanager": lambda r: _ok("active" if r.spec.nvswitch else "inactive"),
+    # No capture of `nv-fabricmanager --version` exists in the fixtures; this line follows the
+    # tool's wording, and the parser only takes the first dotted version from it. The fabric
+    # manager package version always equals the driver's.
+    "fabricmanager-version": lambda r: (
+        _ok(f"Fabric Manager version is : {r.driver}")
+        if r.spec.nvswitch
+        else _not_found_out("nv-fabricmanager")
+    ),
+    # Real `nvidia-ctk --version` output (NVIDIA/nvidia-container-toolkit issue #50).
+    "container-toolkit": lambda r: _ok(_CTK_VERSION),
+}
+
+
+def render_sections(host: LabHost) -> dict[str, Section]:
+    """Every registered section (:data:`SECTIONS`) as the host answers the collection script."""
+    tpl = _template(host.model)
+    spec = tpl.spec
+    kinds = {_split_fault(f)[0] for f in host.faults}
+    present, xml, qtext = _gpu_sections(host, tpl)
+    ctx = _Render(host, tpl, present, xml, qtext, _effective_driver(host, tpl))
+    s: dict[str, Section] = {}
+    for name in SECTIONS:
+        try:
+            render = RENDERERS[name]
+        except KeyError:
+            raise NotImplementedError(f"the lab renders no section {name!r}") from None
+        s[name] = Section(name, *render(ctx))
+
+    if "nvidia-smi-missing" in kinds:
+        for name in ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"):
+            s[name] = _not_found(name, "nvidia-smi")
+    else:
+        if "garbage" in kinds:
+            s["nvidia-smi-xml"] = Section("nvidia-smi-xml", _garbage(host), "", 0)
+            s["nvidia-smi-q"] = Section("nvidia-smi-q", "", "", 0)
+        if "truncated" in kinds:
+            name = "nvidia-smi-xml" if spec.smi_format == "xml" else "nvidia-smi-q"
+            full = s[name].stdout
+            cut = len(full) // 2
+            if spec.smi_format == "text":
+                # A text report cut inside a GPU section reads like a complete one, so the
+                # cut is placed where that section starts: the GPU count then gives it away.
+                cut = full.rfind("\nGPU ", 0, cut) + 1
+            s[name] = Section(name, full[:cut], "", 0)
+    # A tool's final newline is eaten by the framing (split_bundle drops it), so sections are
+    # kept in that canonical form and split_bundle(render_output(h)) == render_sections(h).
+    return {
+        name: Section(name, _chomp(s[name].stdout), _chomp(s[name].stderr), s[name].rc)
+        for name in SECTIONS
+    }
+
+
+def _chomp(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
+
+
+def render_output(host: LabHost) -> str:
+    """The framed output of the collection script on ``host`` (see :mod:`..collect.bundle`)."""
+    return render_bundle(list(render_sections(host).values()))
