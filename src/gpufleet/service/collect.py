@@ -7,21 +7,13 @@ collect the same host at once, and results are applied only while the token stil
 
 from __future__ import annotations
 
-import asyncio
-import math
-import queue
-import signal
 import socket
-import threading
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import FrameType
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
@@ -32,13 +24,8 @@ from gpufleet.collect.transport import (
     Outcome,
     RawResult,
     Target,
-    Transport,
-    TransportKey,
     fingerprint,
     get_transport_factory,
-    open_transport,
-    run_many,
-    transport_key,
 )
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
@@ -49,12 +36,27 @@ from gpufleet.domain.identity import duplicate_reason, machine_ids
 from gpufleet.domain.profiles import Decision, evaluate
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
+from gpufleet.errors import ParseError
 from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes, transition
+from gpufleet.service.pipeline import CLAIM_MARGIN_S as CLAIM_MARGIN_S
+from gpufleet.service.pipeline import (
+    Claim,
+    Claimed,
+    Pipeline,
+    check_forks,
+    check_timeout,
+    claim_hosts,
+    claim_lease,
+    drop_claim,
+    holds_claim,
+)
+from gpufleet.service.pipeline import release_claims as release_claims
+from gpufleet.service.pipeline import renew_claims as renew_claims
+from gpufleet.service.pipeline import sigterm_as_exit as sigterm_as_exit
+from gpufleet.service.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.policies import Policies
-from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
@@ -102,88 +104,16 @@ class RunReport:
         return not self.all_held_elsewhere and all(r.outcome is Outcome.OK for r in self.results)
 
 
-@dataclass
-class _Claimed:
-    host_id: int
-    target: Target
-    transport: str
-    key: TransportKey  # hosts with one key share a transport instance
-    token: str
+#: The claim a collection holds on one host (see :mod:`gpufleet.service.pipeline`).
+_Claimed = Claimed
 
 
-def _transport_for(vars_: dict[str, str], override: str | None) -> str:
-    return override or vars_.get("gpufleet_transport", "ssh")
-
-
-#: Slack on top of the estimated work of a claim (process start, parsing, a slow database).
-CLAIM_MARGIN_S = 60.0
-
-
-def claim_lease(
-    hosts: int, forks: int, timeout_s: float, connect_timeout_s: float
-) -> timedelta:
-    """How long a claim on ``hosts`` hosts lasts: the waves of ``forks`` hosts it takes, each
-    up to ``timeout_s`` (connecting included, at worst ``connect_timeout_s`` more), plus
-    :data:`CLAIM_MARGIN_S`. A running collection renews it; a crashed one's claims run out."""
-    waves = max(1, math.ceil(hosts / max(1, forks)))
-    return timedelta(seconds=waves * (timeout_s + connect_timeout_s) + CLAIM_MARGIN_S)
-
-
-def check_timeout(value: float, what: str = "timeout") -> float:
-    """A positive, finite number of seconds; :class:`ConfigError` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{what} must be a positive, finite number of seconds, not {value!r}")
-    return float(value)
-
-
-def check_forks(value: int, what: str = "forks") -> int:
-    """A positive whole number of hosts at once; :class:`ConfigError` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{what} must be a whole number of at least 1, not {value!r}")
-    return value
-
-
-@dataclass
-class Claim:
-    """What :func:`claim_hosts` got: the run, the claimed hosts, the ones held elsewhere and
-    the ones refused before claiming (a transport that cannot be used; already recorded)."""
-
-    run_id: int
-    token: str
-    hosts: list[_Claimed]
-    busy: list[str]
-    refused: list[HostResult] = field(default_factory=list)
-
-
-def claim(
-    fleet: Fleet, selector: str | None, transport: str | None, lease: timedelta
-) -> tuple[int, list[_Claimed], list[str]]:
-    """Create the run and claim the selected hosts; return those another worker holds."""
-    c = claim_hosts(fleet, selector, transport, lambda _n: lease)
-    return c.run_id, c.hosts, c.busy
-
-
-def claim_hosts(
-    fleet: Fleet,
-    selector: str | None,
-    transport: str | None,
-    lease: Callable[[int], timedelta],
-) -> Claim:
-    """Create the run and claim the selected hosts for ``lease(number claimed)``.
-
-    A host whose transport cannot be used (unknown ``gpufleet_transport``) is not claimed: it
-    is recorded as an ``error`` of this run with the reason, and the others go ahead.
-    """
-    now = fleet.now()
-    token = str(uuid.uuid4())
-    claimed: list[_Claimed] = []
-    refused: list[HostResult] = []
-    busy: list[str] = []
-    with fleet.db.session() as s:
+def _start_run(
+    fleet: Fleet, selector: str | None, transport: str | None
+) -> Callable[[Session], int]:
+    def start(s: Session) -> int:
         run = CollectionRun(
-            started_at=now,
+            started_at=fleet.now(),
             transport=transport or "auto",
             selector=selector,
             actor=fleet.actor,
@@ -191,151 +121,48 @@ def claim_hosts(
         )
         s.add(run)
         s.flush()
-        wanted = [h.name for h in s.scalars(select_hosts(selector))]
-        if selector and not wanted:
-            raise NotFound(f"no hosts match selector '{selector}'")
-        stmt = (
-            select_hosts(selector)
-            .where(Host.state != HostState.RETIRED.value)
-            .where(or_(Host.claimed_until.is_(None), Host.claimed_until < now))
-            .with_for_update(skip_locked=True)
-        )
-        rows: list[Host] = []
-        for h in s.scalars(stmt):
-            kind = _transport_for(h.vars, transport)
-            try:
-                key = transport_key(kind, h.vars)
-            except ConfigError as exc:
-                refused.append(_refuse(s, run.id, h, f"transport {kind!r}: {exc}", now))
-                continue
-            rows.append(h)
-            claimed.append(
-                _Claimed(
-                    host_id=h.id,
-                    target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
-                    transport=kind,
-                    key=key,
-                    token=token,
-                )
-            )
-        until = now + lease(len(rows))
-        for h in rows:
-            h.claim_token = token
-            h.claimed_until = until
-        got = {c.target.name for c in claimed} | {r.host for r in refused}
-        retired = {
-            h.name
-            for h in s.scalars(select_hosts(selector).where(Host.state == HostState.RETIRED.value))
-        }
-        busy = [n for n in wanted if n not in got and n not in retired]
-        run_id = run.id
-    return Claim(run_id, token, claimed, busy, refused)
+        return run.id
+
+    return start
 
 
-def _refuse(s: Session, run_id: int, h: Host, reason: str, now: datetime) -> HostResult:
-    h.last_outcome = Outcome.ERROR
-    h.last_reason = reason
-    h.updated_at = now
-    s.add(CollectionResult(run_id=run_id, host_id=h.id, outcome=Outcome.ERROR, reason=reason))
-    return HostResult(h.name, Outcome.ERROR, reason)
+def _refuse(fleet: Fleet) -> Callable[[Session, int | None, Host, str], None]:
+    """Record a host whose transport cannot be used as an ``error`` of the run."""
+
+    def refuse(s: Session, run_id: int | None, h: Host, reason: str) -> None:
+        assert run_id is not None
+        h.last_outcome = Outcome.ERROR
+        h.last_reason = reason
+        h.updated_at = fleet.now()
+        s.add(CollectionResult(run_id=run_id, host_id=h.id, outcome=Outcome.ERROR, reason=reason))
+
+    return refuse
 
 
-def release_claims(fleet: Fleet, token: str) -> int:
-    """Drop every claim still held under ``token`` (an interrupted or failed run)."""
-    with fleet.db.session() as s:
-        res = s.execute(
-            update(Host)
-            .where(Host.claim_token == token)
-            .values(claim_token=None, claimed_until=None)
-            .execution_options(synchronize_session=False)
-        )
-        return int(getattr(res, "rowcount", 0) or 0)
-
-
-def renew_claims(fleet: Fleet, token: str, lease: timedelta) -> int:
-    """Extend the claims still held under ``token`` to ``now + lease`` (a running collection)."""
-    with fleet.db.session() as s:
-        res = s.execute(
-            update(Host)
-            .where(Host.claim_token == token)
-            .values(claimed_until=fleet.now() + lease)
-            .execution_options(synchronize_session=False)
-        )
-        return int(getattr(res, "rowcount", 0) or 0)
-
-
-class _Renewer(threading.Thread):
-    """Renews a run's claims every ``interval_s`` to the work still left (see claim_lease)."""
-
-    def __init__(
-        self, fleet: Fleet, token: str, lease: Callable[[], timedelta], interval_s: float
-    ) -> None:
-        super().__init__(name="gpufleet-claims", daemon=True)
-        self.fleet, self.token, self.lease, self.interval_s = fleet, token, lease, interval_s
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            with suppress(Exception):  # a failed renewal only shortens the claim
-                renew_claims(self.fleet, self.token, self.lease())
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join()
-
-
-@contextmanager
-def sigterm_as_exit() -> Iterator[None]:
-    """Turn SIGTERM into ``SystemExit(143)`` while a run is in flight, so its ``finally``
-    blocks (releasing claims) run; only in the main thread, where signals are delivered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
-    """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`."""
-    return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
-
-
-def _transports(
-    claimed: list[_Claimed], fleet: Fleet
-) -> tuple[dict[TransportKey, Transport], dict[TransportKey, str]]:
-    """One transport per key; a key whose transport cannot be built fails only its hosts."""
-    out: dict[TransportKey, Transport] = {}
-    broken: dict[TransportKey, str] = {}
-    for c in claimed:
-        if c.key not in out and c.key not in broken:
-            try:
-                out[c.key] = transport_for_host(c.key, fleet)
-            except GpufleetError as exc:
-                broken[c.key] = f"transport {c.transport!r} unusable: {exc}"
-    return out, broken
-
-
-async def _run_all(
-    groups: list[tuple[Transport, list[Target]]],
-    script: str,
-    forks: int,
-    timeout_s: float,
-    on_result: Callable[[RawResult], None] | None,
-) -> list[RawResult]:
-    results = await asyncio.gather(
-        *(
-            run_many(t, targets, script, forks=forks, timeout_s=timeout_s, on_result=on_result)
-            for t, targets in groups
-        )
+def claim_for_collection(
+    fleet: Fleet,
+    selector: str | None,
+    transport: str | None,
+    lease: Callable[[int], timedelta],
+) -> Claim:
+    """Create the collection run and claim the selected hosts (not retired) for it."""
+    return claim_hosts(
+        fleet,
+        selector,
+        transport,
+        lease,
+        start_run=_start_run(fleet, selector, transport),
+        refuse=_refuse(fleet),
     )
-    return [r for rs in results for r in rs]
+
+
+def claim(
+    fleet: Fleet, selector: str | None, transport: str | None, lease: timedelta
+) -> tuple[int, list[Claimed], list[str]]:
+    """Create the run and claim the selected hosts; return those another worker holds."""
+    c = claim_for_collection(fleet, selector, transport, lambda _n: lease)
+    assert c.run_id is not None
+    return c.run_id, c.hosts, c.busy
 
 
 def collect(
@@ -369,78 +196,21 @@ def collect(
     def lease(n: int) -> timedelta:
         return claim_lease(n, forks, timeout_s, connect_s)
 
-    got = claim_hosts(fleet, selector, transport, lease)
-    run_id, claimed, token = got.run_id, got.hosts, got.token
-    results: list[HostResult] = list(got.refused)
-    done: set[str] = set()
-    failure: list[BaseException] = []
-    renewer = _Renewer(
+    got = claim_for_collection(fleet, selector, transport, lease)
+    run_id = got.run_id
+    assert run_id is not None
+    script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
+    results: list[HostResult] = [HostResult(h, Outcome.ERROR, why) for h, why in got.refused]
+    results += Pipeline(
         fleet,
-        token,
-        lambda: lease(len(claimed) - len(done)),
-        interval_s=max(1.0, min(60.0, (timeout_s + connect_s) / 3)),
-    )
-    worker: threading.Thread | None = None
-    pending: queue.Queue[RawResult | None] = queue.Queue()
-    try:
-        with sigterm_as_exit():
-            renewer.start()
-            if on_start:
-                on_start(len(claimed))
-            by_key, broken = _transports(claimed, fleet)
-            groups: dict[TransportKey, list[Target]] = {}
-            for c in claimed:
-                if c.key in by_key:
-                    groups.setdefault(c.key, []).append(c.target)
-            script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-            ids = {c.target.name: c.host_id for c in claimed}
-            tokens = {c.target.name: c.token for c in claimed}
-
-            # Results are parsed and stored by a second thread while slower hosts are still
-            # answering, so the controller's CPU work overlaps the network wait.
-            def applier() -> None:
-                while (r := pending.get()) is not None:
-                    try:
-                        results.append(
-                            apply_result(
-                                fleet, run_id, ids[r.host], r, tokens[r.host], policies=policies
-                            )
-                        )
-                        done.add(r.host)
-                    except BaseException as exc:  # re-raised in the caller's thread below
-                        failure.append(exc)
-
-            def arrived(r: RawResult) -> None:
-                pending.put(r)
-                if on_result:
-                    on_result(r)
-
-            worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
-            worker.start()
-            for c in claimed:
-                if c.key in broken:
-                    arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
-            asyncio.run(
-                _run_all(
-                    [(by_key[k], ts) for k, ts in groups.items()],
-                    script,
-                    forks,
-                    timeout_s,
-                    arrived,
-                )
-            )
-    finally:
-        if worker is not None:
-            pending.put(None)
-            worker.join()
-        renewer.stop()
-        if len(done) < len(claimed):
-            # Interrupted (Ctrl-C, SIGTERM), or a result could not be stored: nothing of
-            # this run may keep a host claimed. If the database is gone, the lease runs out.
-            with suppress(Exception):
-                release_claims(fleet, token)
-    if failure:
-        raise failure[0]
+        got,
+        command=lambda _c: script,
+        apply=lambda c, r: apply_result(fleet, run_id, c.host_id, r, c.token, policies=policies),
+        forks=forks,
+        timeout_s=timeout_s,
+        on_start=on_start,
+        on_result=on_result,
+    ).run()
     with fleet.db.session() as s:
         run = s.get(CollectionRun, run_id)
         assert run is not None
@@ -492,7 +262,7 @@ def apply_result(
         host = s.get(Host, host_id, with_for_update=True)
         if host is None:
             return res
-        if token is not None and host.claim_token != token:
+        if not holds_claim(host, token):
             return HostResult(
                 raw.host,
                 Outcome.ERROR,
@@ -572,9 +342,7 @@ def apply_result(
         host.last_collected_at = now
         host.last_outcome = raw.outcome
         host.last_reason = raw.reason or None
-        host.claim_token = None
-        host.claimed_until = None
-        host.updated_at = now
+        drop_claim(host, now)
         s.add(
             CollectionResult(
                 run_id=run_id,

@@ -3,23 +3,31 @@ operator's own tooling, parsed, and stored as evidence the next validation uses.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import select
 
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
-from gpufleet.collect.transport import Outcome, Target, TransportKey, run_many, transport_key
+from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.events import EvidenceKind
+from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
-from gpufleet.service.collect import check_forks, check_timeout, transport_for_host
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.select import select_hosts
-from gpufleet.service.validate import record_evidence
+from gpufleet.service.pipeline import (
+    Claimed,
+    Pipeline,
+    check_forks,
+    check_timeout,
+    claim_hosts,
+    claim_lease,
+    drop_claim,
+    holds_claim,
+)
+from gpufleet.service.validate import record_evidence, store_evidence
 from gpufleet.store.tables import Host
 
 
@@ -110,64 +118,107 @@ def run_active(
     command: str | None = None,
     timeout_s: float | None = None,
     forks: int | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RawResult], None] | None = None,
 ) -> list[ActiveRun]:
     """Run an active test on the selected hosts over their transport and store the results.
     ``timeout_s`` / ``forks`` default to the settings (GPUFLEET_EVIDENCE_TIMEOUT / _FORKS).
 
-    No database transaction is open while the tests run (they take minutes).
+    The claim -> run -> apply pipeline of ``collect`` (:mod:`gpufleet.service.pipeline`):
+    hosts are claimed (a host another worker holds is reported, not tested twice), up to
+    ``forks`` tests run at once with no database transaction open (they take minutes), and
+    each result is stored in its own short transaction while the claim still holds.
+    Allocated and retired hosts are not tested.
     """
     test = active_test(kind)
     timeout_s = check_timeout(
         fleet.settings.evidence_timeout_s if timeout_s is None else timeout_s, "--timeout"
     )
     forks = check_forks(fleet.settings.evidence_forks if forks is None else forks, "--forks")
-    with fleet.db.session() as s:
-        hosts = [
-            (
-                h.name,
-                Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
-                dict(h.vars),
-            )
-            for h in s.scalars(select_hosts(selector))
-            if h.state not in ("retired", "allocated")
-        ]
-        if selector and not hosts:
-            raise NotFound(f"no hosts match selector '{selector}' (allocated/retired are skipped)")
-        gpus = {
-            h.name: max(1, int(h.expected.get("gpu_count") or 8))
-            for h in s.scalars(select(Host).where(Host.name.in_([n for n, _, _ in hosts])))
-        }
-    runs: list[ActiveRun] = []
-    by_transport: dict[TransportKey, list[tuple[str, Target]]] = {}
-    for name, target, vars_ in hosts:
-        key = transport_key(vars_.get("gpufleet_transport", "ssh"), vars_)
-        by_transport.setdefault(key, []).append((name, target))
-    for key, members in by_transport.items():
-        transport = key[0]
-        tr = transport_for_host(key, fleet)
-        for name, target in members:
-            cmd = (command or test.command).format(level=level, gpus=gpus[name], seconds=seconds)
-            raw = asyncio.run(run_many(tr, [target], cmd, forks=forks, timeout_s=timeout_s))[0]
-            if raw.outcome is not Outcome.OK or raw.output is None:
-                runs.append(ActiveRun(name, False, f"{raw.outcome.value}: {raw.reason}"))
-                continue
-            try:
-                result = test.parse(raw.output, f"{name}: {cmd}")
-            except GpufleetError as exc:
-                runs.append(ActiveRun(name, False, f"bad output: {exc}"))
-                continue
+    connect_s = fleet.settings.connect_timeout_s
+
+    def lease(n: int) -> timedelta:
+        return claim_lease(n, forks, timeout_s, connect_s)
+
+    got = claim_hosts(
+        fleet,
+        selector,
+        None,
+        lease,
+        skip_states=(HostState.RETIRED, HostState.ALLOCATED),
+    )
+    if selector and not (got.hosts or got.busy or got.refused):
+        raise NotFound(f"no hosts match selector '{selector}' (allocated/retired are skipped)")
+
+    def command_for(c: Claimed) -> str:
+        gpus = max(1, int(c.expected.get("gpu_count") or 8))
+        return (command or test.command).format(level=level, gpus=gpus, seconds=seconds)
+
+    def apply(c: Claimed, raw: RawResult) -> ActiveRun:
+        return _apply_active(fleet, test, c, raw, command_for(c), level)
+
+    runs = [ActiveRun(name, False, f"error: {why}") for name, why in got.refused]
+    runs += [ActiveRun(name, False, HELD_ELSEWHERE) for name in got.busy]
+    runs += Pipeline(
+        fleet,
+        got,
+        command=command_for,
+        apply=apply,
+        forks=forks,
+        timeout_s=timeout_s,
+        on_start=on_start,
+        on_result=on_result,
+    ).run()
+    return sorted(runs, key=lambda r: r.host)
+
+
+#: The summary of a host another worker holds (collecting or testing it).
+HELD_ELSEWHERE = "skipped: another worker holds this host (collecting or testing it)"
+
+
+def _apply_active(
+    fleet: Fleet, test: ActiveTest, c: Claimed, raw: RawResult, cmd: str, level: int
+) -> ActiveRun:
+    """Parse one host's output (no transaction) and store it while the claim holds; the
+    claim is released either way."""
+    name = c.target.name
+    run: ActiveRun
+    result: BaseModel | None = None
+    if raw.outcome is not Outcome.OK or raw.output is None:
+        run = ActiveRun(name, False, f"{raw.outcome.value}: {raw.reason}")
+    else:
+        try:
+            result = test.parse(raw.output, f"{name}: {cmd}")
+        except GpufleetError as exc:
+            run = ActiveRun(name, False, f"bad output: {exc}")
+        else:
             if test.kind is EvidenceKind.DCGM and getattr(result, "level", None) is None:
                 result = result.model_copy(update={"level": level})  # dcgmi -j omits it
-            data = result.model_dump(mode="json")
             ok = passed(result)
-            record_evidence(
-                fleet,
-                name,
-                test.kind,
-                data,
-                f"{transport}: {cmd}",
-                passed=ok,
-                summary=test.describe(result),
+            run = ActiveRun(
+                name, ok is not False, test.describe(result), result.model_dump(mode="json")
             )
-            runs.append(ActiveRun(name, ok is not False, test.describe(result), data))
-    return sorted(runs, key=lambda r: r.host)
+    now = fleet.now()
+    with fleet.db.session() as s:
+        host = s.get(Host, c.host_id, with_for_update=True)
+        if host is None:
+            return ActiveRun(name, False, "host removed while it was tested")
+        if not holds_claim(host, c.token):
+            return ActiveRun(
+                name,
+                False,
+                "result discarded: the claim expired and another worker holds the host now",
+            )
+        if result is not None and run.result is not None:
+            store_evidence(
+                s,
+                fleet,
+                host,
+                test.kind,
+                run.result,
+                f"{c.transport}: {cmd}",
+                passed=passed(result),
+                summary=run.summary,
+            )
+        drop_claim(host, now)
+    return run

@@ -1,0 +1,363 @@
+"""The claim -> run -> apply engine shared by ``collect`` and ``evidence run``.
+
+1. *claim* (one short transaction): the selected hosts, ``FOR UPDATE SKIP LOCKED``, those
+   whose claim (``claimed_until``) is still running skipped as held elsewhere; each gets the
+   run's ``claim_token`` and a ``claimed_until`` sized to the batch (:func:`claim_lease`).
+2. *run* (no transaction open): one command per host over its transport, at most ``forks``
+   at once, each within ``timeout_s``; the claims are renewed while it runs.
+3. *apply* (the caller's short transaction per host, in a second thread while slower hosts
+   still answer): guarded by the claim token, so a result whose claim ran out and was taken
+   by another worker is discarded; the apply step releases the host's claim.
+
+Ctrl-C, SIGTERM and a database error release every claim the run still holds before the error
+goes on; a crashed worker's claims run out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import signal
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import or_, update
+from sqlalchemy.orm import Session
+
+from gpufleet.collect.transport import (
+    Outcome,
+    RawResult,
+    Target,
+    Transport,
+    TransportKey,
+    open_transport,
+    run_many,
+    transport_key,
+)
+from gpufleet.domain.states import HostState
+from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.select import select_hosts
+from gpufleet.store.tables import Host
+
+R = TypeVar("R")
+
+#: Slack on top of the estimated work of a claim (process start, parsing, a slow database).
+CLAIM_MARGIN_S = 60.0
+
+
+def claim_lease(hosts: int, forks: int, timeout_s: float, connect_timeout_s: float) -> timedelta:
+    """How long a claim on ``hosts`` hosts lasts: the waves of ``forks`` hosts it takes, each
+    up to ``timeout_s`` (connecting included, at worst ``connect_timeout_s`` more), plus
+    :data:`CLAIM_MARGIN_S`. A running pipeline renews it; a crashed one's claims run out."""
+    waves = max(1, math.ceil(hosts / max(1, forks)))
+    return timedelta(seconds=waves * (timeout_s + connect_timeout_s) + CLAIM_MARGIN_S)
+
+
+def check_timeout(value: float, what: str = "timeout") -> float:
+    """A positive, finite number of seconds; :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{what} must be a positive, finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def check_forks(value: int, what: str = "forks") -> int:
+    """A positive whole number of hosts at once; :class:`ConfigError` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+@dataclass
+class Claimed:
+    """One host a run holds: how to reach it and the token that guards its results."""
+
+    host_id: int
+    target: Target
+    transport: str
+    key: TransportKey  # hosts with one key share a transport instance
+    token: str
+    expected: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Claim:
+    """What :func:`claim_hosts` got: the run (None when the caller keeps no run record), the
+    claimed hosts, the ones held elsewhere, and the ones refused before claiming (a transport
+    that cannot be used) as (host, reason)."""
+
+    run_id: int | None
+    token: str
+    hosts: list[Claimed]
+    busy: list[str]
+    refused: list[tuple[str, str]] = field(default_factory=list)
+
+
+def claim_hosts(
+    fleet: Fleet,
+    selector: str | None,
+    transport: str | None,
+    lease: Callable[[int], timedelta],
+    *,
+    skip_states: Iterable[HostState] = (HostState.RETIRED,),
+    start_run: Callable[[Session], int] | None = None,
+    refuse: Callable[[Session, int | None, Host, str], None] | None = None,
+) -> Claim:
+    """Claim the selected hosts (not in ``skip_states``) for ``lease(number claimed)``.
+
+    ``start_run`` creates the caller's run record in the same transaction. A host whose
+    transport cannot be used (unknown ``gpufleet_transport``) is not claimed: ``refuse``
+    records it, and the others go ahead. An explicit selector that matches no host is
+    :class:`NotFound`.
+    """
+    now = fleet.now()
+    token = str(uuid.uuid4())
+    skipped = [st.value for st in skip_states]
+    claimed: list[Claimed] = []
+    refused: list[tuple[str, str]] = []
+    with fleet.db.session() as s:
+        run_id = start_run(s) if start_run else None
+        wanted = [h.name for h in s.scalars(select_hosts(selector))]
+        if selector and not wanted:
+            raise NotFound(f"no hosts match selector '{selector}'")
+        stmt = (
+            select_hosts(selector)
+            .where(Host.state.not_in(skipped))
+            .where(or_(Host.claimed_until.is_(None), Host.claimed_until < now))
+            .with_for_update(skip_locked=True)
+        )
+        rows: list[Host] = []
+        for h in s.scalars(stmt):
+            kind = transport or h.vars.get("gpufleet_transport", "ssh")
+            try:
+                key = transport_key(kind, h.vars)
+            except ConfigError as exc:
+                reason = f"transport {kind!r}: {exc}"
+                if refuse:
+                    refuse(s, run_id, h, reason)
+                refused.append((h.name, reason))
+                continue
+            rows.append(h)
+            claimed.append(
+                Claimed(
+                    host_id=h.id,
+                    target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
+                    transport=kind,
+                    key=key,
+                    token=token,
+                    expected=dict(h.expected),
+                )
+            )
+        until = now + lease(len(rows))
+        for h in rows:
+            h.claim_token = token
+            h.claimed_until = until
+        got = {c.target.name for c in claimed} | {name for name, _ in refused}
+        left_out = {
+            h.name for h in s.scalars(select_hosts(selector).where(Host.state.in_(skipped)))
+        }
+        busy = [n for n in wanted if n not in got and n not in left_out]
+    return Claim(run_id, token, claimed, busy, refused)
+
+
+def release_claims(fleet: Fleet, token: str) -> int:
+    """Drop every claim still held under ``token`` (an interrupted or failed run)."""
+    with fleet.db.session() as s:
+        res = s.execute(
+            update(Host)
+            .where(Host.claim_token == token)
+            .values(claim_token=None, claimed_until=None)
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(res, "rowcount", 0) or 0)
+
+
+def renew_claims(fleet: Fleet, token: str, lease: timedelta) -> int:
+    """Extend the claims still held under ``token`` to ``now + lease`` (a running pipeline)."""
+    with fleet.db.session() as s:
+        res = s.execute(
+            update(Host)
+            .where(Host.claim_token == token)
+            .values(claimed_until=fleet.now() + lease)
+            .execution_options(synchronize_session=False)
+        )
+        return int(getattr(res, "rowcount", 0) or 0)
+
+
+def holds_claim(host: Host, token: str | None) -> bool:
+    """True when ``host`` (read under a row lock) is still claimed under ``token`` (None: the
+    caller holds no claim and applies unguarded)."""
+    return token is None or host.claim_token == token
+
+
+def drop_claim(host: Host, now: datetime) -> None:
+    """Release ``host``'s claim in the caller's apply transaction."""
+    host.claim_token = None
+    host.claimed_until = None
+    host.updated_at = now
+
+
+class _Renewer(threading.Thread):
+    """Renews a run's claims every ``interval_s`` to the work still left (see claim_lease)."""
+
+    def __init__(
+        self, fleet: Fleet, token: str, lease: Callable[[], timedelta], interval_s: float
+    ) -> None:
+        super().__init__(name="gpufleet-claims", daemon=True)
+        self.fleet, self.token, self.lease, self.interval_s = fleet, token, lease, interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval_s):
+            with suppress(Exception):  # a failed renewal only shortens the claim
+                renew_claims(self.fleet, self.token, self.lease())
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+@contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit(143)`` while a run is in flight, so its ``finally``
+    blocks (releasing claims) run; only in the main thread, where signals are delivered."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
+    """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`."""
+    return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
+
+
+def _transports(
+    claimed: list[Claimed], fleet: Fleet
+) -> tuple[dict[TransportKey, Transport], dict[TransportKey, str]]:
+    """One transport per key; a key whose transport cannot be built fails only its hosts."""
+    out: dict[TransportKey, Transport] = {}
+    broken: dict[TransportKey, str] = {}
+    for c in claimed:
+        if c.key not in out and c.key not in broken:
+            try:
+                out[c.key] = transport_for_host(c.key, fleet)
+            except GpufleetError as exc:
+                broken[c.key] = f"transport {c.transport!r} unusable: {exc}"
+    return out, broken
+
+
+async def _run_all(
+    jobs: list[tuple[Transport, Target, str]],
+    forks: int,
+    timeout_s: float,
+    on_result: Callable[[RawResult], None],
+) -> None:
+    """Every job, at most ``forks`` at once across all transports."""
+    sem = asyncio.Semaphore(max(1, forks))
+
+    async def one(tr: Transport, target: Target, command: str) -> None:
+        async with sem:
+            res = (await run_many(tr, [target], command, forks=1, timeout_s=timeout_s))[0]
+        on_result(res)
+
+    await asyncio.gather(*(one(tr, t, cmd) for tr, t, cmd in jobs))
+
+
+@dataclass
+class Pipeline(Generic[R]):
+    """One run of the engine over a :class:`Claim`: ``command(host)`` is what runs on each
+    claimed host; ``apply(host, raw)`` stores a result in its own short transaction (guarded
+    by ``host.token``, releasing the claim) and returns what the caller reports."""
+
+    fleet: Fleet
+    claim: Claim
+    command: Callable[[Claimed], str]
+    apply: Callable[[Claimed, RawResult], R]
+    forks: int
+    timeout_s: float
+    on_start: Callable[[int], None] | None = None
+    on_result: Callable[[RawResult], None] | None = None
+
+    def lease(self, hosts: int) -> timedelta:
+        """The claim a batch of ``hosts`` needs (renewed to the hosts still left)."""
+        return claim_lease(hosts, self.forks, self.timeout_s, self.fleet.settings.connect_timeout_s)
+
+    def run(self) -> list[R]:
+        """Run every claimed host, apply results as they arrive, release what is left."""
+        claimed = self.claim.hosts
+        token = self.claim.token
+        results: list[R] = []
+        done: set[str] = set()
+        failure: list[BaseException] = []
+        connect_s = self.fleet.settings.connect_timeout_s
+        renewer = _Renewer(
+            self.fleet,
+            token,
+            lambda: self.lease(len(claimed) - len(done)),
+            interval_s=max(1.0, min(60.0, (self.timeout_s + connect_s) / 3)),
+        )
+        worker: threading.Thread | None = None
+        pending: queue.Queue[RawResult | None] = queue.Queue()
+        by_name = {c.target.name: c for c in claimed}
+        try:
+            with sigterm_as_exit():
+                renewer.start()
+                if self.on_start:
+                    self.on_start(len(claimed))
+                by_key, broken = _transports(claimed, self.fleet)
+
+                # Results are stored by a second thread while slower hosts are still
+                # answering, so the controller's CPU work overlaps the network wait.
+                def applier() -> None:
+                    while (r := pending.get()) is not None:
+                        try:
+                            results.append(self.apply(by_name[r.host], r))
+                            done.add(r.host)
+                        except BaseException as exc:  # re-raised in the caller's thread
+                            failure.append(exc)
+
+                def arrived(r: RawResult) -> None:
+                    pending.put(r)
+                    if self.on_result:
+                        self.on_result(r)
+
+                worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
+                worker.start()
+                for c in claimed:
+                    if c.key in broken:
+                        arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
+                jobs = [
+                    (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
+                ]
+                asyncio.run(_run_all(jobs, self.forks, self.timeout_s, arrived))
+        finally:
+            if worker is not None:
+                pending.put(None)
+                worker.join()
+            renewer.stop()
+            if len(done) < len(claimed):
+                # Interrupted (Ctrl-C, SIGTERM), or a result could not be stored: nothing of
+                # this run may keep a host claimed. If the database is gone, the lease runs out.
+                with suppress(Exception):
+                    release_claims(self.fleet, token)
+        if failure:
+            raise failure[0]
+        return results
