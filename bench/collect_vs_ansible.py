@@ -205,7 +205,7 @@ def run_gpufleet(inv: Path, work: Path, n: int, attempt: int) -> Measured:
 _SAME_WORK = """
 import asyncio, json, sys
 from pathlib import Path
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_xml
 from gpufleet.collect.ssh import SshTransport
 from gpufleet.collect.transport import Target, run_many

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.collect.inventory import Inventory, InventoryHost, load_inventory
+from gpufleet.inventory import Inventory, InventoryHost, load_inventory
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.errors import InventoryError, NotFound
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tests.sshlab_fixtures import SshLabFactory
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service import operations

@@ -15,7 +15,7 @@ import pytest
 from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome, fingerprint
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.collect import collect

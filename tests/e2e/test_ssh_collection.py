@@ -15,7 +15,7 @@ from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.lab.fleet import apply_change, create_fleet
 from gpufleet.lab.renderers import render_sections

@@ -11,7 +11,7 @@ import pytest
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import split_bundle
 from gpufleet.collect.ib import parse_ibstat
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
 from gpufleet.collect.pci import parse_lspci

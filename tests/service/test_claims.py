@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from tests.clitools import Cli, cli_for_backend, flat
 from tests.sshlab_fixtures import SshLabFactory
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.lab.fleet import create_fleet, write_inventory

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory

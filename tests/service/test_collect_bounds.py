@@ -17,7 +17,7 @@ from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.errors import ParseError
 from gpufleet.lab.fleet import create_fleet

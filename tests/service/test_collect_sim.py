@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.service.collect import collect

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import operations
 from gpufleet.service import validate as validate_mod

@@ -10,7 +10,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.errors import ConfigError, InventoryError
 from gpufleet.secrets import REDACTED, SecretBox, is_secret_var, redact_vars, secret_key_from_env
 from gpufleet.service.enroll import enroll, is_this_machine

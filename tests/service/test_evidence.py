@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.enroll import enroll

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 from tests.conftest import FakeClock
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import InvalidTransition
 from gpufleet.lab.fleet import create_fleet, write_inventory

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import RawResult, Target
 from gpufleet.domain.events import EvidenceKind
 from gpufleet.service.collect import claim

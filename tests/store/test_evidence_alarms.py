@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EvidenceKind
 from gpufleet.lab.fleet import create_fleet, write_inventory

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import create_fleet, write_inventory

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import NotFound
 from gpufleet.lab.fleet import create_fleet, write_inventory

@@ -19,7 +19,7 @@ from gpufleet.cli.common import (
     print_json,
     printable,
 )
-from gpufleet.collect.inventory import load_inventory
+from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
 from gpufleet.service.enroll import enroll

@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gpufleet.collect.inventory import Inventory, InventoryHost
+from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import InventoryError
