@@ -14,10 +14,9 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
-from gpufleet.domain.spec import BaselineStatus
 from gpufleet.errors import ConfigError
+from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
-from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 
 app = typer.Typer(
     name="lab",
@@ -142,43 +141,50 @@ def demo_cmd(
     seed: int = typer.Option(0, help="Seed."),
 ) -> None:
     """The whole onboarding on a fresh lab: create, enroll, collect, validate, summarise."""
-    from gpufleet.cli.collect import outcome_table, run_collection
-    from gpufleet.cli.summary import print_summary
-    from gpufleet.collect.inventory import load_inventory
-    from gpufleet.service.enroll import enroll
+    from gpufleet.cli.collect import outcome_table
+    from gpufleet.cli.common import host_progress
+    from gpufleet.cli.lifecycle import verdict_table
+    from gpufleet.cli.summary import render_summary
+    from gpufleet.lab.demo import DemoReport, run_demo
 
     home = OPTIONS.home
-    d, fl = create_lab(hosts, [], False, seed, None)
-    console.rule(f"1. lab fleet: {len(fl.hosts)} hosts in {d}")
-    rep = enroll(open_fleet(), load_inventory(d / "inventory.ini"))
-    console.rule("2. enroll")
-    console.print(
-        f"{len(rep.added)} added, {len(rep.updated)} updated, {len(rep.unchanged)} unchanged"
-        f" (home {home or 'default'})"
-    )
-    console.rule("3. collect")
-    run = run_collection(None, None, None, None, quiet=False)
-    console.print(outcome_table(run, only_problems=True))
-    console.print(
-        f"{len(run.results)} hosts: " + ", ".join(f"{n} {o}" for o, n in sorted(run.counts.items()))
-    )
-    console.rule("baselines: one reference build per pool")
-    fleet = open_fleet()
-    for pool, ref in reference_hosts(fl).items():
-        b = baseline_from_host(fleet, ref, f"{pool}-ref", purpose=f"lab reference build of {pool}")
-        save_baseline(
-            fleet, b.model_copy(update={"status": BaselineStatus.VALIDATED}), replace=True
-        )
-        set_pool_baseline(fleet, pool, b.name)
-        console.print(f"pool {pool} -> baseline {b.name} (driver {b.driver}, from {ref})")
-    print_summary(open_fleet(), validate_first=True)
 
+    def show(step: str, rep: DemoReport) -> None:
+        if step == "lab":
+            console.rule(f"1. lab fleet: {len(rep.lab.hosts)} hosts in {rep.lab_dir}")
+        elif step == "enroll" and rep.enrolled is not None:
+            e = rep.enrolled
+            console.rule("2. enroll")
+            console.print(
+                f"{len(e.added)} added, {len(e.updated)} updated, {len(e.unchanged)} unchanged"
+                f" (home {home or 'default'})"
+            )
+            console.rule("3. collect")
+        elif step == "collect" and rep.collection is not None:
+            run = rep.collection
+            console.print(outcome_table(run, only_problems=True))
+            console.print(
+                f"{len(run.results)} hosts: "
+                + ", ".join(f"{n} {o}" for o, n in sorted(run.counts.items()))
+            )
+        elif step == "baselines":
+            console.rule("baselines: one reference build per pool")
+            for db in rep.baselines:
+                console.print(
+                    f"pool {db.pool} -> baseline {db.baseline.name} "
+                    f"(driver {db.baseline.driver}, from {db.reference})"
+                )
+        elif step == "validate" and rep.validation is not None:
+            console.rule("4. validate")
+            console.print(verdict_table(rep.validation, only_problems=True))
+        elif step == "summary" and rep.summary is not None:
+            render_summary(rep.summary)
 
-def reference_hosts(fl: LabFleet) -> dict[str, str]:
-    """The first fault-free host of each pool: the lab's reference build for that pool."""
-    out: dict[str, str] = {}
-    for h in fl.hosts:
-        pool = h.spec.pool
-        if pool not in out and not h.faults:
-            out[pool] = h.name
-    return out
+    run_demo(
+        open_fleet(),
+        lab_dir(None),
+        hosts,
+        seed=seed,
+        on_step=show,
+        progress=lambda label: host_progress(label, quiet=False),
+    )

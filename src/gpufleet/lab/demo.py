@@ -1,0 +1,141 @@
+"""``gpufleet lab demo`` as a use case: the whole onboarding on a fresh lab fleet (create,
+enroll, collect, one reference baseline per pool, validate, summarise). The lab's CLI only
+prints the report this returns, step by step as ``on_step`` hands it over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Protocol
+
+from gpufleet.collect.transport import RawResult
+from gpufleet.domain.spec import Baseline, BaselineStatus
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
+from gpufleet.service.collect import RunReport, collect
+from gpufleet.service.enroll import EnrollReport, enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.summary import FleetSummary, fleet_summary
+from gpufleet.service.validate import ValidateReport, validate
+
+
+class Progress(Protocol):
+    """What a progress display offers a long step (hosts started, each result)."""
+
+    @property
+    def on_start(self) -> Callable[[int], None]: ...
+
+    @property
+    def on_result(self) -> Callable[[RawResult], None]: ...
+
+
+#: Opens a progress display for a step labelled ``label`` ("collecting", "validating").
+ProgressFactory = Callable[[str], AbstractContextManager[Progress | None]]
+
+
+@dataclass
+class DemoBaseline:
+    """The reference baseline the demo made for one pool."""
+
+    pool: str
+    baseline: Baseline
+    reference: str  # the host it was copied from
+
+
+@dataclass
+class DemoReport:
+    """What the demo did so far (filled step by step)."""
+
+    lab_dir: Path
+    lab: LabFleet
+    enrolled: EnrollReport | None = None
+    collection: RunReport | None = None
+    baselines: list[DemoBaseline] = field(default_factory=list)
+    validation: ValidateReport | None = None
+    summary: FleetSummary | None = None
+
+
+#: The steps, in order, as ``on_step`` names them.
+STEPS = ("lab", "enroll", "collect", "baselines", "validate", "summary")
+
+
+def build_lab(
+    directory: Path,
+    n: int,
+    *,
+    faults: dict[str, list[str]] | None = None,
+    seed: int = 0,
+    models: list[str] | None = None,
+) -> LabFleet:
+    """Build a lab fleet of ``n`` hosts in ``directory``: its files and a ``sim`` inventory.
+    ``faults`` None: the lab's default faults."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fl = create_fleet(n, models=models or None, faults=faults, seed=seed, now=datetime.now(UTC))
+    fl.save(directory)
+    write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
+    return fl
+
+
+def reference_hosts(fl: LabFleet) -> dict[str, str]:
+    """The first fault-free host of each pool: the lab's reference build for that pool."""
+    out: dict[str, str] = {}
+    for h in fl.hosts:
+        pool = h.spec.pool
+        if pool not in out and not h.faults:
+            out[pool] = h.name
+    return out
+
+
+def _no_progress(_label: str) -> AbstractContextManager[Progress | None]:
+    return nullcontext(None)
+
+
+def run_demo(
+    fleet: Fleet,
+    directory: Path,
+    hosts: int,
+    *,
+    seed: int = 0,
+    on_step: Callable[[str, DemoReport], None] | None = None,
+    progress: ProgressFactory = _no_progress,
+) -> DemoReport:
+    """Run every demo step on a fresh lab in ``directory``; ``on_step(step, report)`` after
+    each of :data:`STEPS`."""
+
+    def done(step: str) -> None:
+        if on_step:
+            on_step(step, report)
+
+    report = DemoReport(directory, build_lab(directory, hosts, seed=seed))
+    done("lab")
+    report.enrolled = enroll(fleet, load_inventory(directory / "inventory.ini"))
+    done("enroll")
+    with progress("collecting") as p:
+        report.collection = collect(
+            fleet,
+            on_start=p.on_start if p else None,
+            on_result=p.on_result if p else None,
+        )
+    done("collect")
+    for pool, ref in reference_hosts(report.lab).items():
+        b = baseline_from_host(fleet, ref, f"{pool}-ref", purpose=f"lab reference build of {pool}")
+        b = b.model_copy(update={"status": BaselineStatus.VALIDATED})
+        save_baseline(fleet, b, replace=True)
+        set_pool_baseline(fleet, pool, b.name)
+        report.baselines.append(DemoBaseline(pool, b, ref))
+    done("baselines")
+    with progress("validating") as p:
+        report.validation = validate(
+            fleet,
+            collect_first=False,
+            on_start=p.on_start if p else None,
+            on_result=p.on_result if p else None,
+        )
+    done("validate")
+    report.summary = fleet_summary(fleet)
+    done("summary")
+    return report

@@ -1,0 +1,45 @@
+"""lab/demo.py: ``gpufleet lab demo`` as a use case (the CLI only prints its report), on
+SQLite and PostgreSQL; and the CLI command end to end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.clitools import Cli, cli_for_backend, flat
+
+from gpufleet.lab.demo import STEPS, DemoReport, reference_hosts, run_demo
+from gpufleet.service.fleet import Fleet
+
+
+def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> None:
+    seen: list[tuple[str, bool]] = []
+
+    def on_step(step: str, rep: DemoReport) -> None:
+        seen.append((step, rep.summary is not None))
+
+    rep = run_demo(fleet, tmp_path / "lab", 6, on_step=on_step)
+    assert [s for s, _ in seen] == list(STEPS)
+    assert [done for _, done in seen] == [False] * 5 + [True]
+    assert (tmp_path / "lab" / "inventory.ini").is_file()
+    assert rep.enrolled is not None and len(rep.enrolled.added) == 6
+    assert rep.collection is not None and len(rep.collection.results) == 6
+    refs = reference_hosts(rep.lab)
+    assert {b.pool: b.reference for b in rep.baselines} == refs and refs
+    assert all(b.baseline.name == f"{b.pool}-ref" for b in rep.baselines)
+    assert rep.validation is not None and len(rep.validation.verdicts) == 6
+    assert rep.summary is not None and rep.summary.hosts == 6
+    assert set(rep.summary.drift.baselines.values()) == {f"{p}-ref" for p in refs}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
+    return cli_for_backend(request, tmp_path, "demo-test")
+
+
+def test_lab_demo_cli_prints_each_step(cli: Cli) -> None:
+    out = flat(cli.run("lab", "demo", "--hosts", "4").stdout)
+    for title in ("1. lab fleet: 4 hosts", "2. enroll", "3. collect",
+                  "baselines: one reference build per pool", "4. validate", "fleet summary"):
+        assert title in out, title
+    assert "4 added, 0 updated, 0 unchanged" in out
