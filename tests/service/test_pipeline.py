@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import select
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import RawResult, Target
 from gpufleet.domain.events import EvidenceKind
+from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import claim
 from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active

@@ -15,9 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.dialects import postgresql
 
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
-from gpufleet.inventory import load_inventory
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EvidenceKind
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.inventory import load_inventory
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import NotFound
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect

@@ -216,9 +216,8 @@ def _copy_events(bind: sa.Connection) -> tuple[list[dict[str, Any]], list[dict[s
             }
             alarms.append(row)
             open_[(r.host_id, kind)] = row
-        elif r.kind == "host-key-pinned":
-            if (r.host_id, "host-key-changed") in open_:
-                row = open_.pop((r.host_id, "host-key-changed"))
-                row["closed_at"] = r.at
-                row["reason"] = r.message
+        elif r.kind == "host-key-pinned" and (r.host_id, "host-key-changed") in open_:
+            row = open_.pop((r.host_id, "host-key-changed"))
+            row["closed_at"] = r.at
+            row["reason"] = r.message
     return evidence, alarms
