@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.inventory import Inventory, InventoryHost, load_inventory
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.errors import InventoryError, NotFound
+from gpufleet.inventory import Inventory, InventoryHost, load_inventory
 
 ANSIBLE_INVENTORY = Path(sys.executable).parent / "ansible-inventory"
 

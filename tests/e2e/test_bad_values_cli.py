@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
-from gpufleet.inventory import load_inventory
 from gpufleet.errors import ConfigError
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll

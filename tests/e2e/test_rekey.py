@@ -15,9 +15,9 @@ import pytest
 from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome, fingerprint
 from gpufleet.errors import ConfigError, NotFound
+from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet

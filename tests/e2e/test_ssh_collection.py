@@ -15,8 +15,8 @@ from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.bundle import Section
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import apply_change, create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect

@@ -22,9 +22,9 @@ from sqlalchemy.exc import OperationalError
 from tests.clitools import Cli, cli_for_backend, flat
 from tests.sshlab_fixtures import SshLabFactory
 
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.errors import ConfigError, GpufleetError
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import collect as collect_mod
 from gpufleet.service.collect import claim, collect

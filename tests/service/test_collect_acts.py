@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.service import operations
 from gpufleet.service.collect import collect

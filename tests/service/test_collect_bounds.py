@@ -17,9 +17,9 @@ from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
 from gpufleet.errors import ParseError
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect

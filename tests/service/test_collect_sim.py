@@ -6,8 +6,8 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll

@@ -10,8 +10,8 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import select
 
-from gpufleet.inventory import load_inventory
 from gpufleet.errors import ConfigError, InventoryError
+from gpufleet.inventory import load_inventory
 from gpufleet.secrets import REDACTED, SecretBox, is_secret_var, redact_vars, secret_key_from_env
 from gpufleet.service.enroll import enroll, is_this_machine
 from gpufleet.service.fleet import Fleet

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.inventory import load_inventory
 from gpufleet.errors import ConfigError, NotFound
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active

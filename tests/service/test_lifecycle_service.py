@@ -9,9 +9,9 @@ import pytest
 from sqlalchemy import select
 from tests.conftest import FakeClock
 
-from gpufleet.inventory import load_inventory
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import InvalidTransition
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import operations
 from gpufleet.service.collect import collect

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from gpufleet.inventory import load_inventory
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll

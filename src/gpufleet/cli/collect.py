@@ -19,8 +19,8 @@ from gpufleet.cli.common import (
     print_json,
     printable,
 )
-from gpufleet.inventory import load_inventory
 from gpufleet.collect.transport import Outcome
+from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
 from gpufleet.service.enroll import enroll
 

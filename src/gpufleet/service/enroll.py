@@ -21,10 +21,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import InventoryError
+from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.secrets import HOW_TO_KEY, SecretBox, is_secret_var, redact_vars
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.store.tables import Host, Pool
