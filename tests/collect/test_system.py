@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.collect.system import (
-    parse_int,
     parse_lsblk_pairs,
     parse_meminfo_total_kib,
     parse_modules,
@@ -163,11 +162,6 @@ def test_meminfo_total() -> None:
     assert err.value.line == 1
 
 
-def test_parse_int() -> None:
-    assert parse_int("128\n", "nproc") == 128
-    with pytest.raises(ParseError) as err:
-        parse_int("nproc: not found", "h1:nproc")
-    assert (err.value.source, err.value.line) == ("h1:nproc", 1)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.collect.topology import nvlink_count, parse_nvlink_status, parse_topo_matrix
+from gpufleet.collect.topology import parse_nvlink_status, parse_topo_matrix
 from gpufleet.errors import ParseError
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "nvidia-smi-topo"
@@ -71,11 +71,10 @@ def test_four_gpus_two_nics_inline_matrix() -> None:
     }
     assert topo.numa_affinity == {"GPU0": "0", "GPU1": "0", "GPU2": "1", "GPU3": "1"}
     assert topo.nic_names == {"NIC0": "mlx5_0", "NIC1": "mlx5_1"}
-    assert nvlink_count(topo, "GPU0", "GPU1") == 12
-    assert nvlink_count(topo, "GPU0", "GPU3") == 4
-    assert nvlink_count(topo, "GPU0", "NIC0") == 0
-    assert nvlink_count(topo, "GPU0", "GPU0") is None
-    assert nvlink_count(topo, "GPU0", "GPU9") is None
+    assert topo.links["GPU0"]["GPU1"] == "NV12"
+    assert topo.links["GPU0"]["GPU3"] == "NV4"
+    assert topo.links["GPU0"]["GPU0"] == "X"
+    assert "GPU9" not in topo.links["GPU0"]
 
 
 def test_spaces_instead_of_tabs() -> None:

@@ -8,7 +8,6 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import FleetSummary, fleet_summary, host_labels
 
 STATE_ORDER = [
@@ -32,19 +31,6 @@ def summary_json(sm: FleetSummary) -> dict[str, object]:
         "no_baseline": sm.drift.no_baseline,
     }
     return d
-
-
-def print_summary(
-    fleet: Fleet, *, validate_first: bool = False, selector: str | None = None
-) -> None:
-    """Validate (optionally) then print the fleet summary."""
-    if validate_first:
-        from gpufleet.cli.lifecycle import run_validation, verdict_table
-
-        console.rule("4. validate")
-        rep = run_validation(selector, None, quiet=False, collect_first=False)
-        console.print(verdict_table(rep, only_problems=True))
-    render_summary(fleet_summary(fleet, selector))
 
 
 def render_summary(sm: FleetSummary) -> None:

@@ -136,14 +136,6 @@ def parse_meminfo_total_kib(text: str, source: str = "/proc/meminfo") -> int:
     raise ParseError(source, "no MemTotal line")
 
 
-def parse_int(text: str, source: str) -> int:
-    """A single integer (e.g. ``nproc`` output), surrounding whitespace allowed."""
-    value = text.strip()
-    if not re.fullmatch(r"-?\d+", value):
-        raise ParseError(source, f"expected an integer, got {value[:40]!r}", line=1)
-    return int(value)
-
-
 _VERSION = re.compile(r"\b(\d+\.\d+(?:\.\d+)*)\b")
 
 

@@ -143,18 +143,6 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
     )
 
 
-def nvlink_count(topo: TopoMatrix, a: str, b: str) -> int | None:
-    """Number of bonded NVLinks between devices ``a`` and ``b`` (0 for a PCIe path).
-
-    None when either device is not in the matrix or ``a == b``.
-    """
-    cell = topo.links.get(a, {}).get(b)
-    if cell is None or cell == "X":
-        return None
-    m = re.fullmatch(r"NV(\d+)", cell)
-    return int(m.group(1)) if m else 0
-
-
 _GPU_HEADER = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]+)\))?\s*$")
 _LINK_LINE = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
 _SPEED = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")

@@ -6,8 +6,6 @@ boards and captures often report them blank, ``N/A`` or all zeros. Pure function
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from gpufleet.domain.facts import HostFacts
 
 _BLANK = {"", "N/A", "[N/A]", "NONE", "UNKNOWN"}
@@ -24,13 +22,6 @@ def usable_id(value: str | None) -> str | None:
 def machine_ids(facts: HostFacts) -> set[str]:
     """GPU UUIDs of the host (normalised); empty when none was reported."""
     return {u for g in facts.gpus if (u := usable_id(g.uuid))}
-
-
-def shared_ids(mine: Iterable[str | None], theirs: Iterable[str | None]) -> list[str]:
-    """Identifiers both hosts report, sorted (non-empty means: the same machine)."""
-    a = {u for x in mine if (u := usable_id(x))}
-    b = {u for x in theirs if (u := usable_id(x))}
-    return sorted(a & b)
 
 
 def duplicate_reason(other: str, shared: list[str]) -> str:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.lab.catalogue import _DEFAULT_MIX, _HOSTS_PER_RACK, MODELS, ModelSpec, model_spec
-from gpufleet.lab.faults import TRANSPORT_FAULTS, _split_fault, validate_faults
+from gpufleet.lab.faults import _split_fault, validate_faults
 
 LAB_FILE = "lab.json"
 
@@ -48,11 +48,6 @@ class LabHost(BaseModel):
     @property
     def spec(self) -> ModelSpec:
         return model_spec(self.model)
-
-    @property
-    def transport_fault(self) -> str | None:
-        """The transport-level fault the sim/SSH lab must act on, if any."""
-        return next((f for f in self.faults if f in TRANSPORT_FAULTS), None)
 
 
 class LabFleet(BaseModel):

@@ -138,16 +138,6 @@ def list_pools(fleet: Fleet) -> list[PoolView]:
         ]
 
 
-def baseline_for_pool(fleet: Fleet, pool: str | None) -> Baseline | None:
-    """The baseline a pool points at, if any (unknown names are an error)."""
-    if not pool:
-        return None
-    with fleet.db.session() as s:
-        row = s.scalar(select(Pool).where(Pool.name == pool))
-        name = row.baseline if row else None
-    return get_baseline(fleet, name) if name else None
-
-
 def diff_baselines(a: Baseline, b: Baseline) -> list[tuple[str, object, object]]:
     """Fields where two baselines differ: (field, a, b)."""
     da, db_ = a.model_dump(exclude={"name"}), b.model_dump(exclude={"name"})
