@@ -37,7 +37,7 @@ def pg_database_url() -> Iterator[str]:
 
 
 def _truncate(db: Database) -> None:
-    tables = ["validations", "pools", "baselines", "events", "nics", "gpus",
+    tables = ["lease_hosts", "leases", "validations", "pools", "baselines", "events", "nics", "gpus",
               "collection_results", "fact_snapshots", "collection_runs", "hosts"]
     with db.engine.begin() as c:
         if db.dialect == "postgresql":

@@ -56,6 +56,31 @@ class EventKind(StrEnum):
     PRUNED = "pruned"
     """Old fact snapshots were removed by ``gpufleet prune``."""
 
+    LEASE_GRANTED = "lease-granted"
+    """Hosts were allocated to an owner (``gpufleet allocate``); ``data`` has the lease."""
+
+    LEASE_RESERVED = "lease-reserved"
+    """Hosts were booked for a future window (``allocate --start``)."""
+
+    LEASE_STARTED = "lease-started"
+    """A reservation reached its start and its hosts were allocated (``gpufleet sweep``)."""
+
+    LEASE_RENEWED = "lease-renewed"
+    """A lease's expiry was moved (``leases renew``)."""
+
+    LEASE_RELEASED = "lease-released"
+    """A lease ended (``leases release``, or expiry under the ``release`` policy); its hosts
+    went to ``reclaiming``."""
+
+    LEASE_EXPIRED = "lease-expired"
+    """A lease passed its expiry; the lease hooks (webhooks) were called."""
+
+    LEASE_POLICY = "lease-policy"
+    """A pool's lease policy was set (``leases policy``)."""
+
+    ETA = "eta"
+    """An expected-back time was set for a host in maintenance or quarantine."""
+
 
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""

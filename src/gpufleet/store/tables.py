@@ -34,6 +34,7 @@ from gpufleet.domain.events import (
     EvidenceKind,
 )
 from gpufleet.domain.health import Fault, Health
+from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.states import HostState
 
@@ -129,6 +130,8 @@ class Host(Base):
     profiles: Mapped[list[str]] = mapped_column(JsonType, default=list)
     validated_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
     maintenance_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: When a host in maintenance or quarantine is expected back (``--eta``, ``hosts eta``).
+    eta: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
     latest_snapshot_id: Mapped[int | None] = mapped_column(
@@ -289,6 +292,8 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     baseline: Mapped[str | None] = mapped_column(String(128))
     expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    #: The pool's lease rules (``leases policy``): on_expiry, max_duration_s; None: defaults.
+    lease_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
 
 
 class Validation(Base):
@@ -356,3 +361,50 @@ class Alarm(Base):
     acknowledged_by: Mapped[str | None] = mapped_column(String(128))
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     reason: Mapped[str | None] = mapped_column(Text)  # why it was closed
+
+
+class Lease(Base):
+    """Whole hosts handed to an owner for a purpose and a window (``gpufleet allocate``); a
+    reservation is a lease whose window starts in the future (state ``reserved``)."""
+
+    __tablename__ = "leases"
+    __table_args__ = (Index("ix_leases_state_ends", "state", "ends_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    purpose: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(128))  # who asked
+    state: Mapped[LeaseState] = mapped_column(StrEnumType(LeaseState, 12))
+    request: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    released_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    notified_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # expiry told (notify)
+    reason: Mapped[str | None] = mapped_column(Text)  # why it ended
+
+    hosts: Mapped[list[LeaseHost]] = relationship(
+        back_populates="lease", cascade="all, delete-orphan", order_by="LeaseHost.host_name"
+    )
+
+
+class LeaseHost(Base):
+    """One host of a lease, with its GPU UUIDs and the window it is held for; ``holding`` is
+    true while the lease holds it (reserved or active)."""
+
+    __tablename__ = "lease_hosts"
+    __table_args__ = (Index("ix_lease_hosts_window", "holding", "ends_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lease_id: Mapped[int] = mapped_column(
+        ForeignKey("leases.id", ondelete="CASCADE"), index=True
+    )
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"), index=True)
+    host_name: Mapped[str] = mapped_column(String(255))
+    gpus: Mapped[int] = mapped_column(Integer)
+    gpu_uuids: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    holding: Mapped[bool] = mapped_column(Boolean)
+
+    lease: Mapped[Lease] = relationship(back_populates="hosts")

@@ -53,8 +53,17 @@ def upgrade() -> None:
     # those rows stay (the audit log still says what happened) and are copied in here.
     _create_evidence_and_alarms()
 
+    # --- allocation: leases, reservations, expected-back times, pool lease policy (issue 9) ---
+    _create_leases()
+
 
 def downgrade() -> None:
+    # --- allocation (reverse) ---
+    op.drop_table("lease_hosts")
+    op.drop_table("leases")
+    op.drop_column("pools", "lease_policy")
+    op.drop_column("hosts", "eta")
+
     # --- evidence and alarms get their own tables (reverse; the audit log keeps both) ---
     op.drop_table("alarms")
     op.drop_table("evidence")
@@ -221,3 +230,47 @@ def _copy_events(bind: sa.Connection) -> tuple[list[dict[str, Any]], list[dict[s
             row["closed_at"] = r.at
             row["reason"] = r.message
     return evidence, alarms
+
+
+# --- allocation: leases, reservations, expected-back times, pool lease policy (issue 9) ---
+
+
+def _create_leases() -> None:
+    op.add_column("hosts", sa.Column("eta", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("pools", sa.Column("lease_policy", _JSON, nullable=True))
+    op.create_table(
+        "leases",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("owner", sa.String(length=128), nullable=False),
+        sa.Column("purpose", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(length=128), nullable=False),
+        sa.Column("state", sa.String(length=12), nullable=False),
+        sa.Column("request", _JSON, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("starts_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("ends_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("released_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("notified_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(op.f("ix_leases_owner"), "leases", ["owner"])
+    op.create_index("ix_leases_state_ends", "leases", ["state", "ends_at"])
+    op.create_table(
+        "lease_hosts",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("lease_id", sa.Integer(), nullable=False),
+        sa.Column("host_id", sa.Integer(), nullable=False),
+        sa.Column("host_name", sa.String(length=255), nullable=False),
+        sa.Column("gpus", sa.Integer(), nullable=False),
+        sa.Column("gpu_uuids", _JSON, nullable=False),
+        sa.Column("starts_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("ends_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("holding", sa.Boolean(), nullable=False),
+        sa.ForeignKeyConstraint(["lease_id"], ["leases.id"], ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(["host_id"], ["hosts.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(op.f("ix_lease_hosts_lease_id"), "lease_hosts", ["lease_id"])
+    op.create_index(op.f("ix_lease_hosts_host_id"), "lease_hosts", ["host_id"])
+    op.create_index("ix_lease_hosts_window", "lease_hosts", ["holding", "ends_at"])

@@ -1,0 +1,305 @@
+"""Whole-host, topology-aware placement, and why a request cannot be met. Pure: the service
+hands in every host it considered as a :class:`HostView`.
+
+The rules, in order:
+
+1. **Fewest hosts first**: a request for N GPUs uses the smallest number of whole hosts that
+   can hold N.
+2. **Same rack and fabric** for a multi-host request: hosts of one rack on one fabric are
+   preferred; when no rack holds enough, hosts of one fabric across racks; never a mix of
+   fabrics.
+3. **Do not break a large contiguous block** when a smaller one fits: among the racks (blocks
+   of free hosts) that fit, the one with the fewest free GPUs is used, and within it the
+   hosts that waste the fewest GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpufleet.domain.states import HostState
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What was asked: ``gpus`` or ``hosts`` (one of them), and what the hosts must be."""
+
+    gpus: int | None = None
+    hosts: int | None = None
+    model: str | None = None
+    min_gpu_memory_mib: int | None = None
+    fabric: str | None = None
+    profile: str | None = None
+
+    def describe(self) -> str:
+        size = f"{self.gpus} GPUs" if self.gpus is not None else f"{self.hosts} hosts"
+        parts = [size]
+        if self.model:
+            parts.append(self.model)
+        if self.min_gpu_memory_mib:
+            parts.append(f">= {self.min_gpu_memory_mib // 1024}G per GPU")
+        if self.fabric:
+            parts.append(f"fabric {self.fabric}")
+        if self.profile:
+            parts.append(f"for {self.profile}")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class HostView:
+    """One host as placement sees it. ``busy_until``: the end of the latest lease or
+    reservation that overlaps the requested window (None: free for it); ``eta``: when a host
+    in maintenance or quarantine is expected back."""
+
+    name: str
+    state: HostState
+    gpus: int
+    model: str | None = None
+    gpu_memory_mib: int | None = None
+    rack: str | None = None
+    fabric: str | None = None
+    pool: str | None = None
+    profiles: frozenset[str] = frozenset()
+    alarm: bool = False
+    busy_until: datetime | None = None
+    eta: datetime | None = None
+    #: Allocated now, but its lease ends before the requested window starts.
+    free_by_start: bool = False
+
+
+def matches_hardware(req: Request, h: HostView) -> bool:
+    """Model, GPU memory and fabric as asked (case-insensitive substring for the model)."""
+    if req.model and (h.model is None or req.model.lower() not in h.model.lower()):
+        return False
+    if req.min_gpu_memory_mib and (
+        h.gpu_memory_mib is None or h.gpu_memory_mib < req.min_gpu_memory_mib
+    ):
+        return False
+    if req.fabric and (h.fabric or "").lower() != req.fabric.lower():
+        return False
+    return h.gpus > 0
+
+
+def allocatable(req: Request, h: HostView) -> bool:
+    """Could be handed out for the requested window: available (or allocated under a lease
+    that ends before the window), validated for the profile, no open alarm, no overlapping
+    lease or reservation, and the hardware asked."""
+    usable = h.state is HostState.AVAILABLE or (h.state is HostState.ALLOCATED and h.free_by_start)
+    return (
+        usable
+        and matches_hardware(req, h)
+        and (req.profile is None or req.profile in h.profiles)
+        and not h.alarm
+        and h.busy_until is None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """The hosts chosen, and how they sit."""
+
+    hosts: tuple[str, ...]
+    gpus: int
+    racks: tuple[str, ...]
+    fabric: str | None
+
+    @property
+    def spans_racks(self) -> bool:
+        return len(self.racks) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request cannot be met: counts along the way and where capacity is held."""
+
+    message: str
+    counts: dict[str, int]
+    held: list[dict[str, object]] = field(default_factory=list)
+    allocatable_gpus: int = 0
+    missing_gpus: int | None = None
+
+
+def _group_key(h: HostView) -> tuple[str, str]:
+    return (h.rack or "", (h.fabric or "").lower())
+
+
+def _pick(hosts: Sequence[HostView], k: int, need: int) -> list[HostView] | None:
+    """``k`` hosts of ``hosts`` holding at least ``need`` GPUs with the least waste: the
+    k-1 largest, then the smallest host that covers what is left (None: k cannot)."""
+    ordered = sorted(hosts, key=lambda h: (-h.gpus, h.name))
+    if len(ordered) < k or sum(h.gpus for h in ordered[:k]) < need:
+        return None
+    head = ordered[: k - 1]
+    rest = need - sum(h.gpus for h in head)
+    tail = sorted(ordered[k - 1 :], key=lambda h: (h.gpus, h.name))
+    for h in tail:
+        if h.gpus >= rest:
+            return [*head, h]
+    return None
+
+
+def _score(group: Sequence[HostView], chosen: Sequence[HostView]) -> tuple[int, int, str]:
+    """Lower is better: GPUs wasted, then the block's free GPUs (keep large blocks whole)."""
+    return (
+        sum(h.gpus for h in chosen),
+        sum(h.gpus for h in group),
+        min(h.name for h in chosen),
+    )
+
+
+def place(req: Request, candidates: Iterable[HostView]) -> Placement | None:
+    """Choose hosts for ``req`` among ``candidates`` (every one :func:`allocatable`), or None
+    when they cannot hold it. Deterministic: the same inputs give the same hosts."""
+    pool = sorted((h for h in candidates if allocatable(req, h)), key=lambda h: h.name)
+    if not pool:
+        return None
+    if req.hosts is not None:
+        k_range: Iterable[int] = [req.hosts]
+        need = 0
+    else:
+        need = req.gpus or 0
+        k_range = range(1, len(pool) + 1)
+    by_rack: dict[tuple[str, str], list[HostView]] = {}
+    by_fabric: dict[str, list[HostView]] = {}
+    for h in pool:
+        by_rack.setdefault(_group_key(h), []).append(h)
+        by_fabric.setdefault((h.fabric or "").lower(), []).append(h)
+    for k in k_range:
+        if k > len(pool):
+            return None
+        best: tuple[tuple[int, int, str], list[HostView]] | None = None
+        # Single-host requests: every host is its own block; blocks sized by their rack.
+        for group in by_rack.values():
+            chosen = _pick(group, k, need)
+            if chosen is not None:
+                score = _score(group, chosen)
+                if best is None or score < best[0]:
+                    best = (score, chosen)
+        if best is None and k > 1:
+            for group in by_fabric.values():
+                chosen = _pick(group, k, need)
+                if chosen is not None:
+                    score = _score(group, chosen)
+                    if best is None or score < best[0]:
+                        best = (score, chosen)
+        if best is not None:
+            hosts = sorted(best[1], key=lambda h: h.name)
+            return Placement(
+                hosts=tuple(h.name for h in hosts),
+                gpus=sum(h.gpus for h in hosts),
+                racks=tuple(sorted({h.rack or "-" for h in hosts})),
+                fabric=hosts[0].fabric,
+            )
+    return None
+
+
+def _when(dt: datetime | None) -> str:
+    return dt.strftime("%Y-%m-%d %H:%M %Z").strip() if dt is not None else "unknown"
+
+
+def explain(req: Request, hosts: Iterable[HostView]) -> Refusal:
+    """Why ``req`` cannot be placed on ``hosts`` (every host of the selection), in counts:
+    how many match the hardware, how many are validated for the profile, where the rest are
+    held (allocated or reserved until, maintenance or quarantine back by)."""
+    all_hosts = list(hosts)
+    hw = [h for h in all_hosts if matches_hardware(req, h)]
+    counts: dict[str, int] = {"hosts": len(all_hosts), "match_hardware": len(hw)}
+    what = (
+        " and ".join(
+            x
+            for x in (
+                req.model and f"the model {req.model}",
+                req.min_gpu_memory_mib and f"{req.min_gpu_memory_mib // 1024}G GPU memory",
+                req.fabric and f"fabric {req.fabric}",
+            )
+            if x
+        )
+        or "the request"
+    )
+    parts = [f"{len(hw)} of {len(all_hosts)} hosts match {what}"]
+    by_state = Counter(h.state.value for h in hw)
+    for state, n in sorted(by_state.items()):
+        counts[f"state_{state}"] = n
+    held: list[dict[str, object]] = []
+    usable = [
+        h
+        for h in hw
+        if h.state is HostState.AVAILABLE or (h.state is HostState.ALLOCATED and h.free_by_start)
+    ]
+    if req.profile:
+        validated = [h for h in usable if req.profile in h.profiles]
+        counts["validated_for_profile"] = len(validated)
+        parts.append(f"{len(validated)} of the free ones are validated for {req.profile}")
+    else:
+        validated = usable
+    alarmed = [h for h in validated if h.alarm]
+    if alarmed:
+        counts["open_alarm"] = len(alarmed)
+        parts.append(f"{len(alarmed)} have an open alarm")
+    booked = [h for h in validated if not h.alarm and h.busy_until is not None]
+    if booked:
+        counts["reserved"] = len(booked)
+        last = max(h.busy_until for h in booked if h.busy_until is not None)
+        parts.append(f"{len(booked)} are reserved or leased in that window (until {_when(last)})")
+        held += [
+            {"host": h.name, "state": "reserved", "gpus": h.gpus, "until": h.busy_until}
+            for h in booked
+        ]
+    for state, verb in (
+        (HostState.ALLOCATED, "allocated"),
+        (HostState.MAINTENANCE, "in maintenance"),
+        (HostState.QUARANTINED, "quarantined"),
+        (HostState.RECLAIMING, "reclaiming"),
+        (HostState.VALIDATING, "validating"),
+        (HostState.ENROLLED, "enrolled, never validated"),
+    ):
+        group = [
+            h
+            for h in hw
+            if h.state is state and not (h.free_by_start and state is HostState.ALLOCATED)
+        ]
+        if not group:
+            continue
+        known = [t for t in (h.busy_until or h.eta for h in group) if t is not None]
+        when = ""
+        if state is HostState.ALLOCATED and known:
+            when = f" until {_when(max(known))}"
+        elif state in (HostState.MAINTENANCE, HostState.QUARANTINED):
+            if not known:
+                when = " (no expected-back time)"
+            elif len(known) == len(group):
+                when = f" (back by {_when(max(known))})"
+            else:
+                when = f" ({len(known)} expected back, latest by {_when(max(known))})"
+        parts.append(f"{len(group)} are {verb}{when}")
+        held += [
+            {"host": h.name, "state": state.value, "gpus": h.gpus, "until": h.busy_until or h.eta}
+            for h in group
+        ]
+    free = [h for h in all_hosts if allocatable(req, h)]
+    free_gpus = sum(h.gpus for h in free)
+    missing: int | None = None
+    if req.gpus is not None:
+        missing = max(0, req.gpus - free_gpus)
+        tail = f"{free_gpus} GPUs allocatable, {missing} missing"
+        if missing == 0 and free:
+            tail = (
+                f"{free_gpus} GPUs allocatable but no hosts of one fabric can hold "
+                f"{req.gpus} together"
+            )
+    else:
+        tail = f"{len(free)} hosts allocatable, {(req.hosts or 0)} asked"
+        if len(free) >= (req.hosts or 0):
+            tail += ", but not on one fabric"
+    counts["allocatable_hosts"] = len(free)
+    counts["allocatable_gpus"] = free_gpus
+    return Refusal(
+        message=f"cannot place {req.describe()}: " + ", ".join(parts) + f"; {tail}",
+        counts=counts,
+        held=sorted(held, key=lambda d: str(d["host"])),
+        allocatable_gpus=free_gpus,
+        missing_gpus=missing,
+    )
