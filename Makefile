@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench env system-deps wheelhouse clean
+.PHONY: demo test probe lint bench env system-deps wheelhouse clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,10 @@ test: env system-deps
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 --dist loadgroup
+
+## Issue 6 acceptance probe: the bad-input catalogue through the real CLI (also part of `test`).
+probe: env system-deps
+	$(BIN)/pytest -q tests/probe
 
 system-deps:
 	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }

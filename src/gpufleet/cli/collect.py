@@ -194,7 +194,7 @@ def collect_cmd(
             )
     if rep.all_held_elsewhere:
         typer.echo(
-            f"nothing collected: all {len(rep.skipped_locked)} hosts selected are being "
+            f"error: nothing collected: all {len(rep.skipped_locked)} hosts selected are being "
             "collected by another worker; retry when it is done",
             err=True,
         )

@@ -62,8 +62,12 @@ UPGRADE_HINT = "run `gpufleet db upgrade`"
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=10000")
+    # WAL is stored in the file: switch only a new (empty) or gpufleet's own database, never
+    # a foreign one that is about to be refused (it must be left exactly as it was).
+    tables = {row[0] for row in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if not tables or "alembic_version" in tables:
+        cur.execute("PRAGMA journal_mode=WAL")
     cur.close()
 
 
