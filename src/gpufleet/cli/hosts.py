@@ -119,6 +119,8 @@ def show_cmd(
     )
     if v.status_reason:
         console.print(f"  why: {lit(v.status_reason)}")
+    if v.eta is not None:
+        console.print(f"  back by: {local_time(v.eta)}")
     console.print(
         f"  groups: {lit(', '.join(v.groups))}   pool: {lit(v.pool or '-')}   "
         f"profiles: {', '.join(v.profiles) or '-'}"

@@ -64,6 +64,11 @@ def render_summary(sm: FleetSummary) -> None:
         console.print(gp)
     _host_table("open alarms", sm.alarms, "alarm", "message", style="red")
     _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
+    if sm.back:
+        console.print(
+            "[bold]expected back:[/] "
+            + "; ".join(f"{lit(b['host'])} ({b['state']}) by {lit(b['eta'])}" for b in sm.back)
+        )
     _host_table("held in validating", sm.validating, None, "why")
     _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")
     if sm.drift.summary:

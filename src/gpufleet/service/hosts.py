@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import (
@@ -43,6 +44,8 @@ class HostView:
     last_outcome: str | None
     last_reason: str | None
     status_reason: str | None
+    #: When a host in maintenance or quarantine is expected back (None: not said).
+    eta: datetime | None = None
 
 
 @dataclass
@@ -77,6 +80,7 @@ def _view(h: Host, snap: FactSnapshot | None) -> HostView:
         last_outcome=h.last_outcome,
         last_reason=h.last_reason,
         status_reason=h.status_reason,
+        eta=h.eta if h.state in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
     )
 
 

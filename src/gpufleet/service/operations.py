@@ -43,8 +43,16 @@ def _host(s: Session, name: str) -> Host:
 
 
 @retrying
-def maintenance_on(fleet: Fleet, name: str, reason: str, until: datetime | None = None) -> str:
-    """Take a host out for maintenance (refused while allocated)."""
+def maintenance_on(
+    fleet: Fleet,
+    name: str,
+    reason: str,
+    until: datetime | None = None,
+    eta: datetime | None = None,
+) -> str:
+    """Take a host out for maintenance (refused while allocated); ``eta``: when it is
+    expected back (default: ``until``), shown in summary, capacity and ``hosts show``."""
+    back = eta or until
     with fleet.db.session() as s:
         h = _host(s, name)
         transition(
@@ -53,10 +61,35 @@ def maintenance_on(fleet: Fleet, name: str, reason: str, until: datetime | None 
             h,
             Event.MAINTENANCE_ON,
             reason,
-            data={"until": until.isoformat() if until else None},
+            data={
+                "until": until.isoformat() if until else None,
+                "eta": back.isoformat() if back else None,
+            },
         )
         h.maintenance_until = until
+        h.eta = back
         return h.state
+
+
+@retrying
+def set_eta(fleet: Fleet, name: str, eta: datetime | None) -> str:
+    """Say when a host in maintenance or quarantine is expected back (None clears it);
+    refused in any other state (InvalidTransition, exit 5)."""
+    with fleet.db.session() as s:
+        h = _host(s, name)
+        if HostState(h.state) not in (HostState.MAINTENANCE, HostState.QUARANTINED):
+            raise InvalidTransition(h.name, h.state, "eta", ["maintenance", "quarantined"])
+        h.eta = eta
+        h.updated_at = fleet.now()
+        record_event(
+            s,
+            fleet,
+            EventKind.ETA,
+            f"expected back by {eta.isoformat(timespec='minutes')}" if eta else "eta cleared",
+            host=h,
+            data={"eta": eta.isoformat() if eta else None, "state": str(h.state)},
+        )
+        return f"{h.state}, back by {eta.isoformat(timespec='minutes')}" if eta else h.state
 
 
 @retrying
@@ -66,6 +99,7 @@ def maintenance_off(fleet: Fleet, name: str, reason: str = "maintenance done") -
         h = _host(s, name)
         transition(s, fleet, h, Event.MAINTENANCE_OFF, reason)
         h.maintenance_until = None
+        h.eta = None
         return h.state
 
 
@@ -94,6 +128,7 @@ def unquarantine(fleet: Fleet, name: str, reason: str) -> str:
             fault=None,
             fault_reason=None,
         )
+        h.eta = None
         return h.state
 
 

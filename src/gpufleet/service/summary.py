@@ -34,6 +34,8 @@ class FleetSummary:
     gpus_available: int = 0
     alarms: list[dict[str, str | None]] = field(default_factory=list)  # open, oldest first
     extra: dict[str, object] = field(default_factory=dict)
+    #: Hosts in maintenance or quarantine with their expected-back time (``--eta``).
+    back: list[dict[str, str | None]] = field(default_factory=list)
 
 
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
@@ -81,6 +83,11 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         gpus_total=gpus_total,
         gpus_available=gpus_avail,
         alarms=alarms,
+        back=[
+            {"host": h.name, "state": h.state.value, "eta": h.eta.isoformat()}
+            for h, _ in rows
+            if h.eta is not None and h.state in (HostState.MAINTENANCE, HostState.QUARANTINED)
+        ],
     )
 
 

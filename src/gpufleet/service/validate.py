@@ -82,9 +82,12 @@ class ValidateReport:
 
 def sweep(fleet: Fleet) -> list[str]:
     """Fire deadlines and expiries: overdue transient states -> quarantined ("timed out"),
-    expired validation records -> validating. Returns the host names touched."""
+    expired validation records -> validating; reservations start and leases expire
+    (:func:`gpufleet.service.allocation.sweep_leases`). Returns the host names touched."""
+    from gpufleet.service.allocation import sweep_leases
+
+    touched: list[str] = sweep_leases(fleet)
     now = fleet.now()
-    touched: list[str] = []
     deadlines = {
         HostState.VALIDATING: fleet.settings.validating_deadline,
         HostState.RECLAIMING: fleet.settings.reclaiming_deadline,
@@ -132,7 +135,9 @@ def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     ``since`` (the validation TTL).
     """
     out: dict[str, Any] = {}
-    stmt = select(EvidenceRow).where(EvidenceRow.host_id == host.id)
+    stmt = select(EvidenceRow).where(
+        EvidenceRow.host_id == host.id, EvidenceRow.kind.in_(list(EVIDENCE_MODELS))
+    )
     if since is not None:
         stmt = stmt.where(EvidenceRow.recorded_at >= since)
     changed = last_change_event_id(s, host.id)

@@ -1,0 +1,179 @@
+"""Capacity: free / allocated / reserved / quarantined / maintenance GPUs by model, pool and
+profile, now or at a future time, and the gate a release pipeline asks ("is there room?")."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from gpufleet.domain.leases import LeaseState
+from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
+from gpufleet.domain.states import HostState
+from gpufleet.errors import ConfigError
+from gpufleet.service.allocation import host_views
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.select import is_explicit, nothing_matches
+from gpufleet.store.tables import Lease, LeaseHost
+
+#: The columns of ``gpufleet capacity``.
+_TICK = timedelta(seconds=1)
+COLUMNS = ("free", "allocated", "reserved", "quarantined", "maintenance", "other")
+
+
+@dataclass
+class CapacityReport:
+    """GPUs per (model, pool, profile) and column, at ``at``; hosts expected back."""
+
+    at: datetime
+    rows: list[dict[str, Any]]
+    totals: dict[str, int]
+    back: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _column(h: HostView, lease_state: str | None) -> str:
+    if lease_state == LeaseState.ACTIVE.value:
+        return "allocated"
+    if lease_state == LeaseState.RESERVED.value:
+        return "reserved"
+    if h.state is HostState.AVAILABLE or h.free_by_start:
+        return "free"
+    if h.state is HostState.ALLOCATED:
+        return "allocated"
+    if h.state is HostState.QUARANTINED:
+        return "quarantined"
+    if h.state is HostState.MAINTENANCE:
+        return "maintenance"
+    return "other"  # enrolled, validating, reclaiming (retired hosts are left out)
+
+
+def capacity(
+    fleet: Fleet, selector: str | None = None, at: datetime | None = None
+) -> CapacityReport:
+    """What is free at ``at`` (default now): a lease or reservation covering ``at`` holds its
+    hosts; a host allocated now whose lease ends before ``at`` counts as free then."""
+    now = fleet.now()
+    when = max(at or now, now)
+    probe = when if when > now else now
+    with fleet.db.session() as s:
+        views, index = host_views(
+            s, Request(hosts=1), selector, probe, probe + _TICK, now=now, candidates_only=False
+        )
+        covering: dict[int, str] = {
+            hid: st.value
+            for hid, st in s.execute(
+                select(LeaseHost.host_id, Lease.state)
+                .join(Lease, Lease.id == LeaseHost.lease_id)
+                .where(LeaseHost.holding, LeaseHost.starts_at <= probe, LeaseHost.ends_at > probe)
+            )
+        }
+    if not views and is_explicit(selector):
+        raise nothing_matches(selector)
+    rows: dict[tuple[str, str, str], Counter[str]] = {}
+    totals: Counter[str] = Counter()
+    back: list[dict[str, Any]] = []
+    for h in views:
+        if h.state is HostState.RETIRED:
+            continue
+        col = _column(h, covering.get(index[h.name].id))
+        totals[col] += h.gpus
+        model = (h.model or "unknown").removeprefix("NVIDIA ")
+        for profile in sorted(h.profiles) or ["-"]:
+            rows.setdefault((model, h.pool or "-", profile), Counter())[col] += h.gpus
+        if h.eta is not None:
+            back.append({"host": h.name, "state": h.state.value, "gpus": h.gpus, "eta": h.eta})
+    return CapacityReport(
+        at=when,
+        rows=[
+            {"model": m, "pool": p, "profile": pr, **{c: counts.get(c, 0) for c in COLUMNS}}
+            for (m, p, pr), counts in sorted(rows.items())
+        ],
+        totals={c: totals.get(c, 0) for c in COLUMNS},
+        back=sorted(back, key=lambda b: (b["eta"], b["host"])),
+    )
+
+
+@dataclass
+class CapacityCheck:
+    """The answer of ``capacity check``: enough allocatable GPUs or not, and if not, what is
+    missing, where capacity is held and when it frees up."""
+
+    ok: bool
+    requested: int
+    headroom: float
+    needed: int
+    allocatable: int
+    missing: int
+    model: str | None
+    profile: str | None
+    message: str
+    held: list[dict[str, Any]] = field(default_factory=list)
+    frees: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check(
+    fleet: Fleet,
+    *,
+    gpus: int,
+    model: str | None = None,
+    profile: str | None = None,
+    headroom: float = 0.0,
+    selector: str | None = None,
+) -> CapacityCheck:
+    """Are ``gpus`` x (1 + ``headroom``) GPUs of ``model`` validated for ``profile``
+    allocatable now (available, no open alarm, not reserved for now)?"""
+    if gpus < 1:
+        raise ConfigError("--gpus must be at least 1")
+    needed = math.ceil(gpus * (1 + headroom) - 1e-9)
+    req = Request(gpus=needed, model=model, profile=profile)
+    now = fleet.now()
+    with fleet.db.session() as s:
+        views, _ = host_views(
+            s, Request(gpus=needed), selector, now, now + _TICK, now=now, candidates_only=False
+        )
+        ends: dict[str, datetime] = {
+            name: end
+            for name, end in s.execute(
+                select(LeaseHost.host_name, LeaseHost.ends_at)
+                .join(Lease, Lease.id == LeaseHost.lease_id)
+                .where(LeaseHost.holding, Lease.state == LeaseState.ACTIVE)
+            )
+        }
+    if not views and is_explicit(selector):
+        raise nothing_matches(selector)
+    free = sum(h.gpus for h in views if allocatable(req, h))
+    missing = max(0, needed - free)
+    held: list[dict[str, Any]] = []
+    frees: Counter[datetime] = Counter()
+    for h in views:
+        if not matches_hardware(req, h) or allocatable(req, h):
+            continue
+        until = ends.get(h.name) if h.state is HostState.ALLOCATED else h.eta or h.busy_until
+        if h.state is HostState.AVAILABLE and profile and profile not in h.profiles:
+            continue  # not validated for the profile: not capacity that frees up
+        held.append({"host": h.name, "state": h.state.value, "gpus": h.gpus, "until": until})
+        if until is not None:
+            frees[until] += h.gpus
+    if missing == 0:
+        message = f"{free} GPUs allocatable, {needed} needed ({gpus} + {headroom:.0%} headroom)"
+    else:
+        message = explain(req, views).message.replace(
+            f"cannot place {req.describe()}", f"not enough capacity for {req.describe()}"
+        )
+    return CapacityCheck(
+        ok=missing == 0,
+        requested=gpus,
+        headroom=headroom,
+        needed=needed,
+        allocatable=free,
+        missing=missing,
+        model=model,
+        profile=profile,
+        message=message,
+        held=sorted(held, key=lambda d: (str(d["until"]), d["host"])),
+        frees=[{"at": t, "gpus": n} for t, n in sorted(frees.items())],
+    )
