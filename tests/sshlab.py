@@ -50,7 +50,7 @@ from types import TracebackType
 import asyncssh
 
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.sections import REGISTRY, SectionSpec, names
+from gpufleet.collect.sections import RECLAIM_REGISTRY, REGISTRY, SectionSpec, names
 from gpufleet.collect.transport import Target
 
 SSHD = "/usr/sbin/sshd"
@@ -164,7 +164,7 @@ def _special_tool(name: str, sections: Mapping[str, Section], data: Callable[[st
 def materialize_host(
     host_dir: Path,
     sections: Mapping[str, Section],
-    registry: Sequence[SectionSpec] = REGISTRY,
+    registry: Sequence[SectionSpec] = REGISTRY + RECLAIM_REGISTRY,
 ) -> dict[str, str]:
     """Write fake tools, data and sysroot files serving ``sections``; return the environment.
 

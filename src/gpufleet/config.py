@@ -13,6 +13,7 @@ Groups (the ``group`` of each field, used by :func:`settings_doc` and the README
 * ``collect``    collection over SSH (``collect`` and ``validate``): forks and timeouts
 * ``evidence``   active tests (``evidence run``): forks and timeout
 * ``validate``   profiles, Xid policy, validation lifetime and lifecycle deadlines
+* ``reclaim``    what a released host must be clean of (data paths, scratch, idle GPU memory)
 * ``secrets``    the key that encrypts inventory secrets: ``GPUFLEET_SECRET_KEY`` or
   ``GPUFLEET_SECRET_KEY_FILE`` (one, not both)
 * ``lab``        the simulated lab: ``GPUFLEET_CAPTURES``
@@ -27,6 +28,7 @@ import difflib
 import getpass
 import math
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -191,6 +193,32 @@ class Settings(BaseSettings):
         group="validate",
         doc="The same for reclaiming, in minutes (default 30).",
     )
+    # -- reclaim --------------------------------------------------------------------------
+    reclaim_data_paths: str = _setting(
+        "/data,/scratch,/mnt",
+        env="GPUFLEET_RECLAIM_DATA_PATHS",
+        group="reclaim",
+        doc="Comma-separated paths: a mount left under one fails reclaim.",
+    )
+    reclaim_scratch_paths: str = _setting(
+        "/scratch",
+        env="GPUFLEET_RECLAIM_SCRATCH_PATHS",
+        group="reclaim",
+        doc="Comma-separated scratch paths that must be empty after a lease.",
+    )
+    reclaim_scratch_policy: str = _setting(
+        "check",
+        env="GPUFLEET_RECLAIM_SCRATCH",
+        group="reclaim",
+        doc="check: scratch left over fails reclaim; clean: reclaim deletes it first.",
+    )
+    reclaim_idle_memory_mib: int = _setting(
+        1024,
+        env="GPUFLEET_RECLAIM_IDLE_MEMORY_MIB",
+        group="reclaim",
+        ge=0,
+        doc="GPU memory in use (MiB) above which a GPU is not back to idle.",
+    )
     # -- secrets --------------------------------------------------------------------------
     secret_key: SecretStr | None = _setting(
         env="GPUFLEET_SECRET_KEY",
@@ -219,6 +247,25 @@ class Settings(BaseSettings):
     @classmethod
     def _minutes(cls, v: Any) -> Any:
         return _duration(v, "minutes")
+
+    @field_validator("reclaim_data_paths", "reclaim_scratch_paths")
+    @classmethod
+    def _paths(cls, v: str) -> str:
+        for p in (x.strip() for x in v.split(",")):
+            if p and (not p.startswith("/") or not re.fullmatch(r"/[A-Za-z0-9._/-]*", p)):
+                raise ValueError(f"{p!r} is not an absolute path of letters, digits, . _ - /")
+        return v
+
+    @field_validator("reclaim_scratch_policy")
+    @classmethod
+    def _scratch_policy(cls, v: str) -> str:
+        if v not in ("check", "clean"):
+            raise ValueError("expected check or clean")
+        return v
+
+    def path_list(self, value: str) -> tuple[str, ...]:
+        """The paths of a comma-separated path setting."""
+        return tuple(p.strip() for p in value.split(",") if p.strip())
 
     @field_validator("home")
     @classmethod

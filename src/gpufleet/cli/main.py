@@ -11,6 +11,7 @@ from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
+from gpufleet.cli import reclaim as reclaim_cmds
 from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
 from gpufleet.cli.plugins import PluginGroup
@@ -64,6 +65,7 @@ app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline 
 app.add_typer(hosts_cmds.app, name="hosts", help="List, inspect, rekey and remove hosts.")
 app.add_typer(db_cmds.app, name="db", help="Database schema: status, explicit upgrade.")
 app.command("prune")(db_cmds.prune_cmd)
+app.command("reclaim")(reclaim_cmds.reclaim_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -55,6 +55,7 @@ from gpufleet.domain.facts import UnreadableXid
 
 __all__ = [
     "NOT_FOUND_RC",
+    "RECLAIM_REGISTRY",
     "REGISTRY",
     "SYSCTL_KEYS",
     "FitError",
@@ -476,3 +477,69 @@ def _check(registry: Sequence[SectionSpec]) -> None:
 
 
 _check(REGISTRY)
+
+
+# --------------------------------------------------------------------------- reclaim sections
+
+# Reclaim (gpufleet reclaim, service/reclaim.py): run after the collection sections in the same
+# script when a released host is checked before it goes back to the pool. The GPU processes,
+# memory and pending row remaps come from the GPU report above; these add what the lessee may
+# have left on the host. Parsed by gpufleet.collect.reclaim.read_reclaim. The scratch function
+# reads RECLAIM_SCRATCH (paths) and RECLAIM_CLEAN (1: delete their contents first), which the
+# service sets in front of the script.
+_SCRATCH = """\
+scratch() {
+  for d in $RECLAIM_SCRATCH; do
+    [ -e "$R$d" ] || continue
+    if [ "$RECLAIM_CLEAN" = 1 ]; then find "$R$d" -mindepth 1 -delete || return 1; fi
+    find "$R$d" -mindepth 1 -maxdepth 1 || return 1
+  done
+  return 0
+}"""
+
+
+def _reclaim_parser(fieldname: str, fn: Callable[[str, str], Any]) -> Parser:
+    return lambda r: {fieldname: fn(r.text, r.source)}
+
+
+def _reclaim_registry() -> tuple[SectionSpec, ...]:
+    from gpufleet.collect.reclaim import (
+        parse_crontab_users,
+        parse_mounts,
+        parse_ps,
+        parse_scratch,
+    )
+
+    return (
+        file_section(
+            "reclaim-mounts", "proc/mounts", ("mounts",), _reclaim_parser("mounts", parse_mounts)
+        ),
+        tool_section(
+            "reclaim-ps",
+            "ps",
+            "-eo user:32=,uid=,pid=,comm=",
+            ("processes",),
+            _reclaim_parser("processes", parse_ps),
+        ),
+        SectionSpec(
+            "reclaim-crontabs",
+            'ls -1A "$R/var/spool/cron/crontabs"',
+            ("crontab_users",),
+            _reclaim_parser("crontab_users", parse_crontab_users),
+            tool="ls",
+            args="-1A /var/spool/cron/crontabs",
+        ),
+        SectionSpec(
+            "reclaim-scratch",
+            "scratch",
+            ("scratch_left",),
+            _reclaim_parser("scratch_left", parse_scratch),
+            tool="find",
+            functions=_SCRATCH,
+        ),
+    )
+
+
+#: Reclaim-only sections (fields of :class:`gpufleet.domain.reclaim.ReclaimFindings`).
+RECLAIM_REGISTRY: tuple[SectionSpec, ...] = _reclaim_registry()
+_check(REGISTRY + RECLAIM_REGISTRY)

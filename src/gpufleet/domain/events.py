@@ -109,6 +109,10 @@ class EvidenceKind(StrEnum):
     GPU_BURN = "gpu-burn"
     """gpu-burn: every GPU OK or FAULTY under load."""
 
+    RECLAIM = "reclaim"
+    """The reclaim checks of a released host (``gpufleet reclaim``): what was left on it.
+    Not an active test: validation does not read it."""
+
     @property
     def check(self) -> str:
         """The check (and evidence key) that reads this kind: dcgm_diag, nccl, gpu_burn."""
@@ -119,6 +123,7 @@ _EVIDENCE_CHECKS = {
     EvidenceKind.DCGM: "dcgm_diag",
     EvidenceKind.NCCL: "nccl",
     EvidenceKind.GPU_BURN: "gpu_burn",
+    EvidenceKind.RECLAIM: "reclaim",
 }
 
 

@@ -15,6 +15,11 @@ _ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_D
 TRANSPORT_FAULTS: frozenset[str] = frozenset(
     {"unreachable", "hang", "wrong-key", "host-key-changed"}
 )
+#: What a lessee may leave behind (reclaim checks, domain/reclaim.py): a compute process on a
+#: GPU, a mount under a data path, a process and a crontab of a lessee's user.
+RECLAIM_FAULTS: frozenset[str] = frozenset(
+    {"gpu-process", "stale-mount", "lessee-process", "lessee-crontab"}
+)
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (
@@ -30,6 +35,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "garbage",
     "truncated",
     *sorted(TRANSPORT_FAULTS),
+    *sorted(RECLAIM_FAULTS),
 )
 
 

@@ -71,6 +71,49 @@ def _set_remap(block: str, fmt: str, what: str) -> str:
     return block[:start] + rest
 
 
+# A compute process left on a GPU after its lease (reclaim): the process as the driver lists
+# it (fields and values as in the gpud nvidia-smi -q capture, 535.154.05), its memory in use.
+_LEFT_PID, _LEFT_NAME, _LEFT_MIB = 58130, "/usr/bin/python", 20322
+_LEFT_XML = (
+    "<processes>\n            <process_info>\n"
+    "                <gpu_instance_id>N/A</gpu_instance_id>\n"
+    "                <compute_instance_id>N/A</compute_instance_id>\n"
+    f"                <pid>{_LEFT_PID}</pid>\n                <type>C</type>\n"
+    f"                <process_name>{_LEFT_NAME}</process_name>\n"
+    f"                <used_memory>{_LEFT_MIB} MiB</used_memory>\n"
+    "            </process_info>\n        </processes>"
+)
+
+
+def _set_gpu_process(block: str, fmt: str) -> str:
+    if fmt == "xml":
+        block = re.sub(r"<processes\s*/>|<processes>\s*</processes>", _LEFT_XML, block, count=1)
+        return re.sub(
+            r"(<fb_memory_usage>.*?<used>)\d+( MiB</used>)",
+            rf"\g<1>{_LEFT_MIB}\g<2>",
+            block,
+            count=1,
+            flags=re.S,
+        )
+    block = re.sub(
+        r"^(    Processes\s+): None$",
+        "    Processes\n"
+        "        GPU instance ID                   : N/A\n"
+        "        Compute instance ID               : N/A\n"
+        f"        Process ID                        : {_LEFT_PID}\n"
+        "            Type                          : C\n"
+        f"            Name                          : {_LEFT_NAME}\n"
+        f"            Used GPU Memory               : {_LEFT_MIB} MiB",
+        block,
+        count=1,
+        flags=re.M,
+    )
+    start = block.index("FB Memory Usage")
+    rest = re.sub(r"^(        Used\s+: )\d+( MiB)$", rf"\g<1>{_LEFT_MIB}\g<2>", block[start:],
+                  count=1, flags=re.M)
+    return block[:start] + rest
+
+
 def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
     """(indices of GPUs the driver sees, nvidia-smi XML, nvidia-smi -q text)."""
     spec = tpl.spec
@@ -90,6 +133,8 @@ def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
                 block = _set_remap(block, spec.smi_format, "pending")
             if "remap-failure" in kinds:
                 block = _set_remap(block, spec.smi_format, "failure")
+            if "gpu-process" in kinds:
+                block = _set_gpu_process(block, spec.smi_format)
         blocks.append(block)
     head = _fill(tpl.head, {"attached": str(len(present))})
     sep = "\n" if spec.smi_format == "text" else ""
@@ -581,6 +626,37 @@ def render_sections(host: LabHost) -> dict[str, Section]:
         name: Section(name, _chomp(s[name].stdout), _chomp(s[name].stderr), s[name].rc)
         for name in SECTIONS
     }
+
+
+# --------------------------------------------------------------------------- reclaim sections
+
+#: A leftover mount under a data path, a lessee's process and crontab (the lab faults
+#: stale-mount, lessee-process, lessee-crontab); the login user's own session is always there.
+_LESSEE = ("alice", 1001)
+_MOUNTS = (
+    "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0\n"
+    "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
+    "/dev/nvme0n1p2 / ext4 rw,relatime 0 0\n"
+    "/dev/nvme1n1 /scratch xfs rw,relatime,attr2,inode64,noquota 0 0\n"
+)
+_STALE_MOUNT = "10.0.0.5:/export/team-a /data/team-a nfs4 rw,relatime,vers=4.2,hard,proto=tcp 0 0\n"
+
+
+def render_reclaim_sections(host: LabHost, login_user: str = "gpufleetlab") -> dict[str, Section]:
+    """The reclaim sections (:data:`gpufleet.collect.sections.RECLAIM_REGISTRY`) as the host
+    answers them, with its reclaim faults applied."""
+    kinds = {_split_fault(f)[0] for f in host.faults}
+    user, uid = _LESSEE
+    ps = ["root 0 1 systemd", "root 0 812 sshd", f"{login_user} 998 4242 sh"]
+    if "lessee-process" in kinds:
+        ps.append(f"{user} {uid} 31337 python")
+    out = {
+        "reclaim-mounts": _MOUNTS + (_STALE_MOUNT if "stale-mount" in kinds else ""),
+        "reclaim-ps": "\n".join(ps),
+        "reclaim-crontabs": user if "lessee-crontab" in kinds else "",
+        "reclaim-scratch": "",
+    }
+    return {n: Section(n, _chomp(text), "", 0) for n, text in out.items()}
 
 
 def _chomp(text: str) -> str:

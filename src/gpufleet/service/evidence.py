@@ -71,7 +71,7 @@ def active_test(kind: str) -> ActiveTest:
     """The test named ``kind`` (dcgm, nccl, gpu-burn)."""
     try:
         return ACTIVE_TESTS[EvidenceKind(kind)]
-    except ValueError:
+    except (ValueError, KeyError):
         raise ConfigError(f"unknown active test {kind!r}: use {', '.join(ACTIVE_TESTS)}") from None
 
 

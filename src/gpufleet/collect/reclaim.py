@@ -1,0 +1,111 @@
+"""Parsers of the reclaim sections (pure: text -> :mod:`gpufleet.domain.reclaim` values).
+
+The sections themselves (commands, what they read) are
+:data:`gpufleet.collect.sections.RECLAIM_REGISTRY`; :func:`read_reclaim` applies it to the
+sections of one reclaim run. A section that failed or does not parse is ``None`` (not
+collected) with a problem naming it, never ``[]``: the reclaim checks then fail closed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.collect.bundle import Section
+from gpufleet.domain.reclaim import Mount, Process, ReclaimFindings
+from gpufleet.errors import ParseError
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes space, tab, newline and backslash as \040 \011 \012 \134.
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mounts(text: str, source: str) -> list[Mount]:
+    """``/proc/mounts`` (or ``/proc/self/mounts``): device, mount point, type per line."""
+    out: list[Mount] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        if len(parts) < 3:
+            raise ParseError(source, f"not a mount table line: {line[:80]!r}", line=n)
+        out.append(
+            Mount(device=_unescape(parts[0]), mountpoint=_unescape(parts[1]), fstype=parts[2])
+        )
+    return out
+
+
+def parse_ps(text: str, source: str) -> list[Process]:
+    """``ps -eo user=,uid=,pid=,comm=``: one process per line (the command may have spaces)."""
+    out: list[Process] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split(None, 3)
+        if len(parts) < 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            raise ParseError(source, f"not a 'user uid pid comm' line: {line[:80]!r}", line=n)
+        out.append(
+            Process(
+                user=parts[0],
+                uid=int(parts[1]),
+                pid=int(parts[2]),
+                comm=parts[3].strip() if len(parts) > 3 else "",
+            )
+        )
+    return out
+
+
+_USER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*\$?$")
+
+
+def parse_crontab_users(text: str, source: str) -> list[str]:
+    """``ls -1A`` of the crontab spool: one user name per line."""
+    out: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        name = line.strip()
+        if not name:
+            continue
+        if not _USER.match(name):
+            raise ParseError(source, f"not a user name: {name[:80]!r}", line=n)
+        out.append(name)
+    return out
+
+
+def parse_scratch(text: str, source: str) -> list[str]:
+    """What ``find DIR -mindepth 1 -maxdepth 1`` left in the scratch paths (one per line)."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+#: A crontab spool that does not exist means cron is not installed: no crontabs.
+_NO_SPOOL = "No such file or directory"
+
+
+def read_reclaim(sections: Mapping[str, Section], host: str) -> ReclaimFindings:
+    """The reclaim findings of one host from its sections (see the module docstring)."""
+    from gpufleet.collect.sections import RECLAIM_REGISTRY, Read
+
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for spec in RECLAIM_REGISTRY:
+        sec = sections.get(spec.name)
+        source = f"{host}:{spec.name}"
+        if sec is None:
+            problems.append(f"{source}: not collected")
+            continue
+        if sec.rc != 0:
+            if spec.name == "reclaim-crontabs" and _NO_SPOOL in sec.stderr:
+                values.update({key: [] for key in spec.fields})
+                continue
+            detail = (sec.stderr or sec.stdout).strip().splitlines()
+            problems.append(f"{source}: rc={sec.rc}: {detail[0][:200] if detail else 'failed'}")
+            continue
+        assert spec.parse is not None
+        try:
+            values.update(spec.parse(Read(sec.stdout, source, host, problems, sections, values)))
+        except ParseError as exc:
+            problems.append(str(exc))
+    return ReclaimFindings(**values, problems=problems)

@@ -1,0 +1,328 @@
+"""Reclaim released hosts: check what the lessee left, then validate, then back to the pool.
+
+Hosts in ``reclaiming`` (moved there by a release or an expired lease, or left there by a
+crash: ``gpufleet reclaim SELECTOR``) go through the claim -> run -> apply engine
+(:mod:`gpufleet.service.pipeline`): one round trip runs the collection script followed by the
+reclaim sections (:data:`gpufleet.collect.sections.RECLAIM_REGISTRY`); the apply step stores
+the fresh facts as a collection does (:func:`gpufleet.service.collect.apply_result`: changes
+since the last validation send the host to ``validating``), then, in one short transaction,
+judges the host:
+
+* the reclaim checks (:func:`gpufleet.domain.reclaim.judge_reclaim`: GPU processes, GPU memory,
+  pending row remaps, data mounts, the lessee's processes and crontabs, scratch), and
+* the normal validation checks (:func:`gpufleet.domain.profiles.evaluate`, as ``validate``).
+
+Both pass: ``reclaim_passed`` -> ``available`` with the profiles passed. Anything else (facts
+that could not be collected included: fail closed): ``reclaim_failed`` -> ``quarantined``,
+fault ``reclaim_failed`` (or the hardware fault validation found), with the findings stored as
+evidence of kind ``reclaim``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+
+from gpufleet.collect.bundle import split_bundle
+from gpufleet.collect.reclaim import read_reclaim
+from gpufleet.collect.script import remote_script
+from gpufleet.collect.sections import RECLAIM_REGISTRY, REGISTRY
+from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.domain.checks import ActiveEvidence
+from gpufleet.domain.events import EvidenceKind
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
+from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
+from gpufleet.domain.reclaim import ReclaimFindings, ReclaimPolicy, judge_reclaim
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import GpufleetError
+from gpufleet.service.collect import _refuse, _start_run, apply_result
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.lifecycle import transition
+from gpufleet.service.pipeline import (
+    Claimed,
+    Pipeline,
+    check_forks,
+    check_timeout,
+    claim_hosts,
+    claim_lease,
+)
+from gpufleet.service.policies import Policies
+from gpufleet.service.select import selected_names
+from gpufleet.service.validate import _evidence, store_evidence
+from gpufleet.store.repo import baseline_for_host
+from gpufleet.store.tables import FactSnapshot, Host, Validation
+
+#: What the reclaim of a host another worker holds reports.
+HELD_ELSEWHERE = "skipped: another worker holds this host"
+
+
+@dataclass
+class HostReclaim:
+    """What reclaim did to one host."""
+
+    host: str
+    state: str
+    ok: bool
+    summary: str
+    issues: list[str] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReclaimReport:
+    """One reclaim run: a verdict per host (skipped hosts included, with why)."""
+
+    hosts: list[HostReclaim]
+
+    @property
+    def ok(self) -> bool:
+        """Every host went back to ``available``."""
+        return all(h.ok for h in self.hosts)
+
+
+def reclaim_policy(
+    fleet: Fleet, login_user: str | None, lessee_users: Sequence[str] | None
+) -> ReclaimPolicy:
+    """The reclaim policy of the settings (GPUFLEET_RECLAIM_*) for one host."""
+    st = fleet.settings
+    return ReclaimPolicy(
+        data_paths=st.path_list(st.reclaim_data_paths),
+        idle_memory_mib=st.reclaim_idle_memory_mib,
+        login_user=login_user,
+        lessee_users=tuple(lessee_users) if lessee_users is not None else None,
+        scratch_clean=st.reclaim_scratch_policy == "clean",
+    )
+
+
+def reclaim_script(fleet: Fleet, timeout_s: float) -> str:
+    """The collection script followed by the reclaim sections, with the scratch policy."""
+    st = fleet.settings
+    head = (
+        f"RECLAIM_SCRATCH={shlex.quote(' '.join(st.path_list(st.reclaim_scratch_paths)))}\n"
+        f"RECLAIM_CLEAN={1 if st.reclaim_scratch_policy == 'clean' else 0}\n"
+    )
+    return head + remote_script(
+        tool_timeout_s=max(5, int(timeout_s * 0.6)), registry=REGISTRY + RECLAIM_REGISTRY
+    )
+
+
+def reclaim_hosts(
+    fleet: Fleet,
+    host_names: list[str],
+    *,
+    lease_id: int | None = None,
+    lessee_users: Sequence[str] | None = None,
+    forks: int | None = None,
+    timeout_s: float | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RawResult], None] | None = None,
+) -> ReclaimReport:
+    """Reclaim the named hosts that are in ``reclaiming`` (see the module docstring).
+
+    ``lease_id`` and ``lessee_users`` come from the lease that ended (the users whose
+    processes and crontabs must be gone; without them, every non-system user's count).
+    Hosts in another state are reported and left alone.
+    """
+    if not host_names:
+        return ReclaimReport([])
+    timeout_s = check_timeout(fleet.settings.collect_timeout_s if timeout_s is None else timeout_s)
+    forks = check_forks(fleet.settings.forks if forks is None else forks)
+    policies = Policies(fleet).load()
+    connect_s = fleet.settings.connect_timeout_s
+    selector = ",".join(host_names)
+    with fleet.db.session() as s:
+        states = {
+            h.name: HostState(h.state)
+            for h in s.scalars(select(Host).where(Host.name.in_(host_names)))
+        }
+    out = [
+        HostReclaim(name, st.value, False, f"skipped: not in reclaiming (it is {st.value})")
+        for name, st in sorted(states.items())
+        if st is not HostState.RECLAIMING
+    ]
+    out += [
+        HostReclaim(name, "?", False, "skipped: no such host")
+        for name in sorted(set(host_names) - set(states))
+    ]
+    if not any(st is HostState.RECLAIMING for st in states.values()):
+        return ReclaimReport(out)
+
+    def lease(n: int) -> timedelta:
+        return claim_lease(n, forks, timeout_s, connect_s)
+
+    got = claim_hosts(
+        fleet,
+        selector,
+        None,
+        lease,
+        skip_states=[st for st in HostState if st is not HostState.RECLAIMING],
+        start_run=_start_run(fleet, selector, None),
+        refuse=_refuse(fleet),
+    )
+    run_id = got.run_id
+    assert run_id is not None
+    script = reclaim_script(fleet, timeout_s)
+
+    def apply(c: Claimed, raw: RawResult) -> HostReclaim:
+        return _apply(fleet, run_id, c, raw, policies, lease_id, lessee_users)
+
+    out += [HostReclaim(n, "reclaiming", False, f"error: {why}") for n, why in got.refused]
+    out += [HostReclaim(n, "reclaiming", False, HELD_ELSEWHERE) for n in got.busy]
+    out += Pipeline(
+        fleet,
+        got,
+        command=lambda _c: script,
+        apply=apply,
+        forks=forks,
+        timeout_s=timeout_s,
+        on_start=on_start,
+        on_result=on_result,
+    ).run()
+    return ReclaimReport(sorted(out, key=lambda h: h.host))
+
+
+def reclaim_selected(fleet: Fleet, selector: str, **kw: Any) -> ReclaimReport:
+    """``gpufleet reclaim SELECTOR``: reclaim the selected hosts that are in ``reclaiming``
+    (after a crash, or a reclaim that could not reach them)."""
+    with fleet.db.session() as s:
+        names = selected_names(s, selector)
+    return reclaim_hosts(fleet, names, **kw)
+
+
+def _findings(raw: RawResult) -> ReclaimFindings:
+    if raw.outcome is not Outcome.OK or raw.output is None:
+        return ReclaimFindings(problems=[f"{raw.host}: {raw.outcome.value}: {raw.reason}"])
+    try:
+        return read_reclaim(split_bundle(raw.output, f"{raw.host}: reclaim output"), raw.host)
+    except GpufleetError as exc:
+        return ReclaimFindings(problems=[str(exc)])
+
+
+def _apply(
+    fleet: Fleet,
+    run_id: int,
+    c: Claimed,
+    raw: RawResult,
+    policies: Policies,
+    lease_id: int | None,
+    lessee_users: Sequence[str] | None,
+) -> HostReclaim:
+    """Store the facts as a collection does, then judge the host in one short transaction."""
+    name = c.target.name
+    collected = apply_result(fleet, run_id, c.host_id, raw, c.token, policies=policies)
+    findings = _findings(raw)
+    now = fleet.now()
+    with fleet.db.session() as s:
+        host = s.get(Host, c.host_id, with_for_update=True)
+        if host is None:
+            return HostReclaim(name, "?", False, "host removed while it was reclaimed")
+        if HostState(host.state) is not HostState.RECLAIMING:
+            # A change since the last validation sent it to validating (or an operator
+            # moved it): the reclaim verdict is no longer this run's to give.
+            return HostReclaim(
+                name,
+                host.state.value,
+                False,
+                f"not judged: now {host.state.value} ({host.status_reason or 'moved meanwhile'})",
+            )
+        # Only facts collected in this run count (fail closed: old facts prove nothing).
+        snap = s.get(FactSnapshot, collected.snapshot_id) if collected.snapshot_id else None
+        facts = HostFacts.model_validate(snap.facts) if snap is not None else None
+        policy = reclaim_policy(fleet, c.target.user, lessee_users)
+        verdict = judge_reclaim(facts, findings, policy)
+        issues = [f"{i.check}: {i.message}" for i in verdict.issues]
+        outcome: ValidationOutcome | None = None
+        if facts is not None:
+            outcome = evaluate(
+                facts,
+                ExpectedSpec.model_validate(host.expected),
+                baseline_for_host(s, host),
+                policies.profiles,
+                policies.xid,
+                now,
+                evidence=ActiveEvidence.from_kinds(
+                    _evidence(s, host, now - fleet.settings.validation_ttl)
+                ),
+            )
+            if outcome.decision is not Decision.AVAILABLE:
+                issues += [f"validation: {r}" for r in outcome.reasons] or [
+                    f"validation: {outcome.decision.value}"
+                ]
+        else:
+            issues.append(
+                f"validation: no facts collected ({collected.outcome.value}: "
+                f"{collected.reason or 'no GPU report'})"
+            )
+        passed = not issues and outcome is not None
+        hw = sorted(str(f) for f in (outcome.faults if outcome else set()) if f in HARDWARE_FAULTS)
+        summary = "clean" if passed else "; ".join(issues)
+        store_evidence(
+            s,
+            fleet,
+            host,
+            EvidenceKind.RECLAIM,
+            {
+                "lease_id": lease_id,
+                "lessee_users": list(lessee_users) if lessee_users is not None else None,
+                "issues": issues,
+                "needs_reset": verdict.needs_reset,
+                "findings": findings.model_dump(mode="json"),
+                "validation": outcome.decision.value if outcome else None,
+            },
+            f"{c.transport}: reclaim",
+            passed=passed,
+            summary=summary,
+        )
+        data: dict[str, object] = {"lease_id": lease_id, "issues": issues}
+        if passed and outcome is not None:
+            transition(
+                s,
+                fleet,
+                host,
+                Event.RECLAIM_PASSED,
+                "reclaim checks and validation passed",
+                data={**data, "profiles": sorted(outcome.profiles_passed)},
+                health=outcome.health,
+                fault=None,
+                fault_reason=None,
+            )
+            host.profiles = sorted(outcome.profiles_passed)
+            host.validated_until = now + fleet.settings.validation_ttl
+        else:
+            fault = Fault(hw[0]) if hw else Fault.RECLAIM_FAILED
+            transition(
+                s,
+                fleet,
+                host,
+                Event.RECLAIM_FAILED,
+                f"reclaim failed: {summary}",
+                data={**data, "faults": hw},
+                health=Health.CRITICAL if hw or verdict.needs_reset else Health.WARNING,
+                fault=fault,
+                fault_reason=summary,
+            )
+        if outcome is not None and snap is not None:
+            s.add(
+                Validation(
+                    host_id=host.id,
+                    at=now,
+                    snapshot_id=snap.id,
+                    baseline=None,
+                    decision=outcome.decision,
+                    profiles=sorted(outcome.profiles_passed),
+                    results=[
+                        r.model_dump(mode="json") | {"key": k} for k, r in outcome.results.items()
+                    ],
+                    expires_at=host.validated_until,
+                )
+            )
+        return HostReclaim(
+            name, host.state.value, passed, summary, issues, list(host.profiles or [])
+        )
