@@ -149,15 +149,22 @@ def maintenance_on_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option(..., "--reason", help="Why (shown in events and taints)."),
     until: datetime | None = typer.Option(None, "--until", help="Planned end (ISO time)."),
+    eta: datetime | None = typer.Option(
+        None, "--eta", help="Expected back (ISO time; default --until): summary, capacity."
+    ),
 ) -> None:
     """Put hosts in maintenance (refused while allocated)."""
     from datetime import UTC
 
     if until is not None and until.tzinfo is None:
         until = until.replace(tzinfo=UTC)
+    if eta is not None and eta.tzinfo is None:
+        eta = eta.replace(tzinfo=UTC)
     fleet = open_fleet()
     report_each(
-        operations.each(fleet, hosts, lambda n: operations.maintenance_on(fleet, n, reason, until))
+        operations.each(
+            fleet, hosts, lambda n: operations.maintenance_on(fleet, n, reason, until, eta)
+        )
     )
 
 

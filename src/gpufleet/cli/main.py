@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
@@ -65,6 +66,8 @@ app.add_typer(baseline_cmds.pool_app, name="pool", help="Pools and the baseline 
 app.add_typer(hosts_cmds.app, name="hosts", help="List, inspect, rekey and remove hosts.")
 app.add_typer(db_cmds.app, name="db", help="Database schema: status, explicit upgrade.")
 app.command("prune")(db_cmds.prune_cmd)
+alloc_cmds.register(app)
+hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
 
 if __name__ == "__main__":  # pragma: no cover

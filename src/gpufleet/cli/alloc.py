@@ -1,0 +1,356 @@
+"""Allocation commands: allocate, leases, capacity (and capacity check), hosts eta."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import (
+    boundary,
+    cell,
+    console,
+    err_console,
+    lit,
+    local_time,
+    open_fleet,
+    print_json,
+)
+from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
+from gpufleet.domain.placement import Request
+from gpufleet.errors import ConfigError
+from gpufleet.service import allocation, capacity, operations
+from gpufleet.service.allocation import LeaseView
+
+leases_app = typer.Typer(no_args_is_help=True)
+capacity_app = typer.Typer(invoke_without_command=True)
+
+SELECTOR_HELP = "Only hosts of this selector (NAME-GLOB, group:G, pool:P, rack:R, model:M)."
+
+
+def _time(value: str | None, flag: str) -> datetime | None:
+    """An ISO time (naive = UTC); ConfigError naming the flag otherwise."""
+    if value is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(f"{flag} '{value}': use an ISO time, e.g. 2026-12-04T18:00") from None
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the allocation commands."""
+    app.command("allocate")(allocate_cmd)
+    app.add_typer(leases_app, name="leases", help="Leases and reservations: list, renew, release.")
+    app.add_typer(capacity_app, name="capacity", help="GPU capacity, and the CI capacity gate.")
+
+
+def _lease_json(v: LeaseView) -> dict[str, Any]:
+    return v.as_dict()
+
+
+def _lease_table(rows: list[LeaseView], title: str) -> Table:
+    t = Table(title=title)
+    for c in ("id", "owner", "state", "hosts", "GPUs", "from", "until", "purpose"):
+        t.add_column(c, overflow="fold")
+    for v in rows:
+        t.add_row(
+            str(v.id),
+            lit(v.owner),
+            v.state,
+            lit(", ".join(v.hosts)),
+            str(v.gpus),
+            local_time(v.starts_at),
+            local_time(v.ends_at),
+            lit(v.purpose),
+        )
+    return t
+
+
+@boundary
+def allocate_cmd(
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs wanted (whole hosts)."),
+    hosts: int | None = typer.Option(None, "--hosts", help="Hosts wanted."),
+    model: str | None = typer.Option(None, "--model", help="GPU model, e.g. H100."),
+    min_gpu_memory: str | None = typer.Option(
+        None, "--min-gpu-memory", help="GPU memory per GPU, e.g. 80G."
+    ),
+    fabric: str | None = typer.Option(None, "--fabric", help="ib, roce or none."),
+    profile: str | None = typer.Option(
+        None, "--profile", help="Workload profile the hosts are validated for."
+    ),
+    selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
+    owner: str = typer.Option(..., "--owner", help="Team or person answering for the lease."),
+    purpose: str = typer.Option(..., "--purpose", help="What the hosts are for."),
+    for_: str | None = typer.Option(None, "--for", help="Duration, e.g. 72h or 7d."),
+    until: str | None = typer.Option(None, "--until", help="End (ISO time)."),
+    start: str | None = typer.Option(
+        None, "--start", help="Reserve from this time (ISO); default now."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the lease (or refusal) as JSON."),
+) -> None:
+    """Lease whole hosts to an owner for a purpose and a time (or reserve them from --start).
+    Exit 0 granted, 1 when the request cannot be met (the reason is printed), 2 usage."""
+    req = Request(
+        gpus=gpus,
+        hosts=hosts,
+        model=model,
+        min_gpu_memory_mib=parse_gpu_memory(min_gpu_memory) if min_gpu_memory else None,
+        fabric=fabric,
+        profile=profile,
+    )
+    got = allocation.allocate(
+        open_fleet(),
+        req,
+        owner=owner,
+        purpose=purpose,
+        duration=parse_duration(for_, "--for") if for_ else None,
+        until=_time(until, "--until"),
+        start=_time(start, "--start"),
+        selector=selector,
+    )
+    if as_json:
+        if got.lease is not None:
+            print_json({"granted": True, "lease": _lease_json(got.lease), "warnings": got.warnings})
+        else:
+            assert got.refusal is not None
+            r = got.refusal
+            print_json(
+                {
+                    "granted": False,
+                    "reason": r.message,
+                    "counts": r.counts,
+                    "held": r.held,
+                    "missing_gpus": r.missing_gpus,
+                }
+            )
+    elif got.lease is not None:
+        v = got.lease
+        verb = "reserved" if v.state == "reserved" else "granted"
+        console.print(
+            f"lease {v.id} {verb} to {lit(v.owner)}: {lit(', '.join(v.hosts))} ({v.gpus} GPUs), "
+            f"{local_time(v.starts_at)} -> {local_time(v.ends_at)}"
+        )
+        for w in got.warnings:
+            err_console.print(f"[yellow]warning:[/] {lit(w)}")
+    else:
+        assert got.refusal is not None
+        err_console.print(f"[bold red]refused:[/] {lit(got.refusal.message)}", soft_wrap=True)
+    if got.lease is None:
+        raise typer.Exit(1)
+
+
+@leases_app.command("list")
+@boundary
+def leases_list_cmd(
+    selector: str | None = typer.Argument(None, help="Leases holding these hosts."),
+    owner: str | None = typer.Option(None, "--owner", help="Only this owner's."),
+    all_: bool = typer.Option(False, "--all", help="Include released and cancelled leases."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Leases and reservations (holding ones unless --all)."""
+    rows = allocation.list_leases(open_fleet(), selector, owner=owner, include_ended=all_)
+    if as_json:
+        print_json([_lease_json(v) for v in rows])
+    else:
+        console.print(_lease_table(rows, "leases"))
+
+
+@leases_app.command("show")
+@boundary
+def leases_show_cmd(
+    lease_id: int = typer.Argument(..., help="Lease id."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """One lease with its hosts and GPU UUIDs."""
+    v = allocation.show_lease(open_fleet(), lease_id)
+    if as_json:
+        print_json(_lease_json(v))
+        return
+    console.print(_lease_table([v], f"lease {v.id}"))
+    console.print(
+        f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
+    )
+    for host, uuids in v.gpu_uuids.items():
+        console.print(f"  {lit(host)}: {lit(', '.join(uuids))}")
+    if v.reason:
+        console.print(f"  why: {lit(v.reason)}")
+
+
+@leases_app.command("renew")
+@boundary
+def leases_renew_cmd(
+    lease_id: int = typer.Argument(..., help="Lease id."),
+    for_: str | None = typer.Option(None, "--for", help="New expiry: now + this, e.g. 72h."),
+    until: str | None = typer.Option(None, "--until", help="New expiry (ISO time)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Move a lease's expiry (within its pool's longest lease)."""
+    v = allocation.renew(
+        open_fleet(),
+        lease_id,
+        duration=parse_duration(for_, "--for") if for_ else None,
+        until=_time(until, "--until"),
+    )
+    if as_json:
+        print_json(_lease_json(v))
+    else:
+        console.print(f"lease {v.id} renewed until {local_time(v.ends_at)}")
+
+
+@leases_app.command("release")
+@boundary
+def leases_release_cmd(
+    lease_id: int = typer.Argument(..., help="Lease id."),
+    reason: str = typer.Option("released by its owner", "--reason", help="Why."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """End a lease: its hosts go to reclaiming (a reservation is cancelled)."""
+    out = allocation.release(open_fleet(), lease_id, reason)
+    if as_json:
+        print_json(
+            {
+                "lease": _lease_json(out.lease),
+                "reclaiming": out.reclaiming,
+                "reclaim": str(out.reclaim) if out.reclaim is not None else None,
+                "note": out.note,
+            }
+        )
+        return
+    console.print(
+        f"lease {out.lease.id} {out.lease.state}"
+        + (f": {lit(', '.join(out.reclaiming))} to reclaiming" if out.reclaiming else "")
+    )
+    if out.note:
+        console.print(f"[dim]note: {lit(out.note)}[/]")
+
+
+@leases_app.command("expiring")
+@boundary
+def leases_expiring_cmd(
+    selector: str | None = typer.Argument(None, help="Leases holding these hosts."),
+    within: str = typer.Option("24h", "--within", help="Window from now, e.g. 24h."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Active leases that expire within --within (or already have)."""
+    rows = allocation.expiring(open_fleet(), parse_duration(within, "--within"), selector)
+    if as_json:
+        print_json([_lease_json(v) for v in rows])
+    else:
+        console.print(_lease_table(rows, f"leases expiring within {within}"))
+
+
+@leases_app.command("policy")
+@boundary
+def leases_policy_cmd(
+    pool: str = typer.Argument(..., help="Pool name."),
+    on_expiry: OnExpiry = typer.Option(..., "--on-expiry", help="notify or release."),
+    max_lease: str | None = typer.Option(
+        None, "--max", help="Longest lease before renewal, e.g. 7d."
+    ),
+) -> None:
+    """Set a pool's lease policy: what expiry does, how long a lease may run unrenewed."""
+    p = allocation.set_policy(
+        open_fleet(), pool, on_expiry, parse_duration(max_lease, "--max") if max_lease else None
+    )
+    console.print(f"pool {lit(pool)}: expired leases {p.on_expiry.value}, longest {p.max_duration}")
+
+
+@capacity_app.callback()
+@boundary
+def capacity_cmd(
+    ctx: typer.Context,
+    selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
+    at: str | None = typer.Option(None, "--at", help="What will be free at this time (ISO)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """GPUs free / allocated / reserved / quarantined / maintenance by model, pool, profile."""
+    if ctx.invoked_subcommand is not None:
+        return
+    rep = capacity.capacity(open_fleet(), selector, _time(at, "--at"))
+    if as_json:
+        print_json({"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back})
+        return
+    t = Table(title=f"GPU capacity at {local_time(rep.at)}")
+    for c in ("model", "pool", "profile", *capacity.COLUMNS):
+        t.add_column(c, justify="left" if c in ("model", "pool", "profile") else "right")
+    for r in rep.rows:
+        t.add_row(
+            lit(r["model"]),
+            lit(r["pool"]),
+            lit(r["profile"]),
+            *[str(r[c]) for c in capacity.COLUMNS],
+        )
+    t.add_row(
+        "[bold]total GPUs[/]", "", "", *[f"[bold]{rep.totals[c]}[/]" for c in capacity.COLUMNS]
+    )
+    console.print(t)
+    if rep.back:
+        console.print(
+            "expected back: "
+            + "; ".join(
+                f"{lit(b['host'])} ({b['state']}) by {local_time(b['eta'])}" for b in rep.back
+            )
+        )
+
+
+@capacity_app.command("check")
+@boundary
+def capacity_check_cmd(
+    gpus: int = typer.Option(..., "--gpus", help="GPUs the release needs."),
+    model: str | None = typer.Option(None, "--model", help="GPU model, e.g. H100."),
+    profile: str | None = typer.Option(None, "--profile", help="Workload profile."),
+    headroom: str = typer.Option("0%", "--headroom", help="Extra on top, e.g. 10%."),
+    selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """CI gate: exit 0 when enough GPUs are allocatable now, 1 when not (what is missing,
+    where capacity is held, when it frees up), 2 on usage errors."""
+    r = capacity.check(
+        open_fleet(),
+        gpus=gpus,
+        model=model,
+        profile=profile,
+        headroom=parse_percent(headroom),
+        selector=selector,
+    )
+    if as_json:
+        print_json(
+            {
+                "ok": r.ok,
+                "requested": r.requested,
+                "headroom": r.headroom,
+                "needed": r.needed,
+                "allocatable": r.allocatable,
+                "missing": r.missing,
+                "model": r.model,
+                "profile": r.profile,
+                "message": r.message,
+                "held": r.held,
+                "frees": r.frees,
+            }
+        )
+    else:
+        (console if r.ok else err_console).print(
+            f"{'ok' if r.ok else '[bold red]not enough:[/]'} {lit(r.message)}", soft_wrap=True
+        )
+        for f in r.frees:
+            console.print(f"  {f['gpus']} GPUs free up by {local_time(f['at'])}")
+    if not r.ok:
+        raise typer.Exit(1)
+
+
+@boundary
+def hosts_eta_cmd(
+    host: str = typer.Argument(..., help="Host in maintenance or quarantine (or a selector)."),
+    eta: str = typer.Argument(..., help="Expected back (ISO time), or 'none' to clear."),
+) -> None:
+    """Say when hosts in maintenance or quarantine are expected back (summary, capacity)."""
+    from gpufleet.cli.lifecycle import report_each
+
+    when = None if eta.strip().lower() == "none" else _time(eta, "ETA")
+    fleet = open_fleet()
+    report_each(operations.each(fleet, host, lambda n: operations.set_eta(fleet, n, when)))
