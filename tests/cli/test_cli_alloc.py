@@ -1,0 +1,123 @@
+"""The allocation commands end to end on SQLite and PostgreSQL: exit codes and JSON shapes of
+allocate, leases, capacity, capacity check, hosts eta and maintenance on --eta."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.clitools import Cli, cli_for_backend, flat
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cli]:
+    c = cli_for_backend(request, tmp_path, "alice")
+    lab = c.tmp / "lab"
+    c.run("lab", "create", "--hosts", "3", "--model", "h100-8x", "--dir", str(lab))
+    c.run("enroll", "-i", str(lab / "inventory.ini"))
+    c.run("validate")
+    yield c
+
+
+CHECK_KEYS = {
+    "ok",
+    "requested",
+    "headroom",
+    "needed",
+    "allocatable",
+    "missing",
+    "model",
+    "profile",
+    "message",
+    "held",
+    "frees",
+}
+
+
+def test_capacity_check_exit_codes_and_json_shape(gf: Cli) -> None:
+    ok = gf.json(
+        "capacity",
+        "check",
+        "--gpus",
+        "16",
+        "--model",
+        "H100",
+        "--profile",
+        "inference",
+        "--headroom",
+        "10%",
+    )
+    assert set(ok) == CHECK_KEYS and ok["ok"] is True and ok["needed"] == 18
+    assert ok["allocatable"] == 24
+    no = gf.json("capacity", "check", "--gpus", "32", "--model", "H100", code=1)
+    assert set(no) == CHECK_KEYS and no["ok"] is False and no["missing"] == 8
+    assert "not enough capacity for 32 GPUs H100" in no["message"]
+    r = gf.run("capacity", "check", "--gpus", "16", "--headroom", "ten", code=2)
+    assert "--headroom 'ten'" in flat(r.stderr)
+    gf.run("capacity", "check", code=2)  # --gpus is required
+
+
+def test_allocate_leases_capacity_and_release(gf: Cli) -> None:
+    got = gf.json(
+        "allocate",
+        "--gpus",
+        "16",
+        "--model",
+        "H100",
+        "--owner",
+        "team-a",
+        "--purpose",
+        "llm pretrain",
+        "--for",
+        "72h",
+    )
+    assert got["granted"] is True
+    lease = got["lease"]
+    assert set(lease) >= {
+        "id",
+        "owner",
+        "purpose",
+        "state",
+        "actor",
+        "starts_at",
+        "ends_at",
+        "hosts",
+        "gpus",
+        "gpu_uuids",
+    }
+    assert lease["owner"] == "team-a" and lease["actor"] == "alice" and lease["gpus"] == 16
+    assert lease["state"] == "active" and len(lease["hosts"]) == 2
+    assert gf.state(lease["hosts"][0]) == "allocated"
+    refused = gf.json(
+        "allocate", "--gpus", "16", "--owner", "b", "--purpose", "x", "--for", "1h", code=1
+    )
+    assert refused["granted"] is False and refused["missing_gpus"] == 8
+    assert "2 are allocated until" in refused["reason"]
+    r = gf.run("allocate", "--gpus", "8", "--owner", "b", "--purpose", "x", code=2)
+    assert "--for" in flat(r.stderr)  # neither --for nor --until
+    cap = gf.json("capacity")
+    assert cap["totals"]["allocated"] == 16 and cap["totals"]["free"] == 8
+    later = gf.json("capacity", "--at", "2099-01-01T00:00")
+    assert later["totals"]["free"] == 24
+    listed = gf.json("leases", "list")
+    assert [x["id"] for x in listed] == [lease["id"]]
+    assert gf.json("leases", "show", str(lease["id"]))["hosts"] == lease["hosts"]
+    assert [x["id"] for x in gf.json("leases", "expiring", "--within", "80h")] == [lease["id"]]
+    assert gf.json("leases", "expiring", "--within", "24h") == []
+    gf.run("leases", "show", "999", code=4)
+    out = gf.json("leases", "release", str(lease["id"]))
+    assert out["lease"]["state"] == "released" and out["reclaiming"] == lease["hosts"]
+    gf.run("leases", "release", str(lease["id"]), code=5)
+
+
+def test_eta_on_maintenance_and_hosts_eta(gf: Cli) -> None:
+    gf.run("maintenance", "on", "gpu-01", "--reason", "fan", "--eta", "2030-01-02T18:00")
+    summary = gf.json("summary")
+    assert summary["back"] == [
+        {"host": "gpu-01", "state": "maintenance", "eta": "2030-01-02T18:00:00+00:00"}
+    ]
+    assert "back by" in flat(gf.run("hosts", "show", "gpu-01").stdout)
+    gf.run("hosts", "eta", "gpu-02", "2030-01-01T00:00", code=5)  # available: refused
+    gf.run("hosts", "eta", "gpu-01", "2030-01-03T09:00")
+    assert gf.json("capacity")["back"][0]["eta"] == "2030-01-03T09:00:00+00:00"
