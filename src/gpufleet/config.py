@@ -175,6 +175,11 @@ class Settings(BaseSettings):
         group="validate",
         doc="YAML overlaid on the shipped Xid catalog.",
     )
+    failure_rules_file: Path | None = _setting(
+        env="GPUFLEET_FAILURE_RULES",
+        group="validate",
+        doc="YAML overlaid on the shipped job-failure classification rules.",
+    )
     validation_ttl: timedelta = _setting(
         timedelta(days=30),
         env="GPUFLEET_VALIDATION_TTL_HOURS",
@@ -294,7 +299,7 @@ class Settings(BaseSettings):
             raise ValueError("contains control characters")
         return v
 
-    @field_validator("profiles_file", "xid_policy_file", "secret_key_file")
+    @field_validator("profiles_file", "xid_policy_file", "secret_key_file", "failure_rules_file")
     @classmethod
     def _readable_file(cls, v: Path | None) -> Path | None:
         if v is None:

@@ -408,3 +408,23 @@ class LeaseHost(Base):
     holding: Mapped[bool] = mapped_column(Boolean)
 
     lease: Mapped[Lease] = relationship(back_populates="hosts")
+
+
+class FailureRow(Base):
+    """One job failure reported against a host (``gpufleet failures record/import``), with
+    the category the rule table gave its message; never updated."""
+
+    __tablename__ = "failures"
+    __table_args__ = (Index("ix_failures_host_time", "host_id", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(128), index=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    gpu: Mapped[str | None] = mapped_column(String(64))  # index or UUID, as reported
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    message: Mapped[str] = mapped_column(Text)
+    category: Mapped[str] = mapped_column(String(32))
+    rule: Mapped[str | None] = mapped_column(String(64))
+    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    source: Mapped[str] = mapped_column(Text)  # "cli" or FILE:LINE
+    actor: Mapped[str] = mapped_column(String(128))

@@ -56,8 +56,14 @@ def upgrade() -> None:
     # --- allocation: leases, reservations, expected-back times, pool lease policy (issue 9) ---
     _create_leases()
 
+    # --- job failures (issue 9 item 8: gpufleet failures record/import/report) ---
+    _create_failures()
+
 
 def downgrade() -> None:
+    # --- job failures (reverse) ---
+    op.drop_table("failures")
+
     # --- allocation (reverse) ---
     op.drop_table("lease_hosts")
     op.drop_table("leases")
@@ -274,3 +280,28 @@ def _create_leases() -> None:
     op.create_index(op.f("ix_lease_hosts_lease_id"), "lease_hosts", ["lease_id"])
     op.create_index(op.f("ix_lease_hosts_host_id"), "lease_hosts", ["host_id"])
     op.create_index("ix_lease_hosts_window", "lease_hosts", ["holding", "ends_at"])
+
+
+# --- job failures (issue 9 item 8) ---
+
+
+def _create_failures() -> None:
+    op.create_table(
+        "failures",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("job_id", sa.String(length=128), nullable=False),
+        sa.Column("host_id", sa.Integer(), nullable=False),
+        sa.Column("gpu", sa.String(length=64), nullable=True),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("message", sa.Text(), nullable=False),
+        sa.Column("category", sa.String(length=32), nullable=False),
+        sa.Column("rule", sa.String(length=64), nullable=True),
+        sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("source", sa.Text(), nullable=False),
+        sa.Column("actor", sa.String(length=128), nullable=False),
+        sa.ForeignKeyConstraint(["host_id"], ["hosts.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index(op.f("ix_failures_job_id"), "failures", ["job_id"])
+    op.create_index(op.f("ix_failures_at"), "failures", ["at"])
+    op.create_index("ix_failures_host_time", "failures", ["host_id", "at"])

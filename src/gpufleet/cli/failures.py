@@ -1,0 +1,85 @@
+"""``gpufleet failures``: record job failures, import them, report where they concentrate."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.domain.leases import parse_duration
+from gpufleet.service.failures import failure_report, import_failures, record_failure
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("record")
+@boundary
+def record_cmd(
+    job: str = typer.Option(..., "--job", help="Job id."),
+    host: str = typer.Option(..., "--host", help="Host the job failed on."),
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU index or UUID."),
+    time: str = typer.Option(..., "--time", help="When (ISO 8601 with a zone)."),
+    message: str = typer.Option(..., "--message", help="The error message."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Record one job failure; its message is classified by the rule table."""
+    r = record_failure(open_fleet(), job=job, host=host, gpu=gpu, time=time, message=message)
+    if as_json:
+        print_json(asdict(r))
+    else:
+        console.print(
+            f"recorded: {lit(r.host)} job {lit(r.job)}: {r.category}"
+            + (f" ({lit(r.rule)})" if r.rule else "")
+        )
+
+
+@app.command("import")
+@boundary
+def import_cmd(
+    file: Path = typer.Argument(..., help="JSON lines or CSV (job,host,gpu,time,message)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Import failures; a bad line is reported (FILE:LINE) and the others are stored.
+    Exit 1 when a line was refused."""
+    rep = import_failures(open_fleet(), file)
+    if as_json:
+        print_json(asdict(rep))
+    else:
+        console.print(f"{rep.recorded} failures recorded")
+        for e in rep.errors:
+            err_console.print(f"refused: {lit(e)}")
+    if rep.errors:
+        raise typer.Exit(1)
+
+
+@app.command("report")
+@boundary
+def report_cmd(
+    since: str = typer.Option("7d", "--since", help="Window, e.g. 24h, 7d."),
+    quarantine: bool = typer.Option(
+        False, "--quarantine", help="Quarantine the flagged hosts (reason names the report)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Failures grouped by host and GPU, next to the host's alarms, Xid lines, changes and
+    baseline drift in the window; flags hosts where failures of several jobs concentrate."""
+    rep = failure_report(
+        open_fleet(),
+        parse_duration(since, "--since"),
+        quarantine=quarantine,
+        label=f"failures report --since {since}",
+    )
+    if as_json:
+        print_json(rep.as_json())
+        return
+    for g in rep.groups:
+        mark = "[bold red]FLAGGED[/] " if g.flagged else ""
+        console.print(f"{mark}{lit(g.line())}")
+    if not rep.groups:
+        console.print("no failures in the window")
+    for name in rep.quarantined:
+        console.print(f"quarantined: {lit(name)}")
+    for why in rep.not_quarantined:
+        console.print(f"not quarantined: {lit(why)}")
