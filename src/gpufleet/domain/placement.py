@@ -126,19 +126,20 @@ def _group_key(h: HostView) -> tuple[str, str]:
     return (h.rack or "", (h.fabric or "").lower())
 
 
-def _pick(hosts: Sequence[HostView], k: int, need: int) -> list[HostView] | None:
-    """``k`` hosts of ``hosts`` holding at least ``need`` GPUs with the least waste: the
-    k-1 largest, then the smallest host that covers what is left (None: k cannot)."""
-    ordered = sorted(hosts, key=lambda h: (-h.gpus, h.name))
+def _pick(ordered: Sequence[HostView], k: int, need: int) -> list[HostView] | None:
+    """``k`` hosts of ``ordered`` (largest first) holding at least ``need`` GPUs with the
+    least waste: the k-1 largest, then the smallest host that covers what is left (None: k
+    cannot)."""
     if len(ordered) < k or sum(h.gpus for h in ordered[:k]) < need:
         return None
-    head = ordered[: k - 1]
+    head = list(ordered[: k - 1])
     rest = need - sum(h.gpus for h in head)
-    tail = sorted(ordered[k - 1 :], key=lambda h: (h.gpus, h.name))
-    for h in tail:
-        if h.gpus >= rest:
-            return [*head, h]
-    return None
+    last = min(
+        (h for h in ordered[k - 1 :] if h.gpus >= rest),
+        key=lambda h: (h.gpus, h.name),
+        default=None,
+    )
+    return None if last is None else [*head, last]
 
 
 def _score(group: Sequence[HostView], chosen: Sequence[HostView]) -> tuple[int, int, str]:
@@ -164,9 +165,12 @@ def place(req: Request, candidates: Iterable[HostView]) -> Placement | None:
         k_range = range(1, len(pool) + 1)
     by_rack: dict[tuple[str, str], list[HostView]] = {}
     by_fabric: dict[str, list[HostView]] = {}
-    for h in pool:
+    for h in sorted(pool, key=lambda h: (-h.gpus, h.name)):  # each group largest first
         by_rack.setdefault(_group_key(h), []).append(h)
         by_fabric.setdefault((h.fabric or "").lower(), []).append(h)
+    if req.hosts is None:  # fewer hosts than need / largest host cannot hold it
+        largest = max(h.gpus for h in pool)
+        k_range = range(max(1, -(-need // largest)), len(pool) + 1)
     for k in k_range:
         if k > len(pool):
             return None

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import String, func, select, type_coerce, update
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import EventKind
@@ -167,6 +167,9 @@ def write_lock(s: Session) -> None:
         s.execute(update(Host).where(Host.id == -1).values(state_version=Host.state_version))
 
 
+_STATES = {s.value: s for s in HostState}
+
+
 def host_views(
     s: Session,
     req: Request,
@@ -183,7 +186,7 @@ def host_views(
     cols = [
         Host.id,
         Host.name,
-        Host.state,
+        type_coerce(Host.state, String),  # the raw value: 10,000 rows, one enum lookup each
         Host.state_version,
         Host.rack,
         Host.pool,
@@ -236,7 +239,7 @@ def host_views(
     views: list[HostView] = []
     index: dict[str, _Row] = {}
     for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model in rows:
-        st = HostState(state)
+        st = _STATES[state]
         views.append(
             HostView(
                 name=name,
