@@ -1,0 +1,245 @@
+"""Placement latency for a 64-GPU request on a synthetic 10,000-host (80,000-GPU) fleet, on
+SQLite and PostgreSQL, against a reference query measured in the same run.
+
+    .venv/bin/python bench/placement.py [--hosts 10000] [--runs 200] [--pg URL]
+
+The fleet is written straight into a fresh database (bench data, not a lifecycle story):
+hosts ``available`` with 8 GPUs each (H100), validated for training-multinode and inference,
+32 hosts per rack, InfiniBand; one fact snapshot and 8 GPU rows per host; every tenth rack
+has one host allocated under a lease (so the overlap query has rows to read) and every 50th
+host an open alarm.
+
+Timed, ``--runs`` times each, after 10 warm-up runs:
+
+* **placement**: what ``gpufleet allocate --gpus 64 --model H100 --profile
+  training-multinode`` does before it writes, in one transaction: read the candidate hosts
+  with their facts, alarms and overlapping leases (``service.allocation.host_views``) and
+  place (``domain.placement.place``).
+* **reference**: a plain indexed ``SELECT id, name, rack FROM hosts JOIN fact_snapshots ...
+  WHERE state = 'available'`` of the same candidate rows, fetched whole, in one transaction.
+
+Prints p50 / p99 in milliseconds and the ratio placement / reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import create_engine, insert, select, text
+
+from gpufleet.domain.placement import Request, place
+from gpufleet.domain.states import HostState
+from gpufleet.service.allocation import host_views
+from gpufleet.store.db import Database
+from gpufleet.store.tables import (
+    Alarm,
+    FactSnapshot,
+    GpuRow,
+    Host,
+    Lease,
+    LeaseHost,
+)
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+REQ = Request(gpus=64, model="H100", profile="training-multinode")
+
+
+def build(db: Database, n: int) -> None:
+    hosts, snaps, gpus, alarms = [], [], [], []
+    for i in range(1, n + 1):
+        rack = f"r{(i - 1) // 32:04d}"
+        allocated = (i - 1) // 32 % 10 == 0 and (i - 1) % 32 == 0
+        hosts.append(
+            {
+                "id": i,
+                "name": f"gpu-{i:05d}",
+                "address": f"10.{i // 65536}.{i // 256 % 256}.{i % 256}",
+                "port": 22,
+                "groups": ["h100"],
+                "vars": {},
+                "pool": "train",
+                "rack": rack,
+                "expected": {"fabric": "ib", "gpu_count": 8},
+                "state": HostState.ALLOCATED if allocated else HostState.AVAILABLE,
+                "state_entered_at": NOW,
+                "health": "ok",
+                "state_version": 1,
+                "profiles": ["training-multinode", "inference"],
+                "created_at": NOW,
+                "updated_at": NOW,
+            }
+        )
+        snaps.append(
+            {
+                "id": i,
+                "host_id": i,
+                "collected_at": NOW,
+                "facts": {},
+                "driver": "550.90.07",
+                "gpu_count": 8,
+                "gpu_model": "NVIDIA H100 80GB HBM3",
+            }
+        )
+        gpus += [
+            {
+                "snapshot_id": i,
+                "host_id": i,
+                "index": g,
+                "uuid": f"GPU-{i:08x}-{g:04x}",
+                "memory_total_mib": 81559,
+            }
+            for g in range(8)
+        ]
+        if i % 50 == 0:
+            alarms.append(
+                {
+                    "host_id": i,
+                    "kind": "other",
+                    "severity": "warning",
+                    "opened_at": NOW,
+                    "message": "bench",
+                    "data": {},
+                }
+            )
+    with db.engine.begin() as c:
+        c.execute(insert(Host), hosts)
+        c.execute(insert(FactSnapshot), snaps)
+        c.execute(text("UPDATE hosts SET latest_snapshot_id = id"))
+        for k in range(0, len(gpus), 20000):
+            c.execute(insert(GpuRow), gpus[k : k + 20000])
+        c.execute(insert(Alarm), alarms)
+        held = [h["id"] for h in hosts if h["state"] == HostState.ALLOCATED]
+        c.execute(
+            insert(Lease),
+            [
+                {
+                    "id": 1,
+                    "owner": "bench",
+                    "purpose": "bench",
+                    "actor": "bench",
+                    "state": "active",
+                    "request": {},
+                    "created_at": NOW,
+                    "starts_at": NOW,
+                    "ends_at": NOW + timedelta(days=1),
+                }
+            ],
+        )
+        c.execute(
+            insert(LeaseHost),
+            [
+                {
+                    "lease_id": 1,
+                    "host_id": h,
+                    "host_name": f"gpu-{h:05d}",
+                    "gpus": 8,
+                    "gpu_uuids": [],
+                    "starts_at": NOW,
+                    "ends_at": NOW + timedelta(days=1),
+                    "holding": True,
+                }
+                for h in held
+            ],
+        )
+        if db.dialect == "postgresql":
+            c.execute(text("ANALYZE"))
+
+
+def timed(fn: Callable[[], object], runs: int) -> list[float]:
+    for _ in range(10):
+        fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
+
+
+def measure(db: Database, runs: int) -> tuple[list[float], list[float], tuple[str, ...]]:
+    chosen: list[tuple[str, ...]] = []
+
+    def placement() -> None:
+        with db.session() as s:
+            views, _ = host_views(
+                s, REQ, None, NOW, NOW + timedelta(hours=72), now=NOW, candidates_only=True
+            )
+            p = place(REQ, views)
+            assert p is not None and p.gpus == 64
+            chosen.append(p.hosts)
+
+    def reference() -> None:
+        with db.session() as s:
+            rows = s.execute(
+                select(Host.id, Host.name, Host.rack)
+                .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .where(Host.state == HostState.AVAILABLE)
+            ).all()
+            assert rows
+
+    ref = timed(reference, runs)
+    pl = timed(placement, runs)
+    return pl, ref, chosen[-1]
+
+
+def report(name: str, pl: list[float], ref: list[float], hosts: tuple[str, ...]) -> None:
+    p50, p99 = statistics.median(pl), pct(pl, 99)
+    r50, r99 = statistics.median(ref), pct(ref, 99)
+    print(
+        f"{name:10s} placement p50 {p50:7.2f} ms  p99 {p99:7.2f} ms | reference p50 "
+        f"{r50:6.2f} ms  p99 {r99:6.2f} ms | ratio p50 {p50 / r50:4.1f}x  p99 {p99 / r99:4.1f}x"
+        f" | placed {hosts[0]}..{hosts[-1]} ({len(hosts)} hosts)"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hosts", type=int, default=10000)
+    ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument(
+        "--pg",
+        default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
+        help="an admin URL; a scratch database is created and dropped ('' skips)",
+    )
+    args = ap.parse_args()
+    print(
+        f"{args.hosts} hosts, {args.hosts * 8} GPUs; request: {REQ.describe()}; "
+        f"{args.runs} runs each"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")
+        db.migrate()
+        build(db, args.hosts)
+        report("sqlite", *measure(db, args.runs))
+        db.dispose()
+    if args.pg:
+        name = f"gpufleet_bench_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+        try:
+            db = Database(args.pg.rsplit("/", 1)[0] + "/" + name)
+            db.migrate()
+            build(db, args.hosts)
+            report("postgresql", *measure(db, args.runs))
+            db.dispose()
+        finally:
+            with admin.connect() as c:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
