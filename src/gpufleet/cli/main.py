@@ -10,6 +10,7 @@ from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
+from gpufleet.cli import export as export_cmds
 from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
@@ -71,6 +72,7 @@ alloc_cmds.register(app)
 hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
 app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, import, report.")
+export_cmds.register(app)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
