@@ -319,6 +319,24 @@ def ensure_lab_user(user: str) -> pwd.struct_passwd:
     return entry
 
 
+#: The lab user's login password, set (chpasswd) when a host is added with ``password_auth``.
+#: One fixed value: the lab user is shared by parallel labs, which must not overwrite each
+#: other's. Only hosts added with ``password_auth`` accept passwords (127.0.0.1 only).
+LAB_PASSWORD = "gpufleet-lab-Pw-1"
+
+
+def set_lab_password(user: str, password: str = LAB_PASSWORD) -> None:
+    """Give the lab ``user`` the login ``password`` (``chpasswd``; retried on the shadow lock)."""
+    for _ in range(20):
+        res = subprocess.run(
+            ["chpasswd"], input=f"{user}:{password}\n", text=True, capture_output=True, check=False
+        )
+        if res.returncode == 0:
+            return
+        time.sleep(0.1)
+    raise LabError(f"cannot set the password of {user} (chpasswd): {res.stderr.strip()}")
+
+
 def _shadow_password(user: str) -> str:
     with contextlib.suppress(OSError):
         for line in Path("/etc/shadow").read_text().splitlines():
@@ -455,6 +473,7 @@ class _Host:
     mode: str
     reservation: socket.socket | None
     host_key: str = ""
+    password_auth: bool = False
     proc: subprocess.Popen[bytes] | None = None  # sshd -D, our child: we reap it (no zombie)
 
     @property
@@ -495,8 +514,19 @@ class SshLab:
 
     # -- building -------------------------------------------------------------------------
 
-    def add_host(self, name: str, sections: Mapping[str, Section], *, mode: str = "ok") -> Target:
-        """Add a host serving ``sections``; returns its target (start() makes it answer)."""
+    def add_host(
+        self,
+        name: str,
+        sections: Mapping[str, Section],
+        *,
+        mode: str = "ok",
+        password_auth: bool = False,
+    ) -> Target:
+        """Add a host serving ``sections``; returns its target (start() makes it answer).
+
+        ``password_auth``: the host also accepts the lab user's password (:data:`LAB_PASSWORD`,
+        set with chpasswd) and logs each login (``Accepted password|publickey``, see
+        :meth:`sshd_log`)."""
         if not _NAME.match(name):
             raise LabError(f"bad lab host name {name!r}")
         if name in self._hosts:
@@ -510,7 +540,9 @@ class SshLab:
             port, reservation = _reserve_port(
                 self.first_port, {h.port for h in self._hosts.values()}
             )
-        host = _Host(name, d, port, mode, reservation)
+        host = _Host(name, d, port, mode, reservation, password_auth=password_auth)
+        if password_auth:
+            set_lab_password(self.user)
         host.host_key = _write_key(d / "ssh_host_ed25519_key")
         _write(
             d / "authorized_keys",
@@ -527,9 +559,9 @@ class SshLab:
             f"HostKey {h.dir}/ssh_host_ed25519_key",
             f"PidFile {h.pid_file}",
             f"AuthorizedKeysFile {h.dir}/authorized_keys",
-            "AuthenticationMethods publickey",
+            "AuthenticationMethods " + ("any" if h.password_auth else "publickey"),
             "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
+            "PasswordAuthentication " + ("yes" if h.password_auth else "no"),
             "KbdInteractiveAuthentication no",
             "PermitRootLogin no",
             f"AllowUsers {self.user}",
@@ -547,7 +579,8 @@ class SshLab:
             "AllowAgentForwarding no",
             "MaxStartups 100:30:200",
             "LoginGraceTime 60",
-            "LogLevel ERROR",
+            # INFO logs "Accepted password|publickey for ...": which method logged in.
+            "LogLevel " + ("INFO" if h.password_auth else "ERROR"),
         ]
         if h.mode == "hang":
             # tail --pid ends by itself once the session's sshd is gone (client gave up).
@@ -709,6 +742,13 @@ class SshLab:
             return (self._host(name).dir / "run" / "calls.log").read_text().splitlines()
         except FileNotFoundError:
             return []
+
+    def sshd_log(self, name: str) -> str:
+        """The host's sshd log (logins only on ``password_auth`` hosts, else only errors)."""
+        try:
+            return (self._host(name).dir / "sshd.log").read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def sshd_pids(self) -> list[int]:
         """Pids of this lab's running listener sshd processes (for leak checks)."""

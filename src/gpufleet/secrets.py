@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -28,11 +28,13 @@ __all__ = [
     "KEY_FILE_ENV",
     "REDACTED",
     "SEALED_PREFIX",
+    "SSH_PASSWORD_VARS",
     "SecretBox",
     "is_secret_var",
     "redact_text",
     "redact_vars",
     "secret_key_from_env",
+    "ssh_password",
 ]
 
 KEY_ENV = "GPUFLEET_SECRET_KEY"
@@ -152,3 +154,37 @@ class SecretBox:
             return self.open(sealed) == clear
         except ConfigError:
             return False
+
+
+#: Inventory variables holding the SSH login password, in the order ansible-core's ssh plugin
+#: resolves them (a later spelling in its ``vars`` list wins, so the first one set here wins).
+SSH_PASSWORD_VARS = ("ansible_ssh_password", "ansible_ssh_pass", "ansible_password")
+
+
+def ssh_password(host_vars: Mapping[str, str], key: Callable[[], bytes | None]) -> str | None:
+    """The clear SSH password of a host from its stored (sealed) variables; None when none.
+
+    ``key`` gives the operator's key (``Settings.secret_key_bytes``) and is only called when a
+    password is stored. :class:`ConfigError` naming the variable and ``GPUFLEET_SECRET_KEY``
+    when the password cannot be opened (no key, another key) or was stored in clear. The
+    message never holds the value.
+    """
+    var = next((v for v in SSH_PASSWORD_VARS if host_vars.get(v)), None)
+    if var is None:
+        return None
+    sealed = host_vars[var]
+    if not sealed.startswith(SEALED_PREFIX):
+        raise ConfigError(
+            f"{var} is stored unencrypted; enroll the inventory again with {KEY_ENV} "
+            f"(or {KEY_FILE_ENV}) set"
+        )
+    raw = key()
+    if raw is None:
+        raise ConfigError(
+            f"{var} is stored encrypted and no secret key is set: set {KEY_ENV} (or "
+            f"{KEY_FILE_ENV}) to the key it was enrolled with"
+        )
+    try:
+        return SecretBox(raw).open(sealed)
+    except ConfigError as exc:
+        raise ConfigError(f"{var}: {exc}") from None

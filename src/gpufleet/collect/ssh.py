@@ -17,7 +17,7 @@ Errors become outcomes here and nowhere else (the ``except`` chain in :meth:`Ssh
   -> HOST_KEY_CHANGED
 - pinned key's type no longer offered (KeyExchangeFailed) -> HOST_KEY_CHANGED
 - connect phase over ``connect_timeout_s``, or the whole run over ``timeout_s`` -> TIMEOUT
-- publickey refused (PermissionDenied) -> AUTH_FAILED
+- publickey (and the password, when the host has one) refused (PermissionDenied) -> AUTH_FAILED
 - DNS failure, refused, no route, reset or closed before login -> UNREACHABLE
 - more than ``max_output_bytes`` of output -> BAD_OUTPUT
 - client key unreadable, session refused, connection lost mid-run -> ERROR
@@ -176,6 +176,7 @@ class SshTransport:
         except (OSError, asyncssh.KeyImportError) as exc:
             return result(Outcome.ERROR, f"cannot load client key {target.key_file}: {exc}")
 
+        methods = ("publickey", "password") if target.password is not None else ("publickey",)
         check = _KeyCheck(pinned, expected)
         phase = "connect"
         conn: asyncssh.SSHClientConnection | None = None
@@ -199,8 +200,11 @@ class SshTransport:
                         # ~/.ssh/config supplies what the inventory leaves out (User,
                         # IdentityFile, ProxyJump ...); what the inventory says wins.
                         config=self.ssh_config,
-                        preferred_auth="publickey",
-                        password_auth=False,
+                        # Keys first; the inventory's password (opened from the sealed
+                        # variable) only when a host has one and no key is accepted.
+                        preferred_auth=methods,
+                        password=target.password,
+                        password_auth=target.password is not None,
                         kbdint_auth=False,
                         gss_auth=False,
                         gss_kex=False,
@@ -251,7 +255,7 @@ class SshTransport:
         except asyncssh.PermissionDenied:
             return result(
                 Outcome.AUTH_FAILED,
-                f"{who}: Permission denied (publickey)",
+                f"{who}: Permission denied ({','.join(methods)})",
                 host_key=key_text or _offered(check),
             )
         except asyncssh.DisconnectError as exc:

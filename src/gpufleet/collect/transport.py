@@ -16,13 +16,12 @@ import base64
 import hashlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Protocol
 
 from gpufleet.domain.events import CollectionOutcome
 from gpufleet.errors import ConfigError
-
 
 #: Per-host result of one collection attempt (defined in the domain: the store types it too).
 Outcome = CollectionOutcome
@@ -38,6 +37,9 @@ class Target:
     user: str | None = None
     key_file: str | None = None
     pinned_host_key: str | None = None  # OpenSSH public key line, pinned on first use
+    #: SSH login password, in clear: opened from the sealed inventory variable only when the
+    #: target is built for a run (service/pipeline.py); never shown, logged or stored.
+    password: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from gpufleet.collect.transport import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.secrets import ssh_password
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import Host
@@ -138,10 +139,19 @@ def claim_hosts(
         rows: list[Host] = []
         for h in s.scalars(stmt):
             kind = transport or h.vars.get("gpufleet_transport", "ssh")
+            password: str | None = None
+            reason: str | None = None
             try:
                 key = transport_key(kind, h.vars)
             except ConfigError as exc:
                 reason = f"transport {kind!r}: {exc}"
+            else:
+                if kind == "ssh":  # only ssh logs in with a password
+                    try:
+                        password = ssh_password(h.vars, fleet.settings.secret_key_bytes)
+                    except ConfigError as exc:
+                        reason = f"SSH password: {exc}"
+            if reason is not None:
                 if refuse:
                     refuse(s, run_id, h, reason)
                 refused.append((h.name, reason))
@@ -150,7 +160,9 @@ def claim_hosts(
             claimed.append(
                 Claimed(
                     host_id=h.id,
-                    target=Target(h.name, h.address, h.port, h.user, h.key_file, h.host_key),
+                    target=Target(
+                        h.name, h.address, h.port, h.user, h.key_file, h.host_key, password
+                    ),
                     transport=kind,
                     key=key,
                     token=token,
