@@ -15,6 +15,7 @@ from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
 from gpufleet.cli import reclaim as reclaim_cmds
+from gpufleet.cli import slurm as slurm_cmds
 from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
 from gpufleet.cli.plugins import PluginGroup
@@ -71,6 +72,7 @@ app.command("prune")(db_cmds.prune_cmd)
 alloc_cmds.register(app)
 hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
+app.add_typer(slurm_cmds.app, name="slurm", help="Slurm: export node definitions, sync drains.")
 app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, import, report.")
 export_cmds.register(app)
 

@@ -81,6 +81,10 @@ class EventKind(StrEnum):
     ETA = "eta"
     """An expected-back time was set for a host in maintenance or quarantine."""
 
+    SLURM = "slurm"
+    """``gpufleet slurm sync`` drained or resumed the host's Slurm node; ``data`` has the
+    action, the reason and Slurm's state before."""
+
 
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
@@ -135,6 +139,10 @@ class AlarmKind(StrEnum):
 
     DUPLICATE_HOST = "duplicate-host"
     """The host is the same machine (GPU UUIDs) as an earlier-enrolled host."""
+
+    SLURM_NODE = "slurm-node"
+    """Slurm itself says the host's node is unhealthy (its own drain: GPU count lower than
+    configured, node failure, not responding; or the node DOWN), seen by ``slurm sync``."""
 
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""

@@ -1,0 +1,61 @@
+"""``gpufleet slurm``: export node definitions, sync drains and resumes with the lifecycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.service.slurm import DEFAULT_GPU_FILES, slurm_sync, write_slurm_config
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("export")
+@boundary
+def export_cmd(
+    out: Path = typer.Option(Path("."), "--out", help="Directory for slurm.conf and gres.conf."),
+    selector: str | None = typer.Argument(None, help="Hosts (selector); all by default."),
+    gpu_files: str = typer.Option(
+        DEFAULT_GPU_FILES, "--gpu-files",
+        help="gres.conf File= per node; {node} is the node name, {last} its last GPU index.",
+    ),
+) -> None:
+    """Write slurm.conf NodeName= lines (CPUs, RealMemory, Gres=gpu:<model>:<n>, Features
+    from gpufleet's labels) and gres.conf for the selected hosts."""
+    for path in write_slurm_config(open_fleet(), out, selector, gpu_files):
+        console.print(f"wrote {lit(path)}")
+
+
+@app.command("sync")
+@boundary
+def sync_cmd(
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Show what would change; change nothing."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON."),
+) -> None:
+    """Drain the Slurm nodes of quarantined, maintenance and not-yet-validated hosts (reason
+    'gpufleet:<state>[:<fault>] ...'), resume the nodes gpufleet drained once their host is
+    available again; never resume another drain. Slurm's own drains and DOWN nodes raise a
+    slurm-node alarm. Exit 1 if a Slurm command failed."""
+    rep = slurm_sync(open_fleet(), dry_run=dry_run)
+    if as_json:
+        print_json({"dry_run": rep.dry_run, "decisions": [d.as_json() for d in rep.decisions],
+                    "done": rep.done, "errors": rep.errors, "alarms": rep.alarms})
+    else:
+        t = Table(title="slurm sync" + (" (dry run)" if dry_run else ""))
+        for col in ("node", "gpufleet", "slurm", "action", "why"):
+            t.add_column(col, overflow="fold")
+        for d in rep.decisions:
+            slurm = d.slurm_state + (f" ({d.slurm_reason})" if d.slurm_reason else "")
+            action = d.action.value + (f": {d.reason}" if d.reason else "")
+            why = d.why + (f"; ALARM: {d.signal.message}" if d.signal else "")
+            t.add_row(lit(d.node), lit(d.host_state or "-"), lit(slurm), lit(action), lit(why))
+        console.print(t)
+        for e in rep.errors:
+            console.print(f"[red]error[/]: {lit(e)}")
+    if not rep.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,191 @@
+"""Slurm as a projection of gpufleet: node definitions for ``slurm.conf``/``gres.conf``, and
+a sync that drains and resumes nodes so that Slurm agrees with the lifecycle.
+
+The decisions are pure (:mod:`gpufleet.domain.slurm`); this module reads the hosts (one short
+transaction), asks Slurm for its nodes and runs ``scontrol`` (no transaction open), then
+records what it did and the health signals Slurm gave (one short transaction: ``slurm``
+events, ``slurm-node`` alarms opened or closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import select
+
+from gpufleet.collect.slurm import SlurmClient
+from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.slurm import (
+    ActionKind,
+    Decision,
+    NodeDef,
+    gres_type,
+    node_features,
+    plan,
+    render_gres_conf,
+    render_slurm_conf,
+)
+from gpufleet.domain.states import HostState
+from gpufleet.errors import LocalIOError
+from gpufleet.service.alarms import close_alarms, raise_alarm
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.summary import host_labels
+from gpufleet.store.repo import hosts_with_latest_facts
+from gpufleet.store.tables import Alarm, Host
+
+#: ``gres.conf`` ``File=`` for a node: ``{node}`` its name, ``{last}`` its last GPU index.
+DEFAULT_GPU_FILES = "/dev/nvidia[0-{last}]"
+
+
+def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
+    """One Slurm node per selected host: CPUs, memory (MiB) and GPUs from its latest facts,
+    features from its labels. Retired hosts are left out."""
+    with fleet.db.session() as s:
+        rows = hosts_with_latest_facts(s, select_hosts(selector))
+    if not rows and is_explicit(selector):
+        raise nothing_matches(selector)
+    labels = {h.host: h.labels for h in host_labels(fleet, selector)}
+    out = []
+    for h, snap in rows:
+        if h.state == HostState.RETIRED:
+            continue
+        facts = HostFacts.model_validate(snap.facts) if snap else None
+        gpus = facts.gpus if facts is not None else None
+        model = gres_type(gpus[0].product_name if gpus else None)
+        mem = facts.memory_total_kib if facts else None
+        out.append(
+            NodeDef(
+                name=h.name,
+                cpus=facts.cpu_count if facts else None,
+                # RealMemory a bit under the kernel's total, as Slurm's docs advise: slurmd
+                # reports less than MemTotal, and a node reporting less than configured drains
+                real_memory_mib=int(mem * 0.97) // 1024 if mem else None,
+                gpu_type=model,
+                gpus=len(gpus or []),
+                features=node_features(labels.get(h.name, {}), model),
+            )
+        )
+    return out
+
+
+def slurm_config(
+    fleet: Fleet, selector: str | None = None, gpu_files: str = DEFAULT_GPU_FILES
+) -> tuple[str, str]:
+    """(``slurm.conf`` node lines, ``gres.conf``) for the selected hosts."""
+    nodes = node_defs(fleet, selector)
+    return render_slurm_conf(nodes), render_gres_conf(nodes, gpu_files)
+
+
+def write_slurm_config(
+    fleet: Fleet,
+    out: Path,
+    selector: str | None = None,
+    gpu_files: str = DEFAULT_GPU_FILES,
+) -> list[Path]:
+    """``gpufleet slurm export``: write ``OUT/slurm.conf`` (the ``NodeName=`` lines to
+    include in the cluster's ``slurm.conf``) and ``OUT/gres.conf``; the paths written."""
+    conf, gres = slurm_config(fleet, selector, gpu_files)
+    written = []
+    for name, text in (("slurm.conf", conf), ("gres.conf", gres)):
+        path = out / name
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{name}.tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        except OSError as exc:
+            raise LocalIOError(path=str(path), cause=str(exc.strerror or exc)) from exc
+        written.append(path)
+    return written
+
+
+@dataclass
+class SyncReport:
+    """What a sync decided per node, what it did, what failed."""
+
+    decisions: list[Decision]
+    dry_run: bool
+    done: list[str] = field(default_factory=list)  # "drain gpu-01", "resume gpu-02"
+    errors: list[str] = field(default_factory=list)
+    alarms: list[str] = field(default_factory=list)  # hosts with an open slurm-node alarm
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _hosts(fleet: Fleet) -> dict[str, tuple[HostState, str | None, str | None]]:
+    with fleet.db.session() as s:
+        return {
+            h.name: (
+                h.state,
+                h.fault.value if h.fault else None,
+                h.fault_reason or h.status_reason,
+            )
+            for h in s.scalars(select(Host))
+        }
+
+
+def slurm_sync(
+    fleet: Fleet, client: SlurmClient | None = None, dry_run: bool = False
+) -> SyncReport:
+    """Drain the nodes of hosts that must not take jobs, resume the ones gpufleet drained once
+    their host is available again, and raise an alarm for what Slurm itself reports. With
+    ``dry_run`` nothing is changed, in Slurm or in gpufleet."""
+    client = client or SlurmClient()  # Slurm's own SLURM_CONF applies
+    hosts = _hosts(fleet)
+    nodes = client.nodes()
+    decisions = plan(
+        nodes,
+        {name: (state, fault) for name, (state, fault, _) in hosts.items()},
+        {name: text for name, (_, _, text) in hosts.items() if text},
+    )
+    report = SyncReport(decisions, dry_run)
+    if dry_run:
+        return report
+    applied: list[Decision] = []
+    for d in decisions:
+        if d.action is ActionKind.NONE:
+            continue
+        try:
+            if d.action is ActionKind.DRAIN:
+                client.drain(d.node, d.reason or "gpufleet:")
+            else:
+                client.resume(d.node)
+        except LocalIOError as exc:
+            report.errors.append(f"{d.node}: {d.action}: {exc}")
+            continue
+        applied.append(d)
+        report.done.append(f"{d.action} {d.node}")
+    with fleet.db.session() as s:
+        rows = {h.name: h for h in s.scalars(select(Host).where(Host.name.in_(
+            [d.node for d in decisions if d.host_state is not None])))}
+        for d in applied:
+            host = rows.get(d.node)
+            if host is not None:
+                record_event(
+                    s, fleet, EventKind.SLURM,
+                    f"slurm: {d.action} {d.node} ({d.why})", host=host,
+                    data={"action": d.action.value, "reason": d.reason,
+                          "slurm_state": d.slurm_state, "slurm_reason": d.slurm_reason},
+                )
+        for d in decisions:
+            host = rows.get(d.node)
+            if host is None:
+                continue
+            if d.signal is not None:
+                report.alarms.append(d.node)
+                if s.scalar(select(Alarm.id).where(
+                    Alarm.host_id == host.id, Alarm.kind == AlarmKind.SLURM_NODE,
+                    Alarm.closed_at.is_(None),
+                )) is not None:
+                    continue  # already open: no new event on every sync
+                severity = AlarmSeverity.CRITICAL if d.signal.critical else AlarmSeverity.WARNING
+                raise_alarm(s, fleet, host, AlarmKind.SLURM_NODE, severity, d.signal.message,
+                            {"slurm_state": d.slurm_state, "slurm_reason": d.slurm_reason})
+            else:
+                close_alarms(s, fleet, host, AlarmKind.SLURM_NODE, "slurm sees the node healthy")
+    return report

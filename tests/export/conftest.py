@@ -1,0 +1,72 @@
+"""Fixtures for the export tests.
+
+Slurm section (tests/export/test_slurm*.py): one real Slurm cluster per test session
+(:class:`tests.slurmlab.SlurmLab`), started from ``gpufleet slurm export`` of a validated
+3-host lab fleet; tests using it are marked ``xdist_group("slurm")`` so one worker runs them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
+
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.slurm import write_slurm_config
+from gpufleet.service.validate import validate
+
+# ---------------------------------------------------------------------------- Slurm section
+
+SLURM_HOSTS = 3
+
+
+def slurm_lab_fleet(fleet: Fleet, where: Path) -> None:
+    """Enroll and validate the lab fleet whose hosts are the Slurm lab's nodes
+    (gpu-01..gpu-03, 8x H100; deterministic, so every test gets the same facts)."""
+    where.mkdir(parents=True, exist_ok=True)
+    fl = create_fleet(SLURM_HOSTS, models=["h100-8x"], faults={})
+    fl.save(where)
+    write_inventory(fl, where / "inventory.ini", transport="sim", lab_dir=where)
+    enroll(fleet, load_inventory(where / "inventory.ini"))
+    validate(fleet)
+
+
+@pytest.fixture(scope="session")
+def slurm_lab() -> Iterator[SlurmLab]:
+    """A running Slurm cluster whose nodes are defined by ``gpufleet slurm export``."""
+    try:
+        ensure_slurm()
+    except SlurmLabError as exc:
+        pytest.fail(f"slurm lab unavailable: {exc}")
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-slurmlab-"))
+    lab = SlurmLab(root / "slurm")
+    fleet = Fleet.open(home=root / "home", url=f"sqlite:///{root / 'fleet.db'}", actor="pytest")
+    try:
+        slurm_lab_fleet(fleet, root / "fleet")
+        conf, gres = write_slurm_config(fleet, root / "export", gpu_files=lab.gpu_files())
+        node_lines = [ln for ln in conf.read_text().splitlines() if ln.startswith("NodeName=")]
+        lab.start(node_lines, gres.read_text())
+    finally:
+        fleet.db.dispose()
+    try:
+        yield lab
+    finally:
+        lab.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(slurm_lab: SlurmLab) -> SlurmLab:
+    """The session's cluster with every node resumed (no drain left by an earlier test)."""
+    for node, state in slurm_lab.node_states().items():
+        if state.rstrip("*~#") not in ("idle", "allocated", "mixed"):
+            slurm_lab.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    slurm_lab.wait_idle(slurm_lab.nodes)
+    return slurm_lab
