@@ -183,9 +183,8 @@ def test_unreachable_database_is_one_line_without_the_password(tmp_path: Path) -
     p = gpufleet(tmp_path, "hosts", "list", "--json", GPUFLEET_DATABASE_URL=url)
     assert p.returncode == 2
     err = json.loads(p.stdout)["error"]
-    # store/db.py translates this one itself (StoreError); the boundary's own translation
-    # (infrastructure_error) makes a refused connection StoreUnavailable, retryable.
-    assert err["code"] in ("store", "store_unavailable")
+    # A refused connection is StoreUnavailable, retryable (store/db.py translates it).
+    assert (err["code"], err["retryable"]) == ("store_unavailable", True)
     assert "refused" in err["message"] and "pw-not-shown" not in err["message"]
 
 

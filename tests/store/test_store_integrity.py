@@ -16,7 +16,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import event, inspect, text
 
-from gpufleet.errors import StoreError
+from gpufleet.errors import StoreError, StoreUnavailable
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.db import SCHEMA_REVISION, Database
 from gpufleet.store.tables import Base
@@ -150,8 +150,9 @@ def test_disk_full_sqlite(tmp_path: Path) -> None:
 
 def test_unreachable_and_wrong_urls() -> None:
     down = Database("postgresql+psycopg://gpufleet:s3cret@127.0.0.1:1/fleet")
-    with pytest.raises(StoreError) as exc:
+    with pytest.raises(StoreUnavailable) as exc:  # refused: retryable
         down.ensure_current()
+    assert exc.value.retryable
     msg = str(exc.value)
     assert "cannot use database" in msg and "127.0.0.1:1" in msg and "s3cret" not in msg
     with pytest.raises(StoreError, match="invalid database URL 'mysqlx://u:\\*\\*\\*@h/db'"):

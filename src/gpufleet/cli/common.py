@@ -40,6 +40,7 @@ from rich.text import Text
 from gpufleet.config import Settings, load_settings, unknown_variables
 from gpufleet.errors import GpufleetError, LocalIOError, StoreError, StoreUnavailable
 from gpufleet.service.fleet import Fleet
+from gpufleet.store.db import PERMANENT_MARKERS, UNAVAILABLE_MARKERS
 
 #: Terminal control characters: C0 except tab and newline, DEL, C1, and the bidi overrides.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -191,21 +192,9 @@ def _redacted_url() -> str:
     return make_url(settings.db_url()).render_as_string(hide_password=True)
 
 
-_UNAVAILABLE = (
-    "connection refused",
-    "could not connect",
-    "connection failed",
-    "timeout expired",
-    "timed out",
-    "database is locked",
-    "the database system is starting up",
-    "too many clients",
-    "server closed the connection",
-)
-
-
-#: Causes that no retry fixes, even when the driver words them as a connection failure.
-_PERMANENT = ("does not exist", "authentication failed", "password", "no pg_hba.conf entry")
+# What makes a database failure retryable: one list, in store/db.py.
+_UNAVAILABLE = UNAVAILABLE_MARKERS
+_PERMANENT = PERMANENT_MARKERS
 
 
 def infrastructure_error(exc: BaseException) -> GpufleetError | None:

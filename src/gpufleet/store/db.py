@@ -27,7 +27,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.orm import Session, sessionmaker
 
-from gpufleet.errors import StoreError
+from gpufleet.errors import StoreError, StoreUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -57,6 +57,35 @@ OUR_TABLES = frozenset(
 KNOWN_REVISIONS = ("0001", "0002")
 
 UPGRADE_HINT = "run `gpufleet db upgrade`"
+
+
+#: Driver messages (lowercased) of a database that is unreachable or busy right now: the same
+#: call may succeed later unchanged (:class:`~gpufleet.errors.StoreUnavailable`, retryable).
+UNAVAILABLE_MARKERS = (
+    "connection refused",
+    "could not connect",
+    "connection failed",
+    "no route to host",
+    "network is unreachable",
+    "timeout expired",
+    "timed out",
+    "database is locked",
+    "lock timeout",  # PostgreSQL's "canceling statement due to lock timeout"
+    "the database system is starting up",
+    "the database system is shutting down",
+    "too many clients",
+    "server closed the connection",
+)
+#: Causes that no retry fixes, even when the driver words them as a connection failure.
+PERMANENT_MARKERS = ("does not exist", "authentication failed", "password", "no pg_hba.conf entry")
+
+
+def is_unavailable(message: str) -> bool:
+    """True when a driver's ``message`` says the database is unreachable or busy for now."""
+    low = message.lower()
+    return not any(m in low for m in PERMANENT_MARKERS) and any(
+        m in low for m in UNAVAILABLE_MARKERS
+    )
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -119,7 +148,9 @@ class Database:
     # ------------------------------------------------------------------ errors
 
     def store_error(self, exc: BaseException) -> StoreError:
-        """The one-line :class:`StoreError` for a database failure (translated, not hidden)."""
+        """The one-line :class:`StoreError` for a database failure (translated, not hidden):
+        :class:`StoreUnavailable` (retryable) when the server is unreachable or the database
+        is locked, see :func:`is_unavailable`."""
         line = _first_line(exc)
         low = line.lower()
         where = self.safe_url
@@ -139,6 +170,9 @@ class Database:
             msg = f"cannot use database {where}: {line}"
         else:
             msg = f"database {where}: {line}"
+        orig = getattr(exc, "orig", None) or exc
+        if isinstance(exc, OperationalError) and is_unavailable(str(orig)):
+            return StoreUnavailable(msg)
         return StoreError(msg)
 
     # ------------------------------------------------------------------ schema
