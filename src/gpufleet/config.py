@@ -224,6 +224,30 @@ class Settings(BaseSettings):
         ge=0,
         doc="GPU memory in use (MiB) above which a GPU is not back to idle.",
     )
+    # -- k8s ------------------------------------------------------------------------------
+    k8s_node_name: str = _setting(
+        "{name}",
+        env="GPUFLEET_KUBE_NODE_NAME",
+        group="k8s",
+        doc="Kubernetes node name of a host: {name}, {short} (up to the first dot), {address}.",
+    )
+    k8s_kubeconfig: Path | None = _setting(
+        env="GPUFLEET_KUBECONFIG",
+        group="k8s",
+        doc="Kubeconfig for k8s sync (default: KUBECONFIG, ~/.kube/config, in-cluster).",
+    )
+    k8s_own_nvidia_labels: bool = _setting(
+        False,
+        env="GPUFLEET_KUBE_OWN_NVIDIA_LABELS",
+        group="k8s",
+        doc="Also manage nvidia.com/ labels (clusters without GPU Feature Discovery).",
+    )
+    k8s_cordon_quarantined: bool = _setting(
+        False,
+        env="GPUFLEET_KUBE_CORDON_QUARANTINED",
+        group="k8s",
+        doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
+    )
     # -- secrets --------------------------------------------------------------------------
     secret_key: SecretStr | None = _setting(
         env="GPUFLEET_SECRET_KEY",
@@ -252,6 +276,17 @@ class Settings(BaseSettings):
     @classmethod
     def _minutes(cls, v: Any) -> Any:
         return _duration(v, "minutes")
+
+    @field_validator("k8s_node_name")
+    @classmethod
+    def _node_name(cls, v: str) -> str:
+        try:
+            v.format(name="h", short="h", address="a")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(
+                f"{v!r}: use only the fields {{name}}, {{short}}, {{address}} ({exc})"
+            ) from None
+        return v
 
     @field_validator("reclaim_data_paths", "reclaim_scratch_paths")
     @classmethod

@@ -1,4 +1,4 @@
-"""``gpufleet inventory``: the Ansible dynamic inventory (and the script for ``ansible -i``)."""
+"""``gpufleet inventory`` (Ansible dynamic inventory) and ``gpufleet k8s`` (Kubernetes sync)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import typer
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, LocalIOError
 from gpufleet.service.ansible import inventory_host, inventory_list, write_inventory_script
+from gpufleet.service.k8s import SyncReport, k8s_export, k8s_sync
 
 inventory_app = typer.Typer(
     help="Ansible dynamic inventory: --list, --host NAME, and an executable script for -i.",
@@ -58,6 +59,102 @@ def inventory_script_cmd(
     console.print(f"wrote {lit(out)}: use it as  ansible -i {lit(out)} all -m ping")
 
 
+k8s_app = typer.Typer(help="Kubernetes: apply gpufleet's labels and taints to the nodes.")
+
+
+def sync_json(report: SyncReport) -> dict[str, object]:
+    """A sync report as plain data."""
+    return {
+        "dry_run": report.dry_run,
+        "nodes": [
+            {
+                "host": r.host,
+                "node": r.node,
+                "state": r.state,
+                "missing": r.missing,
+                "changes": r.patch.diff() if r.patch else [],
+                "patch": r.patch.body() if r.patch else {},
+                "findings": [{"kind": str(f.kind), "message": f.message} for f in r.findings],
+                "error": r.error,
+            }
+            for r in report.results
+        ],
+    }
+
+
+@k8s_app.command("sync")
+@boundary
+def k8s_sync_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (default all)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the per-node diff only."),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig file (default GPUFLEET_KUBECONFIG, ...)."
+    ),
+    cordon_quarantined: bool | None = typer.Option(
+        None,
+        "--cordon-quarantined/--no-cordon-quarantined",
+        help="Cordon quarantined hosts' nodes (default GPUFLEET_KUBE_CORDON_QUARANTINED).",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Apply gpufleet's labels and taints to each host's node (only gpufleet's keys), and
+    alarm on nodes with fewer allocatable GPUs than validated or NotReady while healthy.
+    Exit 1 when a node could not be patched or a cross-check found something."""
+    report = k8s_sync(
+        open_fleet(),
+        selector,
+        dry_run=dry_run,
+        kubeconfig=kubeconfig,
+        cordon_quarantined=cordon_quarantined,
+    )
+    if as_json:
+        print_json(sync_json(report))
+    else:
+        for r in report.results:
+            if r.missing:
+                console.print(f"[yellow]{lit(r.host)}[/]: no node named {lit(r.node)}")
+                continue
+            lines = r.patch.diff() if r.patch else []
+            head = "would change" if report.dry_run else "changed"
+            if lines:
+                console.print(f"[bold]{lit(r.host)}[/] (node {lit(r.node)}): {head}")
+                for line in lines:
+                    console.print(f"  {lit(line)}")
+            if r.error:
+                console.print(f"[red]{lit(r.host)}[/]: {lit(r.error)}")
+            for f in r.findings:
+                console.print(f"[red]alarm[/] {lit(f.kind)}: {lit(f.message)}")
+        n = len(report.changed)
+        console.print(f"{n} node(s) {'to change' if report.dry_run else 'changed'}")
+    if report.findings or any(r.error for r in report.results):
+        raise typer.Exit(1)
+
+
+@k8s_app.command("export")
+@boundary
+def k8s_export_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (default all)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="File (default stdout)."),
+    cordon_quarantined: bool | None = typer.Option(
+        None,
+        "--cordon-quarantined/--no-cordon-quarantined",
+        help="Cordon quarantined hosts' nodes (default GPUFLEET_KUBE_CORDON_QUARANTINED).",
+    ),
+) -> None:
+    """A kubectl script (sh) applying the same labels and taints, for clusters gpufleet
+    cannot reach."""
+    text = k8s_export(open_fleet(), selector, cordon_quarantined=cordon_quarantined)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise LocalIOError(path=str(output), cause=str(exc.strerror or exc)) from exc
+    console.print(f"wrote {lit(output)}")
+
+
 def register(app: typer.Typer) -> None:
-    """Attach ``inventory`` (and ``k8s``)."""
+    """Attach ``inventory`` and ``k8s``."""
     app.add_typer(inventory_app, name="inventory")
+    app.add_typer(k8s_app, name="k8s")

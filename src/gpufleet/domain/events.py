@@ -81,6 +81,10 @@ class EventKind(StrEnum):
     ETA = "eta"
     """An expected-back time was set for a host in maintenance or quarantine."""
 
+    K8S_SYNC = "k8s-sync"
+    """``gpufleet k8s sync`` changed the host's Kubernetes node; ``data`` has the node and
+    the changes (labels set/removed, taints added/removed, cordon)."""
+
     SLURM = "slurm"
     """``gpufleet slurm sync`` drained or resumed the host's Slurm node; ``data`` has the
     action, the reason and Slurm's state before."""
@@ -143,6 +147,13 @@ class AlarmKind(StrEnum):
     SLURM_NODE = "slurm-node"
     """Slurm itself says the host's node is unhealthy (its own drain: GPU count lower than
     configured, node failure, not responding; or the node DOWN), seen by ``slurm sync``."""
+
+    K8S_GPUS_MISSING = "k8s-gpus-missing"
+    """The host's Kubernetes node advertises fewer allocatable ``nvidia.com/gpu`` than the
+    GPUs gpufleet validated (the device plugin lost some: "8 became 0")."""
+
+    K8S_NODE_NOT_READY = "k8s-node-not-ready"
+    """The host's Kubernetes node is NotReady while gpufleet sees the host healthy."""
 
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""

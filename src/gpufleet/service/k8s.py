@@ -1,0 +1,274 @@
+"""Kubernetes sync (``gpufleet k8s sync``) and export (``gpufleet k8s export``).
+
+Per host that is a node (name from ``GPUFLEET_KUBE_NODE_NAME``), the labels and taints gpufleet
+computes (:func:`gpufleet.service.summary.host_labels`) are applied with the official
+``kubernetes`` client as JSON merge patches computed by :func:`gpufleet.domain.k8s.plan_node`
+(only gpufleet's keys; see that module). Three phases, no network I/O inside a transaction:
+read the desired state (short read), list and patch the nodes (no transaction), then record
+what changed and the cross-check alarms (:func:`gpufleet.domain.k8s.cross_check`: allocatable
+GPUs below the validated count, NotReady while healthy) in one short transaction. Alarms of
+those kinds close when the node agrees again. ``dry_run`` patches nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gpufleet.domain.events import AlarmSeverity, EventKind
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.k8s import (
+    CROSS_CHECK_KINDS,
+    DesiredNode,
+    NodeFinding,
+    NodePatch,
+    cross_check,
+    kubectl_script,
+    node_name,
+    plan_node,
+)
+from gpufleet.domain.states import HostState
+from gpufleet.errors import ConfigError
+from gpufleet.service.alarms import close_alarms, open_alarms, raise_alarm
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.select import select_hosts
+from gpufleet.service.summary import host_labels
+from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
+
+FIELD_MANAGER = "gpufleet"
+
+
+class NodeApi(Protocol):
+    """The two calls the sync needs of a Kubernetes API."""
+
+    def list_nodes(self) -> dict[str, dict[str, Any]]:
+        """Every node as the API's JSON, by name."""
+        ...
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> None:
+        """Apply a JSON merge patch to one node."""
+        ...
+
+
+class KubeNodes:
+    """:class:`NodeApi` over the official ``kubernetes`` client (``pip install
+    gpufleet[k8s]``). ``kubeconfig`` None: ``KUBECONFIG`` / ``~/.kube/config``, else the
+    in-cluster service account."""
+
+    def __init__(self, kubeconfig: Path | None = None) -> None:
+        try:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError:
+            raise ConfigError(
+                setting="k8s",
+                cause="the kubernetes client is not installed (pip install 'gpufleet[k8s]')",
+            ) from None
+        try:
+            if kubeconfig is not None:
+                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=str(kubeconfig)
+                )
+            else:
+                try:
+                    config.load_kube_config()  # type: ignore[no-untyped-call]
+                except (ConfigException, OSError):
+                    config.load_incluster_config()  # type: ignore[no-untyped-call]
+                api_client = client.ApiClient()
+        except (ConfigException, OSError, ValueError) as exc:
+            where = str(kubeconfig) if kubeconfig else "KUBECONFIG / ~/.kube/config / in-cluster"
+            raise ConfigError(setting="kubeconfig", cause=f"{where}: {exc}") from None
+        self.api = client.CoreV1Api(api_client)
+        self.host = str(api_client.configuration.host)
+
+    def _call(self, what: str, fn: Any, *args: Any, **kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kw)
+        except ApiException as exc:
+            raise ConfigError(
+                setting="k8s", cause=f"{what} at {self.host}: HTTP {exc.status} {exc.reason}"
+            ) from None
+        except HTTPError as exc:
+            raise ConfigError(
+                setting="k8s", cause=f"cannot reach the Kubernetes API at {self.host}: {exc}"
+            ) from None
+
+    def list_nodes(self) -> dict[str, dict[str, Any]]:
+        resp = self._call("list nodes", self.api.list_node, _preload_content=False)
+        data = json.loads(resp.data)
+        return {item["metadata"]["name"]: item for item in data.get("items") or []}
+
+    def patch_node(self, name: str, body: dict[str, Any]) -> None:
+        self._call(
+            f"patch node {name}",
+            self.api.patch_node,
+            name,
+            body,
+            field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json",
+        )
+
+
+@dataclass
+class _HostRow:
+    host: str
+    address: str
+    state: HostState
+    gpus: int | None
+
+
+@dataclass
+class NodeResult:
+    """What the sync did (or would do) to one host's node."""
+
+    host: str
+    node: str
+    state: str
+    patch: NodePatch | None = None  # None: no such node
+    findings: list[NodeFinding] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def missing(self) -> bool:
+        return self.patch is None and self.error is None
+
+
+@dataclass
+class SyncReport:
+    """One sync: per host, and whether it was a dry run."""
+
+    dry_run: bool
+    results: list[NodeResult]
+
+    @property
+    def changed(self) -> list[NodeResult]:
+        return [r for r in self.results if r.patch is not None and not r.patch.empty]
+
+    @property
+    def findings(self) -> list[NodeFinding]:
+        return [f for r in self.results for f in r.findings]
+
+
+def _hosts(fleet: Fleet, selector: str | None) -> list[_HostRow]:
+    with fleet.db.session() as s:
+        rows = hosts_with_latest_facts(s, select_hosts(selector))
+        out = []
+        for h, snap in rows:
+            facts = HostFacts.model_validate(snap.facts) if snap else None
+            gpus = len(facts.gpus) if facts is not None and facts.nvidia_smi else None
+            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus))
+        return out
+
+
+def desired_nodes(
+    fleet: Fleet, selector: str | None = None, *, cordon_quarantined: bool | None = None
+) -> list[tuple[DesiredNode, _HostRow]]:
+    """What gpufleet wants on each selected host's node."""
+    settings = fleet.settings
+    cordon = settings.k8s_cordon_quarantined if cordon_quarantined is None else cordon_quarantined
+    rows = {r.host: r for r in _hosts(fleet, selector)}
+    out = []
+    for hl in host_labels(fleet, selector):
+        row = rows.get(hl.host)
+        if row is None:  # removed between the two reads
+            continue
+        out.append(
+            (
+                DesiredNode(
+                    host=hl.host,
+                    node=node_name(settings.k8s_node_name, hl.host, row.address),
+                    labels=hl.labels,
+                    taints=hl.taints,
+                    cordon=cordon and row.state is HostState.QUARANTINED,
+                ),
+                row,
+            )
+        )
+    return out
+
+
+def k8s_sync(
+    fleet: Fleet,
+    selector: str | None = None,
+    *,
+    dry_run: bool = False,
+    api: NodeApi | None = None,
+    kubeconfig: Path | None = None,
+    cordon_quarantined: bool | None = None,
+) -> SyncReport:
+    """Bring every selected host's node to gpufleet's labels and taints (see the module
+    docstring); ``api`` defaults to :class:`KubeNodes` on ``kubeconfig`` (or the setting)."""
+    settings = fleet.settings
+    wanted = desired_nodes(fleet, selector, cordon_quarantined=cordon_quarantined)
+    if api is None:
+        api = KubeNodes(kubeconfig or settings.k8s_kubeconfig)
+    nodes = api.list_nodes()
+    results: list[NodeResult] = []
+    for desired, row in wanted:
+        res = NodeResult(desired.host, desired.node, str(row.state))
+        results.append(res)
+        node = nodes.get(desired.node)
+        if node is None:
+            continue
+        res.patch = plan_node(desired, node, own_nvidia=settings.k8s_own_nvidia_labels)
+        res.findings = cross_check(desired.host, desired.node, row.state, row.gpus, node)
+        if dry_run or res.patch.empty:
+            continue
+        try:
+            api.patch_node(desired.node, res.patch.body())
+        except ConfigError as exc:
+            res.error = str(exc)
+    report = SyncReport(dry_run, results)
+    if not dry_run:
+        _record(fleet, report)
+    return report
+
+
+def _record(fleet: Fleet, report: SyncReport) -> None:
+    """Events for changed nodes, cross-check alarms opened and closed (one transaction)."""
+    with fleet.db.session() as s:
+        for r in report.results:
+            if r.missing:
+                continue
+            host = host_by_name(s, r.host)
+            if r.patch is not None and not r.patch.empty and r.error is None:
+                p = r.patch
+                record_event(
+                    s,
+                    fleet,
+                    EventKind.K8S_SYNC,
+                    f"node {r.node}: " + "; ".join(p.diff() or ["annotation"]),
+                    host=host,
+                    data={
+                        "node": r.node,
+                        "set_labels": p.set_labels,
+                        "remove_labels": p.remove_labels,
+                        "add_taints": [str(t) for t in p.add_taints],
+                        "remove_taints": [str(t) for t in p.remove_taints],
+                        "cordon": p.cordon,
+                    },
+                )
+            seen = {f.kind for f in r.findings}
+            already = {a.kind for a in open_alarms(s, [host.id])}
+            for f in r.findings:
+                if f.kind in already:  # one open alarm per host and kind, no event per sync
+                    continue
+                raise_alarm(s, fleet, host, f.kind, AlarmSeverity.CRITICAL, f.message, f.data)
+            for kind in CROSS_CHECK_KINDS:
+                if kind not in seen:
+                    close_alarms(s, fleet, host, kind, f"node {r.node} agrees again")
+
+
+def k8s_export(
+    fleet: Fleet, selector: str | None = None, *, cordon_quarantined: bool | None = None
+) -> str:
+    """A kubectl script applying the same labels and taints (for unreachable clusters)."""
+    wanted = desired_nodes(fleet, selector, cordon_quarantined=cordon_quarantined)
+    return kubectl_script(
+        [d for d, _ in wanted], own_nvidia=fleet.settings.k8s_own_nvidia_labels
+    )
