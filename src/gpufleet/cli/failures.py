@@ -9,7 +9,9 @@ import typer
 
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
 from gpufleet.domain.leases import parse_duration
+from gpufleet.errors import ConfigError
 from gpufleet.service.failures import failure_report, import_failures, record_failure
+from gpufleet.service.slurm import import_slurm_failures
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -38,12 +40,23 @@ def record_cmd(
 @app.command("import")
 @boundary
 def import_cmd(
-    file: Path = typer.Argument(..., help="JSON lines or CSV (job,host,gpu,time,message)."),
+    file: Path | None = typer.Argument(
+        None, help="JSON lines or CSV (job,host,gpu,time,message)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Import failed jobs from Slurm (sacct --json) instead of a file."
+    ),
+    since: str = typer.Option("1d", "--since", help="With --slurm: jobs of this window."),
 ) -> None:
     """Import failures; a bad line is reported (FILE:LINE) and the others are stored.
     Exit 1 when a line was refused."""
-    rep = import_failures(open_fleet(), file)
+    if slurm == (file is not None):
+        raise ConfigError("failures import: give a FILE or --slurm (one of them)")
+    if file is None:
+        rep = import_slurm_failures(open_fleet(), parse_duration(since, "--since"))
+    else:
+        rep = import_failures(open_fleet(), file)
     if as_json:
         print_json(asdict(rep))
     else:

@@ -10,10 +10,12 @@ events, ``slurm-node`` alarms opened or closed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import select
 
+from gpufleet.collect.sacct import parse_sacct_json
 from gpufleet.collect.slurm import SlurmClient
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
@@ -28,13 +30,15 @@ from gpufleet.domain.slurm import (
     render_slurm_conf,
 )
 from gpufleet.domain.states import HostState
-from gpufleet.errors import LocalIOError
+from gpufleet.errors import ConfigError, LocalIOError, NotFound
 from gpufleet.service.alarms import close_alarms, raise_alarm
+from gpufleet.service.failures import ImportReport, failure_rules
+from gpufleet.service.failures import _store as store_failure
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.summary import host_labels
-from gpufleet.store.repo import hosts_with_latest_facts
-from gpufleet.store.tables import Alarm, Host
+from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
+from gpufleet.store.tables import Alarm, FailureRow, Host
 
 #: ``gres.conf`` ``File=`` for a node: ``{node}`` its name, ``{last}`` its last GPU index.
 DEFAULT_GPU_FILES = "/dev/nvidia[0-{last}]"
@@ -188,4 +192,37 @@ def slurm_sync(
                             {"slurm_state": d.slurm_state, "slurm_reason": d.slurm_reason})
             else:
                 close_alarms(s, fleet, host, AlarmKind.SLURM_NODE, "slurm sees the node healthy")
+    return report
+
+
+def import_slurm_failures(
+    fleet: Fleet,
+    since: timedelta = timedelta(days=1),
+    client: SlurmClient | None = None,
+) -> ImportReport:
+    """``gpufleet failures import --slurm``: failed jobs of the last ``since`` from ``sacct
+    --json`` (needs Slurm accounting, slurmdbd), one failure per job and node, classified like
+    any other. A job already imported for a host is not stored twice; a job that cannot be
+    read or whose node is not a gpufleet host is reported and spoils nothing else."""
+    client = client or SlurmClient()
+    text = client.sacct_json(fleet.now() - since)  # no transaction open while sacct runs
+    parsed = parse_sacct_json(text)
+    rules = failure_rules(fleet)
+    report = ImportReport(0, [f"sacct: {p}" for p in parsed.problems])
+    with fleet.db.session() as s:
+        for f in parsed.failures:
+            where = f"sacct: job {f.job} on {f.host}"
+            try:
+                with s.begin_nested():
+                    host = host_by_name(s, f.host)
+                    if s.scalar(select(FailureRow.id).where(
+                        FailureRow.job_id == f.job, FailureRow.host_id == host.id,
+                        FailureRow.source.startswith("slurm"),
+                    )) is not None:
+                        continue
+                    store_failure(s, fleet, rules, f.as_row(), f"slurm sacct job {f.job}")
+            except (ConfigError, NotFound) as exc:
+                report.errors.append(f"{where}: {exc}")
+                continue
+            report.recorded += 1
     return report
