@@ -23,6 +23,7 @@ from gpufleet.errors import (
     StoreError,
     StoreUnavailable,
     Unauthorized,
+    UsageError,
 )
 
 
@@ -75,6 +76,10 @@ EXAMPLES: dict[type[GpufleetError], tuple[GpufleetError, str]] = {
         Forbidden(actor="ci-bot", action="retire hosts"),
         "ci-bot may not retire hosts",
     ),
+    UsageError: (
+        UsageError(command="gpufleet collect", cause="invalid value for '--forks': 'nan'"),
+        "gpufleet collect: invalid value for '--forks': 'nan' (see 'gpufleet collect --help')",
+    ),
     Conflict: (
         Conflict(what="host gpu-01"),
         "host gpu-01 was changed or is held by someone else; retry",
@@ -94,6 +99,7 @@ CONTRACT: dict[type[GpufleetError], tuple[int, int, bool]] = {
     LocalIOError: (2, 500, False),
     Unauthorized: (2, 401, False),
     Forbidden: (2, 403, False),
+    UsageError: (2, 400, False),
     Conflict: (6, 409, True),
 }
 

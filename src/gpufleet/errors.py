@@ -158,6 +158,16 @@ class ConfigError(GpufleetError):
     template = "{setting}: {cause}"
 
 
+class UsageError(GpufleetError):
+    """A command line that does not parse: unknown option, bad value for a flag, missing
+    argument. ``UsageError(command="gpufleet collect", cause="...")``."""
+
+    exit_code = 2
+    http_status = 400
+    code = "usage"
+    template = "{command}: {cause} (see '{command} --help')"
+
+
 class InvalidTransition(GpufleetError):
     """A lifecycle event that the host's current state does not allow."""
 

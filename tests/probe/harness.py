@@ -104,7 +104,6 @@ class Probe:
     sigterm_after_claims: int | None = None
     json_error: bool = False  # --json: the error shape on stdout, stderr empty
     #: a command-line usage error, reported by Click's usage panel (not the one-line error)
-    usage_error: bool = False
 
 
 def base_env(home: Path) -> dict[str, str]:
@@ -274,9 +273,6 @@ def check_invariants(probe: Probe, ctx: Ctx, r: Result, before: StoreImage) -> N
         err = json.loads(r.stdout)["error"]
         assert set(err) == {"code", "message", "retryable"}, shown
         assert re.search(probe.says, err["message"]), f"{probe.says!r} not in {err['message']!r}"
-    elif probe.usage_error:
-        assert r.stderr.startswith("Usage: gpufleet"), shown
-        assert re.search(probe.says, " ".join(r.stderr.split())), f"{probe.says!r}: {shown}"
     elif r.code >= 128:  # killed by a signal: whatever it printed, no error line is owed
         assert re.search(probe.says, " ".join(r.output.split())), f"{probe.says!r}: {shown}"
     elif r.code >= 2:

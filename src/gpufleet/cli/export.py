@@ -92,7 +92,7 @@ def k8s_sync_cmd(
     ),
     cordon_quarantined: bool | None = typer.Option(
         None,
-        "--cordon-quarantined/--no-cordon-quarantined",
+        "--cordon-quarantined",
         help="Cordon quarantined hosts' nodes (default GPUFLEET_KUBE_CORDON_QUARANTINED).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
@@ -137,7 +137,7 @@ def k8s_export_cmd(
     output: Path | None = typer.Option(None, "--output", "-o", help="File (default stdout)."),
     cordon_quarantined: bool | None = typer.Option(
         None,
-        "--cordon-quarantined/--no-cordon-quarantined",
+        "--cordon-quarantined",
         help="Cordon quarantined hosts' nodes (default GPUFLEET_KUBE_CORDON_QUARANTINED).",
     ),
 ) -> None:

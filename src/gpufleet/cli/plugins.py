@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, UsageError
 
 # Context and Command are click's (vendored inside newer Typer releases): typed as Any here so
 # this module does not depend on where a given Typer version keeps click.
@@ -43,8 +43,52 @@ def load_plugin(ep: EntryPoint) -> Any:
     return cmd
 
 
+def _click_exceptions() -> Any:
+    """The exception module of the click that Typer runs on (newer Typer vendors click as
+    ``typer._click``; older ones use the ``click`` distribution)."""
+    import importlib
+
+    try:
+        return importlib.import_module("typer._click.exceptions")
+    except ImportError:  # pragma: no cover - older Typer
+        return importlib.import_module("click.exceptions")
+
+
 class PluginGroup(TyperGroup):
-    """The top-level command group: built-in commands plus lazily loaded plugin groups."""
+    """The top-level command group: built-in commands plus lazily loaded plugin groups.
+
+    It is also where a command line that does not parse (unknown option, ``--forks nan``) is
+    reported like every other error: one ``error:`` line on stderr (or the JSON error shape on
+    stdout under ``--json``) and exit 2, instead of Click's multi-line usage panel.
+    """
+
+    def main(self, args: Any = None, *a: Any, **kw: Any) -> Any:
+        """Run the CLI; usage errors go through the one error format (exit 2)."""
+        import sys
+
+        click = _click_exceptions()
+        argv = list(sys.argv[1:] if args is None else args)
+        kw["standalone_mode"] = False
+        try:
+            rv = super().main(argv, *a, **kw)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            if ctx is not None and (
+                isinstance(exc, click.NoArgsIsHelpError)
+                or exc.format_message() == "Missing command."
+            ):
+                # A bare group (`gpufleet`, `gpufleet hosts`): its help, exit 2 like click.
+                sys.stdout.write(ctx.get_help() + "\n")
+                sys.exit(2)
+            command = ctx.command_path if ctx is not None else "gpufleet"
+            err = UsageError(command=command, cause=exc.format_message())
+            from gpufleet.cli.common import fail
+
+            raise SystemExit(fail(err, as_json="--json" in argv).exit_code) from None
+        except click.Abort:
+            sys.stderr.write("aborted\n")
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def list_commands(self, ctx: Any) -> list[str]:
         """Built-in commands in their order, then plugins not shadowing one, by name."""
