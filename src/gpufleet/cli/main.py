@@ -23,7 +23,8 @@ from gpufleet.cli.plugins import PluginGroup
 app = typer.Typer(
     cls=PluginGroup,  # adds plugin commands (`gpufleet lab`) from entry points, lazily
     help="gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.\n\n"
-    "Commands take host selectors: NAME-GLOB, group:G, pool:P, state:S, model:M; comma = union.",
+    "Commands take host selectors: NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R; "
+    "comma = union.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
@@ -48,8 +49,8 @@ def main(
 ) -> None:
     """gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.
 
-    Settings come from GPUFLEET_* environment variables (README, "Settings"); they are
-    validated before any command does anything.
+    Settings come from GPUFLEET_* environment variables (docs/reference.md, "Settings");
+    they are validated before any command does anything.
     """
     # Only remembered here: the settings are loaded and validated by each command's error
     # boundary (cli.common.boundary), so that a bad value ends in one line and exit 2.
