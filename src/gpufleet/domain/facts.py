@@ -14,7 +14,8 @@ columns and the kernel's own limits, counts and sizes within what any real serve
 value that parses but does not fit is refused the same way on SQLite and PostgreSQL, before the
 database sees it. The collector turns such a refusal into a ``bad output`` for that host.
 
-*Stored snapshots* carry ``facts_version`` (:data:`FACTS_VERSION`). Snapshots written before
+*Stored snapshots* carry ``facts_version`` (:data:`FACTS_VERSION`); an older one is upgraded on
+read by the registry in :mod:`gpufleet.domain.facts_upgrade`. Snapshots written before
 version 2 did not distinguish "not collected" from "none": a failed ``dmesg``/``ibstat``/
 ``lspci``/``lsblk`` was stored as ``[]``. Reading such a snapshot (no ``facts_version``) turns
 those empty lists into ``None`` (fail closed): an old snapshot never vouches for "no Xid".
@@ -28,11 +29,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-#: Version of the facts layout written by this code (see the module docstring).
+from gpufleet.domain.facts_upgrade import LEGACY_FACTS_VERSION, upgrade_facts
+
+#: Version of the facts layout written by this code (see the module docstring). Raising it
+#: needs an upgrader from the previous version in ``facts_upgrade.UPGRADERS``.
 FACTS_VERSION = 2
-#: What a snapshot without a ``facts_version`` is: the layout before "None vs []".
-LEGACY_FACTS_VERSION = 1
-_NONE_IF_LEGACY_EMPTY = ("xids", "ib_ports", "pci_devices", "block_devices")
 
 # Bounds (see the module docstring). Linux caps a release and a hostname at 64 characters
 # (__NEW_UTS_LEN), a module name at 56; the rest stay inside the store's columns.
@@ -85,7 +86,59 @@ class MigDevice(Fact):
     compute_instance_id: int | None = None
     profile: str | None = None
     memory_total_mib: int | None = None
+    memory_used_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
+    memory_free_mib: int | None = Field(default=None, ge=0, le=MAX_GPU_MEMORY_MIB)
     sm_count: int | None = None
+
+
+class ClockEventReasons(Fact):
+    """Why the clocks are held down ("clocks event reasons", "clocks throttle reasons"
+    before R535): each flag True while active; the counters are microseconds spent in that
+    state since the driver loaded (R535+, where printed)."""
+
+    gpu_idle: bool | None = None
+    applications_clocks_setting: bool | None = None
+    sw_power_cap: bool | None = None
+    hw_slowdown: bool | None = None
+    hw_thermal_slowdown: bool | None = None
+    hw_power_brake_slowdown: bool | None = None
+    sw_thermal_slowdown: bool | None = None
+    sync_boost: bool | None = None
+    display_clocks_setting: bool | None = None
+    sw_power_cap_us: int | None = Field(default=None, ge=0)
+    sync_boost_us: int | None = Field(default=None, ge=0)
+    sw_thermal_slowdown_us: int | None = Field(default=None, ge=0)
+    hw_thermal_slowdown_us: int | None = Field(default=None, ge=0)
+    hw_power_brake_us: int | None = Field(default=None, ge=0)
+
+
+class TemperatureThresholds(Fact):
+    """The GPU's temperature limits. Older drivers print absolute thresholds (``shutdown_c``
+    ...); newer ones on some boards print them relative to T.Limit instead (``*_tlimit_c``:
+    degrees of headroom, negative past the limit), with ``tlimit_c`` the current headroom."""
+
+    shutdown_c: float | None = None
+    slowdown_c: float | None = None
+    max_operating_c: float | None = None
+    memory_max_c: float | None = None
+    target_c: float | None = None
+    tlimit_c: float | None = None
+    shutdown_tlimit_c: float | None = None
+    slowdown_tlimit_c: float | None = None
+    max_operating_tlimit_c: float | None = None
+    memory_max_tlimit_c: float | None = None
+
+
+class GpuFabric(Fact):
+    """``Fabric`` of ``nvidia-smi -q`` (NVSwitch systems, R520+): the GPU's registration with
+    the fabric manager. ``state`` is ``Completed`` once the GPU joined the fabric
+    (``Not Started`` / ``In Progress`` before: CUDA fails with error 802 meanwhile)."""
+
+    state: str | None = Field(default=None, max_length=SHORT)
+    status: str | None = Field(default=None, max_length=NAME)
+    clique_id: str | None = Field(default=None, max_length=SHORT)
+    cluster_uuid: str | None = Field(default=None, max_length=SHORT)
+    health_summary: str | None = Field(default=None, max_length=SHORT)
 
 
 class GpuProcess(Fact):
@@ -129,6 +182,21 @@ class Gpu(Fact):
     temperature_memory_c: float | None = None
     power_draw_w: float | None = None
     power_limit_w: float | None = None
+    #: Beside the enforced limit: what an admin requested, the board default and its range.
+    power_limit_requested_w: float | None = None
+    power_limit_default_w: float | None = None
+    power_limit_min_w: float | None = None
+    power_limit_max_w: float | None = None
+    temperature_thresholds: TemperatureThresholds | None = None
+    clock_event_reasons: ClockEventReasons | None = None
+    compute_mode: str | None = Field(default=None, max_length=32)  # "Default", ...
+    utilization_memory_pct: float | None = None  # memory controller busy
+    #: R590+: a memory channel / TPC repair waits for the next GPU reset; memory that
+    #: cannot be repaired any more.
+    ecc_channel_repair_pending: bool | None = None
+    ecc_tpc_repair_pending: bool | None = None
+    ecc_unrepairable_memory: bool | None = None
+    fabric: GpuFabric | None = None
     clocks_sm_mhz: int | None = None
     clocks_mem_mhz: int | None = None
     clocks_max_sm_mhz: int | None = None
@@ -228,6 +296,7 @@ class XidEvent(Fact):
     time: datetime | None = None
     time_raw: str | None = Field(default=None, max_length=SHORT)
     pid: int | None = None
+    process_name: str | None = Field(default=None, max_length=NAME)  # "name=python3"
     message: str = Field(max_length=TEXT)
     line: int | None = None  # 1-based line in the captured log
 
@@ -303,13 +372,13 @@ class HostFacts(Fact):
 
     @model_validator(mode="before")
     @classmethod
-    def _legacy_snapshot(cls, data: Any) -> Any:
-        """Read a pre-version-2 snapshot fail closed: its ``[]`` may mean "not collected"."""
+    def _upgrade_stored(cls, data: Any) -> Any:
+        """Bring a snapshot of an older format to :data:`FACTS_VERSION` (the upgraders of
+        :mod:`gpufleet.domain.facts_upgrade`, in order; a pre-version-2 one is read fail
+        closed: its ``[]`` may mean "not collected")."""
         if not isinstance(data, dict):
             return data
-        if data.get("facts_version", LEGACY_FACTS_VERSION) >= FACTS_VERSION:
-            return data
-        return {k: (None if k in _NONE_IF_LEGACY_EMPTY and v == [] else v) for k, v in data.items()}
+        return upgrade_facts(data, FACTS_VERSION)
 
     @model_validator(mode="after")
     def _models_fit(self) -> HostFacts:
