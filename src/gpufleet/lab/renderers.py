@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import cache
@@ -663,6 +663,15 @@ def _chomp(text: str) -> str:
     return text[:-1] if text.endswith("\n") else text
 
 
-def render_output(host: LabHost) -> str:
-    """The framed output of the collection script on ``host`` (see :mod:`..collect.bundle`)."""
-    return render_bundle(list(render_sections(host).values()))
+def render_output(host: LabHost, asked: Sequence[str] | None = None) -> str:
+    """The framed output of the collection script on ``host`` (see :mod:`..collect.bundle`).
+
+    ``asked``: the sections the script runs, in its order (None: the collection's). Reclaim
+    sections are answered as :func:`render_reclaim_sections` renders them; a section the lab
+    cannot render is left out of the bundle, as if its tool printed no frame (fail closed)."""
+    sections = render_sections(host)
+    if asked is None:
+        return render_bundle(list(sections.values()))
+    if any(n not in sections for n in asked):
+        sections |= render_reclaim_sections(host)
+    return render_bundle([sections[n] for n in asked if n in sections])

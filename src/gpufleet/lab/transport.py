@@ -7,13 +7,16 @@ with the inventory variables ``gpufleet_transport=sim gpufleet_lab_dir=DIR``.
 Transport-level faults recorded on a lab host (``unreachable``, ``hang``, ``wrong-key``,
 ``host-key-changed``) are reported exactly as the SSH transport reports the real thing. A
 hang is reported at once rather than by sleeping through the timeout, so a demo of hundreds
-of hosts stays fast.
+of hosts stays fast. The sections answered are those the script runs (its ``sec`` lines): the
+collection's, and for ``gpufleet reclaim`` the reclaim sections too (clean unless the host
+carries a reclaim fault: gpu-process, stale-mount, lessee-process, lessee-crontab).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import time
 from pathlib import Path
 
@@ -38,6 +41,10 @@ ACTIVE_CAPTURES = {
     "all_reduce_perf": "active/superbench_nccl_allreduce.log",
     "gpu_burn": "active/superbench_gpu_burn.excerpt.log",
 }
+
+
+#: One ``sec NAME COMMAND`` line of the collection script (collect/script.py): a section.
+_SEC_LINE = re.compile(r"^sec (\S+) ", re.MULTILINE)
 
 
 def sim_host_key(host: LabHost) -> str:
@@ -94,7 +101,9 @@ class SimTransport:
                 f"no answer within {timeout_s:.0f} s (command still running)",
             )
         if "@@gpufleet:script" in script:
-            output = render_output(host)
+            # Answer the sections the script asks for (reclaim adds its own after the
+            # collection's), as the real-sshd lab's fake tools do; none named: the collection.
+            output = render_output(host, _SEC_LINE.findall(script) or None)
         else:
             found = next(
                 (rel for cmd, rel in ACTIVE_CAPTURES.items() if script.lstrip().startswith(cmd)),
