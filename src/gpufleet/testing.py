@@ -16,6 +16,7 @@ from gpufleet.domain.facts import (
     BlockDevice,
     EccErrors,
     Gpu,
+    GpuFabric,
     GpuNvlinks,
     HostFacts,
     IbPort,
@@ -57,6 +58,7 @@ def make_gpu(index: int, **overrides: Any) -> Gpu:
         "pcie_gen_max": 5,
         "pcie_width_max": 16,
         "pcie_width_current": 16,
+        "fabric": GpuFabric(state="Completed", status="Success"),  # joined the NVSwitch fabric
     }
     data.update(overrides)
     return Gpu(**data)
@@ -106,7 +108,7 @@ def make_facts(
         "hostname": "gpu-node-01",
         "os": OsRelease(id="ubuntu", version_id="22.04", pretty_name="Ubuntu 22.04.4 LTS"),
         "kernel": "5.15.0-105-generic",
-        "modules": ["nvidia", "nvidia_uvm", "nvidia_peermem", "mlx5_core"],
+        "modules": ["nvidia", "nvidia_uvm", "nvidia_peermem", "mlx5_core", "ib_umad"],
         "sysctls": {"vm.swappiness": "10", "net.ipv4.tcp_rmem": "4096\t87380\t16777216"},
         "nvidia_smi": NvidiaSmiReport(**{
             "driver_version": DRIVER, "cuda_version": "12.4", "attached_gpus": len(gpus),
@@ -137,6 +139,7 @@ def make_facts(
         ],
         "xids": [],  # the kernel log was read and has no Xid
         "fabricmanager_active": True,
+        "fabricmanager_version": DRIVER,
     }
     data.update(host)
     return HostFacts(**data)

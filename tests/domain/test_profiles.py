@@ -167,7 +167,9 @@ def test_pool_of_sixteen(
     xid79 = XidEvent(code=79, pci_address="PCI:0000:3a:00", time=now - timedelta(minutes=20),
                      message="NVRM: Xid (PCI:0000:3a:00): 79, pid=0, GPU has fallen off the bus.")
     hosts = {f"gpu-{i:02d}": facts_factory(hostname=f"gpu-{i:02d}") for i in range(16)}
-    hosts["gpu-00"] = facts_factory(smi={"driver_version": "535.154.05"})  # A
+    hosts["gpu-00"] = facts_factory(  # A (the fabric manager upgraded with the driver)
+        smi={"driver_version": "535.154.05"}, fabricmanager_version="535.154.05"
+    )
     hosts["gpu-01"] = facts_factory(ib_ports=down_port)  # B
     hosts["gpu-02"] = facts_factory(hidden_gpus={5})  # C
     hosts["gpu-03"] = facts_factory(xids=[xid79])  # D

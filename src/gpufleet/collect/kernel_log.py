@@ -21,7 +21,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from gpufleet.domain.facts import TEXT, UnreadableXid, XidEvent
+from gpufleet.domain.facts import NAME, TEXT, UnreadableXid, XidEvent
 from gpufleet.errors import ParseError
 
 _MARK = "NVRM: Xid"
@@ -99,6 +99,9 @@ def _event(line: str, at: int, lineno: int, source: str) -> XidEvent:
     if len(m.group("code")) > 7:
         raise ParseError(source, f"Xid code {m.group('code')[:20]}... too long", line=lineno)
     pid_text = (m.group("pid") or "").strip("'")
+    # "name=python3.10"; the driver prints "<unknown>" for a fault without a process.
+    name = (m.group("name") or "").strip()
+    process_name = name[:NAME] if name and name != "<unknown>" else None
     try:
         return XidEvent(
             code=int(m.group("code")),
@@ -106,6 +109,7 @@ def _event(line: str, at: int, lineno: int, source: str) -> XidEvent:
             time=when,
             time_raw=raw_time,
             pid=int(pid_text) if pid_text.isdigit() and len(pid_text) <= 10 else None,
+            process_name=process_name,
             message=(m.group("msg") or "").strip(),
             line=lineno,
         )

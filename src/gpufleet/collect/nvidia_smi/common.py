@@ -122,6 +122,7 @@ _watts = _number("W", integer=False)
 _celsius = _number("C", integer=False)
 _percent = _number("%", integer=False)
 _link_width = _number("x", integer=True)  # "16x"
+_microseconds = _number("us", integer=True)  # clocks event reason counters
 
 _TRUE = frozenset({"enabled", "yes", "on", "active", "true", "1"})
 _FALSE = frozenset({"disabled", "no", "off", "not active", "false", "0"})

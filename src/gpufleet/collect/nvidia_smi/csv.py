@@ -20,13 +20,23 @@ from gpufleet.collect.nvidia_smi.common import (
     _link_width,
     _mhz,
     _mib,
+    _microseconds,
     _pci,
     _percent,
     _version,
     _watts,
 )
 from gpufleet.collect.nvidia_smi.fields import _report, _too_many
-from gpufleet.domain.facts import EccErrors, Gpu, NvidiaSmiReport, RemappedRows, RetiredPages
+from gpufleet.domain.facts import (
+    ClockEventReasons,
+    EccErrors,
+    Gpu,
+    GpuFabric,
+    NvidiaSmiReport,
+    RemappedRows,
+    RetiredPages,
+    TemperatureThresholds,
+)
 from gpufleet.errors import ParseError
 
 # ------------------------------------------------------------------------------- CSV
@@ -72,11 +82,37 @@ QUERY_GPU_FIELDS: tuple[str, ...] = (
     "mig.mode.pending",
     "ecc.mode.current",
     "ecc.mode.pending",
+    "power.limit",
+    "power.default_limit",
+    "power.min_limit",
+    "power.max_limit",
+    "temperature.gpu.tlimit",
+    "compute_mode",
+    "utilization.memory",
+    "clocks_event_reasons.gpu_idle",
+    "clocks_event_reasons.applications_clocks_setting",
+    "clocks_event_reasons.sw_power_cap",
+    "clocks_event_reasons.hw_slowdown",
+    "clocks_event_reasons.hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown",
+    "clocks_event_reasons.sw_thermal_slowdown",
+    "clocks_event_reasons.sync_boost",
+    "clocks_event_reasons_counters.sw_power_cap",
+    "clocks_event_reasons_counters.sync_boost",
+    "clocks_event_reasons_counters.sw_thermal_slowdown",
+    "clocks_event_reasons_counters.hw_thermal_slowdown",
+    "clocks_event_reasons_counters.hw_power_brake_slowdown",
+    "fabric.state",
+    "fabric.status",
+    "fabric.cliqueId",
+    "fabric.clusterUuid",
+    "fabric.health.summary",
 )
 """The cheap periodic ``--query-gpu`` field list (canonical names from ``--help-query-gpu``,
 so a ``--format=csv`` header row echoes them back). Needs R470+ (remapped_rows.*,
-temperature.memory); ``power.limit`` would be the *requested* limit, so the enforced one is
-queried, like the XML/text parsers report."""
+temperature.memory; R535+ for the clocks event reasons, R550+ for fabric.*);
+``power_limit_w`` is the *enforced* limit, like the XML/text parsers report, and
+``power.limit`` (the requested one) fills ``power_limit_requested_w``."""
 
 # Field (canonical name or alias, as accepted by nvidia-smi) -> (target, adapter). A dotted
 # target fills a sub-record. "driver_version" has no Gpu attribute: see parse_query_gpu_report.
@@ -131,12 +167,61 @@ _CSV_COLUMNS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "mig.mode.pending": ("mig_mode_pending", _bool),
     "ecc.mode.current": ("ecc_mode_current", _bool),
     "ecc.mode.pending": ("ecc_mode_pending", _bool),
+    # Health (issue 10): the other power limits, thresholds, mode, reasons and fabric.
+    "power.limit": ("power_limit_requested_w", _watts),
+    "power.default_limit": ("power_limit_default_w", _watts),
+    "power.min_limit": ("power_limit_min_w", _watts),
+    "power.max_limit": ("power_limit_max_w", _watts),
+    "temperature.gpu.tlimit": ("temperature_thresholds.tlimit_c", _celsius),
+    "compute_mode": ("compute_mode", _as_str),
+    "utilization.memory": ("utilization_memory_pct", _percent),
+    **{
+        f"{prefix}.{reason}": (f"clock_event_reasons.{reason}", _bool)
+        for prefix in ("clocks_event_reasons", "clocks_throttle_reasons")
+        for reason in (
+            "gpu_idle",
+            "applications_clocks_setting",
+            "sw_power_cap",
+            "hw_slowdown",
+            "hw_thermal_slowdown",
+            "hw_power_brake_slowdown",
+            "sw_thermal_slowdown",
+            "sync_boost",
+            "display_clocks_setting",
+        )
+    },
+    **{
+        f"clocks_event_reasons_counters.{name}": (f"clock_event_reasons.{attr}", _microseconds)
+        for name, attr in (
+            ("sw_power_cap", "sw_power_cap_us"),
+            ("sync_boost", "sync_boost_us"),
+            ("sw_thermal_slowdown", "sw_thermal_slowdown_us"),
+            ("hw_thermal_slowdown", "hw_thermal_slowdown_us"),
+            ("hw_power_brake_slowdown", "hw_power_brake_us"),
+        )
+    },
+    "fabric.state": ("fabric.state", _as_str),
+    "fabric.status": ("fabric.status", _as_str),
+    "fabric.cliqueId": ("fabric.clique_id", _as_str),
+    "fabric.clusterUuid": ("fabric.cluster_uuid", _as_str),
+    "fabric.health.summary": ("fabric.health_summary", _as_str),
 }
-_SUB_MODELS: dict[str, type[EccErrors] | type[RetiredPages] | type[RemappedRows]] = {
+_SUB_MODELS: dict[
+    str,
+    type[EccErrors]
+    | type[RetiredPages]
+    | type[RemappedRows]
+    | type[ClockEventReasons]
+    | type[TemperatureThresholds]
+    | type[GpuFabric],
+] = {
     "ecc_volatile": EccErrors,
     "ecc_aggregate": EccErrors,
     "retired_pages": RetiredPages,
     "remapped_rows": RemappedRows,
+    "clock_event_reasons": ClockEventReasons,
+    "temperature_thresholds": TemperatureThresholds,
+    "fabric": GpuFabric,
 }
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")  # "memory.total [MiB]" -> "memory.total"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

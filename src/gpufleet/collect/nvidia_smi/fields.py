@@ -22,6 +22,7 @@ from gpufleet.collect.nvidia_smi.common import (
     _link_width,
     _mhz,
     _mib,
+    _microseconds,
     _pci,
     _percent,
     _version,
@@ -31,13 +32,16 @@ from gpufleet.collect.nvidia_smi.common import (
 )
 from gpufleet.domain.facts import (
     MAX_GPUS,
+    ClockEventReasons,
     EccErrors,
     Gpu,
+    GpuFabric,
     GpuProcess,
     MigDevice,
     NvidiaSmiReport,
     RemappedRows,
     RetiredPages,
+    TemperatureThresholds,
 )
 from gpufleet.errors import ParseError
 
@@ -141,6 +145,63 @@ _GPU_FIELDS: tuple[_Field, ...] = (
     _Field("fan_speed_pct", ("fan_speed",), ("fan_speed",), _percent),
     _Field("utilization_gpu_pct", ("utilization/gpu_util",), ("utilization/gpu",), _percent),
     _Field("performance_state", ("performance_state",), ("performance_state",), _as_str),
+    # Health: the other power limits (R530+ under gpu_power_readings; "power_limit" was the
+    # requested one in the older power_readings), compute mode, memory-controller load and
+    # the R590 ECC repair flags (under ECC Errors).
+    _Field(
+        "power_limit_requested_w",
+        ("gpu_power_readings/requested_power_limit", "power_readings/power_limit"),
+        (
+            "gpu_power_readings/requested_power_limit",
+            "gpu_power_readings/gpu_ceiling_power_limit/requested_power_limit",  # R610
+            "power_readings/power_limit",
+        ),
+        _watts,
+    ),
+    _Field(
+        "power_limit_default_w",
+        ("gpu_power_readings/default_power_limit", "power_readings/default_power_limit"),
+        (
+            "gpu_power_readings/default_power_limit",
+            "gpu_power_readings/gpu_ceiling_power_limit/default_power_limit",  # R610
+            "power_readings/default_power_limit",
+        ),
+        _watts,
+    ),
+    _Field(
+        "power_limit_min_w",
+        ("gpu_power_readings/min_power_limit", "power_readings/min_power_limit"),
+        ("gpu_power_readings/min_power_limit", "power_readings/min_power_limit"),
+        _watts,
+    ),
+    _Field(
+        "power_limit_max_w",
+        ("gpu_power_readings/max_power_limit", "power_readings/max_power_limit"),
+        ("gpu_power_readings/max_power_limit", "power_readings/max_power_limit"),
+        _watts,
+    ),
+    _Field("compute_mode", ("compute_mode",), ("compute_mode",), _as_str),
+    _Field(
+        "utilization_memory_pct", ("utilization/memory_util",), ("utilization/memory",), _percent
+    ),
+    _Field(
+        "ecc_channel_repair_pending",
+        ("ecc_errors/channel_repair_pending",),
+        ("ecc_errors/channel_repair_pending",),
+        _bool,
+    ),
+    _Field(
+        "ecc_tpc_repair_pending",
+        ("ecc_errors/tpc_repair_pending",),
+        ("ecc_errors/tpc_repair_pending",),
+        _bool,
+    ),
+    _Field(
+        "ecc_unrepairable_memory",
+        ("ecc_errors/unrepairable_memory",),
+        ("ecc_errors/unrepairable_memory",),
+        _bool,
+    ),
 )
 
 # Sub-records: attribute -> {sub-attribute: (xml paths, text paths, adapter)}, relative to
@@ -170,11 +231,134 @@ _MIG_DEVICE: _SubTable = {
         ("shared_fb_memory_usage/total", "fb_memory_usage/total"),
         _mib,
     ),
+    "memory_used_mib": (
+        ("fb_memory_usage/used",),
+        ("shared_fb_memory_usage/used", "fb_memory_usage/used"),
+        _mib,
+    ),
+    "memory_free_mib": (
+        ("fb_memory_usage/free",),
+        ("shared_fb_memory_usage/free", "fb_memory_usage/free"),
+        _mib,
+    ),
     "sm_count": (
         ("device_attributes/shared/multiprocessor_count",),
         ("device_attributes/shared/multiprocessor_count",),
         _int,
     ),
+}
+
+
+def _reasons(xml: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Paths of one clocks event reason: "clocks_event_reasons/clocks_event_reason_<x>"
+    (R535+) or the older "clocks_throttle_reasons/clocks_throttle_reason_<x>" in XML;
+    "<x>" under "Clocks Event Reasons" / "Clocks Throttle Reasons" in text."""
+    return (
+        (
+            f"clocks_event_reasons/clocks_event_reason_{xml}",
+            f"clocks_throttle_reasons/clocks_throttle_reason_{xml}",
+        ),
+        (f"clocks_event_reasons/{text}", f"clocks_throttle_reasons/{text}"),
+    )
+
+
+def _counter(xml: str, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return (
+        (f"clocks_event_reasons_counters/clocks_event_reasons_counters_{xml}",),
+        (f"clocks_event_reasons_counters/{text}",),
+    )
+
+
+# Relative to the GPU node (the reasons and their counters are two sibling blocks). In text,
+# the two HW slowdown causes are indented under "HW Slowdown".
+_CLOCK_EVENT_REASONS: _SubTable = {
+    attr: (*paths, conv)
+    for attr, paths, conv in (
+        ("gpu_idle", _reasons("gpu_idle", "idle"), _bool),
+        (
+            "applications_clocks_setting",
+            _reasons("applications_clocks_setting", "applications_clocks_setting"),
+            _bool,
+        ),
+        ("sw_power_cap", _reasons("sw_power_cap", "sw_power_cap"), _bool),
+        ("hw_slowdown", _reasons("hw_slowdown", "hw_slowdown"), _bool),
+        (
+            "hw_thermal_slowdown",
+            _reasons("hw_thermal_slowdown", "hw_slowdown/hw_thermal_slowdown"),
+            _bool,
+        ),
+        (
+            "hw_power_brake_slowdown",
+            _reasons("hw_power_brake_slowdown", "hw_slowdown/hw_power_brake_slowdown"),
+            _bool,
+        ),
+        ("sw_thermal_slowdown", _reasons("sw_thermal_slowdown", "sw_thermal_slowdown"), _bool),
+        ("sync_boost", _reasons("sync_boost", "sync_boost"), _bool),
+        (
+            "display_clocks_setting",
+            _reasons("display_clocks_setting", "display_clock_setting"),
+            _bool,
+        ),
+        ("sw_power_cap_us", _counter("sw_power_cap", "sw_power_capping"), _microseconds),
+        ("sync_boost_us", _counter("sync_boost", "sync_boost"), _microseconds),
+        (
+            "sw_thermal_slowdown_us",
+            _counter("sw_therm_slowdown", "sw_thermal_slowdown"),
+            _microseconds,
+        ),
+        (
+            "hw_thermal_slowdown_us",
+            _counter("hw_therm_slowdown", "hw_thermal_slowdown"),
+            _microseconds,
+        ),
+        ("hw_power_brake_us", _counter("hw_power_brake", "hw_power_braking"), _microseconds),
+    )
+}
+# Relative to the "temperature" node. v12 XML names absolute thresholds *_threshold, v13 the
+# T.Limit-relative ones *_tlimit_threshold; text says "T.Limit" in the label.
+_TEMPERATURE_THRESHOLDS: _SubTable = {
+    "shutdown_c": (("gpu_temp_max_threshold",), ("gpu_shutdown_temp",), _celsius),
+    "slowdown_c": (("gpu_temp_slow_threshold",), ("gpu_slowdown_temp",), _celsius),
+    "max_operating_c": (("gpu_temp_max_gpu_threshold",), ("gpu_max_operating_temp",), _celsius),
+    "memory_max_c": (("gpu_temp_max_mem_threshold",), ("memory_max_operating_temp",), _celsius),
+    "target_c": (
+        ("gpu_target_temperature",),
+        ("gpu_target_temperature", "gpu_target_temperature_specification"),
+        _celsius,
+    ),
+    "tlimit_c": (
+        ("gpu_temp_tlimit",),
+        ("gpu_t_limit_temp", "gpu_current_t_limit_temp"),
+        _celsius,
+    ),
+    "shutdown_tlimit_c": (
+        ("gpu_temp_max_tlimit_threshold",),
+        ("gpu_shutdown_t_limit_temp",),
+        _celsius,
+    ),
+    "slowdown_tlimit_c": (
+        ("gpu_temp_slow_tlimit_threshold",),
+        ("gpu_slowdown_t_limit_temp",),
+        _celsius,
+    ),
+    "max_operating_tlimit_c": (
+        ("gpu_temp_max_gpu_tlimit_threshold",),
+        ("gpu_max_operating_t_limit_temp",),
+        _celsius,
+    ),
+    "memory_max_tlimit_c": (
+        ("gpu_temp_max_mem_tlimit_threshold",),
+        ("memory_max_operating_t_limit_temp",),
+        _celsius,
+    ),
+}
+# Relative to the "fabric" node.
+_FABRIC: _SubTable = {
+    "state": (("state",), ("state",), _as_str),
+    "status": (("status",), ("status",), _as_str),
+    "clique_id": (("cliqueId",), ("cliqueid",), _as_str),
+    "cluster_uuid": (("clusterUuid",), ("clusteruuid",), _as_str),
+    "health_summary": (("health/summary",), ("health/summary",), _as_str),
 }
 _PROCESS: _SubTable = {
     "pid": (("pid",), (), _int),  # text: the pid is the value of the "Process ID" node
@@ -320,6 +504,14 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     values["retired_pages"] = RetiredPages(**retired) if retired else None
     remapped = _sub(ctx, view.node("remapped_rows"), _REMAPPED_ROWS, "remapped_rows")
     values["remapped_rows"] = RemappedRows(**remapped) if remapped else None
+    reasons = _sub(ctx, view, _CLOCK_EVENT_REASONS, "clock_event_reasons")
+    values["clock_event_reasons"] = ClockEventReasons(**reasons) if reasons else None
+    thresholds = _sub(
+        ctx, view.node("temperature"), _TEMPERATURE_THRESHOLDS, "temperature_thresholds"
+    )
+    values["temperature_thresholds"] = TemperatureThresholds(**thresholds) if thresholds else None
+    fabric = _sub(ctx, view.node("fabric"), _FABRIC, "fabric")
+    values["fabric"] = GpuFabric(**fabric) if fabric else None
     values["mig_devices"] = _mig_devices(ctx, view)
     values["processes"] = _processes(ctx, view)
     for f in _GPU_FIELDS:

@@ -4,8 +4,9 @@ Every check has the signature ``(facts, ctx, params) -> CheckResult`` (see
 :mod:`~gpufleet.domain.checks.base`) and is registered in :data:`CHECKS` with the profile
 parameters it accepts (:data:`CHECK_PARAMS`, used to validate profiles). The checks live by
 concern: ``gpu`` (inventory), ``memory`` (ECC, row remapping, retired pages), ``xid``,
-``fabric`` (NVLink, fabric manager, IB/RoCE), ``host`` (persistence, nouveau, PCIe), ``drift``
-(generated from :mod:`gpufleet.domain.pins`) and ``active`` (DCGM, NCCL, gpu-burn evidence).
+``fabric`` (NVLink, fabric manager, IB/RoCE), ``fabric_ready`` (NVSwitch fabric state),
+``host`` (persistence, nouveau, PCIe), ``drift`` (generated from :mod:`gpufleet.domain.pins`)
+and ``active`` (DCGM, NCCL, gpu-burn evidence).
 
 A ``fail`` with a fault in :data:`~gpufleet.domain.health.HARDWARE_FAULTS` quarantines; other
 faults (``ib_down``, ``nvlink_down`` ...) only cost the profiles that run the check.
@@ -14,7 +15,7 @@ faults (``ib_down``, ``nvlink_down`` ...) only cost the profiles that run the ch
 from __future__ import annotations
 
 # Importing the concern modules registers their checks.
-from gpufleet.domain.checks import active, fabric, gpu, host, memory, xid
+from gpufleet.domain.checks import active, fabric, fabric_ready, gpu, host, memory, xid
 from gpufleet.domain.checks.base import (
     CHECK_PARAMS,
     CHECKS,
@@ -39,6 +40,7 @@ __all__ = [
     "CheckStatus",
     "active",
     "fabric",
+    "fabric_ready",
     "gpu",
     "host",
     "memory",
