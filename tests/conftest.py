@@ -38,7 +38,8 @@ def pg_database_url() -> Iterator[str]:
 
 def _truncate(db: Database) -> None:
     tables = ["lease_hosts", "leases", "validations", "pools", "baselines", "events", "nics", "gpus",
-              "collection_results", "fact_snapshots", "collection_runs", "hosts"]
+              "collection_results", "fact_snapshots", "collection_runs", "bmc_reads",
+              "hosts"]
     with db.engine.begin() as c:
         if db.dialect == "postgresql":
             c.execute(text("TRUNCATE " + ", ".join(tables) + " RESTART IDENTITY CASCADE"))

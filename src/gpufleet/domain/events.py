@@ -32,6 +32,18 @@ class EventKind(StrEnum):
     """Something an operator must look at (a changed SSH host key); the alarm itself is a
     row of the ``alarms`` table (:class:`AlarmKind`), this event says it was raised."""
 
+    ALARM_ACKNOWLEDGED = "alarm-acknowledged"
+    """An operator acknowledged an open alarm (``gpufleet alarms ack``): seen, being handled;
+    it stays open."""
+
+    ALARM_RESOLVED = "alarm-resolved"
+    """An operator closed an alarm by hand (``gpufleet alarms resolve``, an audited admin act);
+    ``data`` has the alarm and the reason."""
+
+    PREFLIGHT = "preflight"
+    """A node-local ``gpufleet preflight --post`` verdict (PASS / WARNING / CRITICAL /
+    UNKNOWN); ``data`` has the verdict, recommended actions and findings."""
+
     HOST_KEY_PINNED = "host-key-pinned"
     """The host's SSH key was pinned on first use (or matched the operator's fingerprint)."""
 
@@ -88,6 +100,12 @@ class EventKind(StrEnum):
     SLURM = "slurm"
     """``gpufleet slurm sync`` drained or resumed the host's Slurm node; ``data`` has the
     action, the reason and Slurm's state before."""
+
+
+    BMC = "bmc"
+    """An action on the host's BMC over Redfish (``gpufleet bmc set/power/sel-ack``,
+    ``gpufleet reimage``); ``data`` has the action and what the BMC said (never a
+    credential)."""
 
 
 class CollectionOutcome(StrEnum):
@@ -154,6 +172,17 @@ class AlarmKind(StrEnum):
 
     K8S_NODE_NOT_READY = "k8s-node-not-ready"
     """The host's Kubernetes node is NotReady while gpufleet sees the host healthy."""
+
+    BMC_IDENTITY = "bmc-identity"
+    """The machine behind the host's BMC is not the one the inventory (or the first BMC
+    read, or the in-band GPU serials) says: wrong cable or wrong inventory."""
+
+    BMC_HEALTH = "bmc-health"
+    """The BMC reports the system's health Critical; closed by a read that says otherwise."""
+
+    BMC_SEL = "bmc-sel"
+    """New Critical entries in the BMC's event log; closed only by an operator
+    (``gpufleet bmc sel-ack``), never by the entry leaving the log."""
 
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""

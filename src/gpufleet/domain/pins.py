@@ -308,7 +308,7 @@ PINS: tuple[Pin, ...] = (
 PINS_BY_FIELD: dict[str, Pin] = {p.field: p for p in PINS}
 PINS_BY_CHECK: dict[str, Pin] = {p.check: p for p in PINS}
 #: Baseline fields that are not pins.
-BASELINE_META = ("name", "purpose", "status")
+BASELINE_META = ("name", "purpose", "status", "os_image_url")
 
 
 def baseline_values(facts: HostFacts) -> dict[str, PinValue]:

@@ -45,7 +45,7 @@ class Baseline(BaseModel):
 
     ``None`` (or empty) means "not pinned by this baseline"; how each pinned field compares
     with the host is declared in :data:`gpufleet.domain.pins.PINS`, which must name every
-    field but ``name``, ``purpose`` and ``status``.
+    field but ``name``, ``purpose``, ``status`` and ``os_image_url``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -62,3 +62,6 @@ class Baseline(BaseModel):
     fabric_manager: str | None = None
     hca_firmware: list[str] = Field(default_factory=list)  # accepted, as ibstat shows them
     sysctls: dict[str, str] = Field(default_factory=dict)
+    #: Not a pin: the OS image (an http(s) URL) ``gpufleet reimage --baseline`` inserts as
+    #: virtual media.
+    os_image_url: str | None = None

@@ -29,6 +29,20 @@ MAX_HOSTS = 100_000
 MAX_YAML_NODES = 1_000_000
 #: ``gpufleet_*`` variables that are not expected-spec fields.
 _OTHER_GPUFLEET_VARS = ("gpufleet_pool", "gpufleet_baseline", "gpufleet_transport")
+#: The host's BMC (``gpufleet bmc``): address, login, password (sealed like every secret) or
+#: a file holding it, system id, CA bundle, insecure, and the serial/UUID the inventory
+#: declares for the machine (cross-checked against what the BMC says).
+BMC_VARS = (
+    "gpufleet_bmc_address",
+    "gpufleet_bmc_username",
+    "gpufleet_bmc_password",
+    "gpufleet_bmc_password_file",
+    "gpufleet_bmc_system",
+    "gpufleet_bmc_ca_bundle",
+    "gpufleet_bmc_insecure",
+    "gpufleet_bmc_serial",
+    "gpufleet_bmc_uuid",
+)
 _FABRICS = ("ib", "roce", "none")
 _MAX_TEXT = 128
 # Accepted ranges of the numeric expected-spec fields: (lowest, highest), both included.
@@ -48,6 +62,7 @@ def known_gpufleet_vars() -> frozenset[str]:
     """Every ``gpufleet_*`` variable gpufleet reads: the expected-spec fields, pool, baseline,
     transport, and the variables each registered transport declares (``gpufleet_lab_dir``)."""
     names = {_SPEC_PREFIX + f for f in ExpectedSpec.model_fields} | set(_OTHER_GPUFLEET_VARS)
+    names |= set(BMC_VARS)
     for transport in known_transports():
         names |= set(get_transport_factory(transport).host_vars)
     return frozenset(names)

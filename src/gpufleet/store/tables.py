@@ -428,3 +428,24 @@ class FailureRow(Base):
     recorded_at: Mapped[datetime] = mapped_column(UtcDateTime)
     source: Mapped[str] = mapped_column(Text)  # "cli" or FILE:LINE
     actor: Mapped[str] = mapped_column(String(128))
+
+
+class BmcRead(Base):
+    """One read of a host's BMC over Redfish (``gpufleet bmc status``), kept as history: the
+    outcome, and when it was read, identity, power, health, GPU processors, the event-log
+    entries new since the previous read and the keys of every entry seen so far (the cursor of
+    "since the last read")."""
+
+    __tablename__ = "bmc_reads"
+    __table_args__ = (Index("ix_bmc_reads_host_time", "host_id", "read_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    read_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    outcome: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    power_state: Mapped[str | None] = mapped_column(String(32))
+    health: Mapped[str | None] = mapped_column(String(32))
+    reading: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    sel_new: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
+    sel_seen: Mapped[list[str] | None] = mapped_column(JsonType)

@@ -59,8 +59,14 @@ def upgrade() -> None:
     # --- job failures (issue 9 item 8: gpufleet failures record/import/report) ---
     _create_failures()
 
+    # --- BMC reads over Redfish (issue 11: gpufleet bmc status, history of reads) ---
+    _create_bmc_reads()
+
 
 def downgrade() -> None:
+    # --- BMC reads (reverse) ---
+    op.drop_table("bmc_reads")
+
     # --- job failures (reverse) ---
     op.drop_table("failures")
 
@@ -305,3 +311,25 @@ def _create_failures() -> None:
     op.create_index(op.f("ix_failures_job_id"), "failures", ["job_id"])
     op.create_index(op.f("ix_failures_at"), "failures", ["at"])
     op.create_index("ix_failures_host_time", "failures", ["host_id", "at"])
+
+
+# --- BMC reads over Redfish (issue 11) ---
+
+
+def _create_bmc_reads() -> None:
+    op.create_table(
+        "bmc_reads",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("host_id", sa.Integer(), nullable=False),
+        sa.Column("read_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("outcome", sa.String(length=20), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("power_state", sa.String(length=32), nullable=True),
+        sa.Column("health", sa.String(length=32), nullable=True),
+        sa.Column("reading", _JSON, nullable=True),
+        sa.Column("sel_new", _JSON, nullable=False),
+        sa.Column("sel_seen", _JSON, nullable=True),
+        sa.ForeignKeyConstraint(["host_id"], ["hosts.id"], ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_bmc_reads_host_time", "bmc_reads", ["host_id", "read_at"])

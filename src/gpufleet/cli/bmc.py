@@ -1,0 +1,170 @@
+"""``gpufleet bmc``: the hosts' BMCs over Redfish (set, status, power, sel-ack) and
+``gpufleet reimage`` by virtual media. Parsing and printing only; the work is in
+``service/bmc.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.domain.bmc import PowerAction
+from gpufleet.errors import ConfigError
+from gpufleet.service import bmc as svc
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("set")
+@boundary
+def set_cmd(
+    host: str = typer.Argument(..., help="The host."),
+    address: str | None = typer.Option(None, "--address", help="BMC URL or host name."),
+    username: str | None = typer.Option(None, "--username", help="BMC login."),
+    password_file: Path | None = typer.Option(
+        None, "--password-file",
+        help="Read the password from this file now and store it encrypted.",
+    ),
+    password_stdin: bool = typer.Option(
+        False, "--password-stdin", help="Read the password from standard input."
+    ),
+    keep_file: Path | None = typer.Option(
+        None, "--password-path",
+        help="Store only this path; the password is read from it at each use.",
+    ),
+    system: str | None = typer.Option(None, "--system", help="Redfish system id behind it."),
+    ca_bundle: Path | None = typer.Option(None, "--ca-bundle", help="CA bundle for its TLS."),
+    insecure: bool | None = typer.Option(
+        None, "--insecure/--verify", help="Skip TLS verification (only when asked)."
+    ),
+    serial: str | None = typer.Option(None, "--serial", help="The machine's serial number."),
+    uuid: str | None = typer.Option(None, "--uuid", help="The machine's system UUID."),
+    as_json: bool = typer.Option(False, "--json", help="Print the stored values as JSON."),
+) -> None:
+    """Set a host's BMC address and credentials (the password is stored encrypted with
+    GPUFLEET_SECRET_KEY and never shown). TLS is verified unless --insecure."""
+    password: str | None = None
+    if password_file is not None and password_stdin:
+        raise ConfigError("give --password-file or --password-stdin, not both")
+    if password_file is not None:
+        try:
+            password = password_file.expanduser().read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--password-file {password_file}: cannot read it "
+                              f"({getattr(exc, 'strerror', None) or type(exc).__name__})"
+                              ) from None
+    elif password_stdin:
+        password = sys.stdin.readline().strip()
+    if password is not None and not password:
+        raise ConfigError("the BMC password is empty")
+    stored = svc.set_bmc(
+        open_fleet(), host, address=address, username=username, password=password,
+        password_file=str(keep_file) if keep_file else None, system=system,
+        ca_bundle=str(ca_bundle) if ca_bundle else None, insecure=insecure, serial=serial,
+        uuid=uuid,
+    )
+    if as_json:
+        print_json({"host": host, "set": stored})
+    else:
+        for k, v in sorted(stored.items()):
+            console.print(f"{lit(host)}: {lit(k)} = {lit(v)}")
+
+
+@app.command("status")
+@boundary
+def status_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (selector); all by default."),
+    forks: int | None = typer.Option(None, "--forks", help="BMCs read at once."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds per request."),
+    as_json: bool = typer.Option(False, "--json", help="Print the reads as JSON."),
+) -> None:
+    """Read each host's BMC: identity, power, health, GPU processors, event-log entries new
+    since the last read; store them; open alarms (identity mismatch, health Critical, new
+    critical SEL entries). Exit 1 when a BMC could not be read."""
+    rows = svc.bmc_status(open_fleet(), selector, forks=forks, timeout_s=timeout)
+    if as_json:
+        print_json({"hosts": [r.as_json() for r in rows]})
+    else:
+        t = Table(title="BMC status")
+        for col in ("host", "bmc", "power", "health", "serial", "GPUs", "new SEL", "notes"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            notes = [*(r.alarms), *([r.diagnosis] if r.diagnosis else []),
+                     *([r.reason] if r.reason else [])]
+            t.add_row(
+                lit(r.host), lit(r.outcome), lit(r.power_state or "-"), lit(r.health or "-"),
+                lit((r.identity or {}).get("serial") or "-"),
+                "-" if r.gpus is None else str(len(r.gpus)),
+                str(len(r.sel_new)), lit("; ".join(notes)),
+            )
+        console.print(t)
+    if not all(r.ok for r in rows):
+        raise typer.Exit(1)
+
+
+@app.command("power")
+@boundary
+def power_cmd(
+    action: PowerAction = typer.Argument(..., help="on, off, cycle or reset."),
+    host: str = typer.Argument(..., help="The host."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    force: bool = typer.Option(False, "--force", help="Even if the host is allocated."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Power a host on/off/cycle/reset through its BMC and wait for the state to settle;
+    refused for allocated hosts unless --force; recorded as a bmc event."""
+    if not yes and not typer.confirm(f"Power {action.value} {host}?", default=False):
+        raise typer.Exit(1)
+    res = svc.power(open_fleet(), host, action, force=force)
+    _report(res, as_json)
+
+
+@app.command("sel-ack")
+@boundary
+def sel_ack_cmd(
+    host: str = typer.Argument(..., help="The host."),
+    reason: str = typer.Option(..., "--reason", help="What was done about it (audited)."),
+) -> None:
+    """Acknowledge a host's BMC event-log fault: closes its bmc-sel alarm (the only way it
+    closes), recorded with actor and reason."""
+    n = svc.sel_ack(open_fleet(), host, reason)
+    console.print(f"{lit(host)}: {n} bmc-sel alarm(s) closed")
+
+
+@boundary
+def reimage_cmd(
+    host: str = typer.Argument(..., help="The host."),
+    image: str | None = typer.Option(None, "--image", help="OS image URL (http/https)."),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="Use this baseline's os_image_url (default: the host's)."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Reimage a host by virtual media: insert the image, one-time boot from it, power-cycle,
+    record a reimage change (the host goes back to validation; accept its new SSH host key
+    with 'gpufleet hosts rekey'). Refused for allocated hosts."""
+    if image and baseline:
+        raise ConfigError("give --image or --baseline, not both")
+    if not yes and not typer.confirm(f"Reimage {host} (its disk is overwritten)?",
+                                     default=False):
+        raise typer.Exit(1)
+    res = svc.reimage(open_fleet(), host, image=image, baseline=baseline)
+    _report(res, as_json)
+
+
+def _report(res: svc.BmcAction, as_json: bool) -> None:
+    if as_json:
+        print_json(res.as_json())
+    elif res.ok:
+        console.print(f"{lit(res.host)}: {lit(res.action)} done, power {lit(res.power_state)}"
+                      + (f", state {lit(res.state)}" if res.state else ""))
+        for n in res.notes:
+            console.print(f"  note: {lit(n)}")
+    else:
+        err_console.print(f"[bold red]error:[/] {lit(res.reason)}", soft_wrap=True)
+    if not res.ok:
+        raise typer.Exit(1)
