@@ -14,10 +14,10 @@ Groups (the ``group`` of each field, used by :func:`settings_doc` and the README
 * ``evidence``   active tests (``evidence run``): forks and timeout
 * ``validate``   profiles, Xid policy, validation lifetime and lifecycle deadlines
 * ``reclaim``    what a released host must be clean of (data paths, scratch, idle GPU memory)
-* ``bmc``        the out-of-band controllers over Redfish: forks, timeouts, a default password
 * ``secrets``    the key that encrypts inventory secrets: ``GPUFLEET_SECRET_KEY`` or
   ``GPUFLEET_SECRET_KEY_FILE`` (one, not both)
 * ``lab``        the simulated lab: ``GPUFLEET_CAPTURES``
+* ``api``        ``gpufleet serve``: ``GPUFLEET_API_TOKENS_FILE`` (who may call the API)
 
 ``GPUFLEET_SYSROOT`` is not a controller setting: it is read by the remote collection script on
 the host it runs on (the lab's sshd hosts set it), so it is not listed here.
@@ -249,36 +249,6 @@ class Settings(BaseSettings):
         group="k8s",
         doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
     )
-    # -- bmc ------------------------------------------------------------------------------
-    bmc_forks: int = _setting(
-        50,
-        env="GPUFLEET_BMC_FORKS",
-        group="bmc",
-        ge=1,
-        le=10_000,
-        doc="BMCs read at once by bmc status (--forks).",
-    )
-    bmc_timeout_s: float = _setting(
-        10.0,
-        env="GPUFLEET_BMC_TIMEOUT",
-        group="bmc",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds to connect to a BMC and for each Redfish request (--timeout).",
-    )
-    bmc_settle_s: float = _setting(
-        120.0,
-        env="GPUFLEET_BMC_SETTLE",
-        group="bmc",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds bmc power and reimage wait for the power state to settle.",
-    )
-    bmc_password: SecretStr | None = _setting(
-        env="GPUFLEET_BMC_PASSWORD",
-        group="bmc",
-        doc="BMC password for hosts without their own (never printed or stored).",
-    )
     # -- secrets --------------------------------------------------------------------------
     secret_key: SecretStr | None = _setting(
         env="GPUFLEET_SECRET_KEY",
@@ -296,22 +266,13 @@ class Settings(BaseSettings):
         group="lab",
         doc="Captured tool output the simulated lab answers with (default: the shipped copy).",
     )
-    # -- secrets --------------------------------------------------------------------------
-    secret_key: SecretStr | None = _setting(
-        env="GPUFLEET_SECRET_KEY",
-        group="secrets",
-        doc="Key that encrypts inventory secrets in the store (never printed).",
-    )
-    secret_key_file: Path | None = _setting(
-        env="GPUFLEET_SECRET_KEY_FILE",
-        group="secrets",
-        doc="File holding that key (instead of GPUFLEET_SECRET_KEY).",
-    )
-    # -- lab ------------------------------------------------------------------------------
-    captures_dir: Path | None = _setting(
-        env="GPUFLEET_CAPTURES",
-        group="lab",
-        doc="Captured tool output the simulated lab answers with (default: the shipped copy).",
+    # -- api ------------------------------------------------------------------------------
+    api_tokens_file: Path | None = _setting(
+        env="GPUFLEET_API_TOKENS_FILE",
+        group="api",
+        doc="YAML of API bearer tokens: SHA-256 of the token -> role (viewer, operator, "
+        "admin) or {role, name}; tokens are never stored in clear. Unset: every API call "
+        "is refused (401).",
     )
 
     # -- validation of single values --------------------------------------------------------
@@ -382,7 +343,13 @@ class Settings(BaseSettings):
             raise ValueError("contains control characters")
         return v
 
-    @field_validator("profiles_file", "xid_policy_file", "secret_key_file", "failure_rules_file")
+    @field_validator(
+        "profiles_file",
+        "xid_policy_file",
+        "secret_key_file",
+        "failure_rules_file",
+        "api_tokens_file",
+    )
     @classmethod
     def _readable_file(cls, v: Path | None) -> Path | None:
         if v is None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from gpufleet.api.schemas import HostDetailOut, HostOut
 from gpufleet.cli.common import (
     boundary,
     cell,
@@ -60,7 +59,7 @@ def list_cmd(
     """List hosts with state, GPUs, driver and last collection."""
     rows = list_hosts(open_fleet(), selector, group=group, model=model, state=state, pool=pool)
     if as_json:
-        print_json([asdict(r) for r in rows])
+        print_json([HostOut.of(r).json_dict() for r in rows])
         return
     t = Table(
         title=f"{len(rows)} hosts",
@@ -99,18 +98,7 @@ def show_cmd(
     """Facts, GPU table, NICs, last collections and recent events of one host."""
     d = show_host(open_fleet(), name)
     if as_json:
-        print_json(
-            {
-                "host": asdict(d.view),
-                "expected": d.expected,
-                "host_key": d.host_key,
-                "facts": d.facts.model_dump(mode="json") if d.facts else None,
-                "events": d.events,
-                "collections": d.collections,
-                "alarms": [asdict(a) for a in d.alarms],
-                "evidence": d.evidence,
-            }
-        )
+        print_json(HostDetailOut.of(d).json_dict())
         return
     v, f = d.view, d.facts
     console.print(

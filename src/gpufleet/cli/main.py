@@ -8,7 +8,6 @@ import typer
 
 from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
-from gpufleet.cli import bmc as bmc_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
 from gpufleet.cli import export as export_cmds
@@ -16,6 +15,7 @@ from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
 from gpufleet.cli import reclaim as reclaim_cmds
+from gpufleet.cli import serve as serve_cmds
 from gpufleet.cli import slurm as slurm_cmds
 from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli.common import OPTIONS
@@ -76,9 +76,8 @@ hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
 app.add_typer(slurm_cmds.app, name="slurm", help="Slurm: export node definitions, sync drains.")
 app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, import, report.")
-app.add_typer(bmc_cmds.app, name="bmc", help="BMCs over Redfish: set, status, power, sel-ack.")
-app.command("reimage")(bmc_cmds.reimage_cmd)
 export_cmds.register(app)
+app.command("serve")(serve_cmds.serve_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

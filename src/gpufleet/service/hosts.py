@@ -11,6 +11,7 @@ from sqlalchemy import ColumnElement, desc, func, select
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import AlarmView, open_alarms
+from gpufleet.service.allocation import LeaseView, list_leases
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import (
     check_state,
@@ -20,8 +21,16 @@ from gpufleet.service.select import (
     nothing_matches,
     select_hosts,
 )
+from gpufleet.service.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
-from gpufleet.store.tables import CollectionResult, Event, EvidenceRow, FactSnapshot, Host
+from gpufleet.store.tables import (
+    CollectionResult,
+    Event,
+    EvidenceRow,
+    FactSnapshot,
+    Host,
+    Validation,
+)
 
 
 @dataclass
@@ -60,6 +69,12 @@ class HostDetail:
     collections: list[dict[str, Any]] = field(default_factory=list)
     alarms: list[AlarmView] = field(default_factory=list)  # open ones, oldest first
     evidence: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    #: The latest validation (decision, baseline, profiles, results, expiry); None: never.
+    validation: dict[str, Any] | None = None
+    #: Scheduling labels and taints (``summary.host_labels``), holding leases and reservations.
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[str] = field(default_factory=list)
+    leases: list[LeaseView] = field(default_factory=list)
 
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
@@ -92,9 +107,14 @@ def list_hosts(
     model: str | None = None,
     state: str | None = None,
     pool: str | None = None,
+    after: str | None = None,
+    limit: int | None = None,
 ) -> list[HostView]:
-    """Hosts matching the selector AND every given filter, by name."""
+    """Hosts matching the selector AND every given filter, by name; ``after`` and ``limit``
+    page through them (keyset on the name: the hosts after that name, at most ``limit``)."""
     where: list[ColumnElement[bool]] = []
+    if after is not None:
+        where.append(Host.name > after)
     if group:
         where.append(group_clause(group))
     if model:
@@ -105,9 +125,10 @@ def list_hosts(
         where.append(Host.pool == pool)
     with fleet.db.session() as s:
         rows = [
-            _view(h, snap) for h, snap in hosts_with_latest_facts(s, select_hosts(selector), *where)
+            _view(h, snap)
+            for h, snap in hosts_with_latest_facts(s, select_hosts(selector), *where, limit=limit)
         ]
-    if not rows and (is_explicit(selector) or group or model or state or pool):
+    if not rows and after is None and (is_explicit(selector) or group or model or state or pool):
         filters = [
             f"{k}:{v}"
             for k, v in (("group", group), ("model", model), ("state", state), ("pool", pool))
@@ -118,7 +139,16 @@ def list_hosts(
 
 
 def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
-    """Facts, last collections and recent events of one host."""
+    """Facts, last collections, recent events, validation, labels and leases of one host."""
+    detail = _show_host(fleet, name, events)
+    for hl in host_labels(fleet, detail.view.name):
+        if hl.host == detail.view.name:
+            detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
+    detail.leases = list_leases(fleet, detail.view.name)
+    return detail
+
+
+def _show_host(fleet: Fleet, name: str, events: int) -> HostDetail:
     with fleet.db.session() as s:
         h = host_by_name(s, name)
         snap = s.get(FactSnapshot, h.latest_snapshot_id) if h.latest_snapshot_id else None
@@ -140,7 +170,23 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
             .order_by(desc(EvidenceRow.recorded_at), desc(EvidenceRow.id))
             .limit(5)
         )
+        val = s.scalar(
+            select(Validation)
+            .where(Validation.host_id == h.id)
+            .order_by(desc(Validation.at), desc(Validation.id))
+            .limit(1)
+        )
         return HostDetail(
+            validation=None
+            if val is None
+            else {
+                "at": val.at,
+                "decision": str(val.decision),
+                "baseline": val.baseline,
+                "profiles": list(val.profiles or []),
+                "results": list(val.results or []),
+                "expires_at": val.expires_at,
+            },
             alarms=open_alarms(s, [h.id]),
             evidence=[
                 {
@@ -187,14 +233,25 @@ def snapshot_count(fleet: Fleet, name: str) -> int:
 
 
 def list_events(
-    fleet: Fleet, host: str | None = None, *, kind: str | None = None, limit: int = 50
+    fleet: Fleet,
+    host: str | None = None,
+    *,
+    kind: str | None = None,
+    limit: int = 50,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[dict[str, Any]]:
-    """The newest events (audit log), optionally for one host and/or of one kind."""
+    """The newest events (audit log), optionally for one host and/or of one kind, at or
+    after ``since`` and before ``until``."""
     stmt = select(Event).order_by(desc(Event.at), desc(Event.id)).limit(limit)
     if host:
         stmt = stmt.where(Event.host_name == host)
     if kind:
         stmt = stmt.where(Event.kind == kind)
+    if since is not None:
+        stmt = stmt.where(Event.at >= since)
+    if until is not None:
+        stmt = stmt.where(Event.at < until)
     with fleet.db.session() as s:
         return [
             {

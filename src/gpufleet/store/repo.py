@@ -31,11 +31,12 @@ def host_by_name(s: Session, name: str, *, for_update: bool = False) -> Host:
 
 
 def hosts_with_latest_facts(
-    s: Session, hosts: Select[Host], *where: ColumnElement[bool]
+    s: Session, hosts: Select[Host], *where: ColumnElement[bool], limit: int | None = None
 ) -> list[tuple[Host, FactSnapshot | None]]:
     """Each host ``hosts`` selects (e.g. ``select_hosts(selector)``) with its latest good
-    snapshot (None before the first collection), by name. ``where`` adds clauses that may
-    name either table (e.g. a model filter on :class:`FactSnapshot`)."""
+    snapshot (None before the first collection), by name (the first ``limit`` of them).
+    ``where`` adds clauses that may name either table (e.g. a model filter on
+    :class:`FactSnapshot`)."""
     ids = hosts.with_only_columns(Host.id).order_by(None)
     stmt = (
         select(Host, FactSnapshot)
@@ -43,6 +44,8 @@ def hosts_with_latest_facts(
         .where(Host.id.in_(ids), *where)
         .order_by(Host.name)
     )
+    if limit is not None:
+        stmt = stmt.limit(limit)
     return [(h, snap) for h, snap in s.execute(stmt)]
 
 

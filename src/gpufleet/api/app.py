@@ -1,0 +1,97 @@
+"""The API application: ``/api/v1`` (OpenAPI at ``/api/v1/openapi.json``) and ``/metrics``.
+
+One error boundary: a :class:`~gpufleet.errors.GpufleetError` becomes its ``http_status``
+with the one JSON shape ``{"error": {"code", "message", "retryable"}}``; FastAPI's own
+refusals (an unknown route, a body or query that does not validate) get the same shape,
+with the field named in the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException
+
+import gpufleet
+from gpufleet.api.auth import TokenStore
+from gpufleet.api.deps import ApiContext
+from gpufleet.api.metrics import registry_for
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes import fleet as fleet_routes
+from gpufleet.api.routes import hosts as host_routes
+from gpufleet.api.routes import leases as lease_routes
+from gpufleet.api.schemas import Health
+from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.service.fleet import Fleet
+
+PREFIX = "/api/v1"
+
+
+def _error(exc: GpufleetError, status: int | None = None) -> JSONResponse:
+    status = status or exc.http_status
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(exc.as_json(), status_code=status, headers=headers)
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where, rest = parts[0], parts[1:]
+        return f"{where} field '{'.'.join(rest)}'" if rest else where
+    return ".".join(parts) or "request"
+
+
+def create_app(fleet: Fleet, tokens: TokenStore | None = None) -> FastAPI:
+    """The API over ``fleet``; ``tokens`` default to the fleet's ``GPUFLEET_API_TOKENS_FILE``."""
+    app = FastAPI(
+        title="gpufleet",
+        version=gpufleet.__version__,
+        description="GPU fleet inventory, validation and allocation. Every error is "
+        '`{"error": {"code", "message", "retryable"}}`.',
+        openapi_url=f"{PREFIX}/openapi.json",
+        docs_url=f"{PREFIX}/docs",
+        redoc_url=None,
+    )
+    store = tokens if tokens is not None else TokenStore(fleet.settings.api_tokens_file)
+    app.state.ctx = ApiContext(fleet=fleet, tokens=store)
+
+    @app.exception_handler(GpufleetError)
+    async def gpufleet_error(request: Request, exc: GpufleetError) -> JSONResponse:
+        return _error(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{_field(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in exc.errors()
+        )
+        return _error(ConfigError(f"invalid request: {problems}"))
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 404:
+            return _error(NotFound(f"no such resource: {request.url.path}"))
+        err = GpufleetError(f"{request.method} {request.url.path}: {exc.detail}")
+        return _error(err, exc.status_code)
+
+    v1 = APIRouter(prefix=PREFIX)
+
+    @v1.get("/health", summary="Liveness (no token needed)", tags=["server"], responses=ERRORS)
+    def health() -> Health:
+        return Health(status="ok", version=app.version)
+
+    v1.include_router(host_routes.router)
+    v1.include_router(lease_routes.router)
+    v1.include_router(fleet_routes.router)
+    app.include_router(v1)
+
+    registry = registry_for(lambda: fleet)
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

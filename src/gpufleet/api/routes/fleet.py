@@ -1,0 +1,116 @@
+"""``/api/v1/baselines``, ``/pools``, ``/drift``, ``/alarms``, ``/failures``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.api.deps import as_operator, as_viewer
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.schemas import (
+    AlarmOut,
+    BaselineOut,
+    DriftOut,
+    FailureIn,
+    FailureOut,
+    FailureReportOut,
+    InTime,
+    PoolOut,
+)
+from gpufleet.domain.leases import parse_duration
+from gpufleet.service import baselines, failures, overview
+from gpufleet.service.fleet import Fleet
+
+router = APIRouter(responses=ERRORS)
+
+
+@router.get("/baselines", summary="Baselines and the pools that point at each", tags=["baselines"])
+def baselines_list(fleet: Fleet = Depends(as_viewer)) -> list[BaselineOut]:
+    return [BaselineOut.of(b, pools) for b, pools in baselines.list_baselines(fleet)]
+
+
+@router.get("/baselines/{name}", summary="One baseline", tags=["baselines"])
+def baselines_show(name: str, fleet: Fleet = Depends(as_viewer)) -> BaselineOut:
+    b = baselines.get_baseline(fleet, name)
+    pools = next((p for x, p in baselines.list_baselines(fleet) if x.name == b.name), [])
+    return BaselineOut.of(b, pools)
+
+
+@router.get("/pools", summary="Pools with their baseline and size", tags=["baselines"])
+def pools_list(fleet: Fleet = Depends(as_viewer)) -> list[PoolOut]:
+    return [
+        PoolOut(name=p.name, baseline=p.baseline, hosts=p.hosts)
+        for p in baselines.list_pools(fleet)
+    ]
+
+
+@router.get("/drift", summary="Hosts compared with their pool's baseline", tags=["baselines"])
+def drift_report(selector: str | None = None, fleet: Fleet = Depends(as_viewer)) -> DriftOut:
+    return DriftOut.of(baselines.drift(fleet, selector))
+
+
+@router.get("/alarms", summary="Alarms (open ones unless all=true), oldest first", tags=["alarms"])
+def alarms_list(
+    host: str | None = None,
+    severity: str | None = Query(None, description="warning or critical."),
+    all: bool = Query(False, description="Include closed alarms."),
+    limit: int = Query(500, ge=1, le=5000),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[AlarmOut]:
+    rows = overview.list_alarms(
+        fleet, host=host, severity=severity, include_closed=all, limit=limit
+    )
+    return [AlarmOut.of(a) for a in rows]
+
+
+@router.get("/failures", summary="Recorded job failures, newest first", tags=["failures"])
+def failures_list(
+    host: str | None = None,
+    since: InTime | None = None,
+    limit: int = Query(500, ge=1, le=5000),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[FailureOut]:
+    rows = overview.list_failures(fleet, host=host, since=since, limit=limit)
+    return [
+        FailureOut(
+            job=f.job,
+            host=f.host,
+            gpu=f.gpu,
+            at=f.at,
+            category=f.category,
+            rule=f.rule,
+            message=f.message,
+            source=f.source,
+            actor=f.actor,
+        )
+        for f in rows
+    ]
+
+
+@router.post("/failures", summary="Record one job failure (classified)", tags=["failures"])
+def failures_record(body: FailureIn, fleet: Fleet = Depends(as_operator)) -> FailureOut:
+    r = failures.record_failure(
+        fleet,
+        job=body.job,
+        host=body.host,
+        gpu=body.gpu,
+        time=body.time.isoformat(),
+        message=body.message,
+    )
+    return FailureOut(
+        job=r.job,
+        host=r.host,
+        gpu=r.gpu,
+        at=r.at,
+        category=r.category,
+        rule=r.rule,
+        message=body.message,
+    )
+
+
+@router.get("/failures/report", summary="Where failures concentrate (read only)", tags=["failures"])
+def failures_report(
+    since: str = Query("7d", description="Window, e.g. 24h, 7d."),
+    fleet: Fleet = Depends(as_viewer),
+) -> FailureReportOut:
+    rep = failures.failure_report(fleet, parse_duration(since, "since"))
+    return FailureReportOut.model_validate(rep.as_json())

@@ -1,0 +1,113 @@
+"""``/api/v1/hosts``, ``/events``, ``/maintenance``."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.api.deps import as_admin, as_viewer
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.schemas import (
+    EventOut,
+    HostDetailOut,
+    HostOut,
+    HostOutcomeOut,
+    HostPage,
+    MaintenanceOffIn,
+    MaintenanceOnIn,
+)
+from gpufleet.errors import ConfigError
+from gpufleet.service import operations
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.hosts import list_events, list_hosts, show_host
+
+router = APIRouter(tags=["hosts"], responses=ERRORS)
+
+SELECTOR = "NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R; comma = union."
+
+
+def encode_cursor(name: str) -> str:
+    """The opaque cursor after host ``name``."""
+    return base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The host name a cursor stands for; ConfigError (422) naming ``cursor`` otherwise."""
+    try:
+        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ConfigError(f"cursor '{cursor[:40]}': not a cursor this API returned") from None
+
+
+@router.get("/hosts", summary="List hosts (the CLI's selectors), a page at a time")
+def hosts_list(
+    selector: str | None = Query(None, description=SELECTOR),
+    group: str | None = None,
+    model: str | None = Query(None, description="GPU model substring, e.g. H100."),
+    state: str | None = None,
+    pool: str | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    cursor: str | None = Query(None, description="next_cursor of the previous page."),
+    fleet: Fleet = Depends(as_viewer),
+) -> HostPage:
+    after = decode_cursor(cursor) if cursor else None
+    rows = list_hosts(
+        fleet,
+        selector,
+        group=group,
+        model=model,
+        state=state,
+        pool=pool,
+        after=after,
+        limit=limit + 1,
+    )
+    page = rows[:limit]
+    more = len(rows) > limit
+    return HostPage(
+        items=[HostOut.of(v) for v in page],
+        limit=limit,
+        next_cursor=encode_cursor(page[-1].name) if more and page else None,
+    )
+
+
+@router.get("/hosts/{name}", summary="One host: facts summary, GPUs, NICs, labels, ...")
+def hosts_show(name: str, fleet: Fleet = Depends(as_viewer)) -> HostDetailOut:
+    return HostDetailOut.of(show_host(fleet, name))
+
+
+@router.get("/events", summary="The audit log, newest first", tags=["events"])
+def events_list(
+    host: str | None = None,
+    kind: str | None = Query(None, description="transition, alarm, change-detected ..."),
+    since: datetime | None = Query(None, description="At or after this time."),
+    until: datetime | None = Query(None, description="Before this time."),
+    limit: int = Query(50, ge=1, le=1000),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[EventOut]:
+    rows = list_events(fleet, host, kind=kind, limit=limit, since=since, until=until)
+    return [EventOut.of(e) for e in rows]
+
+
+@router.post("/maintenance/on", summary="Put hosts in maintenance", tags=["maintenance"])
+def maintenance_on(body: MaintenanceOnIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each(
+        fleet,
+        body.selector,
+        lambda n: operations.maintenance_on(fleet, n, body.reason, body.until, body.eta),
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.post(
+    "/maintenance/off", summary="End maintenance (hosts go to validating)", tags=["maintenance"]
+)
+def maintenance_off(
+    body: MaintenanceOffIn, fleet: Fleet = Depends(as_admin)
+) -> list[HostOutcomeOut]:
+    outcomes = operations.each(
+        fleet, body.selector, lambda n: operations.maintenance_off(fleet, n, body.reason)
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]

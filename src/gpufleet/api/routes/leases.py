@@ -1,0 +1,155 @@
+"""``/api/v1/leases``, ``/allocate``, ``/capacity``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.api.deps import as_operator, as_viewer
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.schemas import (
+    AllocateIn,
+    AllocationOut,
+    CapacityCheckOut,
+    CapacityOut,
+    InTime,
+    LeaseOut,
+    RefusalOut,
+    ReleasedOut,
+    ReleaseIn,
+    RenewIn,
+)
+from gpufleet.domain.leases import parse_duration, parse_gpu_memory, parse_percent
+from gpufleet.domain.placement import Request
+from gpufleet.service import allocation, capacity
+from gpufleet.service.fleet import Fleet
+
+router = APIRouter(tags=["leases"], responses=ERRORS)
+
+
+@router.get("/leases", summary="Leases and reservations (holding ones unless all=true)")
+def leases_list(
+    selector: str | None = Query(None, description="Leases holding these hosts."),
+    owner: str | None = None,
+    all: bool = Query(False, description="Include released and cancelled leases."),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[LeaseOut]:
+    rows = allocation.list_leases(fleet, selector, owner=owner, include_ended=all)
+    return [LeaseOut.of(v) for v in rows]
+
+
+@router.get("/leases/{lease_id}", summary="One lease with its hosts and GPU UUIDs")
+def leases_show(lease_id: int, fleet: Fleet = Depends(as_viewer)) -> LeaseOut:
+    return LeaseOut.of(allocation.show_lease(fleet, lease_id))
+
+
+@router.post("/leases", summary="Allocate (or reserve from start) whole hosts")
+def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> AllocationOut:
+    req = Request(
+        gpus=body.gpus,
+        hosts=body.hosts,
+        model=body.model,
+        min_gpu_memory_mib=parse_gpu_memory(body.min_gpu_memory) if body.min_gpu_memory else None,
+        fabric=body.fabric,
+        profile=body.profile,
+    )
+    got = allocation.allocate(
+        fleet,
+        req,
+        owner=body.owner,
+        purpose=body.purpose,
+        duration=parse_duration(body.duration, "for") if body.duration else None,
+        until=body.until,
+        start=body.start,
+        selector=body.selector,
+    )
+    r = got.refusal
+    return AllocationOut(
+        granted=got.lease is not None,
+        lease=LeaseOut.of(got.lease) if got.lease is not None else None,
+        refusal=None
+        if r is None or got.lease is not None
+        else RefusalOut(
+            reason=r.message,
+            counts=dict(r.counts),
+            held=[dict(h) for h in r.held],
+            missing_gpus=r.missing_gpus,
+        ),
+        warnings=list(got.warnings),
+    )
+
+
+@router.post("/leases/{lease_id}/renew", summary="Move a lease's expiry")
+def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operator)) -> LeaseOut:
+    v = allocation.renew(
+        fleet,
+        lease_id,
+        duration=parse_duration(body.duration, "for") if body.duration else None,
+        until=body.until,
+    )
+    return LeaseOut.of(v)
+
+
+@router.post("/leases/{lease_id}/release", summary="End a lease (hosts go to reclaiming)")
+def leases_release(
+    lease_id: int, body: ReleaseIn, fleet: Fleet = Depends(as_operator)
+) -> ReleasedOut:
+    out = allocation.release(fleet, lease_id, body.reason)
+    return ReleasedOut(
+        lease=LeaseOut.of(out.lease),
+        reclaiming=list(out.reclaiming),
+        reclaim=str(out.reclaim) if out.reclaim is not None else None,
+        note=out.note,
+        warnings=list(out.warnings),
+    )
+
+
+@router.get(
+    "/capacity",
+    summary="GPUs free / allocated / reserved / ... by model, pool, profile",
+    tags=["capacity"],
+)
+def capacity_report(
+    selector: str | None = None,
+    at: InTime | None = Query(None, description="What will be free at this time."),
+    fleet: Fleet = Depends(as_viewer),
+) -> CapacityOut:
+    rep = capacity.capacity(fleet, selector, at)
+    return CapacityOut.model_validate(
+        {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
+    )
+
+
+@router.get(
+    "/capacity/check", summary="CI gate: are enough GPUs allocatable now?", tags=["capacity"]
+)
+def capacity_check(
+    gpus: int = Query(..., ge=1),
+    model: str | None = None,
+    profile: str | None = None,
+    headroom: str = Query("0%", description="Extra on top, e.g. 10%."),
+    selector: str | None = None,
+    fleet: Fleet = Depends(as_viewer),
+) -> CapacityCheckOut:
+    r = capacity.check(
+        fleet,
+        gpus=gpus,
+        model=model,
+        profile=profile,
+        headroom=parse_percent(headroom),
+        selector=selector,
+    )
+    return CapacityCheckOut.model_validate(
+        {
+            "ok": r.ok,
+            "requested": r.requested,
+            "headroom": r.headroom,
+            "needed": r.needed,
+            "allocatable": r.allocatable,
+            "missing": r.missing,
+            "model": r.model,
+            "profile": r.profile,
+            "message": r.message,
+            "held": r.held,
+            "frees": r.frees,
+        }
+    )

@@ -1,0 +1,613 @@
+"""The typed shapes of the API (``/api/v1``) and of the CLI's ``--json`` for the same objects.
+
+These are the published contract: the internal read models (``service.hosts.HostView``,
+``service.allocation.LeaseView`` ...) are mapped onto them field by field here (``of``), so an
+internal rename never changes a response silently. Times are ISO 8601 with the zone
+(``2026-01-05T10:00:00+00:00``; naive values are UTC), the same as the CLI always printed.
+
+Only pydantic: the CLI imports this module without loading the web server.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
+
+from gpufleet.domain.facts import HostFacts
+from gpufleet.errors import GpufleetError
+
+
+def _iso(dt: datetime) -> str:
+    return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).isoformat()
+
+
+#: A timestamp: ISO 8601 with the zone in JSON.
+Time = Annotated[
+    datetime,
+    PlainSerializer(_iso, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}, mode="serialization"),
+]
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+#: A time given by the caller: without a zone it is UTC (as the CLI reads it).
+InTime = Annotated[datetime, AfterValidator(_utc)]
+
+
+class Schema(BaseModel):
+    """Base of every API shape: unknown request fields are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def json_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict (what the API sends and the CLI prints)."""
+        return self.model_dump(mode="json")
+
+
+# --- errors -------------------------------------------------------------------------------
+
+
+class ErrorBody(Schema):
+    code: str = Field(description="Stable machine name of the error class (errors.py).")
+    message: str
+    retryable: bool = Field(description="True: the same call may succeed later unchanged.")
+
+
+class ErrorOut(Schema):
+    """The one error shape: ``{"error": {"code", "message", "retryable"}}``."""
+
+    error: ErrorBody
+
+    @classmethod
+    def of(cls, exc: GpufleetError) -> ErrorOut:
+        return cls.model_validate(exc.as_json())
+
+
+# --- hosts --------------------------------------------------------------------------------
+
+
+class HostOut(Schema):
+    """One host as listed (``hosts list``)."""
+
+    name: str
+    address: str
+    state: str
+    health: str
+    fault: str | None
+    pool: str | None
+    groups: list[str]
+    gpu_count: int | None = Field(description="None: never collected.")
+    gpu_model: str | None
+    driver: str | None
+    cuda: str | None
+    profiles: list[str] = Field(description="Workload profiles the host is validated for.")
+    last_collected_at: Time | None
+    last_outcome: str | None
+    last_reason: str | None
+    status_reason: str | None
+    eta: Time | None = Field(description="Expected back (maintenance or quarantine).")
+
+    @classmethod
+    def of(cls, v: Any) -> HostOut:
+        """From ``service.hosts.HostView``."""
+        return cls(
+            name=v.name,
+            address=v.address,
+            state=str(v.state),
+            health=str(v.health),
+            fault=None if v.fault is None else str(v.fault),
+            pool=v.pool,
+            groups=list(v.groups),
+            gpu_count=v.gpu_count,
+            gpu_model=v.gpu_model,
+            driver=v.driver,
+            cuda=v.cuda,
+            profiles=list(v.profiles),
+            last_collected_at=v.last_collected_at,
+            last_outcome=None if v.last_outcome is None else str(v.last_outcome),
+            last_reason=v.last_reason,
+            status_reason=v.status_reason,
+            eta=v.eta,
+        )
+
+
+class HostPage(Schema):
+    """A page of hosts; pass ``next_cursor`` as ``cursor`` for the next one (None: last)."""
+
+    items: list[HostOut]
+    limit: int
+    next_cursor: str | None
+
+
+class FactsSummary(Schema):
+    collected_at: Time
+    hostname: str | None
+    os: str | None
+    kernel: str | None
+    driver_version: str | None
+    cuda_version: str | None
+    cpu_count: int | None
+    memory_total_kib: int | None
+    system_vendor: str | None
+    system_product: str | None
+    pci_gpus: int = Field(description="NVIDIA GPUs seen on the PCI bus.")
+    nvidia_smi_error: str | None
+    problems: list[str]
+
+
+class GpuOut(Schema):
+    index: int
+    model: str | None
+    uuid: str | None
+    serial: str | None
+    pci_bus_id: str | None
+    vbios_version: str | None
+    memory_total_mib: int | None
+    temperature_c: float | None
+    power_draw_w: float | None
+    ecc_uncorrectable_volatile: int | None
+    remapped_rows: str | None = Field(description="ok, pending, failure; None: not reported.")
+    error: str | None
+
+
+class NicPortOut(Schema):
+    ca: str
+    port: int
+    state: str | None
+    physical_state: str | None
+    rate_gbps: float | None
+    link_layer: str | None
+    firmware: str | None
+
+
+class EventOut(Schema):
+    at: Time
+    actor: str
+    host: str | None = None
+    kind: str
+    message: str
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, e: dict[str, Any], host: str | None = None) -> EventOut:
+        return cls(
+            at=e["at"],
+            actor=e["actor"],
+            host=e.get("host", host),
+            kind=str(e["kind"]),
+            message=e["message"],
+            data=dict(e.get("data") or {}),
+        )
+
+
+class CollectionOut(Schema):
+    run_id: int | None
+    outcome: str
+    reason: str | None
+    duration_s: float
+
+
+class AlarmOut(Schema):
+    host: str
+    kind: str
+    severity: str
+    opened_at: Time
+    message: str
+    acknowledged_by: str | None
+    closed_at: Time | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, a: Any) -> AlarmOut:
+        """From ``service.alarms.AlarmView``."""
+        return cls(
+            host=a.host,
+            kind=str(a.kind),
+            severity=str(a.severity),
+            opened_at=a.opened_at,
+            message=a.message,
+            acknowledged_by=a.acknowledged_by,
+            closed_at=a.closed_at,
+            reason=a.reason,
+        )
+
+
+class EvidenceOut(Schema):
+    at: Time
+    kind: str
+    passed: bool | None
+    summary: str | None
+    source: str | None
+    actor: str | None
+
+
+class ValidationOut(Schema):
+    at: Time
+    decision: str
+    baseline: str | None
+    profiles: list[str]
+    results: list[dict[str, Any]]
+    expires_at: Time | None
+
+
+class LeaseOut(Schema):
+    id: int
+    owner: str
+    purpose: str
+    state: str
+    actor: str
+    starts_at: Time
+    ends_at: Time
+    created_at: Time
+    hosts: list[str]
+    gpus: int
+    gpu_uuids: dict[str, list[str]]
+    request: dict[str, Any]
+    released_at: Time | None
+    notified_at: Time | None
+    reason: str | None
+
+    @classmethod
+    def of(cls, v: Any) -> LeaseOut:
+        """From ``service.allocation.LeaseView``."""
+        return cls.model_validate(v.as_dict())
+
+
+def _gpu(g: Any) -> GpuOut:
+    rr = g.remapped_rows
+    return GpuOut(
+        index=g.index,
+        model=g.product_name,
+        uuid=g.uuid,
+        serial=g.serial,
+        pci_bus_id=g.pci_bus_id,
+        vbios_version=g.vbios_version,
+        memory_total_mib=g.memory_total_mib,
+        temperature_c=g.temperature_c,
+        power_draw_w=g.power_draw_w,
+        ecc_uncorrectable_volatile=g.ecc_volatile.uncorrectable if g.ecc_volatile else None,
+        remapped_rows=None
+        if rr is None
+        else ("failure" if rr.failure else "pending" if rr.pending else "ok"),
+        error=g.error,
+    )
+
+
+class HostDetailOut(Schema):
+    """One host (``hosts show``): the row, a facts summary, GPUs, NIC ports, labels,
+    validation, open alarms, leases, recent events; ``facts`` is the whole collected
+    document as stored (its shape is versioned by ``facts_version``)."""
+
+    host: HostOut
+    expected: dict[str, Any]
+    host_key: str | None
+    summary: FactsSummary | None = Field(description="None: never collected.")
+    gpus: list[GpuOut]
+    nics: list[NicPortOut]
+    labels: dict[str, str]
+    taints: list[str]
+    validation: ValidationOut | None
+    alarms: list[AlarmOut]
+    leases: list[LeaseOut]
+    events: list[EventOut]
+    collections: list[CollectionOut]
+    evidence: list[EvidenceOut]
+    facts: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, d: Any) -> HostDetailOut:
+        """From ``service.hosts.HostDetail``."""
+        f: HostFacts | None = d.facts
+        summary = None
+        if f is not None:
+            summary = FactsSummary(
+                collected_at=f.collected_at,
+                hostname=f.hostname,
+                os=f.os.pretty_name if f.os else None,
+                kernel=f.kernel,
+                driver_version=f.driver_version,
+                cuda_version=f.cuda_version,
+                cpu_count=f.cpu_count,
+                memory_total_kib=f.memory_total_kib,
+                system_vendor=f.system_vendor,
+                system_product=f.system_product,
+                pci_gpus=len(f.pci_gpus),
+                nvidia_smi_error=f.nvidia_smi_error,
+                problems=list(f.problems),
+            )
+        return cls(
+            host=HostOut.of(d.view),
+            expected=dict(d.expected),
+            host_key=d.host_key,
+            summary=summary,
+            gpus=[_gpu(g) for g in f.gpus] if f else [],
+            nics=[
+                NicPortOut(
+                    ca=p.ca,
+                    port=p.port,
+                    state=p.state,
+                    physical_state=p.physical_state,
+                    rate_gbps=p.rate_gbps,
+                    link_layer=p.link_layer,
+                    firmware=p.firmware,
+                )
+                for p in (f.ib_ports or [] if f else [])
+            ],
+            labels=dict(d.labels),
+            taints=list(d.taints),
+            validation=None if d.validation is None else ValidationOut(**d.validation),
+            alarms=[AlarmOut.of(a) for a in d.alarms],
+            leases=[LeaseOut.of(v) for v in d.leases],
+            events=[EventOut.of(e, d.view.name) for e in d.events],
+            collections=[CollectionOut(**c) for c in d.collections],
+            evidence=[
+                EvidenceOut(**{**e, "kind": str(e["kind"]), "source": e.get("source")})
+                for e in d.evidence
+            ],
+            facts=f.model_dump(mode="json") if f else None,
+        )
+
+
+# --- baselines, pools, drift --------------------------------------------------------------
+
+
+class BaselineOut(Schema):
+    name: str
+    status: str
+    purpose: str
+    pools: list[str]
+    spec: dict[str, Any] = Field(description="Every pinned field of the baseline.")
+
+    @classmethod
+    def of(cls, b: Any, pools: list[str]) -> BaselineOut:
+        """From ``domain.spec.Baseline`` and the pools pointing at it."""
+        spec = b.model_dump(mode="json", exclude={"name", "status", "purpose"})
+        return cls(name=b.name, status=str(b.status), purpose=b.purpose, pools=pools, spec=spec)
+
+
+class PoolOut(Schema):
+    name: str
+    baseline: str | None
+    hosts: int
+
+
+class DriftItemOut(Schema):
+    field: str
+    expected: str
+    actual: str | None
+
+
+class DriftSummaryOut(Schema):
+    field: str
+    actual: str | None
+    expected: str
+    hosts: list[str]
+
+
+class DriftOut(Schema):
+    by_host: dict[str, list[DriftItemOut]]
+    summary: list[DriftSummaryOut]
+    baselines: dict[str, str] = Field(description="host -> the baseline it was compared with")
+    no_baseline: list[str]
+    no_facts: list[str]
+
+    @classmethod
+    def of(cls, r: Any) -> DriftOut:
+        """From ``service.baselines.DriftReport``."""
+        return cls(
+            by_host={
+                h: [
+                    DriftItemOut(field=i.field, expected=i.expected, actual=i.actual) for i in items
+                ]
+                for h, items in r.by_host.items()
+            },
+            summary=[
+                DriftSummaryOut(field=x.field, actual=x.actual, expected=x.expected, hosts=x.hosts)
+                for x in r.summary
+            ],
+            baselines=dict(r.baselines),
+            no_baseline=list(r.no_baseline),
+            no_facts=list(r.no_facts),
+        )
+
+
+# --- leases -------------------------------------------------------------------------------
+
+
+class AllocateIn(Schema):
+    """A lease request: ``gpus`` or ``hosts``, what they must be, for whom and how long."""
+
+    gpus: int | None = Field(None, ge=1)
+    hosts: int | None = Field(None, ge=1)
+    model: str | None = None
+    min_gpu_memory: str | None = Field(None, description="Per GPU, e.g. 80G.")
+    fabric: str | None = Field(None, description="ib, roce or none.")
+    profile: str | None = None
+    selector: str | None = None
+    owner: str = Field(min_length=1, max_length=128)
+    purpose: str = Field(min_length=1)
+    duration: str | None = Field(None, description="e.g. 72h or 7d.", alias="for")
+    until: InTime | None = None
+    start: InTime | None = Field(None, description="Reserve from this time; default now.")
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class RefusalOut(Schema):
+    reason: str
+    counts: dict[str, int]
+    held: list[dict[str, Any]]
+    missing_gpus: int | None
+
+
+class AllocationOut(Schema):
+    granted: bool
+    lease: LeaseOut | None
+    refusal: RefusalOut | None
+    warnings: list[str]
+
+
+class RenewIn(Schema):
+    duration: str | None = Field(None, description="New expiry: now + this, e.g. 72h.", alias="for")
+    until: InTime | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ReleaseIn(Schema):
+    reason: str = "released by its owner"
+
+
+class ReleasedOut(Schema):
+    lease: LeaseOut
+    reclaiming: list[str]
+    reclaim: str | None
+    note: str | None
+    warnings: list[str]
+
+
+# --- capacity -----------------------------------------------------------------------------
+
+
+class CapacityRow(Schema):
+    model: str
+    pool: str
+    profile: str
+    free: int
+    allocated: int
+    reserved: int
+    quarantined: int
+    maintenance: int
+    other: int
+
+
+class BackOut(Schema):
+    host: str
+    state: str
+    gpus: int
+    eta: Time
+
+
+class CapacityOut(Schema):
+    at: Time
+    rows: list[CapacityRow]
+    totals: dict[str, int]
+    back: list[BackOut]
+
+
+class HeldOut(Schema):
+    host: str
+    state: str
+    gpus: int
+    until: Time | None
+
+
+class FreesOut(Schema):
+    at: Time
+    gpus: int
+
+
+class CapacityCheckOut(Schema):
+    ok: bool
+    requested: int
+    headroom: float
+    needed: int
+    allocatable: int
+    missing: int
+    model: str | None
+    profile: str | None
+    message: str
+    held: list[HeldOut]
+    frees: list[FreesOut]
+
+
+# --- alarms, events, maintenance, failures ------------------------------------------------
+
+
+class AckIn(Schema):
+    reason: str | None = None
+
+
+class HostOutcomeOut(Schema):
+    """One host's result of an action on a selector: its new state, or its error."""
+
+    host: str
+    state: str | None
+    error: ErrorBody | None
+
+    @classmethod
+    def of(cls, o: Any) -> HostOutcomeOut:
+        """From ``service.operations.HostOutcome``."""
+        err = None if o.error is None else ErrorBody(**o.error.as_json()["error"])
+        return cls(host=o.host, state=o.state, error=err)
+
+
+class MaintenanceOnIn(Schema):
+    selector: str = Field(min_length=1, description="Host name or selector.")
+    reason: str = Field(min_length=1)
+    until: InTime | None = None
+    eta: InTime | None = None
+
+
+class MaintenanceOffIn(Schema):
+    selector: str = Field(min_length=1)
+    reason: str = "maintenance done"
+
+
+class FailureIn(Schema):
+    job: str = Field(min_length=1, max_length=128)
+    host: str = Field(min_length=1)
+    gpu: str | None = None
+    time: datetime
+    message: str = Field(min_length=1)
+
+
+class FailureOut(Schema):
+    job: str
+    host: str
+    gpu: str | None
+    at: Time
+    category: str
+    rule: str | None
+    message: str | None = None
+    source: str | None = None
+    actor: str | None = None
+
+
+class FailureHostOut(Schema):
+    host: str
+    failures: int
+    jobs: int
+    gpus: dict[str, int]
+    categories: dict[str, int]
+    flagged: bool
+    evidence: list[str]
+    summary: str
+
+
+class FailureReportOut(Schema):
+    since: Time
+    until: Time
+    fleet_hosts: int
+    rule: dict[str, Any]
+    flagged: list[str]
+    quarantined: list[str]
+    not_quarantined: list[str]
+    hosts: list[FailureHostOut]
+
+
+class Health(Schema):
+    status: str
+    version: str

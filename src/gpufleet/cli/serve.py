@@ -1,0 +1,35 @@
+"""``gpufleet serve``: the REST API (``/api/v1``) and ``/metrics`` on uvicorn."""
+
+from __future__ import annotations
+
+import typer
+
+from gpufleet.cli.common import boundary, err_console, lit, open_fleet
+
+
+@boundary
+def serve_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: any free)."),
+) -> None:
+    """Serve the REST API (/api/v1, OpenAPI at /api/v1/openapi.json) and Prometheus
+    metrics (/metrics) over the fleet database. Callers send 'Authorization: Bearer
+    TOKEN' with a token listed (as its SHA-256) in GPUFLEET_API_TOKENS_FILE; without
+    that file every API call is refused (401). Stops on Ctrl-C / SIGTERM."""
+    import uvicorn
+
+    from gpufleet.api.app import create_app
+
+    fleet = open_fleet()
+    app = create_app(fleet)  # a bad tokens file stops here (exit 2), before listening
+    if fleet.settings.api_tokens_file is None:
+        err_console.print(
+            "[yellow]warning:[/] GPUFLEET_API_TOKENS_FILE is not set: every API call is "
+            "refused (401); /metrics and /api/v1/health still answer",
+            soft_wrap=True,
+        )
+    err_console.print(
+        f"gpufleet API on http://{lit(host)}:{port}/api/v1 (database {lit(fleet.db.safe_url)})",
+        soft_wrap=True,
+    )
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
