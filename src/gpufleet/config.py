@@ -14,6 +14,7 @@ Groups (the ``group`` of each field, used by :func:`settings_doc` and the README
 * ``evidence``   active tests (``evidence run``): forks and timeout
 * ``validate``   profiles, Xid policy, validation lifetime and lifecycle deadlines
 * ``reclaim``    what a released host must be clean of (data paths, scratch, idle GPU memory)
+* ``bmc``        the out-of-band controllers over Redfish: forks, timeouts, a default password
 * ``secrets``    the key that encrypts inventory secrets: ``GPUFLEET_SECRET_KEY`` or
   ``GPUFLEET_SECRET_KEY_FILE`` (one, not both)
 * ``lab``        the simulated lab: ``GPUFLEET_CAPTURES``
@@ -248,6 +249,36 @@ class Settings(BaseSettings):
         env="GPUFLEET_KUBE_CORDON_QUARANTINED",
         group="k8s",
         doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
+    )
+    # -- bmc ------------------------------------------------------------------------------
+    bmc_forks: int = _setting(
+        50,
+        env="GPUFLEET_BMC_FORKS",
+        group="bmc",
+        ge=1,
+        le=10_000,
+        doc="BMCs read at once by bmc status (--forks).",
+    )
+    bmc_timeout_s: float = _setting(
+        10.0,
+        env="GPUFLEET_BMC_TIMEOUT",
+        group="bmc",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds to connect to a BMC and for each Redfish request (--timeout).",
+    )
+    bmc_settle_s: float = _setting(
+        120.0,
+        env="GPUFLEET_BMC_SETTLE",
+        group="bmc",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds bmc power and reimage wait for the power state to settle.",
+    )
+    bmc_password: SecretStr | None = _setting(
+        env="GPUFLEET_BMC_PASSWORD",
+        group="bmc",
+        doc="BMC password for hosts without their own (never printed or stored).",
     )
     # -- secrets --------------------------------------------------------------------------
     secret_key: SecretStr | None = _setting(

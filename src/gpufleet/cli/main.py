@@ -8,6 +8,7 @@ import typer
 
 from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
+from gpufleet.cli import bmc as bmc_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
 from gpufleet.cli import export as export_cmds
@@ -76,6 +77,8 @@ hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
 app.add_typer(slurm_cmds.app, name="slurm", help="Slurm: export node definitions, sync drains.")
 app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, import, report.")
+app.add_typer(bmc_cmds.app, name="bmc", help="BMCs over Redfish: set, status, power, sel-ack.")
+app.command("reimage")(bmc_cmds.reimage_cmd)
 export_cmds.register(app)
 app.command("serve")(serve_cmds.serve_cmd)
 
