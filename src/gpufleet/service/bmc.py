@@ -48,16 +48,18 @@ from gpufleet.domain.bmc import (
 )
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, CollectionOutcome, EventKind
+from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
 from gpufleet.service.alarms import close_alarms, raise_alarm
+from gpufleet.service.baselines import get_baseline
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.operations import REIMAGE_HINT, record_change
 from gpufleet.service.pipeline import check_forks, check_timeout
 from gpufleet.service.select import select_hosts
 from gpufleet.store.repo import baseline_for_host, host_by_name
-from gpufleet.store.tables import BaselineRow, BmcRead, GpuRow, Host
+from gpufleet.store.tables import BmcRead, GpuRow, Host
 
 ADDRESS = "gpufleet_bmc_address"
 USERNAME = "gpufleet_bmc_username"
@@ -448,20 +450,15 @@ def image_for(fleet: Fleet, name: str, image: str | None, baseline: str | None) 
         if not image.startswith(("http://", "https://")):
             raise ConfigError(f"--image {image}: an http(s) URL the BMC can fetch")
         return image
-    from gpufleet.domain.spec import Baseline
-
-    with fleet.db.session() as s:
-        if baseline:
-            row = s.scalar(select(BaselineRow).where(BaselineRow.name == baseline))
-            if row is None:
-                raise NotFound(f"no baseline named '{baseline}'")
-            b: Baseline | None = Baseline.model_validate(row.spec)
-        else:
+    if baseline:
+        b: Baseline | None = get_baseline(fleet, baseline)
+    else:
+        with fleet.db.session() as s:
             b = baseline_for_host(s, host_by_name(s, name))
-        if b is None or not b.os_image_url:
-            which = f"baseline '{b.name}'" if b else f"{name} (no baseline)"
-            raise ConfigError(f"{which} names no os_image_url: give --image URL")
-        return b.os_image_url
+    if b is None or not b.os_image_url:
+        which = f"baseline '{b.name}'" if b else f"{name} (no baseline)"
+        raise ConfigError(f"{which} names no os_image_url: give --image URL")
+    return b.os_image_url
 
 
 def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str | None = None,
