@@ -46,12 +46,11 @@ def load_plugin(ep: EntryPoint) -> Any:
 def _click_exceptions() -> Any:
     """The exception module of the click that Typer runs on (newer Typer vendors click as
     ``typer._click``; older ones use the ``click`` distribution)."""
-    import importlib
-
     try:
-        return importlib.import_module("typer._click.exceptions")
+        from typer._click import exceptions
     except ImportError:  # pragma: no cover - older Typer
-        return importlib.import_module("click.exceptions")
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
 
 
 class PluginGroup(TyperGroup):
@@ -85,7 +84,7 @@ class PluginGroup(TyperGroup):
             from gpufleet.cli.common import fail
 
             raise SystemExit(fail(err, as_json="--json" in argv).exit_code) from None
-        except click.Abort:
+        except typer.Abort:
             sys.stderr.write("aborted\n")
             sys.exit(1)
         sys.exit(rv if isinstance(rv, int) else 0)
