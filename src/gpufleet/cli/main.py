@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from gpufleet.cli import alarms as alarms_cmds
 from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import bmc as bmc_cmds
@@ -15,6 +16,7 @@ from gpufleet.cli import export as export_cmds
 from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
+from gpufleet.cli import preflight as preflight_cmds
 from gpufleet.cli import reclaim as reclaim_cmds
 from gpufleet.cli import serve as serve_cmds
 from gpufleet.cli import slurm as slurm_cmds
@@ -75,6 +77,8 @@ app.command("prune")(db_cmds.prune_cmd)
 alloc_cmds.register(app)
 hosts_cmds.app.command("eta")(alloc_cmds.hosts_eta_cmd)
 app.command("reclaim")(reclaim_cmds.reclaim_cmd)
+app.command("preflight")(preflight_cmds.preflight_cmd)
+app.add_typer(alarms_cmds.app, name="alarms", help="Alarms: list, show, acknowledge, resolve.")
 app.add_typer(slurm_cmds.app, name="slurm", help="Slurm: export node definitions, sync drains.")
 app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, import, report.")
 app.add_typer(bmc_cmds.app, name="bmc", help="BMCs over Redfish: set, status, power, sel-ack.")

@@ -12,7 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
+from gpufleet.errors import NotFound, UsageError
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, Host
 
 
@@ -91,3 +93,120 @@ def open_alarms(s: Session, host_ids: list[int] | None = None) -> list[AlarmView
         )
         for a, name in s.execute(stmt)
     ]
+
+
+# ------------------------------------------------------------ operators: list / ack / resolve
+
+
+@dataclass
+class AlarmRecord:
+    """One alarm as ``gpufleet alarms list/show`` print it."""
+
+    id: int
+    host: str
+    kind: str
+    severity: str
+    opened_at: datetime
+    message: str
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+    closed_at: datetime | None
+    reason: str | None
+    data: dict[str, Any]
+
+
+def _record(a: Alarm, host: str) -> AlarmRecord:
+    return AlarmRecord(
+        id=a.id,
+        host=host,
+        kind=a.kind.value,
+        severity=a.severity.value,
+        opened_at=a.opened_at,
+        message=a.message,
+        acknowledged_at=a.acknowledged_at,
+        acknowledged_by=a.acknowledged_by,
+        closed_at=a.closed_at,
+        reason=a.reason,
+        data=dict(a.data or {}),
+    )
+
+
+def list_alarms(
+    fleet: Fleet, selector: str | None = None, *, include_closed: bool = False
+) -> list[AlarmRecord]:
+    """Alarms of the hosts ``selector`` matches (every host without one), open ones only
+    unless ``include_closed``; oldest first. A selector that matches no host is NotFound."""
+    with fleet.db.session() as s:
+        hosts = {h.id: h.name for h in s.scalars(select_hosts(selector))}
+        if is_explicit(selector) and not hosts:
+            raise nothing_matches(selector)
+        stmt = select(Alarm).where(Alarm.host_id.in_(hosts)).order_by(Alarm.opened_at, Alarm.id)
+        if not include_closed:
+            stmt = stmt.where(Alarm.closed_at.is_(None))
+        return [_record(a, hosts[a.host_id]) for a in s.scalars(stmt)]
+
+
+def _alarm(s: Session, alarm_id: int, *, for_update: bool = False) -> tuple[Alarm, Host]:
+    stmt = select(Alarm, Host).join(Host, Host.id == Alarm.host_id).where(Alarm.id == alarm_id)
+    row = s.execute(stmt.with_for_update(of=Alarm) if for_update else stmt).first()
+    if row is None:
+        raise NotFound(what="alarm", name=str(alarm_id))
+    return row[0], row[1]
+
+
+def show_alarm(fleet: Fleet, alarm_id: int) -> AlarmRecord:
+    """One alarm by id (NotFound when there is none)."""
+    with fleet.db.session() as s:
+        alarm, host = _alarm(s, alarm_id)
+        return _record(alarm, host.name)
+
+
+def ack_alarm(fleet: Fleet, alarm_id: int, reason: str | None = None) -> AlarmRecord:
+    """Acknowledge an open alarm (seen, being handled: it stays open) and record an
+    ``alarm-acknowledged`` event. Acknowledging it again is refused (UsageError), as is a
+    closed alarm."""
+    with fleet.db.session() as s:
+        alarm, host = _alarm(s, alarm_id, for_update=True)
+        if alarm.closed_at is not None:
+            raise UsageError(f"alarm {alarm_id} is closed ({alarm.reason or 'no reason'})")
+        if alarm.acknowledged_at is not None:
+            raise UsageError(
+                f"alarm {alarm_id} was already acknowledged by {alarm.acknowledged_by}"
+            )
+        alarm.acknowledged_at = fleet.now()
+        alarm.acknowledged_by = fleet.actor
+        note = f": {reason}" if reason else ""
+        record_event(
+            s,
+            fleet,
+            EventKind.ALARM_ACKNOWLEDGED,
+            f"alarm {alarm_id} ({alarm.kind.value}) acknowledged{note}",
+            host=host,
+            data={"alarm": alarm_id, "kind": alarm.kind.value, "reason": reason},
+        )
+        s.flush()
+        return _record(alarm, host.name)
+
+
+def resolve_alarm(fleet: Fleet, alarm_id: int, reason: str) -> AlarmRecord:
+    """Close an alarm by hand: an audited admin act that needs a reason; records an
+    ``alarm-resolved`` event. The host's state is not touched (a quarantined host still
+    leaves quarantine only through ``unquarantine`` and validation)."""
+    if not reason.strip():
+        raise UsageError("resolving an alarm by hand needs a reason (--reason)")
+    with fleet.db.session() as s:
+        alarm, host = _alarm(s, alarm_id, for_update=True)
+        if alarm.closed_at is not None:
+            raise UsageError(f"alarm {alarm_id} is already closed ({alarm.reason or 'no reason'})")
+        alarm.closed_at = fleet.now()
+        alarm.reason = f"resolved by {fleet.actor}: {reason}"
+        record_event(
+            s,
+            fleet,
+            EventKind.ALARM_RESOLVED,
+            f"alarm {alarm_id} ({alarm.kind.value}) resolved by hand: {reason}",
+            host=host,
+            data={"alarm": alarm_id, "kind": alarm.kind.value, "reason": reason},
+        )
+        s.flush()
+        return _record(alarm, host.name)

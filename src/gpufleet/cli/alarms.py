@@ -1,0 +1,96 @@
+"""``gpufleet alarms list|show|ack|resolve``: what an operator must look at, and the record of
+handling it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
+from gpufleet.service.alarms import AlarmRecord, ack_alarm, list_alarms, resolve_alarm, show_alarm
+
+app = typer.Typer(no_args_is_help=True)
+
+
+def _print(rec: AlarmRecord) -> None:
+    for key, value in asdict(rec).items():
+        shown = local_time(value) if key.endswith("_at") else value
+        console.print(f"{key:16} {lit(shown if shown is not None else '-')}")
+
+
+@app.command("list")
+@boundary
+def list_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (selector); default every host."),
+    include_closed: bool = typer.Option(False, "--all", help="Closed alarms too."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Open alarms (with --all, closed ones too), oldest first."""
+    rows = list_alarms(open_fleet(), selector, include_closed=include_closed)
+    if as_json:
+        print_json([asdict(r) for r in rows])
+        return
+    t = Table(title="alarms")
+    for col in ("id", "host", "kind", "severity"):
+        t.add_column(col, no_wrap=True)
+    for col in ("opened", "acked by", "closed", "message"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(
+            str(r.id),
+            lit(r.host),
+            lit(r.kind),
+            lit(r.severity),
+            local_time(r.opened_at),
+            lit(r.acknowledged_by or "-"),
+            local_time(r.closed_at),
+            lit(r.message),
+        )
+    console.print(t)
+
+
+@app.command("show")
+@boundary
+def show_cmd(
+    alarm_id: int = typer.Argument(..., help="Alarm id (alarms list)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """One alarm, with its data."""
+    rec = show_alarm(open_fleet(), alarm_id)
+    if as_json:
+        print_json(asdict(rec))
+    else:
+        _print(rec)
+
+
+@app.command("ack")
+@boundary
+def ack_cmd(
+    alarm_id: int = typer.Argument(..., help="Alarm id (alarms list)."),
+    reason: str | None = typer.Option(None, "--reason", help="A note for the audit log."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Acknowledge an open alarm (seen, being handled); it stays open."""
+    rec = ack_alarm(open_fleet(), alarm_id, reason)
+    if as_json:
+        print_json(asdict(rec))
+    else:
+        console.print(f"alarm {rec.id} acknowledged by {lit(rec.acknowledged_by)}")
+
+
+@app.command("resolve")
+@boundary
+def resolve_cmd(
+    alarm_id: int = typer.Argument(..., help="Alarm id (alarms list)."),
+    reason: str = typer.Option(..., "--reason", help="Why it is closed by hand (audited)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Close an alarm by hand: an audited admin act with a reason. The host's state is not
+    changed (a quarantined host still needs unquarantine and validation)."""
+    rec = resolve_alarm(open_fleet(), alarm_id, reason)
+    if as_json:
+        print_json(asdict(rec))
+    else:
+        console.print(f"alarm {rec.id} resolved: {lit(rec.reason)}")
