@@ -37,9 +37,13 @@ def encode_cursor(name: str) -> str:
 def decode_cursor(cursor: str) -> str:
     """The host name a cursor stands for; ConfigError (422) naming ``cursor`` otherwise."""
     try:
-        return base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        padded = cursor + "=" * (-len(cursor) % 4)
+        name = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ConfigError(f"cursor '{cursor[:40]}': not a cursor this API returned") from None
+        name = ""
+    if not name:
+        raise ConfigError(f"cursor '{cursor[:40]}': not a cursor this API returned")
+    return name
 
 
 @router.get("/hosts", summary="List hosts (the CLI's selectors), a page at a time")
