@@ -136,3 +136,42 @@ def test_cli_post_records_the_verdict(cli: Cli, tmp_path: Path) -> None:
     assert len(posted) == 1
     assert posted[0]["data"]["verdict"] == "CRITICAL"
     assert posted[0]["data"]["actions"] == ["reboot"]
+
+
+# --------------------------------------------------------------------------------- DCGM
+
+DCGM_CAPTURE = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures/captured/dcgm/nvidia-dcgm_JsonResultTests_real-output_diag-3.1.0_8gpu.txt"
+)
+
+
+def _with_dcgmi(tmp_path: Path, env: dict[str, str]) -> tuple[dict[str, str], Path]:
+    """A fake dcgmi on PATH that logs its arguments and replays NVIDIA's real level-1 output."""
+    bin_dir, log = tmp_path / "dcgm-bin", tmp_path / "dcgmi.log"
+    bin_dir.mkdir()
+    tool = bin_dir / "dcgmi"
+    tool.write_text(f'#!/bin/sh\necho "$@" >> {log}\ncat {DCGM_CAPTURE}\n')
+    tool.chmod(0o755)
+    return {**env, "PATH": f"{bin_dir}:{env['PATH']}"}, log
+
+
+def test_dcgm_level_1_counts(tmp_path: Path) -> None:
+    env, log = _with_dcgmi(tmp_path, _host_env(tmp_path))
+    r = run_preflight(load_settings(home=tmp_path / "home"), env=env, dcgm=True, now=NOW)
+    assert log.read_text().split() == ["diag", "-r", "1", "-j"]  # level 1 only
+    assert r.verdict is Verdict.PASS, r.reason
+    assert "dcgm" not in r.reason
+
+
+def test_dcgm_never_runs_under_mig(tmp_path: Path) -> None:
+    """The real A100 capture has MIG enabled (the lab turns it off; here its GPU report is the
+    capture as captured): dcgmi is not called at all."""
+    host = LabHost(name="gpu-01", model="a100-8x", serial_salt=1)
+    smi = render_sections(host)["nvidia-smi-xml"]
+    mig = (DCGM_CAPTURE.parents[1] / "nvidia-smi-xml/telegraf_a100-sxm4-v12.xml").read_text()
+    edit = {"nvidia-smi-xml": dataclasses.replace(smi, stdout=mig)}
+    env, log = _with_dcgmi(tmp_path, _host_env(tmp_path, "a100-8x", edit=edit))
+    r = run_preflight(load_settings(home=tmp_path / "home"), env=env, dcgm=True, now=NOW)
+    assert not log.exists()
+    assert "dcgm level 1 not run: MIG is enabled" in r.reason
