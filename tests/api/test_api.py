@@ -9,13 +9,17 @@ from datetime import timedelta
 from pathlib import Path
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from typer.testing import CliRunner
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.api.schemas import HostDetailOut, HostOut
 from gpufleet.cli.main import app as cli_app
+from gpufleet.domain.events import AlarmKind, AlarmSeverity
+from gpufleet.service.alarms import raise_alarm
 from gpufleet.service.fleet import Fleet
+from gpufleet.store.tables import Host
 from gpufleet.testing import FakeClock
 from tests.api.conftest import TOKENS, auth, write_tokens
 
@@ -216,7 +220,6 @@ def test_baselines_pools_drift_alarms_events_failures(client: TestClient, lab_fl
     drift = client.get(f"{V1}/drift", headers=v).json()
     assert set(drift) == {"by_host", "summary", "baselines", "no_baseline", "no_facts"}
     assert client.get(f"{V1}/alarms", headers=v).json() == []
-    error(client.get(f"{V1}/alarms", params={"severity": "meh"}, headers=v), 422, "config")
     rec = client.post(
         f"{V1}/failures",
         json={
@@ -309,3 +312,39 @@ def test_cli_json_prints_the_api_schemas(
     d = json.loads(shown.stdout)
     assert set(d) == set(HostDetailOut.model_fields)
     assert d == client.get(f"{V1}/hosts/gpu-01", headers=auth("viewer")).json()
+
+
+def test_alarms_list_ack_resolve(client: TestClient, lab_fleet: Fleet) -> None:
+    with lab_fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == "gpu-02"))
+        assert host is not None
+        raise_alarm(
+            s,
+            lab_fleet,
+            host,
+            AlarmKind.DUPLICATE_HOST,
+            AlarmSeverity.CRITICAL,
+            "same GPU UUIDs as gpu-01",
+        )
+    (a,) = client.get(f"{V1}/alarms", headers=auth("viewer")).json()
+    assert a["host"] == "gpu-02" and a["severity"] == "critical" and a["acknowledged_by"] is None
+    path = f"{V1}/alarms/{a['id']}"
+    error(client.post(f"{path}/ack", json={}, headers=auth("viewer")), 403, "forbidden")
+    acked = client.post(f"{path}/ack", json={"reason": "on it"}, headers=auth("operator"))
+    assert acked.status_code == 200 and acked.json()["acknowledged_by"] == "api:operator-bot"
+    assert "already acknowledged" in error(
+        client.post(f"{path}/ack", json={}, headers=auth("operator")), 400, "usage"
+    )
+    error(
+        client.post(f"{path}/resolve", json={"reason": "x"}, headers=auth("operator")),
+        403,
+        "forbidden",
+    )
+    assert "reason" in error(
+        client.post(f"{path}/resolve", json={}, headers=auth("admin")), 422, "config"
+    )
+    done = client.post(f"{path}/resolve", json={"reason": "RMA"}, headers=auth("admin")).json()
+    assert done["closed_at"] and "RMA" in done["reason"]
+    assert client.get(f"{V1}/alarms", headers=auth("viewer")).json() == []
+    assert len(client.get(f"{V1}/alarms", params={"all": True}, headers=auth("viewer")).json()) == 1
+    error(client.get(f"{V1}/alarms/999", headers=auth("viewer")), 404, "not_found")

@@ -7,7 +7,12 @@ import subprocess
 
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
 
+from gpufleet.domain.events import AlarmKind, AlarmSeverity
+from gpufleet.service.alarms import raise_alarm
+from gpufleet.service.fleet import Fleet
+from gpufleet.store.tables import Host
 from tests.api.conftest import auth
 
 
@@ -19,7 +24,13 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-def test_metrics_count_the_fleet_and_pass_promtool(client: TestClient, promtool: str) -> None:
+def test_metrics_count_the_fleet_and_pass_promtool(
+    client: TestClient, lab_fleet: Fleet, promtool: str
+) -> None:
+    with lab_fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == "gpu-02"))
+        assert host is not None
+        raise_alarm(s, lab_fleet, host, AlarmKind.DUPLICATE_HOST, AlarmSeverity.CRITICAL, "dup")
     r = client.post(
         "/api/v1/leases",
         json={"hosts": 1, "owner": "a", "purpose": "b", "for": "2h"},
@@ -46,7 +57,8 @@ def test_metrics_count_the_fleet_and_pass_promtool(client: TestClient, promtool:
     assert got[("gpufleet_leases_expiring", ())] == 1  # 2h < 24h
     assert got[("gpufleet_hosts_never_collected", ())] == 0
     assert got[("gpufleet_last_collection_age_seconds", ())] >= 0
-    assert not any(name == "gpufleet_open_alarms" for name, _ in got)  # none open
+    key = ("gpufleet_open_alarms", (("kind", "duplicate-host"), ("severity", "critical")))
+    assert got[key] == 1
     check = subprocess.run(
         [promtool, "check", "metrics"], input=m.text, capture_output=True, text=True, timeout=60
     )

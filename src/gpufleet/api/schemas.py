@@ -540,6 +540,43 @@ class AckIn(Schema):
     reason: str | None = None
 
 
+class ResolveIn(Schema):
+    reason: str = Field(min_length=1, description="Why it is closed by hand (audited).")
+
+
+class AlarmRecordOut(Schema):
+    """One alarm with its id (``alarms list/show``)."""
+
+    id: int
+    host: str
+    kind: str
+    severity: str
+    opened_at: Time
+    message: str
+    acknowledged_at: Time | None
+    acknowledged_by: str | None
+    closed_at: Time | None
+    reason: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, a: Any) -> AlarmRecordOut:
+        """From ``service.alarms.AlarmRecord``."""
+        return cls(
+            id=a.id,
+            host=a.host,
+            kind=str(a.kind),
+            severity=str(a.severity),
+            opened_at=a.opened_at,
+            message=a.message,
+            acknowledged_at=a.acknowledged_at,
+            acknowledged_by=a.acknowledged_by,
+            closed_at=a.closed_at,
+            reason=a.reason,
+            data=dict(a.data),
+        )
+
+
 class HostOutcomeOut(Schema):
     """One host's result of an action on a selector: its new state, or its error."""
 

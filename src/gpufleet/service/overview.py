@@ -1,4 +1,4 @@
-"""Fleet-wide reads for the API and the Prometheus exporter: alarms, job failures, and the
+"""Fleet-wide reads for the API and the Prometheus exporter: job failures, and the
 metrics aggregate (a few GROUP BY queries per scrape, never one query per host)."""
 
 from __future__ import annotations
@@ -14,53 +14,9 @@ from sqlalchemy import Text, desc, func, select
 from gpufleet.domain.events import AlarmSeverity
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
-from gpufleet.errors import ConfigError
-from gpufleet.service.alarms import AlarmView
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, FactSnapshot, FailureRow, Host, Lease
-
-
-def list_alarms(
-    fleet: Fleet,
-    *,
-    host: str | None = None,
-    severity: str | None = None,
-    include_closed: bool = False,
-    limit: int = 500,
-) -> list[AlarmView]:
-    """Alarms (open ones unless ``include_closed``), of one host and/or severity, oldest
-    first. An unknown host is NotFound; an unknown severity is a ConfigError."""
-    stmt = (
-        select(Alarm, Host.name)
-        .join(Host, Host.id == Alarm.host_id)
-        .order_by(Alarm.opened_at, Alarm.id)
-        .limit(limit)
-    )
-    if not include_closed:
-        stmt = stmt.where(Alarm.closed_at.is_(None))
-    if severity is not None:
-        try:
-            stmt = stmt.where(Alarm.severity == AlarmSeverity(severity))
-        except ValueError:
-            known = ", ".join(s.value for s in AlarmSeverity)
-            raise ConfigError(f"unknown severity '{severity}': use {known}") from None
-    with fleet.db.session() as s:
-        if host is not None:
-            stmt = stmt.where(Alarm.host_id == host_by_name(s, host).id)
-        return [
-            AlarmView(
-                host=name,
-                kind=a.kind.value,
-                severity=a.severity.value,
-                opened_at=a.opened_at,
-                message=a.message,
-                acknowledged_by=a.acknowledged_by,
-                closed_at=a.closed_at,
-                reason=a.reason,
-            )
-            for a, name in s.execute(stmt)
-        ]
 
 
 @dataclass

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 
-from gpufleet.api.deps import as_operator, as_viewer
+from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.schemas import (
-    AlarmOut,
+    AckIn,
+    AlarmRecordOut,
     BaselineOut,
     DriftOut,
     FailureIn,
@@ -15,9 +16,10 @@ from gpufleet.api.schemas import (
     FailureReportOut,
     InTime,
     PoolOut,
+    ResolveIn,
 )
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service import baselines, failures, overview
+from gpufleet.service import alarms, baselines, failures, overview
 from gpufleet.service.fleet import Fleet
 
 router = APIRouter(responses=ERRORS)
@@ -50,16 +52,29 @@ def drift_report(selector: str | None = None, fleet: Fleet = Depends(as_viewer))
 
 @router.get("/alarms", summary="Alarms (open ones unless all=true), oldest first", tags=["alarms"])
 def alarms_list(
-    host: str | None = None,
-    severity: str | None = Query(None, description="warning or critical."),
+    selector: str | None = Query(None, description="Alarms of these hosts."),
     all: bool = Query(False, description="Include closed alarms."),
-    limit: int = Query(500, ge=1, le=5000),
     fleet: Fleet = Depends(as_viewer),
-) -> list[AlarmOut]:
-    rows = overview.list_alarms(
-        fleet, host=host, severity=severity, include_closed=all, limit=limit
-    )
-    return [AlarmOut.of(a) for a in rows]
+) -> list[AlarmRecordOut]:
+    rows = alarms.list_alarms(fleet, selector, include_closed=all)
+    return [AlarmRecordOut.of(a) for a in rows]
+
+
+@router.get("/alarms/{alarm_id}", summary="One alarm", tags=["alarms"])
+def alarms_show(alarm_id: int, fleet: Fleet = Depends(as_viewer)) -> AlarmRecordOut:
+    return AlarmRecordOut.of(alarms.show_alarm(fleet, alarm_id))
+
+
+@router.post("/alarms/{alarm_id}/ack", summary="Acknowledge an open alarm", tags=["alarms"])
+def alarms_ack(alarm_id: int, body: AckIn, fleet: Fleet = Depends(as_operator)) -> AlarmRecordOut:
+    return AlarmRecordOut.of(alarms.ack_alarm(fleet, alarm_id, body.reason))
+
+
+@router.post("/alarms/{alarm_id}/resolve", summary="Close an alarm by hand", tags=["alarms"])
+def alarms_resolve(
+    alarm_id: int, body: ResolveIn, fleet: Fleet = Depends(as_admin)
+) -> AlarmRecordOut:
+    return AlarmRecordOut.of(alarms.resolve_alarm(fleet, alarm_id, body.reason))
 
 
 @router.get("/failures", summary="Recorded job failures, newest first", tags=["failures"])
