@@ -198,6 +198,7 @@ def judge(
     failed = [f for f in findings if f.check in decisive or f in hardware]
     warnings = [f for f in findings if f.status is CheckStatus.WARN or f.advisory]
     limiting = sorted(p.name for p in scope if not p.passed)
+    wanted: set[Action]
     if passed and not failed:
         verdict = Verdict.WARNING if warnings else Verdict.PASS
         reason = f"passed {', '.join(passed)}"
