@@ -12,6 +12,7 @@ from sqlalchemy import create_engine, text
 
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.db import Database
+from gpufleet.store.tables import Base
 from gpufleet.testing import FakeClock
 
 PG_ADMIN_URL = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -37,15 +38,14 @@ def pg_database_url() -> Iterator[str]:
 
 
 def _truncate(db: Database) -> None:
-    tables = ["lease_hosts", "leases", "validations", "pools", "baselines", "events", "nics", "gpus",
-              "collection_results", "fact_snapshots", "collection_runs", "bmc_reads",
-              "hosts"]
+    """Empty every table of the schema (from the models, so a new table is never forgotten)."""
+    tables = [t.name for t in Base.metadata.sorted_tables]
     with db.engine.begin() as c:
         if db.dialect == "postgresql":
             c.execute(text("TRUNCATE " + ", ".join(tables) + " RESTART IDENTITY CASCADE"))
         else:
             c.execute(text("UPDATE hosts SET latest_snapshot_id = NULL"))
-            for t in tables:
+            for t in reversed(tables):  # children before parents
                 c.execute(text(f"DELETE FROM {t}"))
 
 

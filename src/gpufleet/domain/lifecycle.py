@@ -44,15 +44,15 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py, monitoring
     (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py
     (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/collect.py (critical fault)
-    (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): job already broken
-    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # reclaim (not built yet)
+    (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): job broken
+    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/reclaim.py
     (S.MAINTENANCE, E.HARDWARE_FAULT): S.MAINTENANCE,  # monitoring (not built yet): recorded only
     (S.QUARANTINED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): recorded only
     # --- allocation and reclaim (Ironic: teardown always passes through cleaning)
-    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # allocation (not built yet)
-    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # allocation (not built yet)
-    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # reclaim (not built yet)
-    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # reclaim (not built yet)
+    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # service/allocation.py
+    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # service/allocation.py
+    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # service/reclaim.py
+    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # service/reclaim.py
     # --- maintenance (operator)
     (S.ENROLLED, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api `gpufleet maintenance on`
     (S.VALIDATING, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: aborts the run
@@ -65,7 +65,7 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.VALIDATING, E.CHANGE_DETECTED): S.VALIDATING,  # restarts the attempt
     (S.AVAILABLE, E.CHANGE_DETECTED): S.VALIDATING,
     (S.ALLOCATED, E.CHANGE_DETECTED): S.ALLOCATED,  # recorded; re-seen at reclaim
-    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # reclaim (not built yet): full validation
+    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # service/reclaim.py: full validation
     (S.MAINTENANCE, E.CHANGE_DETECTED): S.MAINTENANCE,  # recorded; maintenance_off validates
     (S.QUARANTINED, E.CHANGE_DETECTED): S.QUARANTINED,  # recorded; only a human unquarantines
     (S.ENROLLED, E.CHANGE_DECLARED): S.ENROLLED,  # cli/api `gpufleet change record`
