@@ -12,9 +12,11 @@ host an open alarm.
 Timed, ``--runs`` times each, after 10 warm-up runs:
 
 * **placement**: what ``gpufleet allocate --gpus 64 --model H100 --profile
-  training-multinode`` does before it writes, in one transaction: read the candidate hosts
-  with their facts, alarms and overlapping leases (``service.allocation.host_views``) and
-  place (``domain.placement.place``).
+  training-multinode`` does before it writes, in one transaction
+  (``service.candidates.find_placement``): count the candidates per (rack, fabric, GPU count)
+  in SQL with every filter there (state, model, profile, no open alarm, no overlapping
+  lease), plan the blocks placement needs (``domain.placement.plan_blocks``), read only
+  those racks' hosts and place them (``domain.placement.place``).
 * **reference**: a plain indexed ``SELECT id, name, rack FROM hosts JOIN fact_snapshots ...
   WHERE state = 'available'`` of the same candidate rows, fetched whole, in one transaction.
 
@@ -34,9 +36,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, insert, select, text
 
-from gpufleet.domain.placement import Request, place
+from gpufleet.domain.placement import Request
 from gpufleet.domain.states import HostState
-from gpufleet.service.allocation import host_views
+from gpufleet.service.candidates import find_placement
 from gpufleet.store.db import Database
 from gpufleet.store.tables import (
     Alarm,
@@ -173,10 +175,7 @@ def measure(db: Database, runs: int) -> tuple[list[float], list[float], tuple[st
 
     def placement() -> None:
         with db.session() as s:
-            views, _ = host_views(
-                s, REQ, None, NOW, NOW + timedelta(hours=72), now=NOW, candidates_only=True
-            )
-            p = place(REQ, views)
+            p, _, _ = find_placement(s, REQ, None, NOW, NOW + timedelta(hours=72), now=NOW)
             assert p is not None and p.gpus == 64
             chosen.append(p.hosts)
 

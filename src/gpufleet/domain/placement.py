@@ -16,7 +16,7 @@ The rules, in order:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -307,3 +307,80 @@ def explain(req: Request, hosts: Iterable[HostView]) -> Refusal:
         allocatable_gpus=free_gpus,
         missing_gpus=missing,
     )
+
+
+# --- which blocks to read: placement on per-block GPU counts --------------------------------
+
+#: A block of candidate hosts: (rack, fabric) as :func:`place` groups them, both "" when unset
+#: and the fabric lower-cased.
+Block = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockPlan:
+    """The blocks whose hosts :func:`place` needs: ``racks`` (rack blocks, each whole) when a
+    single rack holds the request, else ``fabrics`` (every candidate of those fabrics)."""
+
+    racks: frozenset[Block] = frozenset()
+    fabrics: frozenset[str] = frozenset()
+
+
+def _pick_counts(desc: Sequence[int], k: int, need: int) -> int | None:
+    """:func:`_pick` on GPU counts only (largest first): the GPUs the chosen ``k`` hosts hold,
+    None when ``k`` hosts of the block cannot hold ``need``."""
+    if len(desc) < k or sum(desc[:k]) < need:
+        return None
+    head = sum(desc[: k - 1])
+    rest = need - head
+    last = min((g for g in desc[k - 1 :] if g >= rest), default=None)
+    return None if last is None else head + last
+
+
+def plan_blocks(req: Request, blocks: Mapping[Block, Counter[int]]) -> BlockPlan | None:
+    """Which blocks :func:`place` would choose from, knowing only how many candidate hosts of
+    each GPU count every (rack, fabric) block has (``blocks``: every allocatable host of the
+    fleet, counted). ``place`` on the hosts of the returned blocks gives exactly what ``place``
+    on every candidate gives: the blocks returned are all those whose score ties the best on
+    GPUs used and block size (the host name, the last tie-break, needs the hosts). None:
+    the request cannot be placed."""
+    racks = {
+        key: counts
+        for key, c in blocks.items()
+        if (counts := sorted((g for g in c.elements() if g > 0), reverse=True))
+    }
+    if not racks:
+        return None
+    fabrics: dict[str, list[int]] = {}
+    for (_, fabric), counts in racks.items():
+        fabrics.setdefault(fabric, []).extend(counts)
+    for counts in fabrics.values():
+        counts.sort(reverse=True)
+    total = sum(len(c) for c in racks.values())
+    if req.hosts is not None:
+        need = 0
+        ks: Iterable[int] = [req.hosts]
+    else:
+        need = req.gpus or 0
+        largest = max(c[0] for c in racks.values())
+        ks = range(max(1, -(-need // largest)), total + 1)
+    for k in ks:
+        if k > total:
+            return None
+        scored = {
+            key: (used, sum(c))
+            for key, c in racks.items()
+            if (used := _pick_counts(c, k, need)) is not None
+        }
+        if scored:
+            best = min(scored.values())
+            return BlockPlan(racks=frozenset(key for key, s in scored.items() if s == best))
+        if k > 1:
+            fscored = {
+                f: (used, sum(c))
+                for f, c in fabrics.items()
+                if (used := _pick_counts(c, k, need)) is not None
+            }
+            if fscored:
+                best = min(fscored.values())
+                return BlockPlan(fabrics=frozenset(f for f, s in fscored.items() if s == best))
+    return None

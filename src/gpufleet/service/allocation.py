@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, func, select, type_coerce, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import EventKind
@@ -37,13 +37,14 @@ from gpufleet.domain.leases import (
     OnExpiry,
     lease_window,
 )
-from gpufleet.domain.placement import HostView, Placement, Refusal, Request, explain, place
+from gpufleet.domain.placement import Placement, Refusal, Request, explain
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition, NotFound
+from gpufleet.service.candidates import CandidateRow, find_placement, host_views, write_lock
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, Lease, LeaseHost, Pool
+from gpufleet.store.tables import GpuRow, Host, Lease, LeaseHost, Pool
 
 #: How often a request that lost a host to a concurrent one is placed again.
 ATTEMPTS = 60
@@ -150,117 +151,6 @@ class Allocation:
         return self.lease is not None
 
 
-# --- reading the fleet for placement ----------------------------------------------------------
-
-
-@dataclass
-class _Row:
-    id: int
-    version: int
-    pool: str | None
-
-
-def write_lock(s: Session) -> None:
-    """SQLite: take the database's write lock now (a no-op UPDATE), so that everything this
-    transaction reads stays true until it commits. PostgreSQL: nothing (row locks instead)."""
-    if s.get_bind().dialect.name == "sqlite":
-        s.execute(update(Host).where(Host.id == -1).values(state_version=Host.state_version))
-
-
-_STATES = {s.value: s for s in HostState}
-
-
-def host_views(
-    s: Session,
-    req: Request,
-    selector: str | None,
-    start: datetime,
-    end: datetime,
-    *,
-    now: datetime,
-    candidates_only: bool,
-) -> tuple[list[HostView], dict[str, _Row]]:
-    """Every host of ``selector`` as placement sees it for the window [start, end):
-    ``candidates_only`` reads only hosts that could be free then (available, or allocated
-    when the window starts later)."""
-    cols = [
-        Host.id,
-        Host.name,
-        type_coerce(Host.state, String),  # the raw value: 10,000 rows, one enum lookup each
-        Host.state_version,
-        Host.rack,
-        Host.pool,
-        Host.expected["fabric"].as_string(),
-        Host.profiles,
-        Host.eta,
-        FactSnapshot.gpu_count,
-        FactSnapshot.gpu_model,
-    ]
-    stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-    if is_explicit(selector):
-        ids = select_hosts(selector).with_only_columns(Host.id).order_by(None)
-        stmt = stmt.where(Host.id.in_(ids))
-    if candidates_only:
-        states = [HostState.AVAILABLE]
-        if start > now:
-            states.append(HostState.ALLOCATED)
-        stmt = stmt.where(Host.state.in_(states))
-    if req.model:
-        stmt = stmt.where(func.lower(FactSnapshot.gpu_model).contains(req.model.lower()))
-    rows = s.execute(stmt).all()
-    memory: dict[int, int] = {}
-    if req.min_gpu_memory_mib:
-        mstmt = (
-            select(GpuRow.host_id, func.min(GpuRow.memory_total_mib))
-            .join(Host, Host.latest_snapshot_id == GpuRow.snapshot_id)
-            .group_by(GpuRow.host_id)
-        )
-        if len(rows) < 1000:
-            mstmt = mstmt.where(Host.id.in_([r[0] for r in rows]))
-        memory = {hid: m for hid, m in s.execute(mstmt) if m is not None}
-    alarmed = set(s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None))))
-    busy: dict[int, datetime] = {
-        hid: until
-        for hid, until in s.execute(
-            select(LeaseHost.host_id, func.max(LeaseHost.ends_at))
-            .where(LeaseHost.holding, LeaseHost.starts_at < end, LeaseHost.ends_at > start)
-            .group_by(LeaseHost.host_id)
-        )
-    }
-    ending: set[int] = set()
-    if start > now:
-        ending = set(
-            s.scalars(
-                select(LeaseHost.host_id).where(
-                    LeaseHost.holding, LeaseHost.starts_at <= now, LeaseHost.ends_at <= start
-                )
-            )
-        )
-    views: list[HostView] = []
-    index: dict[str, _Row] = {}
-    for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model in rows:
-        st = _STATES[state]
-        views.append(
-            HostView(
-                name=name,
-                state=st,
-                gpus=gpus or 0,
-                model=model,
-                gpu_memory_mib=memory.get(hid),
-                rack=rack,
-                fabric=fabric,
-                pool=pool,
-                profiles=frozenset(profiles or ()),
-                alarm=hid in alarmed,
-                busy_until=busy.get(hid),
-                eta=eta if st in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
-                free_by_start=st is HostState.ALLOCATED and hid in ending and hid not in busy,
-            )
-        )
-        index[name] = _Row(hid, version or 0, pool)
-    return views, index
-
-
 def pool_policy(s: Session, pool: str | None) -> LeasePolicy:
     """The lease policy of ``pool`` (defaults when none is set)."""
     if pool is None:
@@ -285,7 +175,11 @@ def _check_request(req: Request) -> None:
 
 
 def _lock_and_recheck(
-    s: Session, chosen: list[_Row], start: datetime, end: datetime, exclude_lease: int | None
+    s: Session,
+    chosen: list[CandidateRow],
+    start: datetime,
+    end: datetime,
+    exclude_lease: int | None,
 ) -> list[Host]:
     """Row-lock the chosen hosts (id order) and make sure nobody took them meanwhile."""
     ids = sorted(r.id for r in chosen)
@@ -372,8 +266,7 @@ def _allocate_once(
     begin, end = lease_window(now, start=start, duration=duration, until=until, policy=loose)
     with fleet.db.session() as s:
         write_lock(s)
-        views, index = host_views(s, req, selector, begin, end, now=now, candidates_only=True)
-        placement = place(req, views)
+        placement, views, index = find_placement(s, req, selector, begin, end, now=now)
         if placement is None:
             everything, _ = host_views(
                 s,
@@ -541,7 +434,7 @@ def renew(
         if end is None:
             _, end = lease_window(base, start=base, duration=duration, until=until)
         chosen = [
-            _Row(lh.host_id, v or 0, None)
+            CandidateRow(lh.host_id, v or 0, None)
             for lh, v in s.execute(
                 select(LeaseHost, Host.state_version)
                 .join(Host, Host.id == LeaseHost.host_id)

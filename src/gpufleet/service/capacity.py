@@ -15,7 +15,7 @@ from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
-from gpufleet.service.allocation import host_views
+from gpufleet.service.candidates import host_views
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches
 from gpufleet.store.tables import Lease, LeaseHost

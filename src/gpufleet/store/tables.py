@@ -113,7 +113,7 @@ class Host(Base):
     groups: Mapped[list[str]] = mapped_column(JsonType, default=list)
     vars: Mapped[dict[str, str]] = mapped_column(JsonType, default=dict)
     pool: Mapped[str | None] = mapped_column(String(128), index=True)
-    rack: Mapped[str | None] = mapped_column(String(64))
+    rack: Mapped[str | None] = mapped_column(String(64), index=True)
     expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     source: Mapped[str | None] = mapped_column(Text)  # inventory file it came from
 

@@ -1,0 +1,311 @@
+"""Reading the fleet for placement.
+
+* :func:`find_placement` is what ``allocate`` runs: every filter of a candidate (state, model,
+  GPU memory, fabric, profile, selector, no open alarm, no overlapping lease or reservation)
+  is SQL; one ``GROUP BY`` counts the candidates per (rack, fabric, GPU count); the pure
+  :func:`gpufleet.domain.placement.plan_blocks` says which blocks placement needs (the best
+  fitting rack, or every rack of a fabric when no single rack holds the request); only those
+  hosts are read and placed. The result is exactly ``place`` over every candidate.
+* :func:`host_views` reads every host of a selection with its facts, alarms and leases: the
+  refusal explanation and ``gpufleet capacity`` (slower; never on a granted request's path).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    String,
+    and_,
+    exists,
+    false,
+    func,
+    or_,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.placement import Block, HostView, Placement, Request, place, plan_blocks
+from gpufleet.domain.states import HostState
+from gpufleet.service.select import is_explicit, select_hosts
+from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, LeaseHost
+
+
+@dataclass
+class CandidateRow:
+    """What the write needs of a placed host: its id, state version and pool."""
+
+    id: int
+    version: int
+    pool: str | None
+
+
+def write_lock(s: Session) -> None:
+    """SQLite: take the database's write lock now (a no-op UPDATE), so that everything this
+    transaction reads stays true until it commits. PostgreSQL: nothing (row locks instead)."""
+    if s.get_bind().dialect.name == "sqlite":
+        s.execute(update(Host).where(Host.id == -1).values(state_version=Host.state_version))
+
+
+_STATES = {s.value: s for s in HostState}
+
+
+def _fabric() -> ColumnElement[Any]:
+    fabric: ColumnElement[Any] = Host.expected["fabric"].as_string()
+    return fabric
+
+
+def _block_fabric() -> ColumnElement[Any]:
+    """The fabric as placement groups it: lower-cased, '' when unset."""
+    return func.coalesce(func.lower(_fabric()), "")
+
+
+def _min_memory() -> Any:
+    """The smallest GPU memory of the host's latest snapshot (NULL when none is known)."""
+    return (
+        select(func.min(GpuRow.memory_total_mib))
+        .where(GpuRow.snapshot_id == Host.latest_snapshot_id)
+        .scalar_subquery()
+    )
+
+
+def _has_profile(s: Session, profile: str) -> ColumnElement[bool]:
+    """``profile`` is in ``hosts.profiles`` (the JSON list validation writes; no copy)."""
+    if s.get_bind().dialect.name == "postgresql":
+        return type_coerce(Host.profiles, JSONB).contains([profile])
+    each = func.json_each(Host.profiles).table_valued("value").alias("hp")
+    return exists(select(1).select_from(each).where(each.c.value == profile))
+
+
+def candidate_filters(
+    s: Session, req: Request, selector: str | None, start: datetime, end: datetime, now: datetime
+) -> list[ColumnElement[bool]]:
+    """SQL for :func:`gpufleet.domain.placement.allocatable` over ``hosts`` joined to their
+    latest snapshot, for the window [start, end)."""
+    free: ColumnElement[bool] = Host.state == HostState.AVAILABLE
+    if start > now:  # allocated now, its lease over before the window starts
+        ending = exists().where(
+            LeaseHost.host_id == Host.id,
+            LeaseHost.holding,
+            LeaseHost.starts_at <= now,
+            LeaseHost.ends_at <= start,
+        )
+        free = or_(free, and_(Host.state == HostState.ALLOCATED, ending))
+    out: list[ColumnElement[bool]] = [free, FactSnapshot.gpu_count > 0]
+    if is_explicit(selector):
+        out.append(Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None)))
+    if req.model:
+        out.append(func.lower(FactSnapshot.gpu_model).contains(req.model.lower(), autoescape=True))
+    if req.min_gpu_memory_mib:
+        out.append(_min_memory() >= req.min_gpu_memory_mib)
+    if req.fabric:
+        out.append(func.lower(_fabric()) == req.fabric.lower())
+    if req.profile:
+        out.append(_has_profile(s, req.profile))
+    out.append(
+        Host.id.not_in(
+            select(Alarm.host_id).where(Alarm.closed_at.is_(None), Alarm.host_id.is_not(None))
+        )
+    )
+    out.append(
+        Host.id.not_in(
+            select(LeaseHost.host_id).where(
+                LeaseHost.holding,
+                LeaseHost.starts_at < end,
+                LeaseHost.ends_at > start,
+                LeaseHost.host_id.is_not(None),
+            )
+        )
+    )
+    return out
+
+
+def candidate_blocks(s: Session, filters: list[ColumnElement[bool]]) -> dict[Block, Counter[int]]:
+    """How many candidate hosts of each GPU count every (rack, fabric) block has."""
+    fabric = _block_fabric()
+    stmt = (
+        select(Host.rack, fabric, FactSnapshot.gpu_count, func.count())
+        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(*filters)
+        .group_by(Host.rack, fabric, FactSnapshot.gpu_count)
+    )
+    out: dict[Block, Counter[int]] = {}
+    for rack, fab, gpus, n in s.execute(stmt):
+        out.setdefault((rack or "", fab or ""), Counter())[gpus or 0] += n
+    return out
+
+
+def _block_clause(racks: set[str], column: Any) -> ColumnElement[bool]:
+    named = sorted(r for r in racks if r)
+    clauses: list[ColumnElement[bool]] = [column.in_(named)] if named else []
+    if "" in racks:
+        clauses += [column.is_(None), column == ""]
+    return or_(false(), *clauses)
+
+
+def candidate_views(
+    s: Session,
+    req: Request,
+    filters: list[ColumnElement[bool]],
+    *,
+    racks: frozenset[Block] = frozenset(),
+    fabrics: frozenset[str] = frozenset(),
+) -> tuple[list[HostView], dict[str, CandidateRow]]:
+    """The candidates of the given blocks (filters from :func:`candidate_filters`)."""
+    cols: list[Any] = [
+        Host.id,
+        Host.name,
+        type_coerce(Host.state, String),
+        Host.state_version,
+        Host.rack,
+        Host.pool,
+        _fabric(),
+        Host.profiles,
+        FactSnapshot.gpu_count,
+        FactSnapshot.gpu_model,
+    ]
+    if req.min_gpu_memory_mib:
+        cols.append(_min_memory())
+    stmt = (
+        select(*cols).join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id).where(*filters)
+    )
+    if racks:
+        stmt = stmt.where(_block_clause({r for r, _ in racks}, Host.rack))
+    if fabrics:
+        stmt = stmt.where(_block_fabric().in_(sorted(fabrics)))
+    views: list[HostView] = []
+    index: dict[str, CandidateRow] = {}
+    for row in s.execute(stmt):
+        hid, name, state, version, rack, pool, fabric, profiles, gpus, model = row[:10]
+        view = HostView(
+            name=name,
+            state=_STATES[state],
+            gpus=gpus or 0,
+            model=model,
+            gpu_memory_mib=row[10] if req.min_gpu_memory_mib else None,
+            rack=rack,
+            fabric=fabric,
+            pool=pool,
+            profiles=frozenset(profiles or ()),
+            free_by_start=state == HostState.ALLOCATED.value,
+        )
+        if racks and (rack or "", (fabric or "").lower()) not in racks:
+            continue  # the rack's hosts on another fabric: another block
+        views.append(view)
+        index[name] = CandidateRow(hid, version or 0, pool)
+    return views, index
+
+
+def find_placement(
+    s: Session, req: Request, selector: str | None, start: datetime, end: datetime, *, now: datetime
+) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
+    """Place ``req`` for [start, end) reading only the blocks placement needs (see the
+    module). None: it cannot be placed (explain it with :func:`host_views`)."""
+    filters = candidate_filters(s, req, selector, start, end, now)
+    plan = plan_blocks(req, candidate_blocks(s, filters))
+    if plan is None:
+        return None, [], {}
+    views, index = candidate_views(s, req, filters, racks=plan.racks, fabrics=plan.fabrics)
+    placement = place(req, views)
+    if placement is None:  # SQL and Python disagreed on a filter (never seen): read them all
+        views, index = candidate_views(s, req, filters)
+        placement = place(req, views)
+    return placement, views, index
+
+
+def host_views(
+    s: Session,
+    req: Request,
+    selector: str | None,
+    start: datetime,
+    end: datetime,
+    *,
+    now: datetime,
+    candidates_only: bool,
+) -> tuple[list[HostView], dict[str, CandidateRow]]:
+    """Every host of ``selector`` as placement sees it for the window [start, end):
+    ``candidates_only`` reads only hosts that could be free then (available, or allocated
+    when the window starts later)."""
+    cols = [
+        Host.id,
+        Host.name,
+        type_coerce(Host.state, String),  # the raw value: 10,000 rows, one enum lookup each
+        Host.state_version,
+        Host.rack,
+        Host.pool,
+        Host.expected["fabric"].as_string(),
+        Host.profiles,
+        Host.eta,
+        FactSnapshot.gpu_count,
+        FactSnapshot.gpu_model,
+    ]
+    stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+    if is_explicit(selector):
+        ids = select_hosts(selector).with_only_columns(Host.id).order_by(None)
+        stmt = stmt.where(Host.id.in_(ids))
+    if candidates_only:
+        states = [HostState.AVAILABLE]
+        if start > now:
+            states.append(HostState.ALLOCATED)
+        stmt = stmt.where(Host.state.in_(states))
+    if req.model:
+        stmt = stmt.where(func.lower(FactSnapshot.gpu_model).contains(req.model.lower()))
+    rows = s.execute(stmt).all()
+    memory: dict[int, int] = {}
+    if req.min_gpu_memory_mib:
+        mstmt = (
+            select(GpuRow.host_id, func.min(GpuRow.memory_total_mib))
+            .join(Host, Host.latest_snapshot_id == GpuRow.snapshot_id)
+            .group_by(GpuRow.host_id)
+        )
+        if len(rows) < 1000:
+            mstmt = mstmt.where(Host.id.in_([r[0] for r in rows]))
+        memory = {hid: m for hid, m in s.execute(mstmt) if m is not None}
+    alarmed = set(s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None))))
+    busy: dict[int, datetime] = {
+        hid: until
+        for hid, until in s.execute(
+            select(LeaseHost.host_id, func.max(LeaseHost.ends_at))
+            .where(LeaseHost.holding, LeaseHost.starts_at < end, LeaseHost.ends_at > start)
+            .group_by(LeaseHost.host_id)
+        )
+    }
+    ending: set[int] = set()
+    if start > now:
+        ending = set(
+            s.scalars(
+                select(LeaseHost.host_id).where(
+                    LeaseHost.holding, LeaseHost.starts_at <= now, LeaseHost.ends_at <= start
+                )
+            )
+        )
+    views: list[HostView] = []
+    index: dict[str, CandidateRow] = {}
+    for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model in rows:
+        st = _STATES[state]
+        views.append(
+            HostView(
+                name=name,
+                state=st,
+                gpus=gpus or 0,
+                model=model,
+                gpu_memory_mib=memory.get(hid),
+                rack=rack,
+                fabric=fabric,
+                pool=pool,
+                profiles=frozenset(profiles or ()),
+                alarm=hid in alarmed,
+                busy_until=busy.get(hid),
+                eta=eta if st in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
+                free_by_start=st is HostState.ALLOCATED and hid in ending and hid not in busy,
+            )
+        )
+        index[name] = CandidateRow(hid, version or 0, pool)
+    return views, index
