@@ -16,7 +16,7 @@ Layout of one host directory (see :func:`materialize_host`)::
               even on a machine that has a real lspci, dmesg or nvidia-smi
     data/     <section>.out / .err / .rc served by the fake tools
     sysroot/  etc/os-release, proc/{meminfo,modules}, proc/sys/kernel/{hostname,osrelease},
-              sys/class/dmi/id/*
+              sys/class/dmi/id/* (a dmi file whose served value is empty is not written)
     run/      calls.log (one line per fake tool call), hang.pids; owned by the lab user
 
 Round trip: a fake tool prints the section stdout plus one newline (as real tools do), so
@@ -238,11 +238,17 @@ def materialize_host(
         served = sections.get(spec.name)
         if len(spec.files) == 1:
             texts = [_emitted(served.stdout)] if served is not None and served.rc == 0 else [""]
-        else:  # one line per file (dmi: vendor, product)
-            lines = (served.stdout if served is not None and served.rc == 0 else "").split(
-                "\n", max(len(spec.files) - 1, 0)
+        else:  # dmi: one "name=value" line per file (name: the file's base name)
+            pairs = dict(
+                line.partition("=")[::2]
+                for line in (served.stdout if served is not None and served.rc == 0 else "")
+                .splitlines()
+                if "=" in line
             )
-            texts = [line + "\n" if line else "" for line in lines]
+            texts = [
+                pairs[base] + "\n" if (base := rel.rsplit("/", 1)[-1]) in pairs else ""
+                for rel in spec.files
+            ]
         for rel, text in zip(spec.files, texts + [""] * len(spec.files), strict=False):
             path = sysroot / rel
             if text:

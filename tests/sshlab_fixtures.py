@@ -70,7 +70,7 @@ def sample_sections(hostname: str, variant: str = "healthy") -> dict[str, Sectio
         Section("nproc", "96", "", 0),
         Section("meminfo", "MemTotal:       2113459528 kB\nMemFree:        2010000000 kB\n"
                 "HugePages_Total:       0", "", 0),
-        Section("dmi", "Supermicro\nSYS-821GE-TNHR", "", 0),
+        Section("dmi", "sys_vendor=Supermicro\nproduct_name=SYS-821GE-TNHR", "", 0),
         Section("modules", "nvidia_uvm 1802240 0 - Live 0x0000000000000000 (POE)\n"
                 "nvidia 56725504 2 nvidia_uvm, Live 0x0000000000000000 (POE)", "", 0),
         Section("sysctl", "vm.max_map_count = 262144\nvm.swappiness = 60\n"

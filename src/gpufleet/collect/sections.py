@@ -38,6 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpufleet.collect.bundle import Section
+from gpufleet.collect.dmi import DMI_FILES, parse_dmi
 from gpufleet.collect.ib import parse_ibstat
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
@@ -223,11 +224,8 @@ def _cpu_count(r: Read) -> dict[str, Any]:
 
 
 def _dmi(r: Read) -> dict[str, Any]:
-    lines = r.text.splitlines()
-    return {
-        "system_vendor": lines[0].strip() if len(lines) > 0 and lines[0].strip() else None,
-        "system_product": lines[1].strip() if len(lines) > 1 and lines[1].strip() else None,
-    }
+    dmi = parse_dmi(r.text)
+    return {"system_vendor": dmi.vendor, "system_product": dmi.product, "dmi": dmi}
 
 
 def _gpu_report(r: Read) -> dict[str, Any]:
@@ -286,9 +284,16 @@ xids() {
 }"""
 _DMI = """\
 dmi() {
-  for f in sys_vendor product_name; do readf "$R/sys/class/dmi/id/$f" 2>/dev/null; done
+  # name=value per readable file (builtins only); product_serial/uuid are root-only: an
+  # unreadable file is skipped ("not collected"), never an error.
+  for f in @FILES@; do
+    p="$R/sys/class/dmi/id/$f"
+    [ -r "$p" ] || continue
+    v=; { IFS= read -r v < "$p"; } 2>/dev/null
+    printf '%s=%s\\n' "$f" "$v"
+  done
   return 0
-}"""
+}""".replace("@FILES@", " ".join(DMI_FILES))
 _CTK = """\
 ctk() {
   # nvidia-ctk (toolkit >= 1.12); older installs only have nvidia-container-cli.
@@ -335,10 +340,10 @@ REGISTRY: tuple[SectionSpec, ...] = (
     SectionSpec(
         "dmi",
         "dmi",
-        ("system_vendor", "system_product"),
+        ("system_vendor", "system_product", "dmi"),
         _dmi,
         on_failure=OnFailure.SILENT,
-        files=("sys/class/dmi/id/sys_vendor", "sys/class/dmi/id/product_name"),
+        files=tuple(f"sys/class/dmi/id/{f}" for f in DMI_FILES),
         functions=_DMI,
     ),
     file_section(

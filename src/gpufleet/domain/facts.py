@@ -320,6 +320,21 @@ class OsRelease(Fact):
     pretty_name: str | None = Field(default=None, max_length=NAME)
 
 
+class DmiIdentity(Fact):
+    """``/sys/class/dmi/id``: the machine's SMBIOS identity as the OS sees it (in-band). Each
+    value is ``None`` when not collected: ``serial``, ``uuid`` and ``board_serial`` are
+    readable by root only, and boards leave some blank. Compared with what the BMC reports
+    (:func:`gpufleet.domain.bmc.identity_findings`) and, for ``uuid``, used to tell two host
+    names that are one machine (:mod:`gpufleet.domain.identity`)."""
+
+    vendor: str | None = Field(default=None, max_length=NAME)  # sys_vendor
+    product: str | None = Field(default=None, max_length=NAME)  # product_name
+    serial: str | None = Field(default=None, max_length=NAME)  # product_serial
+    uuid: str | None = Field(default=None, max_length=SHORT)  # product_uuid
+    board_serial: str | None = Field(default=None, max_length=NAME)
+    bios_version: str | None = Field(default=None, max_length=NAME)
+
+
 class BlockDevice(Fact):
     """A whole disk from ``lsblk``."""
 
@@ -354,6 +369,9 @@ class HostFacts(Fact):
     memory_total_kib: int | None = Field(default=None, ge=0, le=MAX_HOST_MEMORY_KIB)
     system_vendor: str | None = Field(default=None, max_length=NAME)
     system_product: str | None = Field(default=None, max_length=NAME)
+    #: The whole DMI identity (serial, UUID ...); None when not collected (and in snapshots
+    #: written before it existed: an additive field, read as None, no version bump).
+    dmi: DmiIdentity | None = None
     modules: list[str] = Field(default_factory=list, max_length=65_536)
     sysctls: dict[str, str] = Field(default_factory=dict)
     nvidia_smi: NvidiaSmiReport | None = None

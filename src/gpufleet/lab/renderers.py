@@ -40,6 +40,7 @@ from gpufleet.lab.templates import (
     _Template,
     _template,
     fault_gpu_index,
+    system_identity,
 )
 
 _NOT_FOUND_RC = 127
@@ -475,7 +476,7 @@ RENDERERS: dict[str, Callable[[_Render], tuple[str, str, int]]] = {
     "uname-r": lambda r: _ok(_KERNEL),
     "nproc": lambda r: _ok(str(r.spec.nproc)),
     "meminfo": lambda r: _ok(_meminfo(r.spec)),
-    "dmi": lambda r: _ok("\n".join(r.spec.dmi) + "\n"),
+    "dmi": lambda r: _ok("".join(f"{k}={v}\n" for k, v in system_identity(r.host).items())),
     "modules": lambda r: _ok(_modules(r.spec)),
     "sysctl": lambda r: _ok(_sysctl(r.spec)),
     "nvidia-smi-xml": _xml_out,

@@ -271,6 +271,22 @@ def _identity(host: LabHost, index: int) -> dict[str, str]:
     }
 
 
+def system_identity(host: LabHost) -> dict[str, str]:
+    """The lab host's DMI identity (``/sys/class/dmi/id`` file -> value): vendor and product of
+    its model, a serial, board serial and UUID stable per host (its salt), unique per salt.
+    Lab values, not a capture: real boards print their own formats."""
+    h = _digest("system", host.model, host.serial_salt).hex()
+    vendor, product = host.spec.dmi
+    return {
+        "sys_vendor": vendor,
+        "product_name": product,
+        "product_serial": f"GFL{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}",
+        "product_uuid": f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
+        "board_serial": f"GFB{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}",
+        "bios_version": "2.1.0",
+    }
+
+
 def _bus_values(bus_id: str, index: int, fmt: str) -> dict[str, str]:
     dom, bus, devfn = bus_id.split(":")
     dev = devfn.split(".")[0]
