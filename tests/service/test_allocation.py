@@ -16,7 +16,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service import allocation, capacity, operations
+from gpufleet.service import allocation, capacity, leases, operations
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts, show_host
@@ -122,11 +122,11 @@ def test_reservation_is_honoured_then_becomes_a_lease_at_its_start(
     clock.advance(hours=9, minutes=30)
     sweep(fleet)  # the 9 h lease expires (release policy): its host goes to reclaiming
     clock.advance(hours=1)
-    assert allocation.show_lease(fleet, short.lease.id).state == "released"
+    assert leases.show_lease(fleet, short.lease.id).state == "released"
     # gpu-0x of the short lease is reclaiming (or beyond, when reclaim checks are installed):
     # the reservation waits for it rather than taking it
     touched = sweep(fleet)
-    lease = allocation.show_lease(fleet, res.lease.id)
+    lease = leases.show_lease(fleet, res.lease.id)
     if lease.state == "reserved":
         assert "waiting for" in (lease.reason or "")
         assert touched == [] or set(touched) <= {"gpu-01", "gpu-02"}
@@ -148,7 +148,7 @@ def test_reservation_starts_on_the_sweep(fleet: Fleet, tmp_path: Path, clock: Fa
     assert res.lease is not None
     clock.advance(hours=1)
     assert sweep(fleet) == res.lease.hosts
-    assert allocation.show_lease(fleet, res.lease.id).state == "active"
+    assert leases.show_lease(fleet, res.lease.id).state == "active"
     assert states(fleet)[res.lease.hosts[0]] == "allocated"
 
 
@@ -157,11 +157,11 @@ def test_renew_release_and_notify_policy_with_hooks(
 ) -> None:
     lab(fleet, tmp_path, n=2)
     calls: list[tuple[str, dict[str, Any]]] = []
-    remove = allocation.register_lease_hook(lambda kind, lease: calls.append((kind.value, lease)))
+    remove = leases.register_lease_hook(lambda kind, lease: calls.append((kind.value, lease)))
     try:
         pool = show_host(fleet, "gpu-01").view.pool
         assert pool is not None
-        allocation.set_policy(fleet, pool, OnExpiry.NOTIFY, timedelta(days=3))
+        leases.set_policy(fleet, pool, OnExpiry.NOTIFY, timedelta(days=3))
         with pytest.raises(ConfigError, match="at most 3d"):
             allocation.allocate(
                 fleet, Request(hosts=1), owner="a", purpose="p", duration=timedelta(days=4)
@@ -171,19 +171,19 @@ def test_renew_release_and_notify_policy_with_hooks(
         )
         assert got.lease is not None
         lid = got.lease.id
-        assert [lease.id for lease in allocation.expiring(fleet, timedelta(hours=3))] == [lid]
-        assert allocation.expiring(fleet, timedelta(hours=1)) == []
+        assert [lease.id for lease in leases.expiring(fleet, timedelta(hours=3))] == [lid]
+        assert leases.expiring(fleet, timedelta(hours=1)) == []
         clock.advance(hours=3)
         sweep(fleet)
         sweep(fleet)  # notified once
         assert [k for k, _ in calls].count("lease-expired") == 1
         assert states(fleet)[got.lease.hosts[0]] == "allocated"  # notify keeps the hosts
-        renewed = allocation.renew(fleet, lid, duration=timedelta(hours=24))
+        renewed = leases.renew(fleet, lid, duration=timedelta(hours=24))
         assert renewed.ends_at == fleet.now() + timedelta(hours=24) and renewed.notified_at is None
-        out = allocation.release(fleet, lid, "done")
+        out = leases.release(fleet, lid, "done")
         assert out.reclaiming == got.lease.hosts and out.lease.state == "released"
         with pytest.raises(InvalidTransition):
-            allocation.release(fleet, lid)
+            leases.release(fleet, lid)
         with fleet.db.session() as s:
             ev = s.scalars(
                 select(Event).where(Event.kind == EventKind.TRANSITION).order_by(Event.id.desc())

@@ -1,7 +1,7 @@
 """The typed shapes of the API (``/api/v1``) and of the CLI's ``--json`` for the same objects.
 
 These are the published contract: the internal read models (``service.hosts.HostView``,
-``service.allocation.LeaseView`` ...) are mapped onto them field by field here (``of``), so an
+``service.leases.LeaseView`` ...) are mapped onto them field by field here (``of``), so an
 internal rename never changes a response silently. Times are ISO 8601 with the zone
 (``2026-01-05T10:00:00+00:00``; naive values are UTC), the same as the CLI always printed.
 
@@ -261,7 +261,7 @@ class LeaseOut(Schema):
 
     @classmethod
     def of(cls, v: Any) -> LeaseOut:
-        """From ``service.allocation.LeaseView``."""
+        """From ``service.leases.LeaseView``."""
         return cls.model_validate(v.as_dict())
 
 

@@ -21,8 +21,8 @@ from gpufleet.cli.common import (
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
-from gpufleet.service import allocation, capacity, operations
-from gpufleet.service.allocation import LeaseView
+from gpufleet.service import allocation, capacity, leases, operations
+from gpufleet.service.leases import LeaseView
 
 leases_app = typer.Typer(no_args_is_help=True)
 capacity_app = typer.Typer(invoke_without_command=True)
@@ -152,7 +152,7 @@ def leases_list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Leases and reservations (holding ones unless --all)."""
-    rows = allocation.list_leases(open_fleet(), selector, owner=owner, include_ended=all_)
+    rows = leases.list_leases(open_fleet(), selector, owner=owner, include_ended=all_)
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
@@ -166,7 +166,7 @@ def leases_show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """One lease with its hosts and GPU UUIDs."""
-    v = allocation.show_lease(open_fleet(), lease_id)
+    v = leases.show_lease(open_fleet(), lease_id)
     if as_json:
         print_json(_lease_json(v))
         return
@@ -189,7 +189,7 @@ def leases_renew_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Move a lease's expiry (within its pool's longest lease)."""
-    v = allocation.renew(
+    v = leases.renew(
         open_fleet(),
         lease_id,
         duration=parse_duration(for_, "--for") if for_ else None,
@@ -209,7 +209,7 @@ def leases_release_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """End a lease: its hosts go to reclaiming (a reservation is cancelled)."""
-    out = allocation.release(open_fleet(), lease_id, reason)
+    out = leases.release(open_fleet(), lease_id, reason)
     if as_json:
         print_json(
             {
@@ -236,7 +236,7 @@ def leases_expiring_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Active leases that expire within --within (or already have)."""
-    rows = allocation.expiring(open_fleet(), parse_duration(within, "--within"), selector)
+    rows = leases.expiring(open_fleet(), parse_duration(within, "--within"), selector)
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
@@ -253,7 +253,7 @@ def leases_policy_cmd(
     ),
 ) -> None:
     """Set a pool's lease policy: what expiry does, how long a lease may run unrenewed."""
-    p = allocation.set_policy(
+    p = leases.set_policy(
         open_fleet(), pool, on_expiry, parse_duration(max_lease, "--max") if max_lease else None
     )
     console.print(f"pool {lit(pool)}: expired leases {p.on_expiry.value}, longest {p.max_duration}")

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.placement import Block, HostView, Placement, Request, place, plan_blocks
 from gpufleet.domain.states import HostState
+from gpufleet.errors import Conflict
 from gpufleet.service.select import is_explicit, select_hosts
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, LeaseHost
 
@@ -309,3 +310,33 @@ def host_views(
         )
         index[name] = CandidateRow(hid, version or 0, pool)
     return views, index
+
+
+def lock_and_recheck(
+    s: Session,
+    chosen: list[CandidateRow],
+    start: datetime,
+    end: datetime,
+    exclude_lease: int | None,
+) -> list[Host]:
+    """Row-lock the chosen hosts (id order) and make sure nobody took them meanwhile."""
+    ids = sorted(r.id for r in chosen)
+    hosts = list(
+        s.scalars(select(Host).where(Host.id.in_(ids)).order_by(Host.id).with_for_update())
+    )
+    versions = {r.id: r.version for r in chosen}
+    for h in hosts:
+        if (h.state_version or 0) != versions[h.id]:
+            raise Conflict(f"host {h.name} changed while it was being placed; placing again")
+    clash = select(LeaseHost.host_name).where(
+        LeaseHost.holding,
+        LeaseHost.host_id.in_(ids),
+        LeaseHost.starts_at < end,
+        LeaseHost.ends_at > start,
+    )
+    if exclude_lease is not None:
+        clash = clash.where(LeaseHost.lease_id != exclude_lease)
+    taken = list(s.scalars(clash))
+    if taken:
+        raise Conflict(f"host {taken[0]} was leased meanwhile; placing again")
+    return hosts

@@ -11,8 +11,8 @@ from sqlalchemy import ColumnElement, desc, func, select
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import AlarmView, open_alarms
-from gpufleet.service.allocation import LeaseView, list_leases
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.leases import LeaseView, list_leases
 from gpufleet.service.select import (
     check_state,
     group_clause,

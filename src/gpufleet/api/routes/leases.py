@@ -20,7 +20,7 @@ from gpufleet.api.schemas import (
 )
 from gpufleet.domain.leases import parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
-from gpufleet.service import allocation, capacity
+from gpufleet.service import allocation, capacity, leases
 from gpufleet.service.fleet import Fleet
 
 router = APIRouter(tags=["leases"], responses=ERRORS)
@@ -33,13 +33,13 @@ def leases_list(
     all: bool = Query(False, description="Include released and cancelled leases."),
     fleet: Fleet = Depends(as_viewer),
 ) -> list[LeaseOut]:
-    rows = allocation.list_leases(fleet, selector, owner=owner, include_ended=all)
+    rows = leases.list_leases(fleet, selector, owner=owner, include_ended=all)
     return [LeaseOut.of(v) for v in rows]
 
 
 @router.get("/leases/{lease_id}", summary="One lease with its hosts and GPU UUIDs")
 def leases_show(lease_id: int, fleet: Fleet = Depends(as_viewer)) -> LeaseOut:
-    return LeaseOut.of(allocation.show_lease(fleet, lease_id))
+    return LeaseOut.of(leases.show_lease(fleet, lease_id))
 
 
 @router.post("/leases", summary="Allocate (or reserve from start) whole hosts")
@@ -80,7 +80,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
 
 @router.post("/leases/{lease_id}/renew", summary="Move a lease's expiry")
 def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operator)) -> LeaseOut:
-    v = allocation.renew(
+    v = leases.renew(
         fleet,
         lease_id,
         duration=parse_duration(body.duration, "for") if body.duration else None,
@@ -93,7 +93,7 @@ def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operato
 def leases_release(
     lease_id: int, body: ReleaseIn, fleet: Fleet = Depends(as_operator)
 ) -> ReleasedOut:
-    out = allocation.release(fleet, lease_id, body.reason)
+    out = leases.release(fleet, lease_id, body.reason)
     return ReleasedOut(
         lease=LeaseOut.of(out.lease),
         reclaiming=list(out.reclaiming),

@@ -1,0 +1,360 @@
+"""Leases once made: the lease view, the hook point for lease events, reading (list, show,
+expiring), renewing, releasing (hosts to ``reclaiming``, then the reclaim checks when
+installed) and each pool's lease policy. Making a lease is :mod:`gpufleet.service.allocation`;
+starting reservations and expiring leases is :mod:`gpufleet.service.lease_sweep`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.leases import (
+    DEFAULT_POLICY,
+    HOLDING,
+    LeasePolicy,
+    LeaseState,
+    OnExpiry,
+    lease_window,
+)
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import ConfigError, Conflict, InvalidTransition, NotFound
+from gpufleet.service.candidates import CandidateRow, lock_and_recheck, write_lock
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.lifecycle import transition
+from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.store.tables import Host, Lease, LeaseHost, Pool
+
+# --- the hook point (webhooks are delivered by whoever registers a hook) -------------------
+
+LeaseHook = Callable[[EventKind, dict[str, Any]], None]
+_HOOKS: list[LeaseHook] = []
+
+
+def register_lease_hook(hook: LeaseHook) -> Callable[[], None]:
+    """Call ``hook(kind, lease)`` after every lease event is committed (granted, reserved,
+    started, renewed, released, expired); returns the function that removes it. Hooks run
+    outside any transaction; one that raises is reported in the result, never undoes it."""
+    _HOOKS.append(hook)
+    return lambda: _HOOKS.remove(hook) if hook in _HOOKS else None
+
+
+def call_hooks(kind: EventKind, lease: LeaseView) -> list[str]:
+    problems: list[str] = []
+    payload = lease.as_dict()
+    for hook in list(_HOOKS):
+        try:
+            hook(kind, payload)
+        except Exception as exc:  # a hook's failure must not undo the lease change
+            problems.append(f"lease hook {getattr(hook, '__name__', hook)!s} failed: {exc}")
+    return problems
+
+
+# --- views ----------------------------------------------------------------------------------
+
+
+@dataclass
+class LeaseView:
+    """A lease as commands print it."""
+
+    id: int
+    owner: str
+    purpose: str
+    state: str
+    actor: str
+    starts_at: datetime
+    ends_at: datetime
+    created_at: datetime
+    hosts: list[str]
+    gpus: int
+    gpu_uuids: dict[str, list[str]]
+    request: dict[str, Any]
+    released_at: datetime | None = None
+    notified_at: datetime | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "purpose": self.purpose,
+            "state": self.state,
+            "actor": self.actor,
+            "starts_at": self.starts_at,
+            "ends_at": self.ends_at,
+            "created_at": self.created_at,
+            "hosts": self.hosts,
+            "gpus": self.gpus,
+            "gpu_uuids": self.gpu_uuids,
+            "request": self.request,
+            "released_at": self.released_at,
+            "notified_at": self.notified_at,
+            "reason": self.reason,
+        }
+
+
+def lease_view(lease: Lease) -> LeaseView:
+    return LeaseView(
+        id=lease.id,
+        owner=lease.owner,
+        purpose=lease.purpose,
+        state=lease.state.value,
+        actor=lease.actor,
+        starts_at=lease.starts_at,
+        ends_at=lease.ends_at,
+        created_at=lease.created_at,
+        hosts=[lh.host_name for lh in lease.hosts],
+        gpus=sum(lh.gpus for lh in lease.hosts),
+        gpu_uuids={lh.host_name: list(lh.gpu_uuids or []) for lh in lease.hosts},
+        request=dict(lease.request or {}),
+        released_at=lease.released_at,
+        notified_at=lease.notified_at,
+        reason=lease.reason,
+    )
+
+
+def pool_policy(s: Session, pool: str | None) -> LeasePolicy:
+    """The lease policy of ``pool`` (defaults when none is set)."""
+    if pool is None:
+        return DEFAULT_POLICY
+    raw = s.scalar(select(Pool.lease_policy).where(Pool.name == pool))
+    if not raw:
+        return DEFAULT_POLICY
+    return LeasePolicy(
+        on_expiry=OnExpiry(raw.get("on_expiry", DEFAULT_POLICY.on_expiry.value)),
+        max_duration=timedelta(
+            seconds=float(raw.get("max_duration_s", DEFAULT_POLICY.max_duration.total_seconds()))
+        ),
+    )
+
+
+# --- reading leases ----------------------------------------------------------------------------
+
+
+def get_lease(s: Session, lease_id: int, *, lock: bool = False) -> Lease:
+    stmt = select(Lease).where(Lease.id == lease_id)
+    if lock:
+        stmt = stmt.with_for_update()
+    lease = s.scalar(stmt)
+    if lease is None:
+        raise NotFound(f"no lease {lease_id}")
+    return lease
+
+
+def list_leases(
+    fleet: Fleet,
+    selector: str | None = None,
+    *,
+    owner: str | None = None,
+    include_ended: bool = False,
+) -> list[LeaseView]:
+    """Leases (holding ones unless ``include_ended``), of ``owner`` and touching the hosts
+    of ``selector``, by start."""
+    with fleet.db.session() as s:
+        stmt = select(Lease).order_by(Lease.starts_at, Lease.id)
+        if not include_ended:
+            stmt = stmt.where(Lease.state.in_(sorted(HOLDING)))
+        if owner:
+            stmt = stmt.where(Lease.owner == owner)
+        if is_explicit(selector):
+            ids = select_hosts(selector).with_only_columns(Host.id).order_by(None)
+            if not s.scalars(ids).first():
+                raise nothing_matches(selector)
+            stmt = stmt.where(
+                Lease.id.in_(select(LeaseHost.lease_id).where(LeaseHost.host_id.in_(ids)))
+            )
+        return [lease_view(lease) for lease in s.scalars(stmt)]
+
+
+def show_lease(fleet: Fleet, lease_id: int) -> LeaseView:
+    """One lease by id (NotFound, exit 4)."""
+    with fleet.db.session() as s:
+        return lease_view(get_lease(s, lease_id))
+
+
+def expiring(fleet: Fleet, within: timedelta, selector: str | None = None) -> list[LeaseView]:
+    """Active leases whose expiry is within ``within`` from now (expired ones included)."""
+    limit = fleet.now() + within
+    return [
+        lease
+        for lease in list_leases(fleet, selector)
+        if lease.state == LeaseState.ACTIVE.value and lease.ends_at <= limit
+    ]
+
+
+# --- renew, release ---------------------------------------------------------------------------
+
+
+def renew(
+    fleet: Fleet, lease_id: int, *, duration: timedelta | None = None, until: datetime | None = None
+) -> LeaseView:
+    """Move a holding lease's expiry to now + ``duration`` (or ``until``): refused past the
+    pool's longest lease, or when a reservation of another lease needs one of its hosts."""
+    now = fleet.now()
+    with fleet.db.session() as s:
+        write_lock(s)
+        lease = get_lease(s, lease_id, lock=True)
+        if lease.state not in HOLDING:
+            raise InvalidTransition(
+                f"lease {lease_id}", lease.state.value, "renew", [v.value for v in sorted(HOLDING)]
+            )
+        base = max(now, lease.starts_at)
+        pools = set(
+            s.scalars(select(Host.pool).where(Host.id.in_([lh.host_id for lh in lease.hosts])))
+        )
+        end = None
+        for pool in sorted(pools, key=lambda p: p or ""):
+            _, end = lease_window(
+                base, start=base, duration=duration, until=until, policy=pool_policy(s, pool)
+            )
+        if end is None:
+            _, end = lease_window(base, start=base, duration=duration, until=until)
+        chosen = [
+            CandidateRow(lh.host_id, v or 0, None)
+            for lh, v in s.execute(
+                select(LeaseHost, Host.state_version)
+                .join(Host, Host.id == LeaseHost.host_id)
+                .where(LeaseHost.lease_id == lease.id)
+            )
+        ]
+        try:
+            lock_and_recheck(s, chosen, lease.ends_at, end, lease.id)
+        except Conflict as exc:
+            raise ConfigError(
+                f"cannot renew lease {lease_id} to {end.isoformat()}: {exc}".replace(
+                    "; placing again", " (another lease holds it then)"
+                )
+            ) from None
+        before = lease.ends_at
+        lease.ends_at = end
+        lease.notified_at = None
+        for lh in lease.hosts:
+            lh.ends_at = end
+        record_event(
+            s,
+            fleet,
+            EventKind.LEASE_RENEWED,
+            f"lease {lease.id} of {lease.owner} renewed: {before.isoformat(timespec='minutes')}"
+            f" -> {end.isoformat(timespec='minutes')}",
+            data={"lease": lease.id, "before": before.isoformat(), "after": end.isoformat()},
+        )
+        view = lease_view(lease)
+    call_hooks(EventKind.LEASE_RENEWED, view)
+    return view
+
+
+@dataclass
+class Released:
+    """A released lease, the hosts sent to reclaiming, and what reclaim said."""
+
+    lease: LeaseView
+    reclaiming: list[str]
+    reclaim: object | None = None
+    note: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def release(
+    fleet: Fleet, lease_id: int, reason: str = "released by its owner", *, expired: bool = False
+) -> Released:
+    """End a lease: an active one's hosts go to ``reclaiming`` (then the reclaim checks, when
+    installed); a reservation is cancelled (its hosts were never allocated)."""
+    now = fleet.now()
+    with fleet.db.session() as s:
+        lease = get_lease(s, lease_id, lock=True)
+        if lease.state not in HOLDING:
+            raise InvalidTransition(
+                f"lease {lease_id}",
+                lease.state.value,
+                "release",
+                [v.value for v in sorted(HOLDING)],
+            )
+        moved: list[str] = []
+        if lease.state is LeaseState.ACTIVE:
+            ids = sorted(lh.host_id for lh in lease.hosts)
+            for h in s.scalars(
+                select(Host).where(Host.id.in_(ids)).order_by(Host.id).with_for_update()
+            ):
+                if HostState(h.state) is HostState.ALLOCATED:
+                    transition(
+                        s,
+                        fleet,
+                        h,
+                        Event.RELEASE,
+                        f"lease {lease.id} of {lease.owner} ended: {reason}",
+                        data={"lease": lease.id},
+                    )
+                    moved.append(h.name)
+            lease.state = LeaseState.RELEASED
+        else:
+            lease.state = LeaseState.CANCELLED
+        lease.released_at = now
+        lease.reason = reason
+        for lh in lease.hosts:
+            lh.holding = False
+        record_event(
+            s,
+            fleet,
+            EventKind.LEASE_RELEASED,
+            f"lease {lease.id} of {lease.owner} {lease.state.value} ({reason})"
+            + (f": {', '.join(moved)} to reclaiming" if moved else ""),
+            data={"lease": lease.id, "hosts": moved, "reason": reason, "expired": expired},
+        )
+        view = lease_view(lease)
+    out = Released(view, moved)
+    out.warnings += call_hooks(EventKind.LEASE_RELEASED, view)
+    if moved:
+        out.reclaim, out.note = _reclaim(fleet, moved, lease_id)
+    return out
+
+
+def _reclaim(fleet: Fleet, hosts: list[str], lease_id: int) -> tuple[object | None, str | None]:
+    """Hand the released hosts to the reclaim checks when that module is installed."""
+    try:
+        from gpufleet.service import reclaim as reclaim_mod  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        if exc.name not in ("gpufleet.service.reclaim", None):
+            raise
+        return None, (
+            f"{', '.join(hosts)} left in reclaiming: the reclaim checks are not installed "
+            "(gpufleet.service.reclaim); they time out to quarantined after the reclaiming "
+            "deadline unless reclaimed"
+        )
+    fn = getattr(reclaim_mod, "reclaim_hosts", None)
+    if fn is None:
+        return None, f"{', '.join(hosts)} left in reclaiming: reclaim_hosts is not available yet"
+    return fn(fleet, hosts, lease_id=lease_id), None
+
+
+# --- pool policy --------------------------------------------------------------------------------
+
+
+def set_policy(
+    fleet: Fleet, pool: str, on_expiry: OnExpiry, max_duration: timedelta | None = None
+) -> LeasePolicy:
+    """Set ``pool``'s lease policy (the pool must exist: enrolled from an inventory)."""
+    with fleet.db.session() as s:
+        row = s.scalar(select(Pool).where(Pool.name == pool).with_for_update())
+        if row is None:
+            raise NotFound(f"no pool named '{pool}'")
+        current = pool_policy(s, pool)
+        policy = LeasePolicy(on_expiry, max_duration or current.max_duration)
+        row.lease_policy = {
+            "on_expiry": policy.on_expiry.value,
+            "max_duration_s": policy.max_duration.total_seconds(),
+        }
+        record_event(
+            s,
+            fleet,
+            EventKind.LEASE_POLICY,
+            f"pool {pool}: expired leases {policy.on_expiry.value}, longest lease "
+            f"{policy.max_duration}",
+            data={"pool": pool, **row.lease_policy},
+        )
+        return policy
