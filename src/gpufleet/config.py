@@ -250,6 +250,21 @@ class Settings(BaseSettings):
         group="k8s",
         doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
     )
+    # -- sync -----------------------------------------------------------------------------
+    sync_targets: str = _setting(
+        "",
+        env="GPUFLEET_SYNC_TARGETS",
+        group="sync",
+        doc="Comma-separated syncs gpufleet sync runs: k8s, slurm (none: pass --k8s/--slurm).",
+    )
+    sync_every_s: float = _setting(
+        60.0,
+        env="GPUFLEET_SYNC_EVERY",
+        group="sync",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds between gpufleet sync rounds when looping (--every).",
+    )
     # -- bmc ------------------------------------------------------------------------------
     bmc_forks: int = _setting(
         50,
@@ -334,6 +349,14 @@ class Settings(BaseSettings):
         for p in (x.strip() for x in v.split(",")):
             if p and (not p.startswith("/") or not re.fullmatch(r"/[A-Za-z0-9._/-]*", p)):
                 raise ValueError(f"{p!r} is not an absolute path of letters, digits, . _ - /")
+        return v
+
+    @field_validator("sync_targets")
+    @classmethod
+    def _sync_targets(cls, v: str) -> str:
+        for word in (w.strip().lower() for w in v.split(",")):
+            if word and word not in ("k8s", "slurm"):
+                raise ValueError(f"{word!r} is not a sync target (k8s, slurm)")
         return v
 
     @field_validator("reclaim_scratch_policy")

@@ -21,6 +21,7 @@ from gpufleet.cli import reclaim as reclaim_cmds
 from gpufleet.cli import serve as serve_cmds
 from gpufleet.cli import slurm as slurm_cmds
 from gpufleet.cli import summary as summary_cmds
+from gpufleet.cli import sync as sync_cmds
 from gpufleet.cli.common import OPTIONS
 from gpufleet.cli.plugins import PluginGroup
 
@@ -84,6 +85,7 @@ app.add_typer(failures_cmds.app, name="failures", help="Job failures: record, im
 app.add_typer(bmc_cmds.app, name="bmc", help="BMCs over Redfish: set, status, power, sel-ack.")
 app.command("reimage")(bmc_cmds.reimage_cmd)
 export_cmds.register(app)
+app.add_typer(sync_cmds.app, name="sync", help="Run the enabled syncs; sync status: drift.")
 app.command("serve")(serve_cmds.serve_cmd)
 
 if __name__ == "__main__":  # pragma: no cover
