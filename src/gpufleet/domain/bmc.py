@@ -16,6 +16,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, CollectionOutcome
+from gpufleet.domain.identity import same_system_uuid, usable_system_id
 
 SHORT = 128
 
@@ -135,12 +136,16 @@ class Finding:
 class InBand:
     """What gpufleet knows about the machine without the BMC: the serial and UUID the
     inventory declares (``gpufleet_bmc_serial`` / ``gpufleet_bmc_uuid``), the identity pinned
-    at the first good BMC read, and the GPU serials nvidia-smi reported in-band."""
+    at the first good BMC read, the GPU serials nvidia-smi reported in-band and the DMI
+    system serial / UUID the OS reported (``/sys/class/dmi/id``)."""
 
     serial: str | None = None
     uuid: str | None = None
     pinned: BmcIdentity | None = None
     gpu_serials: frozenset[str] | None = None
+    #: The system serial / UUID the host's OS reads from DMI (its latest facts), when known.
+    dmi_serial: str | None = None
+    dmi_uuid: str | None = None
 
 
 def _norm(value: str | None) -> str:
@@ -156,6 +161,15 @@ def identity_findings(host: str, reading: BmcReading, known: InBand) -> list[Fin
         problems.append(f"inventory says serial {known.serial}, the BMC says {got.serial}")
     if known.uuid and got.uuid and _norm(known.uuid) != _norm(got.uuid):
         problems.append(f"inventory says UUID {known.uuid}, the BMC says {got.uuid}")
+    dmi_serial, bmc_serial = usable_system_id(known.dmi_serial), usable_system_id(got.serial)
+    if dmi_serial and bmc_serial and dmi_serial != bmc_serial:
+        problems.append(
+            f"the host reports DMI serial {known.dmi_serial} in-band, the BMC says {got.serial}"
+        )
+    if same_system_uuid(known.dmi_uuid, got.uuid) is False:
+        problems.append(
+            f"the host reports DMI UUID {known.dmi_uuid} in-band, the BMC says {got.uuid}"
+        )
     pin = known.pinned
     if pin is not None:
         for what, before, now in (("serial", pin.serial, got.serial), ("UUID", pin.uuid, got.uuid)):
@@ -175,7 +189,7 @@ def identity_findings(host: str, reading: BmcReading, known: InBand) -> list[Fin
             Finding(
                 AlarmKind.BMC_IDENTITY,
                 AlarmSeverity.CRITICAL,
-                f"{host}: the BMC at this address is serial {got.serial or '?'} "
+                f"inventory says {host}, the BMC at that address is serial {got.serial or '?'} "
                 f"(UUID {got.uuid or '?'}): " + "; ".join(problems)
                 + ": wrong cable or wrong inventory",
                 data={"bmc": got.model_dump(), "problems": problems},

@@ -48,6 +48,7 @@ from gpufleet.domain.bmc import (
 )
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, CollectionOutcome, EventKind
+from gpufleet.domain.facts import DmiIdentity, HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
@@ -59,7 +60,7 @@ from gpufleet.service.operations import REIMAGE_HINT, record_change
 from gpufleet.service.pipeline import check_forks, check_timeout
 from gpufleet.service.select import select_hosts
 from gpufleet.store.repo import baseline_for_host, host_by_name
-from gpufleet.store.tables import BmcRead, GpuRow, Host
+from gpufleet.store.tables import BmcRead, FactSnapshot, GpuRow, Host
 
 ADDRESS = "gpufleet_bmc_address"
 USERNAME = "gpufleet_bmc_username"
@@ -246,12 +247,16 @@ def _inband(s: Session, h: Host) -> InBand:
     if first is not None and first.reading:
         pinned = BmcIdentity.model_validate(first.reading.get("identity") or {})
     serials: frozenset[str] | None = None
+    dmi: DmiIdentity | None = None
     if h.latest_snapshot_id is not None:
         got = [x for x in s.scalars(select(GpuRow.serial).where(
             GpuRow.snapshot_id == h.latest_snapshot_id)) if x]
         serials = frozenset(got) if got else None
+        snap = s.get(FactSnapshot, h.latest_snapshot_id)
+        dmi = HostFacts.model_validate(snap.facts).dmi if snap is not None else None
     return InBand(serial=h.vars.get(SERIAL) or None, uuid=h.vars.get(UUID) or None,
-                  pinned=pinned, gpu_serials=serials)
+                  pinned=pinned, gpu_serials=serials,
+                  dmi_serial=dmi.serial if dmi else None, dmi_uuid=dmi.uuid if dmi else None)
 
 
 def _load(fleet: Fleet, selector: str | None, timeout_s: float) -> list[_Job]:
