@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -22,6 +23,7 @@ from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, p
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
 from gpufleet.service import allocation, capacity, leases, operations
+from gpufleet.service.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
 from gpufleet.service.leases import LeaseView
 
 leases_app = typer.Typer(no_args_is_help=True)
@@ -259,6 +261,19 @@ def leases_policy_cmd(
     console.print(f"pool {lit(pool)}: expired leases {p.on_expiry.value}, longest {p.max_duration}")
 
 
+def _print_k8s_capacity(kube: K8sCapacity) -> None:
+    t = Table(title="Kubernetes scheduler's GPUs (allocatable - requested)")
+    for c in ("nodeSelector", "nodes", "allocatable", "requested", "free", "unschedulable",
+              "gpufleet free"):
+        t.add_column(c, justify="left" if c == "nodeSelector" else "right")
+    for r in kube.rows:
+        t.add_row(lit(selector_text(r.selector)), *(str(v) for v in (
+            r.nodes, r.allocatable, r.requested, r.free, r.unschedulable, r.gpufleet_free)))
+    console.print(t)
+    if kube.missing:
+        console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
+
+
 @capacity_app.callback()
 @boundary
 def capacity_cmd(
@@ -266,13 +281,24 @@ def capacity_cmd(
     selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
     at: str | None = typer.Option(None, "--at", help="What will be free at this time (ISO)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    k8s: bool = typer.Option(
+        False, "--k8s", help="Add the Kubernetes scheduler's view per label set (allocatable "
+        "nvidia.com/gpu minus pod requests)."
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig for --k8s (default GPUFLEET_KUBECONFIG, ...)."
+    ),
 ) -> None:
-    """GPUs free / allocated / reserved / quarantined / maintenance by model, pool, profile."""
+    """GPUs free / allocated / reserved / quarantined / maintenance by model, pool, profile;
+    with --k8s also the scheduler's headroom per nodeSelector label set."""
     if ctx.invoked_subcommand is not None:
         return
     rep = capacity.capacity(open_fleet(), selector, _time(at, "--at"))
+    kube = k8s_capacity(open_fleet(), selector, kubeconfig=kubeconfig) if k8s else None
     if as_json:
-        print_json({"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back})
+        print_json({"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
+                   | ({"k8s": {"rows": [r.as_json() for r in kube.rows],
+                               "missing": kube.missing}} if kube is not None else {}))
         return
     t = Table(title=f"GPU capacity at {local_time(rep.at)}")
     for c in ("model", "pool", "profile", *capacity.COLUMNS):
@@ -295,6 +321,8 @@ def capacity_cmd(
                 f"{lit(b['host'])} ({b['state']}) by {local_time(b['eta'])}" for b in rep.back
             )
         )
+    if kube is not None:
+        _print_k8s_capacity(kube)
 
 
 @capacity_app.command("check")
