@@ -56,7 +56,10 @@ class Emulator:
 
 
 def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, auth: tuple[str, str] | None,
-          timeout_s: float = 60.0) -> None:
+          timeout_s: float = 60.0, cafile: Path | None = None) -> None:
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str(cafile)) if cafile else None
     deadline = time.monotonic() + timeout_s
     req = urllib.request.Request(url + "/redfish/v1/")
     if auth:
@@ -68,7 +71,7 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, auth: tuple[str, s
         if proc.poll() is not None:
             raise RuntimeError(f"emulator exited {proc.returncode}: {log.read_text()[-2000:]}")
         try:
-            with urllib.request.urlopen(req, timeout=2) as r:
+            with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
                 if r.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, OSError):
@@ -76,15 +79,18 @@ def _wait(url: str, proc: subprocess.Popen[bytes], log: Path, auth: tuple[str, s
     raise RuntimeError(f"emulator at {url} not ready: {log.read_text()[-2000:]}")
 
 
-def start_static(mockup: Path, workdir: Path) -> Emulator:
+def start_static(mockup: Path, workdir: Path, tls: tuple[Path, Path] | None = None) -> Emulator:
+    """``tls``: (certificate, key) to serve HTTPS with (``--ssl-certificate/--ssl-key``)."""
     port = free_port()
     log = workdir / f"static-{port}.log"
+    extra = ["-c", str(tls[0]), "-k", str(tls[1])] if tls else []
     proc = subprocess.Popen(
-        [str(BIN / "sushy-static"), "-i", "127.0.0.1", "-p", str(port), "-m", str(mockup)],
+        [str(BIN / "sushy-static"), "-i", "127.0.0.1", "-p", str(port), "-m", str(mockup),
+         *extra],
         stdout=log.open("wb"), stderr=subprocess.STDOUT,
     )
-    em = Emulator(f"http://127.0.0.1:{port}", proc, log)
-    _wait(em.url, proc, log, None)
+    em = Emulator(f"{'https' if tls else 'http'}://127.0.0.1:{port}", proc, log)
+    _wait(em.url, proc, log, None, cafile=tls[0] if tls else None)
     return em
 
 
