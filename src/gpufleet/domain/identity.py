@@ -68,10 +68,18 @@ def machine_ids(facts: HostFacts) -> set[str]:
     return {u for g in facts.gpus if (u := usable_id(g.uuid))}
 
 
-def duplicate_reason(other: str, shared: list[str]) -> str:
-    """Status reason for the later-enrolled host of a pair that is one machine."""
+def system_uuid(facts: HostFacts) -> str | None:
+    """The DMI system UUID the host's OS reported (normalised), None when not collected (not
+    root) or a placeholder: the second "one machine" identifier, for hosts without GPUs or
+    whose GPUs were swapped."""
+    return usable_system_id(facts.dmi.uuid) if facts.dmi is not None else None
+
+
+def duplicate_reason(other: str, shared: list[str], what: str = "GPU UUIDs") -> str:
+    """Status reason for the later-enrolled host of a pair that is one machine (``what``:
+    the kind of identifier shared, ``GPU UUIDs`` or ``system UUID``)."""
     shown = ", ".join(shared[:2]) + (f" (+{len(shared) - 2} more)" if len(shared) > 2 else "")
     return (
-        f"same machine as host {other} (same GPU UUIDs: {shown}); not counted twice: "
+        f"same machine as host {other} (same {what}: {shown}); not counted twice: "
         f"remove one of the two names"
     )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
@@ -32,7 +32,7 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
-from gpufleet.domain.identity import duplicate_reason, machine_ids
+from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
 from gpufleet.domain.profiles import Decision, evaluate
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
@@ -402,6 +402,29 @@ def duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str, list[st
     mine = machine_ids(facts)
     if not mine:
         return None
+    return _gpu_duplicate_of(s, host, facts, mine)
+
+
+def _system_duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str, str] | None:
+    """The earlier-enrolled host (not retired) whose latest facts report the same DMI system
+    UUID as ``facts`` (when it was collected and is no placeholder), and that UUID."""
+    mine = system_uuid(facts)
+    if mine is None:
+        return None
+    theirs = FactSnapshot.facts[("dmi", "uuid")].as_string()
+    other = s.scalar(
+        select(Host.name)
+        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.id < host.id, Host.state != HostState.RETIRED, func.upper(theirs) == mine)
+        .order_by(Host.id)
+        .limit(1)
+    )
+    return (other, mine) if other is not None else None
+
+
+def _gpu_duplicate_of(
+    s: Session, host: Host, facts: HostFacts, mine: set[str]
+) -> tuple[str, list[str]] | None:
     raw = sorted({g.uuid for g in facts.gpus if g.uuid})
     rows = s.execute(
         select(Host.name, GpuRow.uuid)
@@ -425,13 +448,21 @@ def flag_duplicate(
     """Flag ``host`` when it is the later name of a machine already enrolled: an alarm (once
     per finding), the reason as its status, and out of ``available``. Returns the reason."""
     dup = duplicate_of(s, host, facts)
-    if dup is None:
+    data: dict[str, object]
+    if dup is not None:
+        other, shared = dup
+        reason = duplicate_reason(other, shared)
+        data = {"duplicate_of": other, "gpu_uuids": shared}
+    elif (sysdup := _system_duplicate_of(s, host, facts)) is not None:
+        other, uuid = sysdup
+        reason = duplicate_reason(other, [uuid], "system UUID")
+        data = {"duplicate_of": other, "system_uuid": uuid}
+    else:
         close_alarms(
-            s, fleet, host, AlarmKind.DUPLICATE_HOST, "no GPU UUIDs shared with an enrolled host"
+            s, fleet, host, AlarmKind.DUPLICATE_HOST,
+            "no GPU UUIDs nor system UUID shared with an enrolled host",
         )
         return None
-    other, shared = dup
-    reason = duplicate_reason(other, shared)
     if host.status_reason != reason:
         raise_alarm(
             s,
@@ -440,7 +471,7 @@ def flag_duplicate(
             AlarmKind.DUPLICATE_HOST,
             AlarmSeverity.WARNING,
             f"duplicate host: {reason}",
-            data={"duplicate_of": other, "gpu_uuids": shared},
+            data=data,
         )
     if HostState(host.state) is HostState.AVAILABLE:
         transition(s, fleet, host, Event.VALIDATE, reason, status_reason=reason)
