@@ -10,6 +10,7 @@ Only pydantic: the CLI imports this module without loading the web server.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -531,6 +532,11 @@ class CapacityCheckOut(Schema):
     message: str
     held: list[HeldOut]
     frees: list[FreesOut]
+
+    @classmethod
+    def of(cls, r: Any) -> CapacityCheckOut:
+        """From ``service.capacity.CapacityCheck`` (the API and ``capacity check --json``)."""
+        return cls.model_validate(dataclasses.asdict(r))
 
 
 # --- alarms, events, maintenance, failures ------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from gpufleet.api.schemas import CapacityCheckOut
 from gpufleet.cli.common import (
     boundary,
     cell,
@@ -346,21 +347,7 @@ def capacity_check_cmd(
         selector=selector,
     )
     if as_json:
-        print_json(
-            {
-                "ok": r.ok,
-                "requested": r.requested,
-                "headroom": r.headroom,
-                "needed": r.needed,
-                "allocatable": r.allocatable,
-                "missing": r.missing,
-                "model": r.model,
-                "profile": r.profile,
-                "message": r.message,
-                "held": r.held,
-                "frees": r.frees,
-            }
-        )
+        print_json(CapacityCheckOut.of(r).json_dict())
     else:
         (console if r.ok else err_console).print(
             f"{'ok' if r.ok else '[bold red]not enough:[/]'} {lit(r.message)}", soft_wrap=True

@@ -516,7 +516,10 @@ def render_sections(host: LabHost) -> dict[str, Section]:
         try:
             render = RENDERERS[name]
         except KeyError:
-            raise NotImplementedError(f"the lab renders no section {name!r}") from None
+            raise ConfigError(
+                f"section {name!r} is in the collection registry but the lab has no renderer "
+                "for it (add one to RENDERERS)"
+            ) from None
         s[name] = Section(name, *render(ctx))
 
     if "nvidia-smi-missing" in kinds:

@@ -138,18 +138,4 @@ def capacity_check(
         headroom=parse_percent(headroom),
         selector=selector,
     )
-    return CapacityCheckOut.model_validate(
-        {
-            "ok": r.ok,
-            "requested": r.requested,
-            "headroom": r.headroom,
-            "needed": r.needed,
-            "allocatable": r.allocatable,
-            "missing": r.missing,
-            "model": r.model,
-            "profile": r.profile,
-            "message": r.message,
-            "held": r.held,
-            "frees": r.frees,
-        }
-    )
+    return CapacityCheckOut.of(r)
