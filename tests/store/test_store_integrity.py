@@ -50,7 +50,8 @@ def test_older_schema_is_refused_until_upgraded(empty_url: str, tmp_path: Path) 
     with pytest.raises(StoreError) as exc:
         Fleet.open(home=tmp_path / "home", url=empty_url)
     assert str(exc.value) == (
-        "database schema 0001 is older than this gpufleet (0002): run `gpufleet db upgrade`"
+        f"database schema 0001 is older than this gpufleet ({SCHEMA_REVISION}): "
+        "run `gpufleet db upgrade`"
     )
     assert exc.value.exit_code == 2
     assert db.current_revision() == "0001"  # not migrated implicitly
