@@ -8,27 +8,34 @@ with the field named in the message.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 import gpufleet
-from gpufleet.api.auth import TokenStore
+from gpufleet.api.auth import Authenticator, Principal, TokenStore
 from gpufleet.api.deps import ApiContext
 from gpufleet.api.metrics import registry_for
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes import fleet as fleet_routes
 from gpufleet.api.routes import hosts as host_routes
 from gpufleet.api.routes import leases as lease_routes
+from gpufleet.api.routes import tokens as token_routes
 from gpufleet.api.schemas import Health
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.tokens import record_api_call
+
+log = logging.getLogger("gpufleet.api")
 
 PREFIX = "/api/v1"
+MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def _error(exc: GpufleetError, status: int | None = None) -> JSONResponse:
@@ -57,7 +64,20 @@ def create_app(fleet: Fleet, tokens: TokenStore | None = None) -> FastAPI:
         redoc_url=None,
     )
     store = tokens if tokens is not None else TokenStore(fleet.settings.api_tokens_file)
-    app.state.ctx = ApiContext(fleet=fleet, tokens=store)
+    app.state.ctx = ApiContext(fleet=fleet, tokens=Authenticator(fleet, store))
+
+    @app.middleware("http")
+    async def audit(request: Request, call_next: Any) -> Any:
+        """Every mutating call by a token is an ``api-call`` event under its name."""
+        response = await call_next(request)
+        who = getattr(request.state, "principal", None)
+        if request.method in MUTATING and isinstance(who, Principal):
+            try:
+                call = (request.method, request.url.path, response.status_code)
+                await run_in_threadpool(record_api_call, fleet, who, *call)
+            except GpufleetError as exc:  # the call is done; say the audit failed, loudly
+                log.error("audit of %s %s failed: %s", request.method, request.url.path, exc)
+        return response
 
     @app.exception_handler(GpufleetError)
     async def gpufleet_error(request: Request, exc: GpufleetError) -> JSONResponse:
@@ -86,6 +106,7 @@ def create_app(fleet: Fleet, tokens: TokenStore | None = None) -> FastAPI:
     v1.include_router(host_routes.router)
     v1.include_router(lease_routes.router)
     v1.include_router(fleet_routes.router)
+    v1.include_router(token_routes.router)
     app.include_router(v1)
 
     registry = registry_for(lambda: fleet)

@@ -9,11 +9,14 @@ from dataclasses import dataclass
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpufleet.api.auth import Principal, Role, TokenStore
+from gpufleet.api.auth import Authenticator, Principal, Role
 from gpufleet.service.fleet import Fleet
 
 #: The security scheme the OpenAPI document names; errors are ours (auto_error off).
-bearer = HTTPBearer(auto_error=False, description="A token listed in GPUFLEET_API_TOKENS_FILE.")
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from 'gpufleet token create' or listed in GPUFLEET_API_TOKENS_FILE.",
+)
 
 
 @dataclass
@@ -21,7 +24,7 @@ class ApiContext:
     """One server: the fleet it serves and the tokens it accepts."""
 
     fleet: Fleet
-    tokens: TokenStore
+    tokens: Authenticator
 
 
 def context(request: Request) -> ApiContext:
@@ -36,7 +39,9 @@ def caller(
 ) -> Principal:
     """The authenticated caller (401 otherwise)."""
     header = f"{creds.scheme} {creds.credentials}" if creds is not None else None
-    return context(request).tokens.authenticate(header)
+    who = context(request).tokens.authenticate(header)
+    request.state.principal = who  # the audit of mutating calls names it (app.py)
+    return who
 
 
 def _as(role: Role) -> Callable[..., Fleet]:

@@ -107,6 +107,14 @@ class EventKind(StrEnum):
     ``gpufleet reimage``); ``data`` has the action and what the BMC said (never a
     credential)."""
 
+    TOKEN = "token"
+    """An API token was created or revoked (``gpufleet token``, ``/api/v1/tokens``); ``data``
+    has its name, role and expiry (never the token or its digest)."""
+
+    API_CALL = "api-call"
+    """A mutating API call (POST, PUT, PATCH, DELETE under ``/api/v1``) by a token, with the
+    method, path and HTTP status in ``data`` (never the body); the actor is ``api:NAME``."""
+
 
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""

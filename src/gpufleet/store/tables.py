@@ -449,3 +449,21 @@ class BmcRead(Base):
     reading: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
     sel_new: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     sel_seen: Mapped[list[str] | None] = mapped_column(JsonType)
+
+
+# --- issue 12 (service: auth and roles): API tokens, stored hashed ---
+class ApiToken(Base):
+    """One API bearer token (``gpufleet token create``): its name (the actor of what it does),
+    role and the SHA-256 of the token; the token itself is never stored. Revoked tokens stay
+    (revoked_at set) until a new token takes their name."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    created_by: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+        revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)

@@ -1,0 +1,87 @@
+"""``gpufleet token create|list|revoke``: API bearer tokens, stored hashed in the database."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.table import Table
+
+from gpufleet.api.schemas import TokenCreatedOut, TokenOut
+from gpufleet.cli.common import (
+    boundary,
+    console,
+    err_console,
+    lit,
+    local_time,
+    open_fleet,
+    print_json,
+)
+from gpufleet.domain.leases import parse_duration
+from gpufleet.service.tokens import Role, create_token, list_tokens, revoke_token
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("create")
+@boundary
+def create_cmd(
+    name: str = typer.Option(..., "--name", help="Who the token is for (the actor it records)."),
+    role: str = typer.Option(..., "--role", help="viewer, operator or admin."),
+    expires: str | None = typer.Option(
+        None, "--expires", help="Lifetime, e.g. 30d, 12h (default: no expiry)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Create an API token and print it ONCE (only its SHA-256 is stored). Callers send it
+    as 'Authorization: Bearer TOKEN'; the dashboard's sign-in form takes it too."""
+    lifetime = parse_duration(expires, "--expires") if expires else None
+    info, secret = create_token(open_fleet(), name, Role.parse(role, "--role"), lifetime)
+    if as_json:
+        print_json(TokenCreatedOut(token=secret, info=TokenOut.of(info)).json_dict())
+        return
+    sys.stdout.write(secret + "\n")
+    until = f", expires {local_time(info.expires_at)}" if info.expires_at else ", no expiry"
+    err_console.print(
+        f"token {lit(info.name)} ({lit(info.role)}{until}) created: it is shown only this "
+        "once, store it now",
+        soft_wrap=True,
+    )
+
+
+@app.command("list")
+@boundary
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Tokens with their role and state (active, expired, revoked); never a secret."""
+    rows = list_tokens(open_fleet())
+    if as_json:
+        print_json([TokenOut.of(t).json_dict() for t in rows])
+        return
+    t = Table(title="API tokens")
+    for col in ("name", "role", "state", "created", "by", "expires", "revoked"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(
+            lit(r.name),
+            lit(r.role),
+            lit(r.state),
+            local_time(r.created_at),
+            lit(r.created_by),
+            local_time(r.expires_at) if r.expires_at else "never",
+            local_time(r.revoked_at),
+        )
+    console.print(t)
+
+
+@app.command("revoke")
+@boundary
+def revoke_cmd(
+    name: str = typer.Argument(..., help="Token name (token list)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Revoke a token: its next call is refused (401)."""
+    info = revoke_token(open_fleet(), name)
+    if as_json:
+        print_json(TokenOut.of(info).json_dict())
+        return
+    console.print(f"token {lit(info.name)} revoked")
