@@ -466,4 +466,4 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     created_by: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-        revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
