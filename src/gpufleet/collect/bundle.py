@@ -22,9 +22,6 @@ from dataclasses import dataclass
 
 from gpufleet.errors import ParseError
 
-_BEGIN = re.compile(r"^@@gpufleet:begin (?P<name>[\w.-]+)@@$")
-_STDERR = re.compile(r"^@@gpufleet:stderr (?P<name>[\w.-]+)@@$")
-_END = re.compile(r"^@@gpufleet:end (?P<name>[\w.-]+) rc=(?P<rc>-?\d+)@@$")
 _HEADER = "@@gpufleet:script v1@@"
 _DONE = "@@gpufleet:done@@"
 
@@ -54,35 +51,56 @@ def render_bundle(sections: list[Section]) -> str:
     return "".join(parts)
 
 
+#: Every framing line at once (``re.M``: one per line); the split reads markers only, not
+#: every line of a 200 kB bundle.
+_MARKER = re.compile(
+    r"^@@gpufleet:(?:begin (?P<begin>[\w.-]+)|stderr (?P<stderr>[\w.-]+)"
+    r"|end (?P<end>[\w.-]+) rc=(?P<rc>-?\d+)|(?P<done>done))@@$",
+    re.M,
+)
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _lines_between(text: str, start: int, stop: int) -> str | None:
+    """The lines from offset ``start`` (a line start) to ``stop`` (the start of the next
+    marker line), joined, without the newline that ends the last; None when there are none."""
+    if stop <= start:
+        return None
+    return text[start : stop - 1]
+
+
 def split_bundle(text: str, source: str = "collection output") -> dict[str, Section]:
     """Parse framed script output into sections by name.
 
     Raises :class:`ParseError` (naming the line) when the framing is broken, e.g. when the
     output was cut off before ``@@gpufleet:done@@`` or a section appears twice.
+
+    Inside a section, only that section's own ``stderr``/``end`` markers count; any other
+    framing line (another name's, a ``begin``, ``done``) is the tool's output.
     """
-    lines = text.split("\n")
-    if not lines or lines[0].strip() != _HEADER:
-        first = lines[0][:60] if lines else ""
-        raise ParseError(source, f"not gpufleet collection output (first line {first!r})", line=1)
+    nl = text.find("\n")
+    first = text if nl < 0 else text[:nl]
+    if first.strip() != _HEADER:
+        raise ParseError(
+            source, f"not gpufleet collection output (first line {first[:60]!r})", line=1
+        )
+    pos = len(text) if nl < 0 else nl + 1
     sections: dict[str, Section] = {}
     starts: dict[str, int] = {}  # section name -> line of its begin marker
-    i = 1
-    done = False
-    while i < len(lines):
-        line = lines[i]
-        if line == _DONE:
-            done = True
-            break
-        m = _BEGIN.match(line)
-        if not m:
-            if line.strip():
-                raise ParseError(
-                    source, f"unexpected text between sections: {line[:80]!r}", line=i + 1
-                )
-            i += 1
-            continue
-        name = m.group("name")
-        begin_line = i + 1
+    markers = _MARKER.finditer(text, pos)
+    for m in markers:
+        gap = text[pos : m.start()]
+        if gap.strip():
+            _unexpected(text, source, pos, gap)
+        if m["done"] is not None:
+            return sections
+        name = m["begin"]
+        if name is None:  # a stderr or end marker outside any section
+            _unexpected(text, source, m.start(), m.group())
+        begin_line = _line_of(text, m.start())
         if name in starts:
             # A second copy (a tool printing our framing, or a tampered stream) could
             # replace the real output unnoticed: refuse the whole bundle.
@@ -95,31 +113,46 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
         out: list[str] = []
         err: list[str] = []
         target = out
-        i += 1
+        chunk = m.end() + 1  # the line after the marker
         rc: int | None = None
-        while i < len(lines):
-            cur = lines[i]
-            if _STDERR.match(cur) and cur == f"@@gpufleet:stderr {name}@@":
+        for own in markers:
+            if own["stderr"] == name:
+                if (lines := _lines_between(text, chunk, own.start())) is not None:
+                    target.append(lines)
                 target = err
-            else:
-                e = _END.match(cur)
-                if e and e.group("name") == name:
-                    rc = int(e.group("rc"))
-                    break
-                target.append(cur)
-            i += 1
+                chunk = own.end() + 1
+            elif own["end"] == name:
+                if (lines := _lines_between(text, chunk, own.start())) is not None:
+                    target.append(lines)
+                rc = int(own["rc"])
+                pos = own.end() + 1
+                break
         if rc is None:
             raise ParseError(
                 source, f"section '{name}' is truncated (no end marker)", line=begin_line
             )
         sections[name] = Section(name, _strip_frame(out), _strip_frame(err), rc)
-        i += 1
-    if not done:
-        raise ParseError(source, "output ends before the final marker (truncated)", line=len(lines))
-    return sections
+    if text[pos:].strip():
+        _unexpected(text, source, pos, text[pos:])
+    raise ParseError(
+        source, "output ends before the final marker (truncated)", line=text.count("\n") + 1
+    )
 
 
-def _strip_frame(lines: list[str]) -> str:
+def _unexpected(text: str, source: str, pos: int, gap: str) -> None:
+    """Raise for the first non-blank line of ``gap`` (which starts at offset ``pos``)."""
+    line_no = _line_of(text, pos)
+    for offset, line in enumerate(gap.split("\n")):
+        if line.strip():
+            raise ParseError(
+                source,
+                f"unexpected text between sections: {line[:80]!r}",
+                line=line_no + offset,
+            )
+    raise AssertionError("unreachable: the gap has text")  # pragma: no cover
+
+
+def _strip_frame(chunks: list[str]) -> str:
     # The script prints one extra newline before each marker so markers always start a line.
-    text = "\n".join(lines)
+    text = "\n".join(chunks)
     return text[:-1] if text.endswith("\n") else text

@@ -1,0 +1,260 @@
+"""Scale bench: the read and collect commands over a simulated fleet of N hosts (issue 8).
+
+Builds a lab fleet (``gpufleet lab create``: 8-GPU models only, no faults, ``sim``
+transport), enrolls it, then runs each command as its own ``gpufleet`` process and prints
+its CPU seconds (user + system of the process and what it reaped, from ``wait4``), wall
+seconds, per-host milliseconds and peak RSS, on SQLite and on PostgreSQL (a fresh scratch
+database per run, dropped afterwards). The floor is measured in the same run: lxml parsing
+one real 8-GPU ``nvidia-smi -q -x`` document (the lab's A100 host and the captured V100S
+box); the collect rows print their ratio to it. Storage: bytes the history tables grew by
+over one whole collection of the (unchanged) fleet, per host, times 288 (a 5-minute
+interval) = bytes per host per day.
+
+    .venv/bin/python bench/scale.py [--hosts 12500] [--db sqlite,pg] [--procs 1]
+                                    [--pg ADMIN_URL] [--only collect,summary] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUFLEET = str(ROOT / ".venv" / "bin" / "gpufleet")
+DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MODELS = ("a100-8x", "h100-8x", "v100s-8x")  # 8 GPUs each: 12,500 hosts = 100,000 GPUs
+
+#: (label, argv after the global options); collect runs twice so the second one measures
+#: the history an unchanged fleet writes.
+COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("collect", ("collect", "--json")),
+    ("collect (again)", ("collect", "--json")),
+    ("validate", ("validate", "--json")),
+    ("validate --no-collect", ("validate", "--no-collect", "--json")),
+    ("summary", ("summary",)),
+    ("hosts list --json", ("hosts", "list", "--json")),
+    ("labels state:available --json", ("labels", "state:available", "--json")),
+    ("drift", ("drift",)),
+)
+HISTORY_TABLES = ("fact_snapshots", "gpus", "nics", "collection_results", "collection_runs")
+
+
+@dataclass
+class Row:
+    db: str
+    command: str
+    hosts: int
+    rc: int
+    cpu_s: float
+    wall_s: float
+    per_host_ms: float
+    rss_mb: float
+    history_bytes: int | None = None
+
+
+def lxml_floor_ms(repeat: int = 200) -> dict[str, float]:
+    """Median ms lxml takes to parse one 8-GPU ``-q -x`` document (lab A100, captured V100S)."""
+    from lxml import etree
+
+    from gpufleet.lab.captures import captures_dir
+    from gpufleet.lab.fleet import LabHost
+    from gpufleet.lab.renderers import render_sections
+
+    docs = {
+        "a100-8x (lab)": render_sections(LabHost(name="f", model="a100-8x", serial_salt=1))[
+            "nvidia-smi-xml"
+        ].stdout.encode(),
+        "v100s-8x (captured)": (
+            captures_dir() / "nvidia-smi-xml/datakit_gtx-8card.xml"
+        ).read_bytes(),
+    }
+    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    out: dict[str, float] = {}
+    for name, doc in docs.items():
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            etree.fromstring(doc, parser)
+            times.append(time.perf_counter() - t)
+        out[name] = statistics.median(times) * 1000
+    return out
+
+
+def run(argv: Sequence[str], env: dict[str, str]) -> tuple[int, float, float, float, str]:
+    """Run one gpufleet process; (rc, cpu s, wall s, peak RSS MB, stderr tail)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        tail = err.read().decode(errors="replace")[-600:]
+    return p.returncode, ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024, tail
+
+
+def run_parallel(
+    argvs: Sequence[Sequence[str]], env: dict[str, str]
+) -> tuple[int, float, float, float, str]:
+    """Several gpufleet processes at once: summed CPU, wall until the last, max RSS."""
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(a, env=env, stdout=subprocess.DEVNULL) for a in argvs]
+    cpu, rss, rc = 0.0, 0.0, 0
+    for p in procs:
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        rc = rc or p.returncode
+        cpu += ru.ru_utime + ru.ru_stime
+        rss = max(rss, ru.ru_maxrss / 1024)
+    return rc, cpu, time.perf_counter() - t0, rss, ""
+
+
+def history_bytes(url: str) -> int:
+    """Bytes the history tables take (PostgreSQL: total relation sizes; SQLite: used pages)."""
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(url)
+    try:
+        with eng.connect() as c:
+            if url.startswith("sqlite"):
+                page = int(c.execute(text("PRAGMA page_size")).scalar_one())
+                used = int(c.execute(text("PRAGMA page_count")).scalar_one()) - int(
+                    c.execute(text("PRAGMA freelist_count")).scalar_one()
+                )
+                return used * page
+            return sum(
+                int(c.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar_one())
+                for t in HISTORY_TABLES
+            )
+    finally:
+        eng.dispose()
+
+
+def pg_scratch(admin: str) -> tuple[str, str]:
+    from sqlalchemy import create_engine, text
+
+    name = f"gpufleet_scale_{uuid.uuid4().hex[:8]}"
+    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    eng.dispose()
+    return name, admin.rsplit("/", 1)[0] + "/" + name
+
+
+def pg_drop(admin: str, name: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    eng.dispose()
+
+
+def bench_db(
+    db: str, hosts: int, pg_admin: str, procs: int, only: set[str] | None, home: Path
+) -> list[Row]:
+    env = dict(os.environ, GPUFLEET_HOME=str(home), GPUFLEET_ACTOR="bench")
+    env.pop("GPUFLEET_DATABASE_URL", None)
+    scratch: str | None = None
+    url = f"sqlite:///{home / 'gpufleet.db'}"
+    if db == "pg":
+        scratch, url = pg_scratch(pg_admin)
+        env["GPUFLEET_DATABASE_URL"] = url
+    rows: list[Row] = []
+    try:
+        if db == "pg":
+            subprocess.run(
+                [GPUFLEET, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL
+            )
+        lab = home / "lab"
+        models = [a for m in MODELS for a in ("--model", m)]
+        subprocess.run(
+            [GPUFLEET, "lab", "create", "-n", str(hosts), "--no-default-faults", "--dir",
+             str(lab), "--json", *models],
+            env=env, check=True, stdout=subprocess.DEVNULL,
+        )
+        t = time.perf_counter()
+        subprocess.run(
+            [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
+            env=env, check=True, stdout=subprocess.DEVNULL,
+        )
+        print(f"  [{db}] enrolled {hosts} hosts in {time.perf_counter() - t:.1f} s", flush=True)
+        for label, args in COMMANDS:
+            if only is not None and label.split(" (")[0] not in only and label not in only:
+                continue
+            before = history_bytes(url) if label.startswith("collect") else None
+            if procs > 1 and label.startswith("collect"):
+                rc, cpu, wall, rss, tail = run_parallel([[GPUFLEET, *args]] * procs, env)
+            else:
+                rc, cpu, wall, rss, tail = run([GPUFLEET, *args], env)
+            grew = history_bytes(url) - before if before is not None else None
+            row = Row(db, label, hosts, rc, cpu, wall, cpu / hosts * 1000, rss, grew)
+            rows.append(row)
+            print(
+                f"  [{db}] {label:32} rc={rc} cpu={cpu:7.2f}s wall={wall:7.2f}s "
+                f"{row.per_host_ms:6.2f} ms/host rss={rss:7.1f}MB"
+                + (f" history +{grew / hosts:,.0f} B/host" if grew is not None else ""),
+                flush=True,
+            )
+            if rc not in (0, 1, 5) and tail:  # 1/5: some hosts not ok/available is fine
+                print("    " + tail.replace("\n", "\n    "), flush=True)
+    finally:
+        if scratch is not None:
+            pg_drop(pg_admin, scratch)
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=12_500)
+    ap.add_argument("--db", default="sqlite,pg", help="sqlite, pg or both (comma separated)")
+    ap.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL admin URL (scratch DB per run)")
+    ap.add_argument("--procs", type=int, default=1, help="collector processes at once (pg)")
+    ap.add_argument("--only", default="", help="comma-separated command labels to run")
+    ap.add_argument("--json-out", type=Path)
+    ap.add_argument(
+        "--src", type=Path, help="run the gpufleet of this source tree (e.g. a worktree of an "
+        "older commit, for 'before' figures): put first on PYTHONPATH"
+    )
+    a = ap.parse_args(argv)
+    if a.src is not None:
+        os.environ["PYTHONPATH"] = str(a.src.resolve())
+    floor = lxml_floor_ms()
+    ref = floor["a100-8x (lab)"]
+    print(f"nproc={os.cpu_count()} hosts={a.hosts} procs={a.procs}")
+    for k, v in floor.items():
+        print(f"floor: lxml parse of one 8-GPU -q -x, {k}: {v:.3f} ms")
+    only = {x.strip() for x in a.only.split(",") if x.strip()} or None
+    rows: list[Row] = []
+    for db in [d.strip() for d in a.db.split(",") if d.strip()]:
+        with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as home:
+            rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(home))
+    print()
+    print("| db | command | hosts | CPU s | wall s | CPU ms/host | x lxml floor | peak RSS MB "
+          "| history B/host/day (5 min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        timed = r.command.startswith(("collect", "validate"))
+        ratio = f"{r.per_host_ms / ref:.1f}" if timed else ""
+        day = f"{r.history_bytes / r.hosts * 288:,.0f}" if r.history_bytes is not None else ""
+        print(
+            f"| {r.db} | {r.command} | {r.hosts} | {r.cpu_s:.2f} | {r.wall_s:.2f} "
+            f"| {r.per_host_ms:.2f} | {ratio} | {r.rss_mb:.0f} | {day} |"
+        )
+    if a.json_out:
+        a.json_out.write_text(json.dumps({"floor_ms": floor, "rows": [asdict(r) for r in rows]}))
+    return 0 if all(r.rc in (0, 1, 5) for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
