@@ -19,6 +19,8 @@ Groups (the ``group`` of each field, used by :func:`settings_doc` and the README
   ``GPUFLEET_SECRET_KEY_FILE`` (one, not both)
 * ``lab``        the simulated lab: ``GPUFLEET_CAPTURES``
 * ``api``        ``gpufleet serve``: ``GPUFLEET_API_TOKENS_FILE`` (who may call the API)
+* ``worker``     background jobs (``gpufleet worker``, ``serve --with-worker``): chunk
+  size, concurrency, heartbeats, the schedules (cron) of collect, validate, sweep, sync
 
 ``GPUFLEET_SYSROOT`` is not a controller setting: it is read by the remote collection script on
 the host it runs on (the lab's sshd hosts set it), so it is not listed here.
@@ -320,6 +322,88 @@ class Settings(BaseSettings):
         "admin) or {role, name}; tokens are never stored in clear. Unset: every API call "
         "is refused (401).",
     )
+    # -- worker (issue 12: background jobs on the job queue, schedules) ----------------------
+    run_chunk: int = _setting(
+        50,
+        env="GPUFLEET_RUN_CHUNK",
+        group="worker",
+        ge=1,
+        le=10_000,
+        doc="Hosts per queue job of a run started from the API or a schedule (workers share a "
+        "run by chunks).",
+    )
+    worker_concurrency: int = _setting(
+        1,
+        env="GPUFLEET_WORKER_CONCURRENCY",
+        group="worker",
+        ge=1,
+        le=64,
+        doc="Jobs one gpufleet worker (or serve --with-worker) runs at once (--concurrency).",
+    )
+    worker_heartbeat_s: float = _setting(
+        10.0,
+        env="GPUFLEET_WORKER_HEARTBEAT",
+        group="worker",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds between a worker's heartbeats in the job queue.",
+    )
+    worker_stalled_s: float = _setting(
+        30.0,
+        env="GPUFLEET_WORKER_STALLED_AFTER",
+        group="worker",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds without a heartbeat after which a worker counts as dead and its running "
+        "jobs are retried by another (keep it several heartbeats long).",
+    )
+    schedule_collect: str = _setting(
+        "",
+        env="GPUFLEET_SCHEDULE_COLLECT",
+        group="worker",
+        doc="Cron expression (5 fields, or 6 with seconds last) of scheduled collect runs; "
+        "empty: none.",
+    )
+    schedule_validate: str = _setting(
+        "",
+        env="GPUFLEET_SCHEDULE_VALIDATE",
+        group="worker",
+        doc="Cron expression of scheduled validate runs; empty: none.",
+    )
+    schedule_selector: str = _setting(
+        "",
+        env="GPUFLEET_SCHEDULE_SELECTOR",
+        group="worker",
+        doc="Hosts of the scheduled collect and validate runs (a selector; empty: all).",
+    )
+    schedule_sweep: str = _setting(
+        "* * * * *",
+        env="GPUFLEET_SCHEDULE_SWEEP",
+        group="worker",
+        doc="Cron expression of the deadline and lease-expiry sweep; empty: none.",
+    )
+    schedule_sync: str = _setting(
+        "* * * * *",
+        env="GPUFLEET_SCHEDULE_SYNC",
+        group="worker",
+        doc="Cron expression of the exporter sync (the GPUFLEET_SYNC_TARGETS; none set: no "
+        "sync); empty: none.",
+    )
+
+    @field_validator(
+        "schedule_collect", "schedule_validate", "schedule_sweep", "schedule_sync"
+    )
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        v = " ".join(v.split())
+        if v:
+            from croniter import croniter  # type: ignore[import-untyped]
+
+            if not croniter.is_valid(v):
+                raise ValueError(
+                    f"{v!r} is not a cron expression (5 fields, or 6 with seconds last)"
+                )
+        return v
 
     # -- validation of single values --------------------------------------------------------
     @field_validator("validation_ttl", mode="before")

@@ -21,15 +21,17 @@ from starlette.exceptions import HTTPException
 import gpufleet
 from gpufleet.api.auth import Authenticator, Principal, TokenStore
 from gpufleet.api.deps import ApiContext
-from gpufleet.api.metrics import registry_for
+from gpufleet.api.metrics import JobQueueCollector, registry_for
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes import fleet as fleet_routes
 from gpufleet.api.routes import hosts as host_routes
 from gpufleet.api.routes import leases as lease_routes
+from gpufleet.api.routes import runs as run_routes
 from gpufleet.api.routes import tokens as token_routes
 from gpufleet.api.schemas import Health
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.tasks import JobQueue
 from gpufleet.service.tokens import record_api_call
 
 log = logging.getLogger("gpufleet.api")
@@ -52,8 +54,12 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(parts) or "request"
 
 
-def create_app(fleet: Fleet, tokens: TokenStore | None = None) -> FastAPI:
-    """The API over ``fleet``; ``tokens`` default to the fleet's ``GPUFLEET_API_TOKENS_FILE``."""
+def create_app(
+    fleet: Fleet, tokens: TokenStore | None = None, jobs: JobQueue | None = None
+) -> FastAPI:
+    """The API over ``fleet``; ``tokens`` default to the fleet's ``GPUFLEET_API_TOKENS_FILE``;
+    ``jobs``: the job queue runs are deferred on (``serve --with-worker`` passes the one its
+    worker runs; default: the fleet's shared queue, built on first use)."""
     app = FastAPI(
         title="gpufleet",
         version=gpufleet.__version__,
@@ -105,11 +111,14 @@ def create_app(fleet: Fleet, tokens: TokenStore | None = None) -> FastAPI:
 
     v1.include_router(host_routes.router)
     v1.include_router(lease_routes.router)
+    v1.include_router(run_routes.router)
     v1.include_router(fleet_routes.router)
     v1.include_router(token_routes.router)
     app.include_router(v1)
 
     registry = registry_for(lambda: fleet)
+    app.state.jobs = jobs
+    registry.register(JobQueueCollector(lambda: run_routes.job_queue_of(app).depth()))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

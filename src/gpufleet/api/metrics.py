@@ -92,3 +92,22 @@ def registry_for(fleet: Callable[[], Fleet]) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(FleetCollector(fleet))
     return reg
+
+
+class JobQueueCollector(Collector):
+    """Queue depth (issue 12 workers): jobs waiting and running per queue. Labels are the
+    queue names and the two statuses; never a job or run id."""
+
+    def __init__(self, depth: Callable[[], dict[tuple[str, str], int]]) -> None:
+        self.depth = depth
+
+    def collect(self) -> Iterator[Metric]:
+        g = GaugeMetricFamily(
+            "gpufleet_jobs",
+            "Background jobs by queue (runs, periodic) and status (todo: waiting, doing: "
+            "running).",
+            labels=["queue", "status"],
+        )
+        for (queue, status), n in sorted(self.depth().items()):
+            g.add_metric([queue, status], n)
+        yield g

@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.errors import GpufleetError
 
 
@@ -695,3 +696,92 @@ class TokenIn(Schema):
     name: str = Field(description="Who the token is for; the actor of what it does.")
     role: str = Field(description="viewer, operator or admin")
     expires: str | None = Field(None, description="Lifetime, e.g. 30d, 12h; none: no expiry.")
+
+
+# --- runs of background work (issue 12 item 2: workers) ------------------------------------
+
+
+class RunIn(Schema):
+    kind: RunKind = Field(description="collect or validate")
+    selector: str | None = Field(
+        None, description="Hosts (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R); none: all."
+    )
+
+
+class RunChunkOut(Schema):
+    seq: int
+    state: RunState
+    hosts: int
+    attempts: int = Field(description="Times a worker started it (more than 1: retried).")
+    worker: str | None = Field(description="host:pid of the worker that ran it last.")
+    job_id: int | None
+    error: str | None
+
+
+class RunOut(Schema):
+    """A run and its progress; ``counts`` are the collection outcomes so far, ``verdicts``
+    the validation decisions (validate runs)."""
+
+    id: int
+    kind: RunKind
+    selector: str | None
+    state: RunState
+    actor: str
+    schedule: str | None
+    period: int | None
+    created_at: Time
+    started_at: Time | None
+    finished_at: Time | None
+    collection_run: int | None
+    hosts: int
+    hosts_done: int
+    chunks: int
+    chunks_done: int
+    counts: dict[str, int]
+    verdicts: dict[str, int]
+    skipped: list[str] = Field(description="Hosts held by another worker until the end.")
+    error: str | None
+    chunk_list: list[RunChunkOut]
+
+    @classmethod
+    def of(cls, r: Any) -> RunOut:
+        """From ``service.jobs.RunView``."""
+        return cls(
+            id=r.id,
+            kind=r.kind,
+            selector=r.selector,
+            state=r.state,
+            actor=r.actor,
+            schedule=r.schedule,
+            period=r.period,
+            created_at=r.created_at,
+            started_at=r.started_at,
+            finished_at=r.finished_at,
+            collection_run=r.collection_run,
+            hosts=r.hosts,
+            hosts_done=r.hosts_done,
+            chunks=r.chunks,
+            chunks_done=r.chunks_done,
+            counts=dict(r.counts),
+            verdicts=dict(r.verdicts),
+            skipped=list(r.skipped),
+            error=r.error,
+            chunk_list=[
+                RunChunkOut(
+                    seq=c.seq,
+                    state=c.state,
+                    hosts=c.hosts,
+                    attempts=c.attempts,
+                    worker=c.worker,
+                    job_id=c.job_id,
+                    error=c.error,
+                )
+                for c in r.chunk_list
+            ],
+        )
+
+
+class QueueDepthOut(Schema):
+    queue: str
+    status: str = Field(description="todo (waiting) or doing (running)")
+    jobs: int

@@ -18,7 +18,8 @@ JSON = typer.Option(False, "--json", help="Print JSON.")
 @app.command("status")
 @boundary
 def status_cmd(as_json: bool = JSON) -> None:
-    """Show the database's schema revision against this gpufleet's; exit 1 unless current."""
+    """Show the database's schema revision against this gpufleet's, and the job queue's
+    schema (PostgreSQL); exit 1 unless both are current."""
     st = schema_status(current_settings())
     if as_json:
         print_json(asdict(st))
@@ -27,9 +28,10 @@ def status_cmd(as_json: bool = JSON) -> None:
             f"{lit(st.url)} ({st.dialect}): revision {st.revision or 'none'}, "
             f"this gpufleet {st.head}: {st.state}"
         )
-        if st.state != "current":
+        if st.state != "current" or st.queue == "missing":
             console.print(lit(st.message), soft_wrap=True)
-    if st.state != "current":
+        console.print(f"job queue: {st.queue}")
+    if st.state != "current" or st.queue == "missing":
         raise typer.Exit(1)
 
 
@@ -39,11 +41,21 @@ def upgrade_cmd(as_json: bool = JSON) -> None:
     """Migrate the database to this gpufleet's schema (run once, before servers/workers)."""
     before, after = upgrade(current_settings())
     if as_json:
-        print_json({"before": before.revision, "after": after.revision, "url": after.url})
-    elif before.revision == after.revision:
+        print_json(
+            {
+                "before": before.revision,
+                "after": after.revision,
+                "url": after.url,
+                "queue": after.queue,
+            }
+        )
+    elif before.revision == after.revision and before.queue == after.queue:
         console.print(f"{lit(after.url)}: schema {after.revision} is already current")
     else:
-        console.print(f"{lit(after.url)}: schema {before.revision or 'none'} -> {after.revision}")
+        console.print(
+            f"{lit(after.url)}: schema {before.revision or 'none'} -> {after.revision}, "
+            f"job queue {after.queue}"
+        )
 
 
 @boundary

@@ -23,6 +23,7 @@ from gpufleet.cli import slurm as slurm_cmds
 from gpufleet.cli import summary as summary_cmds
 from gpufleet.cli import sync as sync_cmds
 from gpufleet.cli import token as token_cmds
+from gpufleet.cli import worker as worker_cmds
 from gpufleet.cli.common import OPTIONS
 from gpufleet.cli.plugins import PluginGroup
 
@@ -88,6 +89,7 @@ app.command("reimage")(bmc_cmds.reimage_cmd)
 export_cmds.register(app)
 app.add_typer(sync_cmds.app, name="sync", help="Run the enabled syncs; sync status: drift.")
 app.command("serve")(serve_cmds.serve_cmd)
+app.command("worker")(worker_cmds.worker_cmd)
 app.add_typer(token_cmds.app, name="token", help="API tokens: create (shown once), list, revoke.")
 
 if __name__ == "__main__":  # pragma: no cover

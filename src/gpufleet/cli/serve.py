@@ -11,17 +11,32 @@ from gpufleet.cli.common import boundary, err_console, lit, open_fleet
 def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="TCP port (0: any free)."),
+    with_worker: bool = typer.Option(
+        False,
+        "--with-worker",
+        help="Also run background jobs in this process (runs, sweeps, schedules): what the "
+        "embedded SQLite database needs; on PostgreSQL run `gpufleet worker`s instead or too.",
+    ),
 ) -> None:
     """Serve the REST API (/api/v1, OpenAPI at /api/v1/openapi.json) and Prometheus
     metrics (/metrics) over the fleet database. Callers send 'Authorization: Bearer
     TOKEN' with a token listed (as its SHA-256) in GPUFLEET_API_TOKENS_FILE; without
-    that file every API call is refused (401). Stops on Ctrl-C / SIGTERM."""
+    that file every API call is refused (401). Stops on Ctrl-C / SIGTERM. Runs started
+    through POST /api/v1/runs are run by `gpufleet worker`s (PostgreSQL) or, with
+    --with-worker, in this process."""
     import uvicorn
 
     from gpufleet.api.app import create_app
 
     fleet = open_fleet()
-    app = create_app(fleet)  # a bad tokens file stops here (exit 2), before listening
+    jobs = None
+    if with_worker:
+        from gpufleet.service.tasks import JobQueue
+
+        jobs = JobQueue(fleet)
+        if jobs.shared:
+            jobs.check_ready()  # the queue's schema is installed (`gpufleet db upgrade`)
+    app = create_app(fleet, jobs=jobs)  # a bad tokens file stops here (exit 2), before listening
     if fleet.settings.api_tokens_file is None:
         err_console.print(
             "[yellow]warning:[/] GPUFLEET_API_TOKENS_FILE is not set: every API call is "
@@ -32,4 +47,11 @@ def serve_cmd(
         f"gpufleet API on http://{lit(host)}:{port}/api/v1 (database {lit(fleet.db.safe_url)})",
         soft_wrap=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    if jobs is not None:
+        jobs.start_in_process()
+        err_console.print("background jobs run in this process (--with-worker)")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+    finally:
+        if jobs is not None:
+            jobs.stop_in_process()  # running jobs finish first

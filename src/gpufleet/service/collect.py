@@ -165,6 +165,58 @@ def claim(
     return c.run_id, c.hosts, c.busy
 
 
+def claim_into_run(
+    fleet: Fleet,
+    run_id: int,
+    selector: str,
+    lease: Callable[[int], timedelta],
+    *,
+    token: str,
+    take_over: str,
+) -> Claim:
+    """Claim the selected hosts for the existing collection run ``run_id`` (one chunk of a
+    queued run, :mod:`gpufleet.service.jobs`) under ``token``; hosts still claimed under
+    ``take_over`` (an earlier, killed attempt of the same chunk) are taken back."""
+    return claim_hosts(
+        fleet,
+        selector,
+        None,
+        lease,
+        start_run=lambda _s: run_id,
+        refuse=_refuse(fleet),
+        token=token,
+        take_over=take_over,
+    )
+
+
+def collect_claimed(
+    fleet: Fleet,
+    run_id: int,
+    got: Claim,
+    *,
+    forks: int,
+    timeout_s: float,
+    policies: Policies,
+    on_start: Callable[[int], None] | None = None,
+    on_result: Callable[[RawResult], None] | None = None,
+) -> list[HostResult]:
+    """Collect the hosts ``got`` holds and store each result into run ``run_id`` (hosts
+    refused before claiming are errors of the run); the claims are released as results land."""
+    script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
+    results: list[HostResult] = [HostResult(h, Outcome.ERROR, why) for h, why in got.refused]
+    results += Pipeline(
+        fleet,
+        got,
+        command=lambda _c: script,
+        apply=lambda c, r: apply_result(fleet, run_id, c.host_id, r, c.token, policies=policies),
+        forks=forks,
+        timeout_s=timeout_s,
+        on_start=on_start,
+        on_result=on_result,
+    ).run()
+    return results
+
+
 def collect(
     fleet: Fleet,
     selector: str | None = None,
@@ -199,18 +251,16 @@ def collect(
     got = claim_for_collection(fleet, selector, transport, lease)
     run_id = got.run_id
     assert run_id is not None
-    script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-    results: list[HostResult] = [HostResult(h, Outcome.ERROR, why) for h, why in got.refused]
-    results += Pipeline(
+    results = collect_claimed(
         fleet,
+        run_id,
         got,
-        command=lambda _c: script,
-        apply=lambda c, r: apply_result(fleet, run_id, c.host_id, r, c.token, policies=policies),
         forks=forks,
         timeout_s=timeout_s,
+        policies=policies,
         on_start=on_start,
         on_result=on_result,
-    ).run()
+    )
     with fleet.db.session() as s:
         run = s.get(CollectionRun, run_id)
         assert run is not None

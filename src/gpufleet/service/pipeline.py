@@ -112,16 +112,23 @@ def claim_hosts(
     skip_states: Iterable[HostState] = (HostState.RETIRED,),
     start_run: Callable[[Session], int] | None = None,
     refuse: Callable[[Session, int | None, Host, str], None] | None = None,
+    token: str | None = None,
+    take_over: str | None = None,
 ) -> Claim:
     """Claim the selected hosts (not in ``skip_states``) for ``lease(number claimed)``.
 
     ``start_run`` creates the caller's run record in the same transaction. A host whose
     transport cannot be used (unknown ``gpufleet_transport``) is not claimed: ``refuse``
     records it, and the others go ahead. An explicit selector that matches no host is
-    :class:`NotFound`.
+    :class:`NotFound`. ``token`` (default: a new UUID) is the claim token; claims whose token
+    starts with ``take_over`` are taken even while running: a queue job's retry takes back
+    what its killed earlier attempt held (``gpufleet.domain.runs.claim_prefix``).
     """
     now = fleet.now()
-    token = str(uuid.uuid4())
+    token = token or str(uuid.uuid4())
+    free = or_(Host.claimed_until.is_(None), Host.claimed_until < now)
+    if take_over:
+        free = or_(free, Host.claim_token.startswith(take_over, autoescape=True))
     skipped = [st.value for st in skip_states]
     claimed: list[Claimed] = []
     refused: list[tuple[str, str]] = []
@@ -133,7 +140,7 @@ def claim_hosts(
         stmt = (
             select_hosts(selector)
             .where(Host.state.not_in(skipped))
-            .where(or_(Host.claimed_until.is_(None), Host.claimed_until < now))
+            .where(free)
             .with_for_update(skip_locked=True)
         )
         rows: list[Host] = []

@@ -36,11 +36,12 @@ def schema_status(settings: Settings) -> SchemaStatus:
 def upgrade(settings: Settings) -> tuple[SchemaStatus, SchemaStatus]:
     """Migrate the configured database to this gpufleet's schema (one transaction, under a
     migration lock); returns the status before and after. Foreign, half-created and newer
-    databases are refused (:class:`~gpufleet.errors.StoreError`)."""
+    databases are refused (:class:`~gpufleet.errors.StoreError`). On PostgreSQL the job
+    queue's schema (procrastinate) is installed too when missing."""
     db = _database(settings)
     try:
         before = db.status()
-        db.migrate()
+        db.migrate(queue=True)
         return before, db.status()
     finally:
         db.dispose()

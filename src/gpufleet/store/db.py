@@ -60,6 +60,9 @@ KNOWN_REVISIONS = (
 
 UPGRADE_HINT = "run `gpufleet db upgrade`"
 
+#: A table of the job queue's schema (procrastinate, PostgreSQL), applied by ``db upgrade``.
+QUEUE_TABLE = "procrastinate_jobs"
+
 
 #: Driver messages (lowercased) of a database that is unreachable or busy right now: the same
 #: call may succeed later unchanged (:class:`~gpufleet.errors.StoreUnavailable`, retryable).
@@ -117,6 +120,9 @@ class SchemaStatus:
     head: str
     state: str  # current | empty | older | newer | foreign | partial
     message: str
+    #: The job queue's schema (procrastinate, PostgreSQL only): present | missing, or
+    #: in-process (SQLite: the jobs run in the server process, nothing to install).
+    queue: str = "in-process"
 
 
 class Database:
@@ -201,10 +207,22 @@ class Database:
         rev = self.current_revision()
         tables = self._tables() - {"alembic_version"}
 
+        queue = "in-process"
+        if self.dialect == "postgresql":
+            queue = "present" if QUEUE_TABLE in tables else "missing"
+
         def st(state: str, message: str) -> SchemaStatus:
-            return SchemaStatus(self.safe_url, self.dialect, rev, SCHEMA_REVISION, state, message)
+            return SchemaStatus(
+                self.safe_url, self.dialect, rev, SCHEMA_REVISION, state, message, queue
+            )
 
         if rev == SCHEMA_REVISION:
+            if queue == "missing":
+                return st(
+                    "current",
+                    f"database schema {rev} is current; the job queue's schema is missing "
+                    f"(workers and runs need it): {UPGRADE_HINT}",
+                )
             return st("current", f"database schema {rev} is current")
         if rev is None:
             if not tables:
@@ -255,13 +273,18 @@ class Database:
             raise StoreError(f"{status.message}: {UPGRADE_HINT}")
         raise StoreError(status.message)
 
-    def migrate(self, target: str = "head") -> None:
+    def migrate(self, target: str = "head", *, queue: bool = False) -> None:
         """Bring the schema to ``target`` (newest by default) in ONE transaction, holding a
         migration lock (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: an advisory lock), so that
         it cannot half-apply and two processes never migrate at once. Refuses foreign,
-        half-created and newer databases."""
+        half-created and newer databases.
+
+        ``queue`` (``gpufleet db upgrade``): on PostgreSQL, also install the job queue's own
+        schema (procrastinate's tables and functions) in the same transaction when it is
+        missing; SQLite runs its jobs in-process and needs none."""
         status = self.status()
-        if target == "head" and status.state == "current":
+        want_queue = queue and self.dialect == "postgresql" and status.queue == "missing"
+        if target == "head" and status.state == "current" and not want_queue:
             return
         if status.state in ("foreign", "partial", "newer"):
             raise StoreError(status.message)
@@ -279,6 +302,13 @@ class Database:
                     conn.execute(text("SELECT pg_advisory_xact_lock(7460210002)"))
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, target)
+                if want_queue and not inspect(conn).has_table(QUEUE_TABLE):
+                    from procrastinate.schema import SchemaManager
+
+                    # The driver's own execute: the script is many statements, with % signs.
+                    driver = conn.connection.driver_connection
+                    assert driver is not None
+                    driver.execute(SchemaManager.get_schema())
                 conn.commit()
         except (OperationalError, DatabaseError) as exc:
             raise self.store_error(exc) from exc

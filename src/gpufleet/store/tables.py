@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -36,6 +37,7 @@ from gpufleet.domain.events import (
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.profiles import Decision
+from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.domain.states import HostState
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
@@ -467,3 +469,53 @@ class ApiToken(Base):
     created_by: Mapped[str] = mapped_column(String(128))
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+# --- issue 12 (service: workers): runs of background work and their chunks (one job each) ---
+class JobRun(Base):
+    """One collect or validate run started from the API or a schedule (``POST /api/v1/runs``,
+    ``GPUFLEET_SCHEDULE_*``), split into chunks that workers run as queue jobs. A scheduled
+    run records its schedule and period: one run per schedule and period, fleet-wide."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        Index("ux_job_runs_schedule_period", "schedule", "period", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[RunKind] = mapped_column(StrEnumType(RunKind, 20))
+    selector: Mapped[str | None] = mapped_column(Text)
+    state: Mapped[RunState] = mapped_column(StrEnumType(RunState, 20), index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    schedule: Mapped[str | None] = mapped_column(String(64))
+    period: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    collection_run_id: Mapped[int | None] = mapped_column(
+        ForeignKey("collection_runs.id", ondelete="SET NULL")
+    )
+    hosts: Mapped[int] = mapped_column(Integer, default=0)
+    chunks: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+
+
+class JobChunk(Base):
+    """One chunk of a run: its hosts, its queue job, how many attempts and who ran the last."""
+
+    __tablename__ = "job_chunks"
+    __table_args__ = (Index("ux_job_chunks_run_seq", "run_id", "seq", unique=True),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("job_runs.id", ondelete="CASCADE"))
+    seq: Mapped[int] = mapped_column(Integer)  # 0, 1, ... within the run
+    hosts: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    state: Mapped[RunState] = mapped_column(StrEnumType(RunState, 20))
+    job_id: Mapped[int | None] = mapped_column(BigInteger)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[str | None] = mapped_column(String(128))
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    #: What the chunk did: verdict counts (validate), hosts skipped as held elsewhere.
+    result: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    error: Mapped[str | None] = mapped_column(Text)

@@ -1,0 +1,50 @@
+"""Runs of background work (collect, validate) started from the API or a schedule.
+
+A run is split into chunks of hosts; each chunk is one job on the job queue (procrastinate on
+PostgreSQL, in-process on SQLite), so several workers share one run and a killed worker's
+chunk is retried by another. These are the persisted values of ``job_runs`` / ``job_chunks``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunKind(StrEnum):
+    """What a run does to each of its hosts."""
+
+    COLLECT = "collect"
+    VALIDATE = "validate"
+
+
+class RunState(StrEnum):
+    """Where a run (or one of its chunks) stands."""
+
+    QUEUED = "queued"  # waiting for a worker
+    RUNNING = "running"  # at least one chunk started, not all finished
+    SUCCEEDED = "succeeded"  # every chunk finished (hosts may still have failed: see counts)
+    FAILED = "failed"  # a chunk gave up (its error says why)
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunState.SUCCEEDED, RunState.FAILED)
+
+
+def chunked(names: list[str], size: int) -> list[list[str]]:
+    """``names`` in consecutive chunks of at most ``size`` (at least one per chunk)."""
+    size = max(1, size)
+    return [names[i : i + size] for i in range(0, len(names), size)]
+
+
+def claim_prefix(run_id: int, chunk: int) -> str:
+    """The claim-token prefix every attempt of one chunk uses: a retried attempt takes over
+    the hosts an earlier (killed) attempt of the same chunk still holds, nobody else's."""
+    return f"run{run_id}-{chunk}-"
+
+
+def claim_token(run_id: int, chunk: int, attempt: int) -> str:
+    """The claim token of one attempt (fits ``hosts.claim_token``, 36 characters)."""
+    token = f"{claim_prefix(run_id, chunk)}{attempt}"
+    if len(token) > 36:
+        raise ValueError(f"claim token {token!r} is longer than 36 characters")
+    return token
