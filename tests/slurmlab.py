@@ -11,21 +11,31 @@ adds only what a loopback cluster needs (``NodeHostname``, ``NodeAddr``, ``Port`
 ``SlurmdParameters=config_overrides`` makes every node report the configured CPUs and memory
 (the exported lines describe real 8-GPU servers, not this machine). Job completions go to
 ``jobcomp/filetxt``, which ``sacct --completion`` reads without a slurmdbd.
+
+With ``accounting=True`` the lab also runs a ``slurmdbd`` (Debian ``slurmdbd``) on a database
+of its own in the MariaDB at ``127.0.0.1:3306`` (``slurm_acct_<random>``, dropped at
+:meth:`SlurmLab.stop`), registers the cluster with ``sacctmgr -i add cluster`` before
+``slurmctld`` starts, so ``sacct --json`` answers from real job records. Records reach
+slurmdbd asynchronously: :meth:`SlurmLab.wait_sacct` polls until a job is there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 APT_PACKAGES = ("slurm-wlm", "munge")
+MARIADB = ("127.0.0.1", 3306, "root")  # host, port, user (empty password): CI's MariaDB
 
 
 class SlurmLabError(RuntimeError):
@@ -60,34 +70,46 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def _kill_pidfile(path: Path) -> None:
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(50):
+def _kill_pidfiles(paths: Sequence[Path], timeout: float = 10) -> None:
+    """SIGTERM every daemon named by a PID file in ``paths`` at once, wait for all of them to
+    exit (each takes a second or more to shut down), SIGKILL what is left after ``timeout``."""
+    pids: list[int] = []
+    for path in paths:
         try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+            pid = int(path.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            pids.append(pid)
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [p for p in pids if _alive(p)]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 class SlurmLab:
     """One cluster in ``root``. :meth:`start` with node lines, :meth:`stop` at the end."""
 
-    def __init__(self, root: Path, cluster: str = "gpufleet") -> None:
+    def __init__(self, root: Path, cluster: str = "gpufleet", accounting: bool = False) -> None:
         self.root = root
         self.cluster = cluster
         self.conf = root / "slurm.conf"
         self.nodes: list[str] = []
         self.started: list[Path] = []  # pid files of the daemons this lab started
+        self.accounting = accounting
+        self.database: str | None = None  # the MariaDB database slurmdbd writes, once created
 
     @property
     def env(self) -> dict[str, str]:
@@ -115,7 +137,7 @@ class SlurmLab:
         for d in ("state", "log", "spool", "munge"):
             (root / d).mkdir(parents=True, exist_ok=True)
         self.nodes = [ln.split()[0].removeprefix("NodeName=") for ln in node_lines]
-        ctl_port, slurmd_port, *node_ports = free_ports(2 + len(self.nodes))
+        dbd_port, ctl_port, slurmd_port, *node_ports = free_ports(3 + len(self.nodes))
         for name in self.nodes:
             dev = root / "dev" / name
             dev.mkdir(parents=True, exist_ok=True)
@@ -152,11 +174,22 @@ class SlurmLab:
             "ReturnToService=2",
             "SlurmdTimeout=30",
             "MpiDefault=none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={root}/log/jobcomp.txt",
         ]
+        if self.accounting:
+            lines += [
+                "JobAcctGatherType=jobacct_gather/linux",
+                "JobAcctGatherFrequency=30",
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=127.0.0.1",
+                f"AccountingStoragePort={dbd_port}",
+                # the munge socket for slurmdbd connections (AuthInfo does not apply to them)
+                f"AccountingStoragePass={munge_socket}",
+            ]
+        else:
+            lines += ["JobAcctGatherType=jobacct_gather/none",
+                      "AccountingStorageType=accounting_storage/none"]
         for line, port in zip(node_lines, node_ports, strict=True):
             lines.append(f"{line} NodeHostname={host} NodeAddr=127.0.0.1 Port={port}")
         lines.append(f"PartitionName=gpu Nodes={','.join(self.nodes)} Default=YES "
@@ -172,10 +205,92 @@ class SlurmLab:
              f"--seed-file={root}/munge/munged.seed"],
             root / "munge" / "munged.pid",
         )
-        self._daemon(["slurmctld", "-f", str(self.conf)], root / "slurmctld.pid")
-        for name in self.nodes:
-            self._daemon(["slurmd", "-f", str(self.conf), "-N", name], root / f"slurmd-{name}.pid")
-        self.wait_idle(self.nodes)
+        try:
+            if self.accounting:
+                self._start_slurmdbd(dbd_port, munge_socket)
+            self._daemon(["slurmctld", "-f", str(self.conf)], root / "slurmctld.pid")
+            for name in self.nodes:
+                self._daemon(["slurmd", "-f", str(self.conf), "-N", name],
+                             root / f"slurmd-{name}.pid")
+            self.wait_idle(self.nodes)
+        except BaseException:
+            self.stop()  # a half-started lab leaves no daemon and no database behind
+            raise
+
+    def _start_slurmdbd(self, port: int, munge_socket: Path) -> None:
+        """slurmdbd on a fresh database, then the cluster registered in it (slurmctld sends
+        job records only for a cluster the database knows)."""
+        if not shutil.which("slurmdbd"):
+            raise SlurmLabError("slurmdbd not installed (Debian package slurmdbd)")
+        host, db_port, user = MARIADB
+        self.database = f"slurm_acct_{secrets.token_hex(6)}"
+        root = self.root
+        dbd_conf = root / "slurmdbd.conf"  # found next to SLURM_CONF's slurm.conf
+        dbd_conf.write_text("\n".join([
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={munge_socket}",
+            "DbdHost=localhost",
+            "DbdAddr=127.0.0.1",
+            f"DbdPort={port}",
+            "SlurmUser=root",
+            f"PidFile={root}/slurmdbd.pid",
+            f"LogFile={root}/log/slurmdbd.log",
+            "StorageType=accounting_storage/mysql",
+            f"StorageHost={host}",
+            f"StoragePort={db_port}",
+            f"StorageUser={user}",
+            f"StorageLoc={self.database}",
+        ]) + "\n")
+        dbd_conf.chmod(0o600)  # slurmdbd refuses a configuration others can read
+        self._daemon(["slurmdbd"], root / "slurmdbd.pid")
+        deadline = time.monotonic() + 60
+        err = ""
+        while time.monotonic() < deadline:  # slurmdbd creates its tables before it listens
+            r = subprocess.run(["sacctmgr", "-i", "add", "cluster", self.cluster], env=self.env,
+                               capture_output=True, text=True, timeout=30, check=False)
+            if r.returncode == 0:
+                return
+            err = (r.stderr or r.stdout).strip()
+            time.sleep(0.3)
+        raise SlurmLabError(f"sacctmgr add cluster {self.cluster}: {err}\n"
+                            f"{self._log_tail('slurmdbd.log')}")
+
+    def _log_tail(self, name: str) -> str:
+        log = self.root / "log" / name
+        return log.read_text()[-3000:] if log.exists() else ""
+
+    def sacct_jobs(self, *args: str) -> list[dict[str, object]]:
+        """The jobs ``sacct --json -a ARGS`` reports (an empty list for "Nothing found")."""
+        doc = json.loads(self.run("sacct", "--json", "-a", *args))
+        jobs = doc.get("jobs") or []
+        return [j for j in jobs if isinstance(j, dict)]
+
+    def wait_sacct(self, job_ids: Sequence[str], states: Sequence[str] = (),
+                   since: datetime | None = None,
+                   timeout: float = 60) -> dict[str, dict[str, object]]:
+        """Poll ``sacct`` until every job of ``job_ids`` is recorded as ended (in one of
+        ``states`` when given) and, with ``since``, is also found by the window query ``sacct
+        -S since``. Records reach slurmdbd after the job, in pieces: a job can show as FAILED
+        with an end time by ``-j`` while its eligible time is still "Unknown", and until that
+        arrives the window query (jobs *eligible* in the window) says "Nothing found"."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, dict[str, object]] = {}
+        in_window: set[str] = set()
+        while time.monotonic() < deadline:
+            jobs = self.sacct_jobs("-j", ",".join(job_ids))
+            seen = {str(j.get("job_id")): j for j in jobs}
+            if since is not None:
+                start = since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")  # sacct: local time
+                in_window = {str(j.get("job_id")) for j in self.sacct_jobs("-S", start)}
+            if all(_ended(seen.get(j), states) for j in job_ids) and (
+                since is None or set(job_ids) <= in_window
+            ):
+                return seen
+            time.sleep(0.5)
+        got = {j: _job_state(seen.get(j)) for j in job_ids}
+        raise SlurmLabError(f"sacct did not record jobs {list(job_ids)} within {timeout}s: {got}"
+                            f"{'' if since is None else f', in the window: {sorted(in_window)}'}"
+                            f"\n{self._log_tail('slurmdbd.log')}")
 
     def _daemon(self, cmd: list[str], pidfile: Path) -> None:
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False,
@@ -208,7 +323,34 @@ class SlurmLab:
         raise SlurmLabError(f"nodes not idle after {timeout}s: {states}\n{tail}")
 
     def stop(self) -> None:
-        """Stop every daemon this lab started, slurmds first, by PID file."""
-        for pidfile in reversed(self.started):
-            _kill_pidfile(pidfile)
+        """Stop every daemon this lab started, slurmds first, by PID file; drop the
+        accounting database."""
+        # slurmds and slurmctld together (slurmctld still reports to slurmdbd as it stops,
+        # through munged), then slurmdbd and munged
+        last = ("slurmdbd.pid", "munged.pid")
+        _kill_pidfiles([p for p in self.started if p.name not in last])
+        _kill_pidfiles([p for p in self.started if p.name in last])
         self.started.clear()
+        if self.database is not None:
+            host, port, user = MARIADB
+            subprocess.run(["mysql", "-h", host, "-P", str(port), "-u", user, "-e",
+                            f"DROP DATABASE IF EXISTS `{self.database}`"],
+                           capture_output=True, text=True, timeout=60, check=False)
+            self.database = None
+
+
+def _job_state(job: dict[str, object] | None) -> str:
+    if job is None:
+        return "not recorded"
+    state = job.get("state")
+    current = state.get("current") if isinstance(state, dict) else None
+    if isinstance(current, list):
+        current = current[0] if current else None
+    return str(current)
+
+
+def _ended(job: dict[str, object] | None, states: Sequence[str]) -> bool:
+    state = _job_state(job)
+    if states:
+        return state in states
+    return state not in ("not recorded", "PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "None")

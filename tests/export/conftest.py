@@ -46,7 +46,7 @@ def slurm_lab() -> Iterator[SlurmLab]:
     except SlurmLabError as exc:
         pytest.fail(f"slurm lab unavailable: {exc}")
     root = Path(tempfile.mkdtemp(prefix="gpufleet-slurmlab-"))
-    lab = SlurmLab(root / "slurm")
+    lab = SlurmLab(root / "slurm", accounting=True)
     fleet = Fleet.open(home=root / "home", url=f"sqlite:///{root / 'fleet.db'}", actor="pytest")
     try:
         slurm_lab_fleet(fleet, root / "fleet")

@@ -47,11 +47,28 @@ def test_sacct_newer_shape_and_bad_jobs() -> None:
     assert res.problems == ["job 6: FAILED but ran on no node", "job #2: not an object"]
 
 
+def test_sacct_nothing_found_is_zero_jobs() -> None:
+    # real sacct --json for a window without jobs: error 9003 "Nothing found", jobs []
+    text = (CAPTURED / "sacct-22.05-nothing-found.json").read_text()
+    assert json.loads(text)["errors"][0]["error_number"] == 9003
+    res = parse_sacct_json(text)
+    assert (res.jobs, res.failures, res.problems) == (0, [], [])
+    # any other error next to it is still one
+    doc = json.loads(text)
+    doc["errors"].append({"description": "Unable to connect to database", "error_number": 7000,
+                          "error": "Unable to connect to database", "source": "x"})
+    with pytest.raises(ParseError, match="Unable to connect to database"):
+        parse_sacct_json(json.dumps(doc))
+
+
 @pytest.mark.parametrize("text", ["", "{", "[]", '{"nodes": []}',
-                                  '{"jobs": [], "errors": ["slurmdbd down"]}'])
+                                  '{"jobs": [], "errors": ["slurmdbd down"]}',
+                                  '{"jobs": [], "errors": "Nothing found"}',
+                                  '{"jobs": {}, "errors": [{"error_number": 9003}]}'])
 def test_sacct_garbage_is_refused(text: str) -> None:
-    with pytest.raises(ParseError):
+    with pytest.raises(ParseError) as info:
         parse_sacct_json(text)
+    assert "sacct --json" in str(info.value)
 
 
 def test_hostlists() -> None:

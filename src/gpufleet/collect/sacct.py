@@ -172,9 +172,22 @@ def _failure_lines(job_id: str, job: dict[str, Any]) -> list[SlurmFailure]:
     ]
 
 
+#: sacct's answer to a window without jobs (``slurmdb_jobs_get``: "Nothing found with query").
+NOTHING_FOUND = 9003
+
+
+def _nothing_found(error: Any) -> bool:
+    """The one "error" that is an answer: no job in the window (error 9003)."""
+    return isinstance(error, dict) and (
+        error.get("error_number") == NOTHING_FOUND or error.get("description") == "Nothing found"
+    )
+
+
 def parse_sacct_json(text: str, source: str = "sacct --json") -> SacctResult:
-    """Failed jobs in ``sacct --json`` output; ParseError when it is not sacct's JSON at all,
-    a job that cannot be read is named in ``problems`` and spoils no other job."""
+    """Failed jobs in ``sacct --json`` output; ParseError when it is not sacct's JSON at all
+    or sacct reports an error, a job that cannot be read is named in ``problems`` and spoils
+    no other job. "Nothing found" (error 9003, an empty ``jobs`` list: a window without jobs)
+    is zero jobs, not an error."""
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -183,8 +196,11 @@ def parse_sacct_json(text: str, source: str = "sacct --json") -> SacctResult:
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ParseError(source, "no 'jobs' list: not sacct --json output")
     errors = doc.get("errors")
-    if errors:
-        raise ParseError(source, f"sacct reported errors: {errors}")
+    if not isinstance(errors, list | None):
+        raise ParseError(source, f"'errors' is not a list: {errors!r}")
+    real = [e for e in errors or [] if not _nothing_found(e)]
+    if real:
+        raise ParseError(source, f"sacct reported errors: {real}")
     result = SacctResult()
     for n, job in enumerate(doc["jobs"]):
         result.jobs += 1
