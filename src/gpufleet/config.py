@@ -405,6 +405,52 @@ class Settings(BaseSettings):
                 )
         return v
 
+    # -- inspect (issue 10: inspection sweep, health rules, blast-radius guard) ---------------
+    health_rules_file: Path | None = _setting(
+        env="GPUFLEET_HEALTH_RULES",
+        group="inspect",
+        doc="YAML overlaid on the shipped health rules (gpufleet inspect).",
+    )
+    inspect_disk_paths: str = _setting(
+        "/",
+        env="GPUFLEET_INSPECT_DISK_PATHS",
+        group="inspect",
+        doc="Comma-separated paths whose free space the inspection probe reads.",
+    )
+    inspect_retention_hours: float = _setting(
+        168.0,
+        env="GPUFLEET_INSPECT_RETENTION_HOURS",
+        group="inspect",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Hours raw inspection samples are kept; older ones survive as hourly roll-ups.",
+    )
+    guard_share: float = _setting(
+        0.10,
+        env="GPUFLEET_GUARD_SHARE",
+        group="inspect",
+        gt=0,
+        le=1,
+        doc="Blast-radius guard: most GPU hosts (share of the fleet) quarantined automatically "
+        "within the window; more trips the guard.",
+    )
+    guard_hosts: int = _setting(
+        20,
+        env="GPUFLEET_GUARD_HOSTS",
+        group="inspect",
+        ge=1,
+        doc="Blast-radius guard: most GPU hosts (absolute) quarantined automatically within "
+        "the window.",
+    )
+    guard_window_minutes: float = _setting(
+        60.0,
+        env="GPUFLEET_GUARD_WINDOW_MINUTES",
+        group="inspect",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Blast-radius guard: the window automatic quarantines are counted in.",
+    )
+
     # -- validation of single values --------------------------------------------------------
     @field_validator("validation_ttl", mode="before")
     @classmethod
@@ -487,6 +533,7 @@ class Settings(BaseSettings):
         "secret_key_file",
         "failure_rules_file",
         "api_tokens_file",
+        "health_rules_file",
     )
     @classmethod
     def _readable_file(cls, v: Path | None) -> Path | None:

@@ -15,6 +15,7 @@ from gpufleet.cli import db as db_cmds
 from gpufleet.cli import export as export_cmds
 from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
+from gpufleet.cli import inspect as inspect_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
 from gpufleet.cli import preflight as preflight_cmds
 from gpufleet.cli import reclaim as reclaim_cmds
@@ -91,6 +92,9 @@ app.add_typer(sync_cmds.app, name="sync", help="Run the enabled syncs; sync stat
 app.command("serve")(serve_cmds.serve_cmd)
 app.command("worker")(worker_cmds.worker_cmd)
 app.add_typer(token_cmds.app, name="token", help="API tokens: create (shown once), list, revoke.")
+app.add_typer(
+    inspect_cmds.app, name="inspect", help="Health sweep: inspect [SELECTOR], report, guard."
+)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -115,6 +115,10 @@ class EventKind(StrEnum):
     """A mutating API call (POST, PUT, PATCH, DELETE under ``/api/v1``) by a token, with the
     method, path and HTTP status in ``data`` (never the body); the actor is ``api:NAME``."""
 
+    LEASE_HOST_UNHEALTHY = "lease-host-unhealthy"
+    """The inspection (``gpufleet inspect``) found a critical fault on a leased host: the
+    lease runs on (the job is not killed), its owner is told (this event, the lease hooks)."""
+
 
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
@@ -191,6 +195,11 @@ class AlarmKind(StrEnum):
     BMC_SEL = "bmc-sel"
     """New Critical entries in the BMC's event log; closed only by an operator
     (``gpufleet bmc sel-ack``), never by the entry leaving the log."""
+
+    HEALTH = "health"
+    """A health rule fired on the host (``gpufleet inspect``); ``data`` has the rule, GPU index
+    and UUID or port, severity and recommended action. One open per rule and GPU/port; it
+    closes once the finding cleared and (critical) the host passed validation again."""
 
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""

@@ -20,6 +20,12 @@ TRANSPORT_FAULTS: frozenset[str] = frozenset(
 RECLAIM_FAULTS: frozenset[str] = frozenset(
     {"gpu-process", "stale-mount", "lessee-process", "lessee-crontab"}
 )
+#: Faults only the inspection probe shows (lab/probe.py; issue 10): a GPU over temperature,
+#: HW power brake, a straggler GPU (each ``KIND[:<gpu index>]``), IB ``link_downed`` raised
+#: (``ib-link-downed[:N]``), a full root file system. The collection's sections ignore them.
+PROBE_FAULTS: frozenset[str] = frozenset(
+    {"hot", "power-brake", "straggler", "ib-link-downed", "disk-full"}
+)
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (
@@ -36,6 +42,7 @@ FAULT_KINDS: tuple[str, ...] = (
     "truncated",
     *sorted(TRANSPORT_FAULTS),
     *sorted(RECLAIM_FAULTS),
+    *sorted(PROBE_FAULTS),
 )
 
 
@@ -71,6 +78,13 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
             why = "it has a single GPU (use nvidia-smi-missing)"
         elif kind == "driver-drift" and arg is not None and not re.fullmatch(r"[\d.]+", arg):
             why = "expected driver-drift[:<version>]"
+        elif kind in ("hot", "power-brake", "straggler") and arg is not None:
+            if not (arg.isdigit() and int(arg) < spec.gpu_count):
+                why = f"expected {kind}[:<gpu index>]"
+        elif kind == "ib-link-downed" and (
+            spec.ibstat_file is None or (arg is not None and not arg.isdigit())
+        ):
+            why = "expected ib-link-downed[:<count>] on a host with RDMA adapters"
         elif arg is not None and kind not in ("xid", "driver-drift", "ib-down", "ib-polling"):
             why = "it takes no argument"
         if why:

@@ -33,6 +33,7 @@ from gpufleet.collect.transport import (
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
 from gpufleet.lab.fleet import LabFleet, LabHost
+from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_output
 
 #: Active tests the lab answers, each with the real captured output of that tool.
@@ -100,7 +101,9 @@ class SimTransport:
                 Outcome.TIMEOUT,
                 f"no answer within {timeout_s:.0f} s (command still running)",
             )
-        if "@@gpufleet:script" in script:
+        if "@@gpufleet:probe" in script:  # the inspection probe (gpufleet inspect)
+            output = render_probe(host)
+        elif "@@gpufleet:script" in script:
             # Answer the sections the script asks for (reclaim adds its own after the
             # collection's), as the real-sshd lab's fake tools do; none named: the collection.
             output = render_output(host, _SEC_LINE.findall(script) or None)

@@ -32,6 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import Block, HostView, Placement, Request, place, plan_blocks
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
@@ -61,6 +62,12 @@ _STATES = {s.value: s for s in HostState}
 def _fabric() -> ColumnElement[Any]:
     fabric: ColumnElement[Any] = Host.expected["fabric"].as_string()
     return fabric
+
+
+def _blocking_alarm() -> ColumnElement[bool]:
+    """Open alarms that keep a host out of new allocations: all but a health rule's warning
+    (issue 10: a warning from ``gpufleet inspect`` leaves the host allocatable)."""
+    return or_(Alarm.kind != AlarmKind.HEALTH, Alarm.severity == AlarmSeverity.CRITICAL)
 
 
 def _block_fabric() -> ColumnElement[Any]:
@@ -112,7 +119,9 @@ def candidate_filters(
         out.append(_has_profile(s, req.profile))
     out.append(
         Host.id.not_in(
-            select(Alarm.host_id).where(Alarm.closed_at.is_(None), Alarm.host_id.is_not(None))
+            select(Alarm.host_id).where(
+                Alarm.closed_at.is_(None), Alarm.host_id.is_not(None), _blocking_alarm()
+            )
         )
     )
     out.append(
@@ -269,7 +278,9 @@ def host_views(
         if len(rows) < 1000:
             mstmt = mstmt.where(Host.id.in_([r[0] for r in rows]))
         memory = {hid: m for hid, m in s.execute(mstmt) if m is not None}
-    alarmed = set(s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None))))
+    alarmed = set(
+        s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None), _blocking_alarm()))
+    )
     busy: dict[int, datetime] = {
         hid: until
         for hid, until in s.execute(

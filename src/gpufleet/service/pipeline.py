@@ -269,15 +269,20 @@ def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
 
 
 def _transports(
-    claimed: list[Claimed], fleet: Fleet
+    claimed: list[Claimed],
+    fleet: Fleet,
+    opener: Callable[[TransportKey], Transport] | None = None,
 ) -> tuple[dict[TransportKey, Transport], dict[TransportKey, str]]:
-    """One transport per key; a key whose transport cannot be built fails only its hosts."""
+    """One transport per key; a key whose transport cannot be built fails only its hosts.
+    ``opener`` (a caller that keeps transports between runs) replaces the default."""
     out: dict[TransportKey, Transport] = {}
     broken: dict[TransportKey, str] = {}
     for c in claimed:
         if c.key not in out and c.key not in broken:
             try:
-                out[c.key] = transport_for_host(c.key, fleet)
+                out[c.key] = (
+                    opener(c.key) if opener is not None else transport_for_host(c.key, fleet)
+                )
             except GpufleetError as exc:
                 broken[c.key] = f"transport {c.transport!r} unusable: {exc}"
     return out, broken
@@ -314,6 +319,9 @@ class Pipeline(Generic[R]):
     timeout_s: float
     on_start: Callable[[int], None] | None = None
     on_result: Callable[[RawResult], None] | None = None
+    #: Transports kept by the caller between runs (``inspect --every``: SSH connections stay
+    #: open between sweeps); None: a fresh transport per key for this run.
+    open_transport: Callable[[TransportKey], Transport] | None = None
 
     def lease(self, hosts: int) -> timedelta:
         """The claim a batch of ``hosts`` needs (renewed to the hosts still left)."""
@@ -341,7 +349,7 @@ class Pipeline(Generic[R]):
                 renewer.start()
                 if self.on_start:
                     self.on_start(len(claimed))
-                by_key, broken = _transports(claimed, self.fleet)
+                by_key, broken = _transports(claimed, self.fleet, self.open_transport)
 
                 # Results are stored by a second thread while slower hosts are still
                 # answering, so the controller's CPU work overlaps the network wait.

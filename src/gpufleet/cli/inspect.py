@@ -1,0 +1,231 @@
+"""``gpufleet inspect [SELECTOR]``: the periodic health sweep (once, or ``--every`` until
+SIGTERM); ``gpufleet inspect report``: what the sweeps saw; ``gpufleet inspect guard``: the
+blast-radius guard's fleet alarms."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import asdict
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import typer
+from rich.table import Table
+from typer.core import TyperGroup
+
+from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.domain.sync import parse_every
+from gpufleet.errors import UsageError
+from gpufleet.service.inspect import (
+    SweepReport,
+    close_fleet_alarm,
+    fleet_alarms,
+    inspect,
+    inspect_loop,
+)
+from gpufleet.service.inspect_report import (
+    FORMATS,
+    InspectReport,
+    build_report,
+    parse_since,
+    render_csv,
+    render_html,
+)
+
+
+class _SweepByDefault(TyperGroup):
+    """``gpufleet inspect [SELECTOR] [options]`` runs ``inspect run``; named subcommands
+    (``report``, ``guard``) run themselves."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("--help", "-h")):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_SweepByDefault)
+
+
+def _print_sweep(report: SweepReport) -> None:
+    t = Table(title=f"inspection {report.at:%Y-%m-%d %H:%M:%S} (rules {report.policy_version})")
+    for col in ("host", "outcome"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("findings / actions", overflow="fold")
+    for h in report.hosts:
+        lines = [f"{f.severity.value}: {f.message} -> {f.action.value}" for f in h.findings]
+        lines += h.actions + h.problems
+        if h.reason:
+            lines.append(h.reason)
+        t.add_row(lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-"))
+    console.print(t)
+    if report.busy:
+        console.print(f"held by another worker: {lit(', '.join(report.busy))}")
+    if report.guard_tripped:
+        console.print(f"[red]{lit(report.guard_message)}[/red]")
+
+
+def _as_json(report: SweepReport) -> dict[str, Any]:
+    return {
+        "at": report.at,
+        "policy_version": report.policy_version,
+        "guard_tripped": report.guard_tripped,
+        "guard_message": report.guard_message,
+        "busy": report.busy,
+        "hosts": [
+            {
+                "host": h.host,
+                "outcome": h.outcome,
+                "reason": h.reason,
+                "findings": [
+                    {**asdict(f), "severity": f.severity.value, "action": f.action.value}
+                    for f in h.findings
+                ],
+                "actions": h.actions,
+                "problems": h.problems,
+            }
+            for h in report.hosts
+        ],
+    }
+
+
+@app.command("run")
+@boundary
+def run_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (selector); default every host."),
+    every: str | None = typer.Option(
+        None, "--every", help="Sweep again every 30s, 5m, 1h ... until SIGTERM (SSH kept open)."
+    ),
+    transport: str | None = typer.Option(None, "--transport", help="Override every host's."),
+    forks: int = typer.Option(50, "--forks", help="Hosts probed at once."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds per host (a hang costs this)."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Probe the hosts (one command each: --query-gpu CSV, new Xid lines, IB/RoCE counters,
+    disk space), store the samples, apply the health rules: alarms, quarantine of critical
+    findings (within the blast-radius guard), re-validation of healed hosts. This is what
+    ``gpufleet inspect [SELECTOR]`` runs."""
+    fleet = open_fleet()
+    if every is None:
+        report = inspect(fleet, selector, transport=transport, forks=forks, timeout_s=timeout)
+        if as_json:
+            print_json(_as_json(report))
+        else:
+            _print_sweep(report)
+        return
+    try:
+        seconds = parse_every(every)
+    except ValueError as exc:
+        raise UsageError(command="gpufleet inspect", cause=f"--every {exc}") from None
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+
+    def shown(report: SweepReport | None, error: str | None) -> None:
+        if report is None:
+            console.print(f"[red]sweep failed: {lit(error)}[/red]")
+        elif as_json:
+            print_json(_as_json(report))
+        else:
+            _print_sweep(report)
+
+    console.print(f"inspect every {seconds:g}s (SIGTERM stops)")
+    n = inspect_loop(
+        fleet,
+        selector,
+        timedelta(seconds=seconds),
+        stop,
+        transport=transport,
+        forks=forks,
+        timeout_s=timeout,
+        on_sweep=shown,
+    )
+    console.print(f"stopped after {n} sweep(s)")
+
+
+@app.command("guard")
+@boundary
+def guard_cmd(
+    close: int | None = typer.Option(None, "--close", help="Close this fleet alarm (id)."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (required with --close)."),
+    include_closed: bool = typer.Option(False, "--all", help="Closed fleet alarms too."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """The blast-radius guard's fleet alarms (one open while the guard holds quarantines)."""
+    fleet = open_fleet()
+    if close is not None:
+        if not reason or not reason.strip():
+            raise UsageError(command="gpufleet inspect guard", cause="--close needs --reason")
+        close_fleet_alarm(fleet, close, reason)
+    rows = fleet_alarms(fleet, include_closed=include_closed)
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        console.print(f"{r['id']} {lit(r['severity'])} {lit(r['opened_at'])} {lit(r['message'])}")
+    if not rows:
+        console.print("no fleet alarms")
+
+
+@app.command("report")
+@boundary
+def report_cmd(
+    selector: str | None = typer.Argument(None, help="Hosts (selector); default every host."),
+    since: str = typer.Option("24h", "--since", help="How far back: 30m, 24h, 7d ..."),
+    fmt: str = typer.Option("table", "--format", help="table, csv or html."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+) -> None:
+    """Hosts over thresholds, top offenders, per-model temperature / ECC / throttle summary,
+    from the stored samples and alarms (html: one self-contained file with small charts)."""
+    if fmt not in FORMATS:
+        raise UsageError(
+            command="gpufleet inspect report", cause=f"--format {fmt!r}: use " + ", ".join(FORMATS)
+        )
+    report = build_report(open_fleet(), selector, parse_since(since))
+    if fmt == "table":
+        _print_report(report)
+        return
+    text = render_csv(report) if fmt == "csv" else render_html(report)
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
+        console.print(f"wrote {lit(str(output))}")
+    else:
+        typer.echo(text, nl=False)
+
+
+def _print_report(report: InspectReport) -> None:
+    t = Table(title=f"top offenders since {report.since:%Y-%m-%d %H:%M}")
+    for col in ("host", "model", "max temp", "max uncorr. ECC", "HW throttled", "worst"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("rules", overflow="fold")
+    for h in report.top_offenders:
+        t.add_row(
+            lit(h.host),
+            lit(h.model),
+            lit(h.temperature_max if h.temperature_max is not None else "-"),
+            lit(h.ecc_uncorrectable_max if h.ecc_uncorrectable_max is not None else "-"),
+            str(h.throttled_samples),
+            lit(h.worst),
+            lit(", ".join(h.rules) or "-"),
+        )
+    console.print(t)
+    m = Table(title="per model")
+    for col in ("model", "GPUs", "samples", "avg temp", "max temp", "max uncorr. ECC", "throttled"):
+        m.add_column(col, no_wrap=True)
+    for r in report.models:
+        m.add_row(
+            lit(r.model),
+            str(r.gpus),
+            str(r.samples),
+            f"{r.temperature_avg:.1f}" if r.temperature_avg is not None else "-",
+            lit(r.temperature_max if r.temperature_max is not None else "-"),
+            lit(r.ecc_uncorrectable_max if r.ecc_uncorrectable_max is not None else "-"),
+            f"{r.throttled_share:.1%}",
+        )
+    console.print(m)

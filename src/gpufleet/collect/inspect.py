@@ -1,0 +1,323 @@
+"""The inspection probe (``gpufleet inspect``): one cheap POSIX sh command per host per sweep,
+and the pure parser of its answer into a :class:`~gpufleet.domain.rules.HostSample`.
+
+The probe prints framed parts, each after a ``@@probe NAME`` line:
+
+``gpu``     ``nvidia-smi --query-gpu=<PROBE_FIELDS> --format=csv,nounits`` (with its header row,
+            so the columns are named by nvidia-smi itself), then ``@@rc N``
+``kmsg``    kernel-log ``NVRM: Xid`` lines (``dmesg --time-format iso``, else ``journalctl -k``)
+``ib``      ``port CA/N state=STATE counter=value ...`` per IB/RoCE port, from sysfs
+``disk``    ``df -P -k`` of the configured paths
+``uptime``  ``/proc/uptime`` (grace after boot)
+``nvlink``  ``yes`` when ``/proc/driver/nvidia`` lists NVLink-capable GPUs (topology)
+
+File paths are prefixed with ``$GPUFLEET_SYSROOT`` (empty on a real host) as the collection
+script does, so the real-sshd lab can serve them. Parsing never touches the store.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gpufleet.collect.kernel_log import parse_xids
+from gpufleet.collect.nvidia_smi.csv import parse_query_gpu_csv
+from gpufleet.domain.facts import Gpu
+from gpufleet.domain.rules import DiskSample, GpuSample, HostSample, PortSample, XidSeen
+from gpufleet.errors import ParseError
+
+#: Marker the lab's ``sim`` transport recognises (it answers with rendered captures).
+PROBE_MARK = "@@gpufleet:probe"
+
+#: The ``--query-gpu`` fields of the probe (canonical names; R535+ for the clock-event reasons).
+PROBE_FIELDS: tuple[str, ...] = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "temperature.gpu",
+    "power.draw",
+    "enforced.power.limit",
+    "clocks.current.sm",
+    "clocks.current.memory",
+    "clocks.max.sm",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "remapped_rows.correctable",
+    "remapped_rows.uncorrectable",
+    "remapped_rows.pending",
+    "remapped_rows.failure",
+    "fan.speed",
+    "pcie.link.gen.current",
+    "pcie.link.gen.max",
+    "pcie.link.width.current",
+    "pcie.link.width.max",
+    "clocks_event_reasons.sw_power_cap",
+    "clocks_event_reasons.hw_slowdown",
+    "clocks_event_reasons.hw_thermal_slowdown",
+    "clocks_event_reasons.hw_power_brake_slowdown",
+    "clocks_event_reasons.sw_thermal_slowdown",
+    "clocks_event_reasons.sync_boost",
+)
+
+#: IB/RoCE port counters read from ``/sys/class/infiniband/*/ports/*/counters``.
+IB_COUNTERS: tuple[str, ...] = (
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+
+_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+    "sync_boost",
+)
+
+
+def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) -> str:
+    """The probe command for one host (same text for every host of a sweep)."""
+    paths = " ".join(shlex.quote(p) for p in disk_paths) or "/"
+    counters = " ".join(IB_COUNTERS)
+    return "\n".join(
+        [
+            f"# {PROBE_MARK} v1",
+            'R="${GPUFLEET_SYSROOT:-}"',
+            "echo '@@probe gpu'",
+            f"timeout {gpu_timeout_s} nvidia-smi --query-gpu={','.join(PROBE_FIELDS)} "
+            "--format=csv,nounits 2>&1",
+            'echo "@@rc $?"',
+            "echo '@@probe kmsg'",
+            "{ dmesg --time-format iso 2>/dev/null || journalctl -k -o short-iso --no-pager "
+            "2>/dev/null; } | grep 'NVRM: Xid' | tail -n 500",
+            "echo '@@probe ib'",
+            'for p in "$R"/sys/class/infiniband/*/ports/*; do',
+            '  [ -d "$p" ] || continue',
+            '  ca=${p%/ports/*}; ca=${ca##*/}; s=$(cat "$p/state" 2>/dev/null); s=${s#*: }',
+            '  printf \'port %s/%s state=%s\' "$ca" "${p##*/}" "$s"',
+            f"  for c in {counters}; do",
+            '    v=$(cat "$p/counters/$c" 2>/dev/null) && printf \' %s=%s\' "$c" "$v"',
+            "  done",
+            "  echo",
+            "done",
+            "echo '@@probe disk'",
+            f"df -P -k {paths} 2>/dev/null",
+            "echo '@@probe uptime'",
+            'cat "$R"/proc/uptime 2>/dev/null',
+            "echo '@@probe nvlink'",
+            'grep -qs NVLink "$R"/proc/driver/nvidia/gpus/*/information && echo yes',
+            "echo '@@probe end'",
+            "",
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """A parsed probe answer: the sample, where the kernel log was read up to, and the parts
+    that could not be read (named; the sample keeps None for them)."""
+
+    sample: HostSample
+    kmsg_cursor: str | None
+    problems: tuple[str, ...]
+
+
+def split_probe(text: str, source: str = "probe") -> dict[str, str]:
+    """The probe's parts by name; :class:`ParseError` when it is not a probe answer."""
+    parts: dict[str, list[str]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        if line.startswith("@@probe "):
+            current = line.split(" ", 1)[1].strip()
+            parts[current] = []
+        elif current is not None:
+            parts[current].append(line)
+    if "end" not in parts:
+        missing = "no '@@probe' parts" if not parts else "cut short (no '@@probe end')"
+        raise ParseError(source, f"not a complete probe answer: {missing}")
+    return {k: "\n".join(v) for k, v in parts.items()}
+
+
+def _gpu_sample(g: Gpu) -> GpuSample:
+    r = g.clock_event_reasons
+    reasons = frozenset(x for x in _REASONS if r is not None and getattr(r, x) is True)
+    ev, ea = g.ecc_volatile, g.ecc_aggregate
+    rp, rr = g.retired_pages, g.remapped_rows
+    return GpuSample(
+        index=g.index,
+        uuid=g.uuid,
+        model=g.product_name,
+        pci_bus_id=g.pci_bus_id,
+        temperature_c=g.temperature_c,
+        power_w=g.power_draw_w,
+        power_limit_w=g.power_limit_w,
+        sm_clock_mhz=g.clocks_sm_mhz,
+        max_sm_clock_mhz=g.clocks_max_sm_mhz,
+        mem_clock_mhz=g.clocks_mem_mhz,
+        utilization_gpu_pct=g.utilization_gpu_pct,
+        utilization_memory_pct=g.utilization_memory_pct,
+        memory_used_mib=g.memory_used_mib,
+        ecc_volatile_correctable=ev.correctable if ev else None,
+        ecc_volatile_uncorrectable=ev.uncorrectable if ev else None,
+        ecc_aggregate_correctable=ea.correctable if ea else None,
+        ecc_aggregate_uncorrectable=ea.uncorrectable if ea else None,
+        retired_single_bit=rp.single_bit if rp else None,
+        retired_double_bit=rp.double_bit if rp else None,
+        retired_pending=rp.pending if rp else None,
+        remap_correctable=rr.correctable if rr else None,
+        remap_uncorrectable=rr.uncorrectable if rr else None,
+        remap_pending=rr.pending if rr else None,
+        remap_failure=rr.failure if rr else None,
+        fan_pct=g.fan_speed_pct,
+        pcie_gen=g.pcie_gen_current,
+        pcie_gen_max=g.pcie_gen_max,
+        pcie_width=g.pcie_width_current,
+        pcie_width_max=g.pcie_width_max,
+        reasons=reasons,
+    )
+
+
+def parse_gpus(text: str, source: str = "nvidia-smi --query-gpu") -> tuple[GpuSample, ...]:
+    """The ``gpu`` part: the CSV (header row first) and its ``@@rc`` line."""
+    lines = text.splitlines()
+    rc_line = next((x for x in reversed(lines) if x.startswith("@@rc ")), None)
+    body = "\n".join(x for x in lines if not x.startswith("@@rc "))
+    rc = rc_line.split()[1] if rc_line else "?"
+    if rc != "0":
+        first = body.strip().splitlines()[0][:160] if body.strip() else "no output"
+        raise ParseError(source, f"nvidia-smi exited {rc}: {first}")
+    return tuple(_gpu_sample(g) for g in parse_query_gpu_csv(body, PROBE_FIELDS, source))
+
+
+def parse_ports(text: str, source: str = "ib") -> tuple[PortSample, ...]:
+    """``port mlx5_0/1 state=ACTIVE link_downed=0 ...`` lines."""
+    out: list[PortSample] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        words = line.split()
+        if not words:
+            continue
+        if words[0] != "port" or len(words) < 2:
+            raise ParseError(source, f"expected 'port CA/N ...': {line[:80]!r}", line=number)
+        state: str | None = None
+        counters: dict[str, int] = {}
+        for w in words[2:]:
+            key, sep, value = w.partition("=")
+            if not sep:
+                raise ParseError(source, f"expected name=value, got {w!r}", line=number)
+            if key == "state":
+                state = value or None
+                continue
+            try:
+                counters[key] = int(value)
+            except ValueError:
+                raise ParseError(
+                    source, f"port {words[1]}: {key} is not a number: {value!r}", line=number
+                ) from None
+        out.append(PortSample(words[1], state, counters))
+    return tuple(out)
+
+
+def parse_df(text: str, source: str = "df -P -k") -> tuple[DiskSample, ...]:
+    """POSIX ``df -P -k``: header, then filesystem, 1024-blocks, used, available, capacity,
+    mounted on (the mount point may hold spaces)."""
+    out: list[DiskSample] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        words = line.split()
+        if not words or words[0] == "Filesystem":
+            continue
+        if len(words) < 6:
+            raise ParseError(source, f"expected 6 columns: {line[:80]!r}", line=number)
+        try:
+            size, used = int(words[1]), int(words[2])
+        except ValueError:
+            raise ParseError(source, f"sizes are not numbers: {line[:80]!r}", line=number) from None
+        out.append(DiskSample(" ".join(words[5:]), size, used))
+    return tuple(out)
+
+
+def parse_probe(
+    text: str,
+    at: datetime,
+    *,
+    kmsg_since: str | None = None,
+    source: str = "probe",
+) -> ProbeResult:
+    """Turn one probe answer into a sample taken ``at``.
+
+    Only Xid lines newer than ``kmsg_since`` (the cursor the previous sweep returned, an ISO
+    time) count; the new cursor is the newest Xid time seen. A GPU part that cannot be read
+    leaves ``gpus`` None (the rules see nothing, they do not see "healthy"); other unreadable
+    parts are named in ``problems``.
+    """
+    parts = split_probe(text, source)
+    problems: list[str] = []
+    gpus: tuple[GpuSample, ...] | None = None
+    try:
+        gpus = parse_gpus(parts.get("gpu", ""), f"{source}: nvidia-smi --query-gpu")
+    except ParseError as exc:
+        problems.append(str(exc))
+    since = _iso(kmsg_since)
+    xids: list[XidSeen] = []
+    cursor = kmsg_since
+    newest = since
+    for e in parse_xids(parts.get("kmsg", ""), f"{source}: kernel log", unreadable=[]):
+        t = e.time.replace(tzinfo=UTC) if e.time and e.time.tzinfo is None else e.time
+        if t is not None and since is not None and t <= since:
+            continue
+        if t is None and since is not None:
+            continue  # no wall-clock time: counted on the first sweep only
+        xids.append(XidSeen(e.code, e.pci_address, t, e.message))
+        if t is not None and (newest is None or t > newest):
+            newest, cursor = t, t.isoformat()
+    ports: tuple[PortSample, ...] = ()
+    try:
+        ports = parse_ports(parts.get("ib", ""), f"{source}: ib")
+    except ParseError as exc:
+        problems.append(str(exc))
+    disks: tuple[DiskSample, ...] = ()
+    try:
+        disks = parse_df(parts.get("disk", ""), f"{source}: df")
+    except ParseError as exc:
+        problems.append(str(exc))
+    uptime: float | None = None
+    raw = parts.get("uptime", "").split()
+    if raw:
+        try:
+            uptime = float(raw[0])
+        except ValueError:
+            problems.append(f"{source}: /proc/uptime: not a number: {raw[0][:40]!r}")
+    sample = HostSample(
+        at=at,
+        gpus=gpus,
+        xids=tuple(xids),
+        ports=ports,
+        disks=disks,
+        uptime_s=uptime,
+        nvlink=parts.get("nvlink", "").strip() == "yes",
+    )
+    return ProbeResult(sample, cursor, tuple(problems))
+
+
+def _iso(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    t = datetime.fromisoformat(text)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t

@@ -1,0 +1,874 @@
+"""The inspection sweep (``gpufleet inspect``): probe, store samples, judge, act.
+
+One sweep:
+
+1. *probe* through the shared claim -> run -> apply engine (:mod:`gpufleet.service.pipeline`):
+   one command per host (:func:`gpufleet.collect.inspect.probe_script`), ``forks`` at once,
+   ``timeout_s`` each, so a hanging host costs its own timeout and nobody else's; the apply
+   step only parses (no transaction per host);
+2. *store* every answer whose claim still holds in one transaction, with bulk inserts
+   (``COPY`` on PostgreSQL, ``executemany`` on SQLite), releasing the claims;
+3. *judge and act*: per host, the policy (:mod:`gpufleet.domain.rules`) over the host's samples
+   in the policy's window, with the fleet medians of this sweep for the straggler rules; then
+   in one short transaction per host (row-locked): a finding opens one ``health`` alarm per
+   rule and GPU/port (deduplicated); a critical one quarantines the host at once
+   (``hardware_fault`` through :func:`gpufleet.service.lifecycle.transition`) unless it is
+   leased (the lease runs on, its owner is told through the lease hooks) or the blast-radius
+   guard has tripped; a finding that has cleared marks its alarm, which closes only once the
+   host has also passed validation after that (warnings close when cleared); a host this
+   sweep quarantined whose findings have all cleared goes back to ``validating`` (never
+   straight to ``available``), guard or no guard.
+
+The blast-radius guard: when more than ``GPUFLEET_GUARD_SHARE`` of the fleet or
+``GPUFLEET_GUARD_HOSTS`` hosts would be quarantined automatically within
+``GPUFLEET_GUARD_WINDOW_MINUTES``, automatic quarantine stops at that limit, one fleet alarm
+(``fleet_alarms``, kind ``blast-radius``) is raised, and the held-back hosts' alarms are
+opened as warnings (data ``held``) so they stay allocatable. Manual actions are untouched.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
+from gpufleet.collect.transport import Outcome, RawResult, Transport, TransportKey
+from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
+from gpufleet.domain.health import Fault, Health
+from gpufleet.domain.rules import (
+    DiskSample,
+    Finding,
+    GpuSample,
+    HostSample,
+    PortSample,
+    RulePolicy,
+    Severity,
+    XidSeen,
+    evaluate_host,
+    fleet_medians,
+)
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import GpufleetError
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.leases import call_hooks, lease_view
+from gpufleet.service.lifecycle import transition
+from gpufleet.service.pipeline import (
+    Claimed,
+    Pipeline,
+    check_forks,
+    check_timeout,
+    claim_hosts,
+    claim_lease,
+    release_claims,
+)
+from gpufleet.service.policies import Policies
+from gpufleet.store.tables import (
+    Alarm,
+    FleetAlarm,
+    GpuSampleRow,
+    Host,
+    HostSampleRow,
+    InspectQuarantine,
+    LeaseHost,
+    SampleRollup,
+    Validation,
+)
+
+#: Clock-event reasons as bits of ``gpu_samples.reasons``.
+REASON_BITS: dict[str, int] = {
+    "hw_slowdown": 1,
+    "hw_thermal_slowdown": 2,
+    "hw_power_brake_slowdown": 4,
+    "sw_thermal_slowdown": 8,
+    "sw_power_cap": 16,
+    "sync_boost": 32,
+}
+#: States a critical finding quarantines at once (a leased host keeps running its job).
+QUARANTINES = frozenset(
+    {HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE, HostState.RECLAIMING}
+)
+#: The fault recorded on the host for a rule (rules not listed record no fault kind).
+RULE_FAULTS: dict[str, Fault] = {
+    "ecc-uncorrectable": Fault.ECC_UNCORRECTABLE,
+    "remap-failure": Fault.ROW_REMAP_FAILURE,
+    "xid-79": Fault.GPU_LOST,
+    "xid-64": Fault.FATAL_XID,
+    "xid-fatal": Fault.FATAL_XID,
+    "xid-nvlink": Fault.NVLINK_DOWN,
+    "ib-link-downed": Fault.IB_DOWN,
+    "pcie-link-degraded": Fault.PCIE_DEGRADED,
+}
+GUARD_KIND = "blast-radius"
+ACTOR = "inspect"
+
+
+def load_policy(fleet: Fleet) -> RulePolicy:
+    """The shipped health rules with the site overlay (``GPUFLEET_HEALTH_RULES``)."""
+    policy = RulePolicy.load_default()
+    f = fleet.settings.health_rules_file
+    return policy.merged(f.read_text(), source=str(f)) if f else policy
+
+
+# ------------------------------------------------------------------------------ results
+
+
+@dataclass
+class HostInspection:
+    """One host of a sweep: how the probe went, what the rules found, what was done."""
+
+    host: str
+    outcome: str
+    reason: str = ""
+    findings: list[Finding] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SweepReport:
+    """One sweep: per host, hosts held by another worker, the guard."""
+
+    at: datetime
+    policy_version: str
+    hosts: list[HostInspection]
+    busy: list[str] = field(default_factory=list)
+    guard_tripped: bool = False
+    guard_message: str = ""
+
+    @property
+    def findings(self) -> int:
+        return sum(len(h.findings) for h in self.hosts)
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+
+class TransportCache:
+    """Transports kept between sweeps of one ``inspect --every`` loop: an ``ssh`` transport
+    that keeps each host's connection open (:class:`gpufleet.collect.inspect_ssh.KeptOpenSsh`);
+    other kinds are opened fresh each sweep (a lab re-reads its hosts)."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self._ssh: Transport | None = None
+
+    def __call__(self, key: TransportKey) -> Transport:
+        from gpufleet.service.pipeline import transport_for_host
+
+        if key[0] == "ssh":
+            if self._ssh is None:
+                from gpufleet.collect.inspect_ssh import KeptOpenSsh
+
+                self._ssh = KeptOpenSsh(connect_timeout_s=self.fleet.settings.connect_timeout_s)
+            return self._ssh
+        return transport_for_host(key, self.fleet)
+
+    def close(self) -> None:
+        from gpufleet.collect.inspect_ssh import KeptOpenSsh
+
+        if isinstance(self._ssh, KeptOpenSsh):
+            self._ssh.shutdown()
+        self._ssh = None
+
+
+def inspect(
+    fleet: Fleet,
+    selector: str | None = None,
+    *,
+    transport: str | None = None,
+    forks: int = 50,
+    timeout_s: float = 30.0,
+    transports: Callable[[TransportKey], Transport] | None = None,
+) -> SweepReport:
+    """Run one sweep over the selected hosts (every host but retired ones without one)."""
+    forks = check_forks(forks)
+    timeout_s = check_timeout(timeout_s)
+    policy = load_policy(fleet)
+    xids = Policies(fleet).xid
+    at = fleet.now()
+    connect_s = fleet.settings.connect_timeout_s
+    claim = claim_hosts(
+        fleet,
+        selector,
+        transport,
+        lambda n: claim_lease(n, forks, timeout_s, connect_s),
+    )
+    with fleet.db.session() as s:
+        cursors = _cursors(s, [c.host_id for c in claim.hosts])
+    script = probe_script(fleet.settings.path_list(fleet.settings.inspect_disk_paths))
+    parsed: dict[int, ProbeResult] = {}
+    by_id: dict[int, HostInspection] = {}
+
+    def apply(c: Claimed, raw: RawResult) -> HostInspection:
+        out = HostInspection(c.target.name, raw.outcome.value, raw.reason)
+        if raw.outcome is Outcome.OK and raw.output is not None:
+            try:
+                res = parse_probe(
+                    raw.output, at, kmsg_since=cursors.get(c.host_id), source=c.target.name
+                )
+            except GpufleetError as exc:
+                out.outcome, out.reason = Outcome.BAD_OUTPUT.value, str(exc)
+            else:
+                parsed[c.host_id] = res
+                out.problems = list(res.problems)
+        by_id[c.host_id] = out
+        return out
+
+    results = Pipeline(
+        fleet,
+        claim,
+        command=lambda c: script,
+        apply=apply,
+        forks=forks,
+        timeout_s=timeout_s,
+        open_transport=transports,
+    ).run()
+    try:
+        kept = store_samples(fleet, at, parsed, token=claim.token)
+    finally:
+        release_claims(fleet, claim.token)
+    for hid in set(parsed) - kept:
+        by_id[hid].actions.append("result discarded: the claim ran out")
+    report = SweepReport(at, policy.version, sorted(results, key=lambda h: h.host), claim.busy)
+    judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report)
+    return report
+
+
+def _cursors(s: Session, host_ids: Sequence[int]) -> dict[int, str]:
+    """Each host's kernel-log cursor from its latest sample."""
+    if not host_ids:
+        return {}
+    latest = (
+        select(HostSampleRow.host_id, func.max(HostSampleRow.at).label("at"))
+        .where(HostSampleRow.host_id.in_(host_ids))
+        .group_by(HostSampleRow.host_id)
+        .subquery()
+    )
+    rows = s.execute(
+        select(HostSampleRow.host_id, HostSampleRow.kmsg_cursor).join(
+            latest,
+            (latest.c.host_id == HostSampleRow.host_id) & (latest.c.at == HostSampleRow.at),
+        )
+    )
+    return {hid: cur for hid, cur in rows if cur}
+
+
+# ------------------------------------------------------------------------------ storage
+
+
+def gpu_row(host_id: int, at: datetime, g: GpuSample) -> dict[str, Any]:
+    """One ``gpu_samples`` row."""
+    return {
+        "host_id": host_id,
+        "at": at,
+        "gpu_index": g.index,
+        "uuid": g.uuid,
+        "model": g.model,
+        "pci_bus_id": g.pci_bus_id,
+        "temperature_c": g.temperature_c,
+        "power_w": g.power_w,
+        "power_limit_w": g.power_limit_w,
+        "sm_clock_mhz": g.sm_clock_mhz,
+        "max_sm_clock_mhz": g.max_sm_clock_mhz,
+        "mem_clock_mhz": g.mem_clock_mhz,
+        "util_gpu_pct": g.utilization_gpu_pct,
+        "util_mem_pct": g.utilization_memory_pct,
+        "memory_used_mib": g.memory_used_mib,
+        "fan_pct": g.fan_pct,
+        "ecc_vol_corr": g.ecc_volatile_correctable,
+        "ecc_vol_unc": g.ecc_volatile_uncorrectable,
+        "ecc_agg_corr": g.ecc_aggregate_correctable,
+        "ecc_agg_unc": g.ecc_aggregate_uncorrectable,
+        "retired_sbe": g.retired_single_bit,
+        "retired_dbe": g.retired_double_bit,
+        "retired_pending": g.retired_pending,
+        "remap_corr": g.remap_correctable,
+        "remap_unc": g.remap_uncorrectable,
+        "remap_pending": g.remap_pending,
+        "remap_failure": g.remap_failure,
+        "pcie_gen": g.pcie_gen,
+        "pcie_gen_max": g.pcie_gen_max,
+        "pcie_width": g.pcie_width,
+        "pcie_width_max": g.pcie_width_max,
+        "reasons": sum(REASON_BITS[r] for r in g.reasons if r in REASON_BITS),
+    }
+
+
+def host_row(host_id: int, at: datetime, res: ProbeResult) -> dict[str, Any]:
+    """One ``host_samples`` row."""
+    smp = res.sample
+    return {
+        "host_id": host_id,
+        "at": at,
+        "gpus_ok": smp.gpus is not None,
+        "gpu_count": len(smp.gpus or ()),
+        "uptime_s": smp.uptime_s,
+        "nvlink": smp.nvlink,
+        "xids": [
+            {
+                "code": x.code,
+                "pci": x.pci,
+                "time": x.time.isoformat() if x.time else None,
+                "message": x.message[:300],
+            }
+            for x in smp.xids
+        ],
+        "ports": [{"name": p.name, "state": p.state, **dict(p.counters)} for p in smp.ports],
+        "disks": [
+            {"path": d.path, "size_kib": d.size_kib, "used_kib": d.used_kib} for d in smp.disks
+        ],
+        "problems": list(res.problems),
+        "kmsg_cursor": res.kmsg_cursor,
+    }
+
+
+_GPU_COLUMNS = [c.name for c in GpuSampleRow.__table__.columns]
+
+
+def insert_gpu_rows(s: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Bulk insert: ``COPY ... FROM STDIN`` on PostgreSQL, ``executemany`` elsewhere."""
+    if not rows:
+        return
+    conn = s.connection()
+    if conn.dialect.name == "postgresql":
+        raw: Any = conn.connection.driver_connection
+        cols = ", ".join(_GPU_COLUMNS)
+        with raw.cursor() as cur, cur.copy(f"COPY gpu_samples ({cols}) FROM STDIN") as copy:
+            for r in rows:
+                copy.write_row([r[c] for c in _GPU_COLUMNS])
+        return
+    s.execute(insert(GpuSampleRow), list(rows))
+
+
+def store_samples(
+    fleet: Fleet, at: datetime, parsed: dict[int, ProbeResult], *, token: str | None = None
+) -> set[int]:
+    """Store the sweep's samples of the hosts whose claim (``token``) still holds, in one
+    transaction; the ids stored."""
+    if not parsed:
+        return set()
+    with fleet.db.session() as s:
+        ids = list(parsed)
+        if token is not None:
+            ids = list(
+                s.scalars(select(Host.id).where(Host.id.in_(ids), Host.claim_token == token))
+            )
+        s.execute(insert(HostSampleRow), [host_row(h, at, parsed[h]) for h in ids])
+        insert_gpu_rows(s, [gpu_row(h, at, g) for h in ids for g in parsed[h].sample.gpus or ()])
+    return set(ids)
+
+
+def _sample_of(row: HostSampleRow, gpus: Iterable[GpuSampleRow]) -> HostSample:
+    return HostSample(
+        at=row.at,
+        gpus=tuple(_gpu_of(g) for g in sorted(gpus, key=lambda g: g.gpu_index))
+        if row.gpus_ok
+        else None,
+        xids=tuple(
+            XidSeen(
+                int(x["code"]),
+                x.get("pci"),
+                datetime.fromisoformat(x["time"]) if x.get("time") else None,
+                x.get("message", ""),
+            )
+            for x in row.xids
+        ),
+        ports=tuple(
+            PortSample(
+                p["name"],
+                p.get("state"),
+                {k: int(v) for k, v in p.items() if k not in ("name", "state")},
+            )
+            for p in row.ports
+        ),
+        disks=tuple(DiskSample(d["path"], d["size_kib"], d["used_kib"]) for d in row.disks),
+        uptime_s=row.uptime_s,
+        nvlink=row.nvlink,
+    )
+
+
+def _gpu_of(r: GpuSampleRow) -> GpuSample:
+    return GpuSample(
+        index=r.gpu_index,
+        uuid=r.uuid,
+        model=r.model,
+        temperature_c=r.temperature_c,
+        power_w=r.power_w,
+        power_limit_w=r.power_limit_w,
+        sm_clock_mhz=r.sm_clock_mhz,
+        max_sm_clock_mhz=r.max_sm_clock_mhz,
+        mem_clock_mhz=r.mem_clock_mhz,
+        utilization_gpu_pct=r.util_gpu_pct,
+        utilization_memory_pct=r.util_mem_pct,
+        memory_used_mib=r.memory_used_mib,
+        ecc_volatile_correctable=r.ecc_vol_corr,
+        ecc_volatile_uncorrectable=r.ecc_vol_unc,
+        ecc_aggregate_correctable=r.ecc_agg_corr,
+        ecc_aggregate_uncorrectable=r.ecc_agg_unc,
+        retired_single_bit=r.retired_sbe,
+        retired_double_bit=r.retired_dbe,
+        retired_pending=r.retired_pending,
+        remap_correctable=r.remap_corr,
+        remap_uncorrectable=r.remap_unc,
+        remap_pending=r.remap_pending,
+        remap_failure=r.remap_failure,
+        fan_pct=r.fan_pct,
+        pcie_gen=r.pcie_gen,
+        pcie_gen_max=r.pcie_gen_max,
+        pcie_width=r.pcie_width,
+        pcie_width_max=r.pcie_width_max,
+        reasons=frozenset(k for k, bit in REASON_BITS.items() if r.reasons & bit),
+        pci_bus_id=r.pci_bus_id,
+    )
+
+
+def histories(s: Session, host_ids: Sequence[int], since: datetime) -> dict[int, list[HostSample]]:
+    """Each host's samples since ``since``, oldest first."""
+    if not host_ids:
+        return {}
+    gpus: dict[tuple[int, datetime], list[GpuSampleRow]] = {}
+    for g in s.scalars(
+        select(GpuSampleRow).where(GpuSampleRow.host_id.in_(host_ids), GpuSampleRow.at >= since)
+    ):
+        gpus.setdefault((g.host_id, g.at), []).append(g)
+    out: dict[int, list[HostSample]] = {}
+    for h in s.scalars(
+        select(HostSampleRow)
+        .where(HostSampleRow.host_id.in_(host_ids), HostSampleRow.at >= since)
+        .order_by(HostSampleRow.at)
+    ):
+        out.setdefault(h.host_id, []).append(_sample_of(h, gpus.get((h.host_id, h.at), [])))
+    return out
+
+
+# ------------------------------------------------------------------------------ judging
+
+
+def judge(
+    fleet: Fleet,
+    policy: RulePolicy,
+    xids: Any,
+    at: datetime,
+    hosts: dict[int, HostInspection],
+    report: SweepReport,
+) -> None:
+    """Evaluate the policy on the sampled hosts and act (see the module doc)."""
+    if not hosts:
+        return
+    since = at - max(policy.longest_window, timedelta(hours=1))
+    with fleet.db.session() as s:
+        hist = histories(s, list(hosts), since)
+    medians = fleet_medians((h[-1] for h in hist.values() if h and h[-1].at == at), policy.rules)
+    findings = {
+        hid: evaluate_host(policy, h, medians, xids) if h and h[-1].at == at else []
+        for hid, h in hist.items()
+    }
+    for hid, fs in findings.items():
+        hosts[hid].findings = fs
+    budget = _Budget(_guard_budget(fleet, at))
+    held: list[str] = []
+    for hid in sorted(findings, key=lambda hid: hosts[hid].host):
+        if _act(fleet, hid, findings[hid], hosts[hid], budget, at) == "held":
+            held.append(hosts[hid].host)
+    if held:
+        report.guard_tripped = True
+        report.guard_message = _trip_guard(fleet, at, held)
+
+
+@dataclass
+class _Budget:
+    """Automatic quarantines left to this sweep under the blast-radius guard."""
+
+    left: int
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return True
+
+
+def _guard_budget(fleet: Fleet, at: datetime) -> int:
+    """How many more hosts may be quarantined automatically now."""
+    st = fleet.settings
+    with fleet.db.session() as s:
+        fleet_size = (
+            s.scalar(select(func.count()).select_from(Host).where(Host.state != HostState.RETIRED))
+            or 0
+        )
+        recent = (
+            s.scalar(
+                select(func.count(func.distinct(InspectQuarantine.host_id))).where(
+                    InspectQuarantine.at > at - timedelta(minutes=st.guard_window_minutes)
+                )
+            )
+            or 0
+        )
+    # At least one host: a fleet of nine must still be able to lose its one broken host.
+    limit = max(1, min(st.guard_hosts, math.floor(st.guard_share * fleet_size)))
+    return max(0, limit - recent)
+
+
+def _trip_guard(fleet: Fleet, at: datetime, held: list[str]) -> str:
+    st = fleet.settings
+    message = (
+        f"blast-radius guard tripped: more than {st.guard_share:.0%} of the fleet or "
+        f"{st.guard_hosts} hosts would be quarantined within {st.guard_window_minutes:g} min; "
+        f"automatic quarantine stopped, held back: {', '.join(held) or 'none'}"
+    )
+    with fleet.db.session() as s:
+        alarm = s.scalar(
+            select(FleetAlarm).where(FleetAlarm.kind == GUARD_KIND, FleetAlarm.closed_at.is_(None))
+        )
+        if alarm is None:
+            s.add(
+                FleetAlarm(
+                    kind=GUARD_KIND,
+                    severity=AlarmSeverity.CRITICAL,
+                    opened_at=at,
+                    message=message,
+                    data={"held": held},
+                )
+            )
+        else:
+            alarm.data = {"held": sorted(set(alarm.data.get("held", [])) | set(held))}
+        record_event(s, fleet, EventKind.ALARM, message, data={"fleet": GUARD_KIND, "held": held})
+    return message
+
+
+def _key(a: Alarm) -> tuple[str, int | None, str | None]:
+    return a.data.get("rule", ""), a.data.get("gpu_index"), a.data.get("subject")
+
+
+def _act(
+    fleet: Fleet,
+    host_id: int,
+    findings: list[Finding],
+    out: HostInspection,
+    budget: _Budget,
+    at: datetime,
+) -> str:
+    """Alarms and lifecycle for one host, in one transaction: ``quarantined``, ``held`` (by
+    the guard) or ``""``."""
+    result = ""
+    with fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.id == host_id).with_for_update())
+        if host is None:
+            return result
+        open_alarms = {
+            _key(a): a
+            for a in s.scalars(
+                select(Alarm).where(
+                    Alarm.host_id == host_id,
+                    Alarm.kind == AlarmKind.HEALTH,
+                    Alarm.closed_at.is_(None),
+                )
+            )
+        }
+        now_keys = {f.key for f in findings}
+        critical = [f for f in findings if f.severity is Severity.CRITICAL]
+        new_critical = [f for f in critical if f.key not in open_alarms]
+        wants = bool(new_critical) and host.state in QUARANTINES
+        held = wants and not budget.take()
+        for f in findings:
+            if f.severity is Severity.INFO:
+                out.actions.append(f"noted: {f.message}")
+                continue
+            a = open_alarms.get(f.key)
+            if a is not None:
+                if a.data.get("cleared_at"):
+                    a.data = {k: v for k, v in a.data.items() if k != "cleared_at"}
+                continue
+            sev = (
+                AlarmSeverity.CRITICAL if f.severity is Severity.CRITICAL else AlarmSeverity.WARNING
+            )
+            data: dict[str, Any] = {
+                "rule": f.rule,
+                "severity": f.severity.value,
+                "action": f.action.value,
+                "gpu_index": f.gpu_index,
+                "gpu_uuid": f.gpu_uuid,
+                "subject": f.subject,
+                "source": ACTOR,
+            }
+            if sev is AlarmSeverity.CRITICAL and held:
+                sev = AlarmSeverity.WARNING
+                data["held"] = "blast-radius guard"
+            s.add(
+                Alarm(
+                    host_id=host_id,
+                    kind=AlarmKind.HEALTH,
+                    severity=sev,
+                    opened_at=at,
+                    message=f"{f.message} (recommended: {f.action.value})",
+                    data=data,
+                )
+            )
+            record_event(s, fleet, EventKind.ALARM, f.message, host=host, data=data, actor=ACTOR)
+            out.actions.append(f"alarm {sev.value}: {f.message}")
+        # Findings that cleared: warnings close, criticals wait for a passed validation.
+        for k, a in open_alarms.items():
+            if k in now_keys:
+                continue
+            cleared = a.data.get("cleared_at")
+            if not cleared:
+                a.data = {**a.data, "cleared_at": at.isoformat()}
+                cleared = at.isoformat()
+                out.actions.append(f"cleared: {a.message}")
+            if a.severity is AlarmSeverity.WARNING or _validated_since(
+                s, host_id, datetime.fromisoformat(cleared)
+            ):
+                a.closed_at = at
+                a.reason = "finding cleared" + (
+                    "" if a.severity is AlarmSeverity.WARNING else " and the host re-validated"
+                )
+                out.actions.append(f"closed: {a.message}")
+        if held:
+            out.actions.append("quarantine held by the blast-radius guard")
+            result = "held"
+        elif new_critical and _quarantine(s, fleet, host, critical, out, at):
+            result = "quarantined"
+        if not critical:
+            _heal(s, fleet, host, out)
+    return result
+
+
+def _validated_since(s: Session, host_id: int, since: datetime) -> bool:
+    from gpufleet.domain.profiles import Decision
+
+    return (
+        s.scalar(
+            select(func.count())
+            .select_from(Validation)
+            .where(
+                Validation.host_id == host_id,
+                Validation.at >= since,
+                Validation.decision == Decision.AVAILABLE,
+            )
+        )
+        or 0
+    ) > 0
+
+
+def _quarantine(
+    s: Session, fleet: Fleet, host: Host, critical: list[Finding], out: HostInspection, at: datetime
+) -> bool:
+    reason = "; ".join(f.message for f in critical)
+    if host.state is HostState.ALLOCATED:
+        for lh in s.scalars(
+            select(LeaseHost).where(LeaseHost.host_id == host.id, LeaseHost.holding)
+        ):
+            view = lease_view(lh.lease)
+            record_event(
+                s,
+                fleet,
+                EventKind.LEASE_HOST_UNHEALTHY,
+                f"lease {view.id} of {view.owner}: {host.name}: {reason}",
+                host=host,
+                data={
+                    "lease": view.id,
+                    "owner": view.owner,
+                    "findings": [f.rule for f in critical],
+                },
+                actor=ACTOR,
+            )
+            out.actions.append(f"lease {view.id} owner {view.owner} notified (lease kept)")
+            for problem in call_hooks(EventKind.LEASE_HOST_UNHEALTHY, view):
+                out.actions.append(problem)
+        return False
+    if host.state not in QUARANTINES:
+        return False
+    fault = next((RULE_FAULTS[f.rule] for f in critical if f.rule in RULE_FAULTS), None)
+    transition(
+        s,
+        fleet,
+        host,
+        Event.HARDWARE_FAULT,
+        f"inspection: {reason}",
+        actor=ACTOR,
+        data={"source": ACTOR, "rules": sorted({f.rule for f in critical})},
+        health=Health.CRITICAL,
+        fault=fault,
+        fault_reason=reason,
+    )
+    s.add(InspectQuarantine(host_id=host.id, at=at, rule=critical[0].rule))
+    out.actions.append(f"quarantined: {reason}")
+    return True
+
+
+def _heal(s: Session, fleet: Fleet, host: Host, out: HostInspection) -> None:
+    """A host the inspection quarantined, whose health alarms have all cleared, goes back to
+    validation (the blast-radius guard never blocks this)."""
+    if host.state is not HostState.QUARANTINED:
+        return
+    mine = s.scalar(
+        select(func.count())
+        .select_from(InspectQuarantine)
+        .where(InspectQuarantine.host_id == host.id, InspectQuarantine.at >= host.state_entered_at)
+    )
+    if not mine:
+        return  # quarantined by someone else: only they (or an operator) let it out
+    still = s.scalars(
+        select(Alarm).where(
+            Alarm.host_id == host.id, Alarm.kind == AlarmKind.HEALTH, Alarm.closed_at.is_(None)
+        )
+    ).all()
+    if any(not a.data.get("cleared_at") for a in still):
+        return
+    transition(
+        s,
+        fleet,
+        host,
+        Event.UNQUARANTINE,
+        "inspection: every finding cleared; validating again",
+        actor=ACTOR,
+        data={"source": ACTOR},
+        health=Health.OK,
+        fault=None,
+        fault_reason=None,
+    )
+    out.actions.append("findings cleared: back to validating")
+
+
+def inspect_loop(
+    fleet: Fleet,
+    selector: str | None,
+    every: timedelta,
+    stop: threading.Event,
+    *,
+    transport: str | None = None,
+    forks: int = 50,
+    timeout_s: float = 30.0,
+    on_sweep: Callable[[SweepReport | None, str | None], None] | None = None,
+) -> int:
+    """Sweeps every ``every`` until ``stop`` is set (the sweep in progress finishes; SIGTERM
+    during a sweep releases its claims, see the pipeline), keeping SSH connections open
+    between sweeps (:class:`TransportCache`). A failed sweep (the database away) is reported
+    and the loop goes on. Raw samples past the retention are rolled up after each sweep.
+    Returns the number of sweeps."""
+    check_timeout(every.total_seconds(), "--every")
+    cache = TransportCache(fleet)
+    sweeps = 0
+    try:
+        while not stop.is_set():
+            started = time.monotonic()
+            report: SweepReport | None = None
+            error: str | None = None
+            try:
+                report = inspect(
+                    fleet,
+                    selector,
+                    transport=transport,
+                    forks=forks,
+                    timeout_s=timeout_s,
+                    transports=cache,
+                )
+                roll_up_and_prune(fleet)
+            except GpufleetError as exc:
+                error = str(exc)
+            sweeps += 1
+            if on_sweep is not None:
+                on_sweep(report, error)
+            stop.wait(max(0.0, every.total_seconds() - (time.monotonic() - started)))
+    finally:
+        cache.close()
+    return sweeps
+
+
+# ------------------------------------------------------------------------------ retention
+
+
+def roll_up_and_prune(fleet: Fleet, before: datetime | None = None) -> tuple[int, int]:
+    """Roll raw GPU samples older than the retention up into hourly rows, then delete them
+    (and the host samples of that age). Returns (roll-up rows written, samples deleted)."""
+    cutoff = before or fleet.now() - timedelta(hours=fleet.settings.inspect_retention_hours)
+    with fleet.db.session() as s:
+        rows = s.scalars(select(GpuSampleRow).where(GpuSampleRow.at < cutoff)).all()
+        groups: dict[tuple[int, datetime, int], list[GpuSampleRow]] = {}
+        for r in rows:
+            hour = r.at.replace(minute=0, second=0, microsecond=0)
+            groups.setdefault((r.host_id, hour, r.gpu_index), []).append(r)
+        for (hid, hour, idx), rs in groups.items():
+            existing = s.get(SampleRollup, (hid, hour, idx))
+            values = _rollup(rs, existing)
+            if existing is None:
+                s.add(SampleRollup(host_id=hid, hour=hour, gpu_index=idx, **values))
+            else:
+                for k, v in values.items():
+                    setattr(existing, k, v)
+        res = s.execute(delete(GpuSampleRow).where(GpuSampleRow.at < cutoff))
+        s.execute(delete(HostSampleRow).where(HostSampleRow.at < cutoff))
+        deleted = int(getattr(res, "rowcount", 0) or 0)
+    return len(groups), deleted
+
+
+def _rollup(rs: list[GpuSampleRow], old: SampleRollup | None) -> dict[str, Any]:
+    def avg(values: list[float | None], old_avg: float | None, old_n: int) -> float | None:
+        vs = [v for v in values if v is not None]
+        total = sum(vs) + (old_avg or 0.0) * (old_n if old_avg is not None else 0)
+        n = len(vs) + (old_n if old_avg is not None else 0)
+        return total / n if n else None
+
+    n_old = old.samples if old else 0
+    temps = [r.temperature_c for r in rs if r.temperature_c is not None]
+    eccs = [r.ecc_vol_unc for r in rs if r.ecc_vol_unc is not None]
+    hw = REASON_BITS["hw_slowdown"] | REASON_BITS["hw_thermal_slowdown"]
+    hw |= REASON_BITS["hw_power_brake_slowdown"]
+    return {
+        "model": rs[0].model,
+        "samples": n_old + len(rs),
+        "temperature_max": max(
+            [*temps, *([old.temperature_max] if old and old.temperature_max is not None else [])],
+            default=None,
+        ),
+        "temperature_avg": avg(
+            [r.temperature_c for r in rs], old.temperature_avg if old else None, n_old
+        ),
+        "power_avg": avg([r.power_w for r in rs], old.power_avg if old else None, n_old),
+        "sm_clock_avg": avg([r.sm_clock_mhz for r in rs], old.sm_clock_avg if old else None, n_old),
+        "util_avg": avg([r.util_gpu_pct for r in rs], old.util_avg if old else None, n_old),
+        "ecc_unc_max": max(
+            [*eccs, *([old.ecc_unc_max] if old and old.ecc_unc_max is not None else [])],
+            default=None,
+        ),
+        "throttled": (old.throttled if old else 0) + sum(1 for r in rs if r.reasons & hw),
+    }
+
+
+def fleet_alarms(fleet: Fleet, *, include_closed: bool = False) -> list[dict[str, Any]]:
+    """Fleet alarms (the blast-radius guard), oldest first."""
+    with fleet.db.session() as s:
+        stmt = select(FleetAlarm).order_by(FleetAlarm.opened_at, FleetAlarm.id)
+        if not include_closed:
+            stmt = stmt.where(FleetAlarm.closed_at.is_(None))
+        return [
+            {
+                "id": a.id,
+                "kind": a.kind,
+                "severity": a.severity.value,
+                "opened_at": a.opened_at.isoformat(),
+                "message": a.message,
+                "closed_at": a.closed_at.isoformat() if a.closed_at else None,
+                "data": dict(a.data),
+            }
+            for a in s.scalars(stmt)
+        ]
+
+
+def close_fleet_alarm(fleet: Fleet, alarm_id: int, reason: str) -> None:
+    """Close a fleet alarm by hand (the operator looked at the guard)."""
+    with fleet.db.session() as s:
+        s.execute(
+            update(FleetAlarm)
+            .where(FleetAlarm.id == alarm_id, FleetAlarm.closed_at.is_(None))
+            .values(closed_at=fleet.now(), reason=reason)
+        )
+        record_event(s, fleet, EventKind.ALARM_RESOLVED, f"fleet alarm {alarm_id}: {reason}")

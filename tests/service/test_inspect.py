@@ -1,0 +1,199 @@
+"""The inspection sweep (issue 10 items 2, 4, 6) on SQLite and PostgreSQL, through the sim lab:
+faults injected between sweeps are found with the right severity and action, open exactly one
+alarm each and take the host out of allocation; clearing the fault alone does not bring the host
+back, validation does; the blast-radius guard stops automatic quarantine at its share."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import select
+
+from gpufleet.domain.events import AlarmKind
+from gpufleet.domain.placement import Request
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.service.candidates import candidate_filters
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.inspect import fleet_alarms, inspect
+from gpufleet.service.validate import validate
+from gpufleet.store.tables import Alarm, FactSnapshot, GpuSampleRow, Host, HostSampleRow
+from gpufleet.testing import FakeClock
+
+FAULTS = {
+    "gpu-01": ("hot:2", "gpu-temperature", "critical", "escalate", 2),
+    "gpu-02": ("ecc-uncorrectable", "ecc-uncorrectable", "critical", "reset_gpu", None),
+    "gpu-03": ("xid:79", "xid-79", "critical", "reboot", None),
+    "gpu-04": ("ib-link-downed", "ib-link-downed", "critical", "escalate", None),
+    "gpu-05": ("power-brake:1", "hw-power-brake", "critical", "reseat_or_replace", 1),
+    "gpu-06": ("straggler:5", "straggler-clocks", "critical", "reset_gpu", 5),
+}
+
+
+def lab(fleet: Fleet, tmp_path: Path, n: int) -> Path:
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(n, models=["h100-8x"], faults={})
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    assert {v.state for v in validate(fleet).verdicts} == {"available"}
+    return d
+
+
+def set_faults(d: Path, faults: dict[str, list[str]], clock: FakeClock) -> None:
+    fl = LabFleet.load(d)
+    hosts = [
+        h.model_copy(update={"faults": faults.get(h.name, []), "xid_at": clock.now})
+        for h in fl.hosts
+    ]
+    fl.model_copy(update={"hosts": hosts}).save(d)
+
+
+def allocatable(fleet: Fleet) -> set[str]:
+    now = fleet.now()
+    with fleet.db.session() as s:
+        filters = candidate_filters(s, Request(hosts=1), None, now, now + timedelta(hours=1), now)
+        rows = s.scalars(
+            select(Host.name)
+            .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+            .where(*filters)
+        )
+        return set(rows)
+
+
+def health_alarms(fleet: Fleet) -> dict[str, list[Alarm]]:
+    out: dict[str, list[Alarm]] = {}
+    with fleet.db.session() as s:
+        for a, name in s.execute(
+            select(Alarm, Host.name)
+            .join(Host, Host.id == Alarm.host_id)
+            .where(Alarm.kind == AlarmKind.HEALTH, Alarm.closed_at.is_(None))
+        ):
+            s.expunge(a)
+            out.setdefault(name, []).append(a)
+    return out
+
+
+def states(fleet: Fleet) -> dict[str, str]:
+    with fleet.db.session() as s:
+        return {h.name: h.state.value for h in s.scalars(select(Host))}
+
+
+def test_injected_faults_are_found_alarmed_and_kept_out(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    fleet.settings.guard_share = 1.0  # this test is not about the guard
+    fleet.settings.guard_hosts = 100
+    d = lab(fleet, tmp_path, 8)
+    first = inspect(fleet)
+    assert first.findings == 0, [h.findings for h in first.hosts]
+    with fleet.db.session() as s:
+        assert len(s.scalars(select(HostSampleRow)).all()) == 8
+        assert len(s.scalars(select(GpuSampleRow)).all()) == 64
+
+    clock.advance(minutes=5)
+    set_faults(d, {h: [f[0]] for h, f in FAULTS.items()}, clock)
+    inspect(fleet)
+    found = health_alarms(fleet)
+    # Anti-flap: temperature and power brake need two sweeps in a row; the rest fire at once.
+    assert set(found) == {"gpu-02", "gpu-03", "gpu-04", "gpu-06"}
+    clock.advance(minutes=5)
+    inspect(fleet)
+    found = health_alarms(fleet)
+    assert set(found) == set(FAULTS)
+    for name, (_, rule, severity, action, gpu) in FAULTS.items():
+        (alarm,) = found[name]  # exactly one alarm each (a brake clears the straggler rules)
+        assert alarm.data["rule"] == rule, (name, alarm.message)
+        assert alarm.severity.value == severity
+        assert alarm.data["action"] == action
+        if gpu is not None:
+            assert alarm.data["gpu_index"] == gpu
+            assert str(alarm.data["gpu_uuid"]).startswith("GPU-")
+    st = states(fleet)
+    assert {n for n in FAULTS if st[n] == "quarantined"} == set(FAULTS)
+    assert allocatable(fleet) == {"gpu-07", "gpu-08"}
+
+    # A third sweep with the faults still there: still one alarm each (deduplicated).
+    clock.advance(minutes=5)
+    inspect(fleet)
+    assert {n: len(a) for n, a in health_alarms(fleet).items()} == dict.fromkeys(FAULTS, 1)
+
+    # The faults go away. Past the windows, the findings clear and the inspection sends the
+    # hosts it quarantined back to validation, but nothing is allocatable before it passes.
+    set_faults(d, {}, clock)
+    clock.advance(hours=2)
+    inspect(fleet)
+    assert all(a.data.get("cleared_at") for v in health_alarms(fleet).values() for a in v)
+    assert {states(fleet)[n] for n in FAULTS} == {"validating"}
+    assert allocatable(fleet) == {"gpu-07", "gpu-08"}
+    # Validation passes; the next sweep closes the alarms (finding cleared + validated).
+    assert {v.state for v in validate(fleet, ",".join(FAULTS)).verdicts} == {"available"}
+    assert allocatable(fleet) == {"gpu-07", "gpu-08"}  # the critical alarms are still open
+    clock.advance(minutes=5)
+    inspect(fleet)
+    assert health_alarms(fleet) == {}
+    assert allocatable(fleet) == {f"gpu-0{i}" for i in range(1, 9)}
+
+
+def test_leased_host_keeps_its_lease_and_warnings_do_not_block(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    from gpufleet.service.allocation import allocate
+
+    fleet.settings.guard_share = 1.0
+    d = lab(fleet, tmp_path, 3)
+    lease = allocate(
+        fleet,
+        Request(hosts=1),
+        owner="alice",
+        purpose="train",
+        selector="gpu-01",
+        duration=timedelta(hours=8),
+    )
+    inspect(fleet)
+    clock.advance(minutes=5)
+    set_faults(d, {"gpu-01": ["ecc-uncorrectable"], "gpu-02": ["disk-full"]}, clock)
+    report = inspect(fleet)
+    by = {h.host: h for h in report.hosts}
+    assert states(fleet)["gpu-01"] == "allocated"  # the job is not killed
+    assert any("owner alice notified" in a for a in by["gpu-01"].actions), by["gpu-01"].actions
+    # The warning (disk nearly full) opens an alarm but leaves the host allocatable.
+    (warn,) = health_alarms(fleet)["gpu-02"]
+    assert warn.severity.value == "warning" and warn.data["rule"] == "disk-full"
+    assert "gpu-02" in allocatable(fleet)
+    assert lease is not None
+
+
+def test_blast_radius_guard_stops_at_the_share(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    fleet.settings.guard_share = 0.25
+    d = lab(fleet, tmp_path, 8)
+    inspect(fleet)
+    clock.advance(minutes=5)
+    # A broken rule (or a bad batch) makes half the fleet look broken at once.
+    set_faults(d, {f"gpu-0{i}": ["ecc-uncorrectable"] for i in range(1, 5)}, clock)
+    report = inspect(fleet)
+    st = states(fleet)
+    quarantined = sorted(n for n, s in st.items() if s == "quarantined")
+    assert quarantined == ["gpu-01", "gpu-02"]  # 25% of 8
+    assert report.guard_tripped
+    (alarm,) = fleet_alarms(fleet)
+    assert alarm["kind"] == "blast-radius" and alarm["data"]["held"] == ["gpu-03", "gpu-04"]
+    # Held-back hosts keep an alarm (a warning, marked held) and stay allocatable.
+    held = health_alarms(fleet)
+    assert held["gpu-03"][0].data["held"] == "blast-radius guard"
+    assert {"gpu-03", "gpu-04"} <= allocatable(fleet)
+    # The next sweep: still one fleet alarm, no more automatic quarantines.
+    clock.advance(minutes=5)
+    inspect(fleet)
+    assert len(fleet_alarms(fleet)) == 1
+    assert sorted(n for n, s in states(fleet).items() if s == "quarantined") == quarantined
+    # Healed hosts re-validate and return even with the guard tripped.
+    set_faults(d, {}, clock)
+    clock.advance(hours=2)
+    inspect(fleet)
+    assert {states(fleet)[n] for n in quarantined} == {"validating"}
