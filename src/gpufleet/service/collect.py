@@ -7,13 +7,16 @@ collect the same host at once, and results are applied only while the token stil
 
 from __future__ import annotations
 
+import hashlib
+import json
 import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import insert, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
@@ -372,17 +375,12 @@ def apply_result(
                 f"new host key pinned: {fingerprint(raw.host_key)}",
             )
         if facts is not None:
-            prev = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
-            snap = _snapshot(host, run_id, facts)
-            s.add(snap)
-            s.flush()
-            res.snapshot_id = snap.id
+            res.snapshot_id, prev = _store_facts(s, host, run_id, facts)
             res.gpus = len(facts.gpus)
             res.problems = list(facts.problems)
-            host.latest_snapshot_id = snap.id
             was_available = HostState(host.state) is HostState.AVAILABLE
             if prev is not None:
-                changes = detect_changes(HostFacts.model_validate(prev.facts), facts)
+                changes = detect_changes(prev, facts)
                 if changes:
                     res.changes = [f"{c.kind}: {c.field} {c.before} -> {c.after}" for c in changes]
                     on_changes(s, fleet, host, changes)
@@ -461,11 +459,14 @@ def _system_duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str,
     mine = system_uuid(facts)
     if mine is None:
         return None
-    theirs = FactSnapshot.facts[("dmi", "uuid")].as_string()
+    # The snapshot's derived column (upper-cased DMI UUID, indexed), not a JSON path over
+    # every host's facts: one index probe per collected host.
     other = s.scalar(
         select(Host.name)
         .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-        .where(Host.id < host.id, Host.state != HostState.RETIRED, func.upper(theirs) == mine)
+        .where(
+            Host.id < host.id, Host.state != HostState.RETIRED, FactSnapshot.dmi_uuid == mine
+        )
         .order_by(Host.id)
         .limit(1)
     )
@@ -532,47 +533,97 @@ def flag_duplicate(
     return reason
 
 
-def _snapshot(host: Host, run_id: int, facts: HostFacts) -> FactSnapshot:
+def facts_digest(doc: dict[str, Any]) -> str:
+    """Content hash of a facts document (``model_dump(mode="json")``) without its
+    ``collected_at``: equal digests, same facts. Migration 0006 backfills with the same."""
+    body = {k: v for k, v in doc.items() if k != "collected_at"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _store_facts(
+    s: Session, host: Host, run_id: int, facts: HostFacts
+) -> tuple[int, HostFacts | None]:
+    """Record ``facts`` as ``host``'s latest; returns (its snapshot id, the previous facts
+    when they differ, for change detection).
+
+    A host whose facts are the same as its latest snapshot's (content hash) writes no new
+    snapshot: the collection result row and ``hosts.last_collected_at`` record that it was
+    seen unchanged, and that snapshot stays the latest. Otherwise one snapshot row and its
+    GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work).
+    """
+    doc = facts.model_dump(mode="json")
+    digest = facts_digest(doc)
+    prev_id = host.latest_snapshot_id
+    if prev_id is not None:
+        prev_hash = s.scalar(select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id))
+        if prev_hash == digest:
+            return prev_id, None
     gpus = facts.gpus
     models = sorted({g.product_name for g in gpus if g.product_name})
-    snap = FactSnapshot(
-        host_id=host.id,
-        run_id=run_id,
-        collected_at=facts.collected_at,
-        facts=facts.model_dump(mode="json"),
-        driver=facts.driver_version,
-        cuda=facts.cuda_version,
-        kernel=facts.kernel,
-        os=facts.os.pretty_name if facts.os else None,
-        gpu_count=len(gpus),
-        gpu_model=", ".join(models) or None,
-    )
-    snap.gpus = [
-        GpuRow(
-            host_id=host.id,
-            index=g.index,
-            uuid=g.uuid,
-            serial=g.serial,
-            product_name=g.product_name,
-            pci_bus_id=g.pci_bus_id,
-            memory_total_mib=g.memory_total_mib,
-            vbios=g.vbios_version,
+    mems = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
+    dmi_uuid = facts.dmi.uuid if facts.dmi is not None else None
+    snap_id = s.execute(
+        insert(FactSnapshot).returning(FactSnapshot.id),
+        [
+            {
+                "host_id": host.id,
+                "run_id": run_id,
+                "collected_at": facts.collected_at,
+                "facts": doc,
+                "driver": facts.driver_version,
+                "cuda": facts.cuda_version,
+                "kernel": facts.kernel,
+                "os": facts.os.pretty_name if facts.os else None,
+                "gpu_count": len(gpus),
+                "gpu_model": ", ".join(models) or None,
+                "content_hash": digest,
+                "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
+                "gpu_memory_mib": min(mems) if mems else None,
+            }
+        ],
+    ).scalar_one()
+    if gpus:
+        s.execute(
+            insert(GpuRow),
+            [
+                {
+                    "snapshot_id": snap_id,
+                    "host_id": host.id,
+                    "index": g.index,
+                    "uuid": g.uuid,
+                    "serial": g.serial,
+                    "product_name": g.product_name,
+                    "pci_bus_id": g.pci_bus_id,
+                    "memory_total_mib": g.memory_total_mib,
+                    "vbios": g.vbios_version,
+                }
+                for g in gpus
+            ],
         )
-        for g in gpus
-    ]
-    snap.nics = [
-        NicRow(
-            host_id=host.id,
-            ca=p.ca,
-            port=p.port,
-            state=p.state,
-            physical_state=p.physical_state,
-            rate_gbps=p.rate_gbps,
-            link_layer=p.link_layer,
+    if facts.ib_ports:  # None: ibstat not collected, no rows
+        s.execute(
+            insert(NicRow),
+            [
+                {
+                    "snapshot_id": snap_id,
+                    "host_id": host.id,
+                    "ca": p.ca,
+                    "port": p.port,
+                    "state": p.state,
+                    "physical_state": p.physical_state,
+                    "rate_gbps": p.rate_gbps,
+                    "link_layer": p.link_layer,
+                }
+                for p in facts.ib_ports
+            ],
         )
-        for p in facts.ib_ports or ()  # None: ibstat not collected, no rows
-    ]
-    return snap
+    prev: HostFacts | None = None
+    if prev_id is not None:
+        prev_doc = s.scalar(select(FactSnapshot.facts).where(FactSnapshot.id == prev_id))
+        prev = HostFacts.model_validate(prev_doc) if prev_doc is not None else None
+    host.latest_snapshot_id = snap_id
+    return snap_id, prev
 
 
 def local_target() -> Target:

@@ -214,6 +214,18 @@ class FactSnapshot(Base):
         back_populates="snapshot", cascade="all, delete-orphan"
     )
 
+    # --- issue 8 (scale, migration 0006): derived at insert, never updated. ``content_hash``
+    # (SHA-256 of the facts without ``collected_at``) lets a collection that saw the same
+    # facts write no new snapshot; ``dmi_uuid`` (the in-band DMI system UUID, upper case) and
+    # ``gpu_memory_mib`` (the smallest GPU's memory) are read without decoding ``facts``.
+    content_hash: Mapped[str | None] = mapped_column(String(64))
+    dmi_uuid: Mapped[str | None] = mapped_column(String(64), index=True)
+    gpu_memory_mib: Mapped[int | None] = mapped_column(Integer)
+
+
+#: issue 8: hosts by their latest snapshot (duplicate checks join snapshot -> host).
+Index("ix_hosts_latest_snapshot", Host.latest_snapshot_id)
+
 
 class GpuRow(Base):
     """A GPU as seen in one snapshot (queryable without unpacking the JSON)."""
