@@ -1,0 +1,142 @@
+"""``gpufleet inspect --every`` over real sshd lab hosts (issue 10 item 2): connections stay
+open between sweeps (one login per host for several sweeps, seen in sshd's own log), a hanging
+host costs only its own timeout and never delays the others' next sweep, and SIGTERM stops
+the loop cleanly (a real ``gpufleet`` process, sim lab)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from tests.sshlab_fixtures import SshLabFactory
+
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.probe import render_probe
+from gpufleet.lab.renderers import render_sections
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet, utcnow
+from gpufleet.service.inspect import SweepReport, inspect_loop
+from gpufleet.store.tables import Host
+
+pytestmark = pytest.mark.sshlab
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+
+
+def _probe_tools(host_dir: Path, answer: str) -> None:
+    """The lab's fake nvidia-smi answers the probe's --query-gpu with the sim lab's CSV."""
+    gpu = answer.split("@@probe gpu\n", 1)[1].split("\n@@rc", 1)[0]
+    (host_dir / "data" / "probe-gpu.csv").write_text(gpu + "\n")
+    tool = host_dir / "bin" / "nvidia-smi"
+    tool.write_text(f"#!/bin/sh\ncat '{host_dir}/data/probe-gpu.csv'\n")
+    tool.chmod(0o755)
+
+
+def test_every_keeps_connections_open_and_a_hang_delays_nobody(
+    fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
+    lf = create_fleet(3, models=["h100-8x"], faults={})
+    lab = sshlab_factory()
+    modes = {"gpu-01": "ok", "gpu-02": "ok", "gpu-03": "hang"}
+    targets = {
+        h.name: lab.add_host(h.name, render_sections(h), mode=modes[h.name], password_auth=True)
+        for h in lf.hosts
+    }
+    for h in lf.hosts:
+        _probe_tools(lab._host(h.name).dir, render_probe(h))
+    lab.start()
+    inv = write_inventory(lf, tmp_path / "hosts.ini", transport="ssh")
+    text = inv.read_text()
+    for name, t in targets.items():
+        text = re.sub(
+            rf"^{name} ",
+            f"{name} ansible_host={t.address} ansible_port={t.port} ansible_user={t.user} "
+            f"ansible_ssh_private_key_file={lab.client_key} ",
+            text,
+            flags=re.M,
+        )
+    inv.write_text(text)
+    enroll(fleet, load_inventory(inv))
+    fleet.clock = utcnow  # sweeps a few seconds apart, as in production
+
+    stop = threading.Event()
+    sweeps: list[tuple[SweepReport, float]] = []
+    started = time.monotonic()
+
+    def seen(report: SweepReport | None, error: str | None) -> None:
+        assert report is not None, error
+        sweeps.append((report, time.monotonic() - started))
+        if len(sweeps) == 3:
+            stop.set()
+
+    n = inspect_loop(fleet, None, timedelta(seconds=3), stop, timeout_s=2.0, on_sweep=seen)
+    assert n == 3
+    for report, _ in sweeps:
+        by = {h.host: h for h in report.hosts}
+        assert by["gpu-01"].outcome == by["gpu-02"].outcome == "ok"
+        assert by["gpu-01"].problems == []  # the CSV came back and parsed, through real sshd
+        assert by["gpu-03"].outcome == "timeout"
+    # One login per healthy host for all three sweeps: the connection stayed open.
+    for name in ("gpu-01", "gpu-02"):
+        assert lab.sshd_log(name).count("Accepted publickey") == 1, lab.sshd_log(name)
+    # The hanging host cost its own 2 s each sweep; sweeps still started every 3 s.
+    gaps = [b - a for (_, a), (_, b) in itertools.pairwise(sweeps)]
+    assert all(g < 4.5 for g in gaps), gaps
+    with fleet.db.session() as s:  # no claim left behind
+        assert all(h.claim_token is None for h in s.scalars(select(Host)))
+
+
+def test_sigterm_stops_the_loop_cleanly(tmp_path: Path) -> None:
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(2, models=["h100-8x"], faults={})
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")} | {
+        "GPUFLEET_HOME": str(tmp_path / "home"),
+        "COLUMNS": "160",
+    }
+    subprocess.run(
+        [GPUFLEET, "enroll", "-i", str(d / "inventory.ini")], env=env, check=True, timeout=60
+    )
+    proc = subprocess.Popen(
+        [GPUFLEET, "inspect", "--every", "1s"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            lines.append(line)
+            if "gpu-02" in line:  # the first sweep's table is out
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines) + out
+    assert proc.returncode in (0, 143), text  # 143: the signal came mid-sweep
+    if proc.returncode == 0:
+        assert re.search(r"stopped after \d+ sweep", text), text
+    after = Fleet.open(home=tmp_path / "home", actor="pytest")
+    try:
+        with after.db.session() as s:  # no claim left behind either way
+            assert [h.claim_token for h in s.scalars(select(Host))] == [None, None]
+    finally:
+        after.db.dispose()
