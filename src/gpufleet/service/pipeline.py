@@ -288,21 +288,32 @@ def _transports(
     return out, broken
 
 
+#: Results a run holds at most, per fork, between arriving and being stored: the applier
+#: is the bottleneck on a fast network, so without a bound every host's raw output (~150 kB
+#: for an 8-GPU host) would wait in memory at once.
+BACKLOG_PER_FORK = 2
+
+
 async def _run_all(
     jobs: list[tuple[Transport, Target, str]],
     forks: int,
     timeout_s: float,
     on_result: Callable[[RawResult], None],
+    room: asyncio.Semaphore | None = None,
 ) -> None:
-    """Every job, at most ``forks`` at once across all transports."""
-    sem = asyncio.Semaphore(max(1, forks))
+    """Every job, at most ``forks`` at once across all transports: ``forks`` workers take
+    the next job in turn (no task per host). ``room``: a job starts only once a slot is free
+    (the caller frees one per result stored), so memory does not grow with the hosts."""
+    queue = iter(jobs)
 
-    async def one(tr: Transport, target: Target, command: str) -> None:
-        async with sem:
+    async def worker() -> None:
+        for tr, target, command in queue:  # one shared iterator: each job is taken once
+            if room is not None:
+                await room.acquire()
             res = (await run_many(tr, [target], command, forks=1, timeout_s=timeout_s))[0]
-        on_result(res)
+            on_result(res)
 
-    await asyncio.gather(*(one(tr, t, cmd) for tr, t, cmd in jobs))
+    await asyncio.gather(*(worker() for _ in range(max(1, min(forks, len(jobs))))))
 
 
 @dataclass
@@ -342,7 +353,10 @@ class Pipeline(Generic[R]):
             interval_s=max(1.0, min(60.0, (self.timeout_s + connect_s) / 3)),
         )
         worker: threading.Thread | None = None
-        pending: queue.Queue[RawResult | None] = queue.Queue()
+        # (result, whether it holds a backlog slot); None ends the applier
+        pending: queue.Queue[tuple[RawResult, bool] | None] = queue.Queue()
+        # Set once the event loop runs: frees one backlog slot (from the applier's thread).
+        free_slot: list[Callable[[], None]] = []
         by_name = {c.target.name: c for c in claimed}
         try:
             with sigterm_as_exit():
@@ -354,15 +368,20 @@ class Pipeline(Generic[R]):
                 # Results are stored by a second thread while slower hosts are still
                 # answering, so the controller's CPU work overlaps the network wait.
                 def applier() -> None:
-                    while (r := pending.get()) is not None:
+                    while (item := pending.get()) is not None:
+                        r, slot = item
                         try:
                             results.append(self.apply(by_name[r.host], r))
                             done.add(r.host)
                         except BaseException as exc:  # re-raised in the caller's thread
                             failure.append(exc)
+                        finally:
+                            del item, r  # the raw output goes now, not at the next result
+                            if slot and free_slot:
+                                free_slot[0]()
 
-                def arrived(r: RawResult) -> None:
-                    pending.put(r)
+                def arrived(r: RawResult, slot: bool = False) -> None:
+                    pending.put((r, slot))
                     if self.on_result:
                         self.on_result(r)
 
@@ -374,7 +393,23 @@ class Pipeline(Generic[R]):
                 jobs = [
                     (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
                 ]
-                asyncio.run(_run_all(jobs, self.forks, self.timeout_s, arrived))
+
+                async def run_jobs() -> None:
+                    loop = asyncio.get_running_loop()
+                    room = asyncio.Semaphore(max(1, self.forks) * BACKLOG_PER_FORK)
+
+                    def release() -> None:
+                        # After the last job the loop is closed while the backlog is still
+                        # being stored: nothing waits for a slot any more.
+                        with suppress(RuntimeError):
+                            loop.call_soon_threadsafe(room.release)
+
+                    free_slot.append(release)
+                    await _run_all(
+                        jobs, self.forks, self.timeout_s, lambda r: arrived(r, True), room
+                    )
+
+                asyncio.run(run_jobs())
         finally:
             if worker is not None:
                 pending.put(None)
