@@ -37,9 +37,13 @@ def serve_cmd(
         if jobs.shared:
             jobs.check_ready()  # the queue's schema is installed (`gpufleet db upgrade`)
     app = create_app(fleet, jobs=jobs)  # a bad tokens file stops here (exit 2), before listening
-    if fleet.settings.api_tokens_file is None:
+    from gpufleet.web.app import attach
+
+    attach(app, fleet, app.state.ctx.tokens)  # the dashboard at / (same sign-in rule)
+    if not app.state.ctx.tokens.configured():
         err_console.print(
-            "[yellow]warning:[/] GPUFLEET_API_TOKENS_FILE is not set: every API call is "
+            "[yellow]warning:[/] no API token (gpufleet token create) and no "
+            "GPUFLEET_API_TOKENS_FILE: every API call is "
             "refused (401); /metrics and /api/v1/health still answer",
             soft_wrap=True,
         )

@@ -302,6 +302,10 @@ class Authenticator:
         self.fleet = fleet
         self.file = file
 
+    def configured(self) -> bool:
+        """Whether any token can be accepted (a tokens file, or a token in the database)."""
+        return self.file.path is not None or any_tokens(self.fleet)
+
     def token(self, token: str) -> Principal:
         """The principal of a bare token; Unauthorized (401) naming what to do."""
         token = token.strip()
@@ -313,7 +317,7 @@ class Authenticator:
             )
             if found is not None:
                 return found
-        if self.file.path is None and not any_tokens(self.fleet):
+        if not self.configured():
             raise Unauthorized(
                 reason="no API tokens are configured (gpufleet token create, or "
                 "GPUFLEET_API_TOKENS_FILE)"
