@@ -260,6 +260,9 @@ class LeaseOut(Schema):
     released_at: Time | None
     notified_at: Time | None
     reason: str | None
+    users: list[str] | None = Field(
+        None, description="The lessee's login users (reclaim checks them); null: not recorded."
+    )
 
     @classmethod
     def of(cls, v: Any) -> LeaseOut:
@@ -443,6 +446,9 @@ class AllocateIn(Schema):
     duration: str | None = Field(None, description="e.g. 72h or 7d.", alias="for")
     until: InTime | None = None
     start: InTime | None = Field(None, description="Reserve from this time; default now.")
+    users: list[str] | None = Field(
+        None, description="The lessee's login users; reclaim checks their processes, crontabs."
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -464,12 +470,14 @@ class AllocationOut(Schema):
 class RenewIn(Schema):
     duration: str | None = Field(None, description="New expiry: now + this, e.g. 72h.", alias="for")
     until: InTime | None = None
+    owner: str | None = Field(None, description="Refuse (409) unless this is the lease's owner.")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 class ReleaseIn(Schema):
     reason: str = "released by its owner"
+    owner: str | None = Field(None, description="Refuse (409) unless this is the lease's owner.")
 
 
 class ReleasedOut(Schema):

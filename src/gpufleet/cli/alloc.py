@@ -93,6 +93,12 @@ def allocate_cmd(
     start: str | None = typer.Option(
         None, "--start", help="Reserve from this time (ISO); default now."
     ),
+    users: list[str] | None = typer.Option(
+        None,
+        "--user",
+        help="A login user of the lessee (repeat for several); reclaim checks that none of "
+        "their processes or crontabs are left. Without it, every user with UID >= 1000.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the lease (or refusal) as JSON."),
 ) -> None:
     """Lease whole hosts to an owner for a purpose and a time (or reserve them from --start).
@@ -114,6 +120,7 @@ def allocate_cmd(
         until=_time(until, "--until"),
         start=_time(start, "--start"),
         selector=selector,
+        users=users,
     )
     if as_json:
         if got.lease is not None:
@@ -189,14 +196,19 @@ def leases_renew_cmd(
     lease_id: int = typer.Argument(..., help="Lease id."),
     for_: str | None = typer.Option(None, "--for", help="New expiry: now + this, e.g. 72h."),
     until: str | None = typer.Option(None, "--until", help="New expiry (ISO time)."),
+    owner: str | None = typer.Option(
+        None, "--owner", help="Renew only if this is the lease's owner (exit 6 otherwise)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
-    """Move a lease's expiry (within its pool's longest lease)."""
+    """Move a lease's expiry (within its pool's longest lease). Exit 4 unknown lease, 5 ended,
+    6 refused by state (another owner's; a reservation needs a host then), 2 usage."""
     v = leases.renew(
         open_fleet(),
         lease_id,
         duration=parse_duration(for_, "--for") if for_ else None,
         until=_time(until, "--until"),
+        owner=owner,
     )
     if as_json:
         print_json(_lease_json(v))
@@ -209,10 +221,14 @@ def leases_renew_cmd(
 def leases_release_cmd(
     lease_id: int = typer.Argument(..., help="Lease id."),
     reason: str = typer.Option("released by its owner", "--reason", help="Why."),
+    owner: str | None = typer.Option(
+        None, "--owner", help="Release only if this is the lease's owner (exit 6 otherwise)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
-    """End a lease: its hosts go to reclaiming (a reservation is cancelled)."""
-    out = leases.release(open_fleet(), lease_id, reason)
+    """End a lease: its hosts go to reclaiming (a reservation is cancelled). Exit 4 unknown
+    lease, 5 already ended, 6 another owner's."""
+    out = leases.release(open_fleet(), lease_id, reason, owner=owner)
     if as_json:
         print_json(
             {
@@ -264,12 +280,31 @@ def leases_policy_cmd(
 
 def _print_k8s_capacity(kube: K8sCapacity) -> None:
     t = Table(title="Kubernetes scheduler's GPUs (allocatable - requested)")
-    for c in ("nodeSelector", "nodes", "allocatable", "requested", "free", "unschedulable",
-              "gpufleet free"):
+    for c in (
+        "nodeSelector",
+        "nodes",
+        "allocatable",
+        "requested",
+        "free",
+        "unschedulable",
+        "gpufleet free",
+    ):
         t.add_column(c, justify="left" if c == "nodeSelector" else "right")
     for r in kube.rows:
-        t.add_row(lit(selector_text(r.selector)), *(str(v) for v in (
-            r.nodes, r.allocatable, r.requested, r.free, r.unschedulable, r.gpufleet_free)))
+        t.add_row(
+            lit(selector_text(r.selector)),
+            *(
+                str(v)
+                for v in (
+                    r.nodes,
+                    r.allocatable,
+                    r.requested,
+                    r.free,
+                    r.unschedulable,
+                    r.gpufleet_free,
+                )
+            ),
+        )
     console.print(t)
     if kube.missing:
         console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
@@ -283,8 +318,10 @@ def capacity_cmd(
     at: str | None = typer.Option(None, "--at", help="What will be free at this time (ISO)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     k8s: bool = typer.Option(
-        False, "--k8s", help="Add the Kubernetes scheduler's view per label set (allocatable "
-        "nvidia.com/gpu minus pod requests)."
+        False,
+        "--k8s",
+        help="Add the Kubernetes scheduler's view per label set (allocatable "
+        "nvidia.com/gpu minus pod requests).",
     ),
     kubeconfig: Path | None = typer.Option(
         None, "--kubeconfig", help="Kubeconfig for --k8s (default GPUFLEET_KUBECONFIG, ...)."
@@ -297,9 +334,14 @@ def capacity_cmd(
     rep = capacity.capacity(open_fleet(), selector, _time(at, "--at"))
     kube = k8s_capacity(open_fleet(), selector, kubeconfig=kubeconfig) if k8s else None
     if as_json:
-        print_json({"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
-                   | ({"k8s": {"rows": [r.as_json() for r in kube.rows],
-                               "missing": kube.missing}} if kube is not None else {}))
+        print_json(
+            {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
+            | (
+                {"k8s": {"rows": [r.as_json() for r in kube.rows], "missing": kube.missing}}
+                if kube is not None
+                else {}
+            )
+        )
         return
     t = Table(title=f"GPU capacity at {local_time(rep.at)}")
     for c in ("model", "pool", "profile", *capacity.COLUMNS):

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from gpufleet.domain.states import HostState
 
@@ -325,15 +326,58 @@ class BlockPlan:
     fabrics: frozenset[str] = frozenset()
 
 
-def _pick_counts(desc: Sequence[int], k: int, need: int) -> int | None:
-    """:func:`_pick` on GPU counts only (largest first): the GPUs the chosen ``k`` hosts hold,
-    None when ``k`` hosts of the block cannot hold ``need``."""
-    if len(desc) < k or sum(desc[:k]) < need:
+#: A block's hosts as runs of (GPUs, hosts), GPUs descending, both > 0.
+Runs = list[tuple[int, int]]
+
+
+def _runs(c: Counter[int]) -> Runs:
+    if len(c) == 1:  # the usual block: one kind of host
+        ((g, n),) = c.items()
+        return [(g, n)] if g > 0 and n > 0 else []
+    return sorted(((g, n) for g, n in c.items() if g > 0 and n > 0), reverse=True)
+
+
+def _top(runs: Runs, k: int) -> int:
+    """GPUs of the ``k`` largest hosts of ``runs``."""
+    total = 0
+    for g, n in runs:
+        if k <= 0:
+            break
+        take = min(n, k)
+        total += g * take
+        k -= take
+    return total
+
+
+def _pick_counts(runs: Runs, hosts: int, k: int, need: int) -> int | None:
+    """:func:`_pick` on GPU counts only (``runs`` of a block holding ``hosts`` hosts): the
+    GPUs the chosen ``k`` hosts hold, None when ``k`` hosts of the block cannot hold
+    ``need``. The k-1 largest, then the smallest host from position k-1 on that covers the
+    rest."""
+    if hosts < k or _top(runs, k) < need:
         return None
-    head = sum(desc[: k - 1])
+    head = _top(runs, k - 1)
     rest = need - head
-    last = min((g for g in desc[k - 1 :] if g >= rest), default=None)
+    last: int | None = None
+    start = 0
+    for g, n in runs:
+        if start + n > k - 1 and g >= rest:
+            last = g  # descending: the last qualifying run is the smallest
+        start += n
     return None if last is None else head + last
+
+
+def _fabric_runs(racks: Mapping[Block, tuple[Runs, int, int]]) -> dict[str, tuple[Runs, int, int]]:
+    fab: dict[str, Counter[int]] = {}
+    for (_, fabric), (runs, _, _) in racks.items():
+        c = fab.setdefault(fabric, Counter())
+        for g, n in runs:
+            c[g] += n
+    out: dict[str, tuple[Runs, int, int]] = {}
+    for f, c in fab.items():
+        runs = _runs(c)
+        out[f] = (runs, sum(n for _, n in runs), sum(g * n for g, n in runs))
+    return out
 
 
 def plan_blocks(req: Request, blocks: Mapping[Block, Counter[int]]) -> BlockPlan | None:
@@ -343,44 +387,98 @@ def plan_blocks(req: Request, blocks: Mapping[Block, Counter[int]]) -> BlockPlan
     on every candidate gives: the blocks returned are all those whose score ties the best on
     GPUs used and block size (the host name, the last tie-break, needs the hosts). None:
     the request cannot be placed."""
-    racks = {
-        key: counts
-        for key, c in blocks.items()
-        if (counts := sorted((g for g in c.elements() if g > 0), reverse=True))
-    }
+    racks: dict[Block, tuple[Runs, int, int]] = {}  # runs, hosts, GPUs
+    for key, c in blocks.items():
+        runs = _runs(c)
+        if runs:
+            racks[key] = (runs, sum(n for _, n in runs), sum(g * n for g, n in runs))
     if not racks:
         return None
-    fabrics: dict[str, list[int]] = {}
-    for (_, fabric), counts in racks.items():
-        fabrics.setdefault(fabric, []).extend(counts)
-    for counts in fabrics.values():
-        counts.sort(reverse=True)
-    total = sum(len(c) for c in racks.values())
+    fabrics: dict[str, tuple[Runs, int, int]] | None = None  # only when no rack holds it
+    total = sum(h for _, h, _ in racks.values())
     if req.hosts is not None:
         need = 0
         ks: Iterable[int] = [req.hosts]
     else:
         need = req.gpus or 0
-        largest = max(c[0] for c in racks.values())
+        largest = max(r[0][0] for r, _, _ in racks.values())
         ks = range(max(1, -(-need // largest)), total + 1)
     for k in ks:
         if k > total:
             return None
-        scored = {
-            key: (used, sum(c))
-            for key, c in racks.items()
-            if (used := _pick_counts(c, k, need)) is not None
-        }
+        memo: dict[tuple[tuple[int, int], ...], int | None] = {}  # racks share shapes
+        scored = {}
+        for key, (runs, hosts, gpus) in racks.items():
+            shape = tuple(runs)
+            if shape not in memo:
+                memo[shape] = _pick_counts(runs, hosts, k, need)
+            used = memo[shape]
+            if used is not None:
+                scored[key] = (used, gpus)
         if scored:
             best = min(scored.values())
             return BlockPlan(racks=frozenset(key for key, s in scored.items() if s == best))
         if k > 1:
+            if fabrics is None:
+                fabrics = _fabric_runs(racks)
             fscored = {
-                f: (used, sum(c))
-                for f, c in fabrics.items()
-                if (used := _pick_counts(c, k, need)) is not None
+                f: (used, gpus)
+                for f, (runs, hosts, gpus) in fabrics.items()
+                if (used := _pick_counts(runs, hosts, k, need)) is not None
             }
             if fscored:
                 best = min(fscored.values())
                 return BlockPlan(fabrics=frozenset(f for f, s in fscored.items() if s == best))
     return None
+
+
+# --- the per-rack summary placement reads first -----------------------------------------------
+
+#: One kind of host in a rack's summary: fabric (lower-cased, '' when unset), usable GPUs,
+#: model, smallest GPU memory (MiB, None unknown) and the validated profiles (sorted).
+SummaryKey = tuple[str, int, str | None, int | None, tuple[str, ...]]
+
+
+def summarize(keys: Iterable[SummaryKey]) -> list[list[Any]]:
+    """The summary entries of one rack's candidate hosts (one key each): how many hosts of
+    each kind, as JSON-ready arrays ``[fabric, gpus, model, mem, [profiles], hosts]`` (short
+    to store and to read) in a stable order."""
+    counts = Counter(keys)
+    return [
+        [f, g, m, mem, list(p), n]
+        for (f, g, m, mem, p), n in sorted(counts.items(), key=lambda kv: repr(kv[0]))
+    ]
+
+
+def summary_blocks(
+    req: Request, racks: Iterable[tuple[str, Sequence[Sequence[Any]]]]
+) -> dict[Block, Counter[int]]:
+    """The candidate counts :func:`plan_blocks` reads, from the racks' summary entries (see
+    :func:`summarize`): per (rack, fabric) block, how many hosts of each GPU count match the
+    request's hardware and profile. The window (leases, reservations) and any selector are
+    not in the summary: the service checks the hosts it then reads."""
+    out: dict[Block, Counter[int]] = {}
+    seen: dict[tuple[Any, ...], bool] = {}  # racks repeat a few kinds of host
+    for rack, entries in racks:
+        for fabric, gpus, model, mem, profiles, hosts in entries:
+            sig = (fabric, gpus, model, mem, *profiles)
+            ok = seen.get(sig)
+            if ok is None:
+                view = HostView(
+                    name="",
+                    state=HostState.AVAILABLE,
+                    gpus=int(gpus),
+                    model=model,
+                    gpu_memory_mib=mem,
+                    fabric=fabric or None,
+                )
+                ok = seen[sig] = matches_hardware(req, view) and (
+                    req.profile is None or req.profile in profiles
+                )
+            if ok:
+                block = (rack, fabric or "")
+                c = out.get(block)
+                if c is None:
+                    c = out[block] = Counter()
+                c[gpus] += hosts
+    return out

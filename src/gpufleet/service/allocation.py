@@ -21,6 +21,7 @@ Both: the move to ``allocated`` goes through :func:`gpufleet.service.lifecycle.t
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -67,6 +68,21 @@ def _check_request(req: Request) -> None:
         raise ConfigError("--gpus / --hosts must be at least 1")
 
 
+#: A login name as useradd accepts it (portable set, at most 32 characters).
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,30}\$?")
+
+
+def check_users(users: list[str] | None) -> list[str] | None:
+    """The lessee's users, deduplicated in order; None when none were given. ConfigError
+    naming a value that is not a login name."""
+    if not users:
+        return None
+    for u in users:
+        if not _USER.fullmatch(u):
+            raise ConfigError(f"--user '{u}': not a login name (letters, digits, _ . -)")
+    return list(dict.fromkeys(users))
+
+
 def _gpu_uuids(s: Session, hosts: list[Host]) -> dict[int, list[str]]:
     snaps = {h.latest_snapshot_id: h.id for h in hosts if h.latest_snapshot_id is not None}
     out: dict[int, list[str]] = {h.id: [] for h in hosts}
@@ -90,15 +106,20 @@ def allocate(
     until: datetime | None = None,
     start: datetime | None = None,
     selector: str | None = None,
+    users: list[str] | None = None,
 ) -> Allocation:
     """Place ``req`` and lease the hosts to ``owner`` (or reserve them when ``start`` is in
-    the future). A request that cannot be met returns the refusal with its counts."""
+    the future). ``users``: the lessee's login users, recorded on the lease for reclaim. A
+    request that cannot be met returns the refusal with its counts."""
     _check_request(req)
+    lessees = check_users(users)
     if not owner.strip() or not purpose.strip():
         raise ConfigError("--owner and --purpose must not be empty")
     for attempt in range(ATTEMPTS):
         try:
-            result = _allocate_once(fleet, req, owner, purpose, duration, until, start, selector)
+            result = _allocate_once(
+                fleet, req, owner, purpose, duration, until, start, selector, lessees
+            )
             break
         except Conflict:
             if attempt == ATTEMPTS - 1:
@@ -123,6 +144,7 @@ def _allocate_once(
     until: datetime | None,
     start: datetime | None,
     selector: str | None,
+    users: list[str] | None = None,
 ) -> Allocation:
     now = fleet.now()
     loose = LeasePolicy(max_duration=timedelta(days=36500))
@@ -160,6 +182,7 @@ def _allocate_once(
             created_at=now,
             starts_at=begin,
             ends_at=end,
+            users=users,
         )
         lease.hosts = [
             LeaseHost(

@@ -32,10 +32,18 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.events import AlarmKind, AlarmSeverity
-from gpufleet.domain.placement import Block, HostView, Placement, Request, place, plan_blocks
+from gpufleet.domain.placement import (
+    Block,
+    HostView,
+    Placement,
+    Request,
+    place,
+    plan_blocks,
+    summary_blocks,
+)
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
+from gpufleet.service.placement_index import blocking_alarm, read_summary, want_rebuild
 from gpufleet.service.select import is_explicit, select_hosts
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, LeaseHost
 
@@ -62,12 +70,6 @@ _STATES = {s.value: s for s in HostState}
 def _fabric() -> ColumnElement[Any]:
     fabric: ColumnElement[Any] = Host.expected["fabric"].as_string()
     return fabric
-
-
-def _blocking_alarm() -> ColumnElement[bool]:
-    """Open alarms that keep a host out of new allocations: all but a health rule's warning
-    (issue 10: a warning from ``gpufleet inspect`` leaves the host allocatable)."""
-    return or_(Alarm.kind != AlarmKind.HEALTH, Alarm.severity == AlarmSeverity.CRITICAL)
 
 
 def _block_fabric() -> ColumnElement[Any]:
@@ -120,7 +122,7 @@ def candidate_filters(
     out.append(
         Host.id.not_in(
             select(Alarm.host_id).where(
-                Alarm.closed_at.is_(None), Alarm.host_id.is_not(None), _blocking_alarm()
+                Alarm.closed_at.is_(None), Alarm.host_id.is_not(None), blocking_alarm()
             )
         )
     )
@@ -213,12 +215,32 @@ def candidate_views(
     return views, index
 
 
+#: How many times placement re-plans after a rack read from the summary proved different.
+REREADS = 8
+
+
 def find_placement(
     s: Session, req: Request, selector: str | None, start: datetime, end: datetime, *, now: datetime
 ) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
     """Place ``req`` for [start, end) reading only the blocks placement needs (see the
     module). None: it cannot be placed (explain it with :func:`host_views`)."""
     filters = candidate_filters(s, req, selector, start, end, now)
+    summary = None
+    if start <= now and not is_explicit(selector):
+        summary = read_summary(s)
+        if summary is None:
+            want_rebuild(s)
+    if summary is not None:
+        got = _place_from_summary(s, req, filters, summary_blocks(req, summary))
+        if got is not None:
+            return got
+    return place_exact(s, req, filters)
+
+
+def place_exact(
+    s: Session, req: Request, filters: list[ColumnElement[bool]]
+) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
+    """One GROUP BY over every candidate, then the hosts of the blocks placement needs."""
     plan = plan_blocks(req, candidate_blocks(s, filters))
     if plan is None:
         return None, [], {}
@@ -228,6 +250,53 @@ def find_placement(
         views, index = candidate_views(s, req, filters)
         placement = place(req, views)
     return placement, views, index
+
+
+def _place_from_summary(
+    s: Session,
+    req: Request,
+    filters: list[ColumnElement[bool]],
+    blocks: dict[Block, Counter[int]],
+) -> tuple[Placement, list[HostView], dict[str, CandidateRow]] | None:
+    """Plan on the summary's counts, read the planned racks' hosts with every filter; when a
+    rack's real candidates differ from its summary (a reservation in the window, a stale
+    row), correct its count and plan again. None: no placement this way (the caller reads
+    every candidate: a refusal is only ever given on the exact counts)."""
+    read: dict[Block, tuple[list[HostView], dict[str, CandidateRow]]] = {}
+    for _ in range(REREADS):
+        plan = plan_blocks(req, blocks)
+        if plan is None:
+            return None
+        if plan.fabrics:  # no single rack holds it: every candidate of the fabric, exactly
+            views, index = candidate_views(s, req, filters, fabrics=plan.fabrics)
+            placement = place(req, views)
+            return None if placement is None else (placement, views, index)
+        unread = plan.racks - read.keys()
+        if unread:
+            views, index = candidate_views(s, req, filters, racks=frozenset(unread))
+            real: dict[Block, Counter[int]] = {b: Counter() for b in unread}
+            for b in unread:
+                read[b] = ([], {})
+            for v in views:
+                b = (v.rack or "", (v.fabric or "").lower())
+                real[b][v.gpus] += 1
+                read[b][0].append(v)
+                read[b][1][v.name] = index[v.name]
+            stale = False
+            for b, counts in real.items():
+                if +counts != +blocks.get(b, Counter()):
+                    stale = True
+                    if counts:
+                        blocks[b] = counts
+                    else:
+                        blocks.pop(b, None)
+            if stale:
+                continue
+        views = [v for b in sorted(plan.racks) for v in read[b][0]]
+        index = {n: r for b in plan.racks for n, r in read[b][1].items()}
+        placement = place(req, views)
+        return None if placement is None else (placement, views, index)
+    return None
 
 
 def host_views(
@@ -279,7 +348,7 @@ def host_views(
             mstmt = mstmt.where(Host.id.in_([r[0] for r in rows]))
         memory = {hid: m for hid, m in s.execute(mstmt) if m is not None}
     alarmed = set(
-        s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None), _blocking_alarm()))
+        s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None), blocking_alarm()))
     )
     busy: dict[int, datetime] = {
         hid: until

@@ -24,7 +24,7 @@ from gpufleet.domain.leases import (
     lease_window,
 )
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import ConfigError, Conflict, InvalidTransition, NotFound
+from gpufleet.errors import Conflict, InvalidTransition, NotFound
 from gpufleet.service.candidates import CandidateRow, lock_and_recheck, write_lock
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import transition
@@ -78,6 +78,8 @@ class LeaseView:
     released_at: datetime | None = None
     notified_at: datetime | None = None
     reason: str | None = None
+    #: The lessee's login users (``allocate --user``); None: not recorded.
+    users: list[str] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -96,6 +98,7 @@ class LeaseView:
             "released_at": self.released_at,
             "notified_at": self.notified_at,
             "reason": self.reason,
+            "users": self.users,
         }
 
 
@@ -116,6 +119,7 @@ def lease_view(lease: Lease) -> LeaseView:
         released_at=lease.released_at,
         notified_at=lease.notified_at,
         reason=lease.reason,
+        users=list(lease.users) if lease.users is not None else None,
     )
 
 
@@ -191,11 +195,28 @@ def expiring(fleet: Fleet, within: timedelta, selector: str | None = None) -> li
 # --- renew, release ---------------------------------------------------------------------------
 
 
+def check_owner(lease: Lease, owner: str | None, action: str) -> None:
+    """``owner`` (when given) must be the lease's owner: Conflict (exit 6) otherwise."""
+    if owner is not None and owner != lease.owner:
+        raise Conflict(
+            f"cannot {action} lease {lease.id}: it is owned by '{lease.owner}', not '{owner}'"
+        )
+
+
 def renew(
-    fleet: Fleet, lease_id: int, *, duration: timedelta | None = None, until: datetime | None = None
+    fleet: Fleet,
+    lease_id: int,
+    *,
+    duration: timedelta | None = None,
+    until: datetime | None = None,
+    owner: str | None = None,
 ) -> LeaseView:
-    """Move a holding lease's expiry to now + ``duration`` (or ``until``): refused past the
-    pool's longest lease, or when a reservation of another lease needs one of its hosts."""
+    """Move a holding lease's expiry to now + ``duration`` (or ``until``).
+
+    Refusals: an unknown lease is NotFound (exit 4); an ended one InvalidTransition (5);
+    ``owner`` given and not the lease's, or a reservation of another lease needing one of its
+    hosts in the new window, Conflict (6); past the pool's longest lease or a bad window,
+    ConfigError (2, a usage error)."""
     now = fleet.now()
     with fleet.db.session() as s:
         write_lock(s)
@@ -204,6 +225,7 @@ def renew(
             raise InvalidTransition(
                 f"lease {lease_id}", lease.state.value, "renew", [v.value for v in sorted(HOLDING)]
             )
+        check_owner(lease, owner, "renew")
         base = max(now, lease.starts_at)
         pools = set(
             s.scalars(select(Host.pool).where(Host.id.in_([lh.host_id for lh in lease.hosts])))
@@ -226,7 +248,7 @@ def renew(
         try:
             lock_and_recheck(s, chosen, lease.ends_at, end, lease.id)
         except Conflict as exc:
-            raise ConfigError(
+            raise Conflict(
                 f"cannot renew lease {lease_id} to {end.isoformat()}: {exc}".replace(
                     "; placing again", " (another lease holds it then)"
                 )
@@ -261,10 +283,17 @@ class Released:
 
 
 def release(
-    fleet: Fleet, lease_id: int, reason: str = "released by its owner", *, expired: bool = False
+    fleet: Fleet,
+    lease_id: int,
+    reason: str = "released by its owner",
+    *,
+    expired: bool = False,
+    owner: str | None = None,
 ) -> Released:
     """End a lease: an active one's hosts go to ``reclaiming`` (then the reclaim checks, when
-    installed); a reservation is cancelled (its hosts were never allocated)."""
+    installed); a reservation is cancelled (its hosts were never allocated). Refusals: unknown
+    lease NotFound (exit 4), already ended InvalidTransition (5), ``owner`` given and not the
+    lease's Conflict (6)."""
     now = fleet.now()
     with fleet.db.session() as s:
         lease = get_lease(s, lease_id, lock=True)
@@ -275,6 +304,7 @@ def release(
                 "release",
                 [v.value for v in sorted(HOLDING)],
             )
+        check_owner(lease, owner, "release")
         moved: list[str] = []
         if lease.state is LeaseState.ACTIVE:
             ids = sorted(lh.host_id for lh in lease.hosts)
@@ -310,11 +340,13 @@ def release(
     out = Released(view, moved)
     out.warnings += call_hooks(EventKind.LEASE_RELEASED, view)
     if moved:
-        out.reclaim, out.note = _reclaim(fleet, moved, lease_id)
+        out.reclaim, out.note = _reclaim(fleet, moved, lease_id, view.users)
     return out
 
 
-def _reclaim(fleet: Fleet, hosts: list[str], lease_id: int) -> tuple[object | None, str | None]:
+def _reclaim(
+    fleet: Fleet, hosts: list[str], lease_id: int, users: list[str] | None
+) -> tuple[object | None, str | None]:
     """Hand the released hosts to the reclaim checks when that module is installed."""
     try:
         from gpufleet.service import reclaim as reclaim_mod  # type: ignore[attr-defined,unused-ignore]
@@ -329,7 +361,7 @@ def _reclaim(fleet: Fleet, hosts: list[str], lease_id: int) -> tuple[object | No
     fn = getattr(reclaim_mod, "reclaim_hosts", None)
     if fn is None:
         return None, f"{', '.join(hosts)} left in reclaiming: reclaim_hosts is not available yet"
-    return fn(fleet, hosts, lease_id=lease_id), None
+    return fn(fleet, hosts, lease_id=lease_id, lessee_users=users), None
 
 
 # --- pool policy --------------------------------------------------------------------------------

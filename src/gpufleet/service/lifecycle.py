@@ -109,7 +109,9 @@ def transition(
             Host.state_version == read_version,
         )
         .values(**values)
-        .execution_options(synchronize_session=False)
+        # names the host for placement's summary (service/placement_index.py), refreshed
+        # at commit; without it the whole summary would be marked stale
+        .execution_options(synchronize_session=False, gpufleet_hosts=(host.id,))
     )
     if getattr(result, "rowcount", 1) != 1:
         raise Conflict(

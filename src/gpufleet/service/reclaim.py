@@ -27,6 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from gpufleet.collect.bundle import split_bundle
 from gpufleet.collect.reclaim import read_reclaim
@@ -37,8 +38,9 @@ from gpufleet.domain.checks import ActiveEvidence
 from gpufleet.domain.events import EvidenceKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
+from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
-from gpufleet.domain.reclaim import ReclaimFindings, ReclaimPolicy, judge_reclaim
+from gpufleet.domain.reclaim import UID_MIN, ReclaimFindings, ReclaimPolicy, judge_reclaim
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
@@ -57,7 +59,7 @@ from gpufleet.service.policies import Policies
 from gpufleet.service.select import selected_names
 from gpufleet.service.validate import _evidence, store_evidence
 from gpufleet.store.repo import baseline_for_host
-from gpufleet.store.tables import FactSnapshot, Host, Validation
+from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost, Validation
 
 #: What the reclaim of a host another worker holds reports.
 HELD_ELSEWHERE = "skipped: another worker holds this host"
@@ -98,6 +100,24 @@ def reclaim_policy(
         login_user=login_user,
         lessee_users=tuple(lessee_users) if lessee_users is not None else None,
         scratch_clean=st.reclaim_scratch_policy == "clean",
+    )
+
+
+#: Added to a lessee finding when the lease recorded no users (the UID rule found it).
+FALLBACK_NOTE = " (no users recorded with the lease: any with UID >= 1000)"
+
+
+def _found_lessee(check: str, message: str) -> bool:
+    return check.startswith("lessee_") and not message.startswith("cannot")
+
+
+def lessee_rule(policy: ReclaimPolicy) -> str:
+    """Whose processes and crontabs the reclaim looked for, in words (stored as evidence)."""
+    if policy.lessee_users is not None:
+        return "the lease's users: " + ", ".join(policy.lessee_users)
+    return (
+        f"no users recorded with the lease: every user with UID >= {UID_MIN} except "
+        f"{policy.login_user or 'the login user'} and nobody (crontabs: all but root)"
     )
 
 
@@ -193,7 +213,40 @@ def reclaim_selected(fleet: Fleet, selector: str, **kw: Any) -> ReclaimReport:
     (after a crash, or a reclaim that could not reach them)."""
     with fleet.db.session() as s:
         names = selected_names(s, selector)
-    return reclaim_hosts(fleet, names, **kw)
+        if "lessee_users" in kw or "lease_id" in kw:
+            return reclaim_hosts(fleet, names, **kw)
+        groups = _by_last_lease(s, names)
+    hosts: list[HostReclaim] = []
+    for (lease_id, users), group in sorted(groups.items(), key=lambda g: g[0][0] or 0):
+        got = reclaim_hosts(
+            fleet,
+            group,
+            lease_id=lease_id,
+            lessee_users=list(users) if users is not None else None,
+            **kw,
+        )
+        hosts += got.hosts
+    return ReclaimReport(sorted(hosts, key=lambda h: names.index(h.host)))
+
+
+def _by_last_lease(
+    s: Session, names: list[str]
+) -> dict[tuple[int | None, tuple[str, ...] | None], list[str]]:
+    """The selected hosts grouped by the lease that last held each (its id and users), so a
+    reclaim run by hand checks the same users the release would have."""
+    last: dict[str, tuple[int | None, tuple[str, ...] | None]] = dict.fromkeys(names, (None, None))
+    rows = s.execute(
+        select(LeaseHost.host_name, Lease.id, Lease.users)
+        .join(Lease, Lease.id == LeaseHost.lease_id)
+        .where(LeaseHost.host_name.in_(names), Lease.state != LeaseState.RESERVED)
+        .order_by(Lease.starts_at, Lease.id)
+    )
+    for name, lease_id, users in rows:
+        last[name] = (lease_id, tuple(users) if users is not None else None)
+    out: dict[tuple[int | None, tuple[str, ...] | None], list[str]] = {}
+    for name in names:
+        out.setdefault(last[name], []).append(name)
+    return out
 
 
 def _findings(raw: RawResult) -> ReclaimFindings:
@@ -237,7 +290,12 @@ def _apply(
         facts = HostFacts.model_validate(snap.facts) if snap is not None else None
         policy = reclaim_policy(fleet, c.target.user, lessee_users)
         verdict = judge_reclaim(facts, findings, policy)
-        issues = [f"{i.check}: {i.message}" for i in verdict.issues]
+        fallback = policy.lessee_users is None
+        issues = [
+            f"{i.check}: {i.message}"
+            + (FALLBACK_NOTE if fallback and _found_lessee(i.check, i.message) else "")
+            for i in verdict.issues
+        ]
         outcome: ValidationOutcome | None = None
         if facts is not None:
             outcome = evaluate(
@@ -271,6 +329,7 @@ def _apply(
             {
                 "lease_id": lease_id,
                 "lessee_users": list(lessee_users) if lessee_users is not None else None,
+                "lessee_rule": lessee_rule(policy),
                 "issues": issues,
                 "needs_reset": verdict.needs_reset,
                 "findings": findings.model_dump(mode="json"),

@@ -396,6 +396,10 @@ class Lease(Base):
     released_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     notified_at: Mapped[datetime | None] = mapped_column(UtcDateTime)  # expiry told (notify)
     reason: Mapped[str | None] = mapped_column(Text)  # why it ended
+    # --- issue 9 (session 6, migration 0003): the lessee's login users (``allocate --user``),
+    # whose processes and crontabs reclaim looks for; None: none recorded (reclaim then counts
+    # every regular user, UID >= 1000).
+    users: Mapped[list[str] | None] = mapped_column(JsonType)
 
     hosts: Mapped[list[LeaseHost]] = relationship(
         back_populates="lease", cascade="all, delete-orphan", order_by="LeaseHost.host_name"
@@ -650,3 +654,20 @@ class FleetAlarm(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     reason: Mapped[str | None] = mapped_column(Text)
+
+
+# --- issue 9 (session 6, migration 0003): placement's per-rack summary of candidate hosts ---
+class PlacementRack(Base):
+    """What placement reads first (``service/placement_index.py``): per rack, how many hosts
+    of each kind are ``available`` with no open alarm. Rewritten from the hosts of the rack by
+    every commit that changed one of them; the row of scope ``fleet`` (rack '') says the
+    summary covers the whole fleet (absent: placement reads every candidate, and rebuilds it).
+    A stale row can only cost placement a re-read, never a wrong grant."""
+
+    __tablename__ = "placement_racks"
+
+    scope: Mapped[str] = mapped_column(String(8), primary_key=True)  # "rack" or "fleet"
+    rack: Mapped[str] = mapped_column(String(255), primary_key=True)  # '' = no rack
+    #: [[fabric, gpus, model, smallest GPU memory MiB, [profiles], hosts], ...]
+    blocks: Mapped[list[list[Any]]] = mapped_column(JsonType, default=list)
+    refreshed_at: Mapped[datetime] = mapped_column(UtcDateTime)

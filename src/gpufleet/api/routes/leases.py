@@ -61,6 +61,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
         until=body.until,
         start=body.start,
         selector=body.selector,
+        users=body.users,
     )
     r = got.refusal
     return AllocationOut(
@@ -85,6 +86,7 @@ def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operato
         lease_id,
         duration=parse_duration(body.duration, "for") if body.duration else None,
         until=body.until,
+        owner=body.owner,
     )
     return LeaseOut.of(v)
 
@@ -93,7 +95,7 @@ def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operato
 def leases_release(
     lease_id: int, body: ReleaseIn, fleet: Fleet = Depends(as_operator)
 ) -> ReleasedOut:
-    out = leases.release(fleet, lease_id, body.reason)
+    out = leases.release(fleet, lease_id, body.reason, owner=body.owner)
     return ReleasedOut(
         lease=LeaseOut.of(out.lease),
         reclaiming=list(out.reclaiming),
