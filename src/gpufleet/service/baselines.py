@@ -14,7 +14,11 @@ from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.repo import baseline_for_host, hosts_with_latest_facts
+from gpufleet.store.repo import (
+    Baselines,
+    hosts_with_latest_facts,
+    latest_facts,
+)
 from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
 
 
@@ -158,25 +162,32 @@ class DriftReport:
 def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
     """Every selected host compared with its pool's baseline, field by field."""
     with fleet.db.session() as s:
-        hosts = hosts_with_latest_facts(s, select_hosts(selector))
+        # Facts are decoded only for hosts that have a baseline, a batch at a time.
+        hosts = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
         if not hosts and is_explicit(selector):
             raise nothing_matches(selector)
         by_host: dict[str, list[DriftItem]] = {}
         names: dict[str, str] = {}
         no_baseline: list[str] = []
         no_facts: list[str] = []
+        baselines = Baselines(s)
+        compare: dict[int, tuple[str, Baseline]] = {}  # snapshot id -> (host, its baseline)
         for h, snap in hosts:
             if h.state == "retired":
                 continue
-            baseline = baseline_for_host(s, h)
+            baseline = baselines.for_host(h)
             if baseline is None:
                 no_baseline.append(h.name)
                 continue
             if snap is None:
                 no_facts.append(h.name)
                 continue
-            items = diff_against_baseline(HostFacts.model_validate(snap.facts), baseline)
+            compare[snap.id] = (h.name, baseline)
             names[h.name] = baseline.name
-            if items:
-                by_host[h.name] = items
+        found: dict[str, list[DriftItem]] = {}
+        for sid, facts in latest_facts(s, list(compare)):
+            name, baseline = compare[sid]
+            if items := diff_against_baseline(facts, baseline):
+                found[name] = items
+        by_host = {n: found[n] for h, _ in hosts if (n := h.name) in found}  # by name
     return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)

@@ -126,7 +126,9 @@ def list_hosts(
     with fleet.db.session() as s:
         rows = [
             _view(h, snap)
-            for h, snap in hosts_with_latest_facts(s, select_hosts(selector), *where, limit=limit)
+            for h, snap in hosts_with_latest_facts(
+                s, select_hosts(selector), *where, limit=limit, facts=False
+            )
         ]
     if not rows and after is None and (is_explicit(selector) or group or model or state or pool):
         filters = [

@@ -14,7 +14,8 @@ from gpufleet.service.alarms import open_alarms
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.repo import baseline_name_for_host, hosts_with_latest_facts
+from gpufleet.store.repo import Baselines, hosts_with_latest_facts, latest_facts
+from gpufleet.store.tables import Host
 
 
 @dataclass
@@ -41,7 +42,7 @@ class FleetSummary:
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     with fleet.db.session() as s:
-        rows = hosts_with_latest_facts(s, select_hosts(selector))
+        rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
             for a in open_alarms(s, [h.id for h, _ in rows])
@@ -101,29 +102,37 @@ class HostLabels:
 
 
 def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
-    """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host."""
+    """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host.
+
+    The hosts are read without their facts; the facts of their latest snapshots are then
+    decoded a batch at a time and dropped once the host's labels are derived."""
     with fleet.db.session() as s:
-        rows = hosts_with_latest_facts(s, select_hosts(selector))
-        baselines = {h.name: baseline_name_for_host(s, h) for h, _ in rows}
+        rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
+        lookup = Baselines(s)
+        by_snapshot = {snap.id: h for h, snap in rows if snap is not None}
+        derived: dict[str, HostLabels] = {}
+        for sid, facts in latest_facts(s, list(by_snapshot)):
+            h = by_snapshot[sid]
+            derived[h.name] = _labels(h, facts, lookup.name_for(h))
+        out = [derived.get(h.name) or _labels(h, None, lookup.name_for(h)) for h, _ in rows]
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
-    out = []
-    for h, snap in rows:
-        facts = HostFacts.model_validate(snap.facts) if snap else None
-        state = HostState(h.state)
-        fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
-        baseline = baselines[h.name]
-        spec = ExpectedSpec.model_validate(h.expected)
-        labels = derive_labels(
-            h.name,
-            facts,
-            state,
-            h.pool,
-            baseline,
-            h.rack,
-            h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
-            spec,
-            fault,
-        )
-        out.append(HostLabels(h.name, labels, derive_taints(state, fault)))
     return out
+
+
+def _labels(h: Host, facts: HostFacts | None, baseline: str | None) -> HostLabels:
+    state = HostState(h.state)
+    fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
+    spec = ExpectedSpec.model_validate(h.expected)
+    labels = derive_labels(
+        h.name,
+        facts,
+        state,
+        h.pool,
+        baseline,
+        h.rack,
+        h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
+        spec,
+        fault,
+    )
+    return HostLabels(h.name, labels, derive_taints(state, fault))

@@ -7,12 +7,13 @@ a transaction, commits or does network I/O. Selectors are built by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from sqlalchemy import ColumnElement, Select, desc, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from gpufleet.domain.events import EventKind
+from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.errors import NotFound
 from gpufleet.store.tables import BaselineRow, Event, FactSnapshot, Host, Pool
@@ -31,12 +32,29 @@ def host_by_name(s: Session, name: str, *, for_update: bool = False) -> Host:
 
 
 def hosts_with_latest_facts(
-    s: Session, hosts: Select[Host], *where: ColumnElement[bool], limit: int | None = None
+    s: Session,
+    hosts: Select[Host],
+    *where: ColumnElement[bool],
+    limit: int | None = None,
+    facts: bool = True,
 ) -> list[tuple[Host, FactSnapshot | None]]:
     """Each host ``hosts`` selects (e.g. ``select_hosts(selector)``) with its latest good
     snapshot (None before the first collection), by name (the first ``limit`` of them).
     ``where`` adds clauses that may name either table (e.g. a model filter on
-    :class:`FactSnapshot`)."""
+    :class:`FactSnapshot`). ``facts=False`` leaves the facts document unread (the snapshot's
+    derived columns only: GPU count/model/memory, driver, CUDA, kernel, OS), for reads that
+    must not decode every host's facts; :func:`latest_facts` reads them in batches."""
+    stmt = latest_facts_query(hosts, *where, limit=limit, facts=facts)
+    return [(h, snap) for h, snap in s.execute(stmt)]
+
+
+def latest_facts_query(
+    hosts: Select[Host],
+    *where: ColumnElement[bool],
+    limit: int | None = None,
+    facts: bool = True,
+) -> Select[Host, FactSnapshot]:
+    """The statement :func:`hosts_with_latest_facts` runs (for its plan, too)."""
     ids = hosts.with_only_columns(Host.id).order_by(None)
     stmt = (
         select(Host, FactSnapshot)
@@ -44,9 +62,60 @@ def hosts_with_latest_facts(
         .where(Host.id.in_(ids), *where)
         .order_by(Host.name)
     )
+    if not facts:
+        stmt = stmt.options(defer(FactSnapshot.facts, raiseload=True))
     if limit is not None:
         stmt = stmt.limit(limit)
-    return [(h, snap) for h, snap in s.execute(stmt)]
+    return stmt
+
+
+#: Facts documents decoded at once by :func:`latest_facts` (memory stays bounded).
+FACTS_BATCH = 200
+
+
+def latest_facts(s: Session, snapshot_ids: Sequence[int]) -> Iterator[tuple[int, HostFacts]]:
+    """(snapshot id, its facts) for ``snapshot_ids``, read and decoded :data:`FACTS_BATCH`
+    at a time, so a caller that uses each and lets it go holds one batch at most."""
+    for i in range(0, len(snapshot_ids), FACTS_BATCH):
+        chunk = snapshot_ids[i : i + FACTS_BATCH]
+        rows = s.execute(
+            select(FactSnapshot.id, FactSnapshot.facts).where(FactSnapshot.id.in_(chunk))
+        ).all()
+        for sid, doc in rows:
+            yield sid, HostFacts.model_validate(doc)
+
+
+class Baselines:
+    """:func:`baseline_name_for_host` and :func:`baseline_for_host` for many hosts in one
+    session: the pools and each named baseline are read once, not once per host."""
+
+    def __init__(self, s: Session) -> None:
+        self._s = s
+        self._pools: dict[str, str | None] | None = None
+        self._specs: dict[str, Baseline | None] = {}
+
+    def name_for(self, host: Host) -> str | None:
+        """As :func:`baseline_name_for_host`."""
+        name = host.vars.get("gpufleet_baseline")
+        if not name and host.pool:
+            if self._pools is None:
+                self._pools = {n: b for n, b in self._s.execute(select(Pool.name, Pool.baseline))}
+            name = self._pools.get(host.pool)
+        return name or None
+
+    def for_host(self, host: Host) -> Baseline | None:
+        """As :func:`baseline_for_host`."""
+        name = self.name_for(host)
+        if name is None:
+            return None
+        if name not in self._specs:
+            row = self._s.scalar(select(BaselineRow).where(BaselineRow.name == name))
+            self._specs[name] = (
+                None
+                if row is None
+                else Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
+            )
+        return self._specs[name]
 
 
 def baseline_name_for_host(s: Session, host: Host) -> str | None:
