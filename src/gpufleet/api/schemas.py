@@ -374,12 +374,16 @@ class BaselineOut(Schema):
     purpose: str
     pools: list[str]
     spec: dict[str, Any] = Field(description="Every pinned field of the baseline.")
+    os_image_url: str | None = Field(
+        None, description="Not a pin: the OS image gpufleet reimage --baseline inserts."
+    )
 
     @classmethod
     def of(cls, b: Any, pools: list[str]) -> BaselineOut:
         """From ``domain.spec.Baseline`` and the pools pointing at it."""
-        spec = b.model_dump(mode="json", exclude={"name", "status", "purpose"})
-        return cls(name=b.name, status=str(b.status), purpose=b.purpose, pools=pools, spec=spec)
+        spec = b.model_dump(mode="json", exclude={"name", "status", "purpose", "os_image_url"})
+        return cls(name=b.name, status=str(b.status), purpose=b.purpose, pools=pools, spec=spec,
+                   os_image_url=b.os_image_url)
 
 
 class PoolOut(Schema):

@@ -7,6 +7,7 @@ from dataclasses import asdict
 from typing import Any, cast
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -52,20 +53,28 @@ def _pin_option(pin: Pin) -> inspect.Parameter:
 _KW = inspect.Parameter.KEYWORD_ONLY
 
 
+def _baseline(data: dict[str, Any]) -> Baseline:
+    """The baseline the flags describe; a value it refuses is a ConfigError naming it."""
+    try:
+        return Baseline.model_validate(data)
+    except ValidationError as exc:
+        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+        raise ConfigError(f"baseline {data.get('name')}: {why}") from None
+
+
 def create_cmd(**options: Any) -> None:
     """Create a baseline (explicitly, or from a host) and optionally map pools to it."""
     name: str = options["name"]
     pool: list[str] = options["pool"]
     status: BaselineStatus = options["status"]
     fleet = open_fleet()
+    meta = {"status": status, "os_image_url": options["os_image_url"]}
     if options["from_host"]:
         b = svc.baseline_from_host(fleet, options["from_host"], name, options["purpose"])
-        b = b.model_copy(update={"status": status})
+        b = _baseline(b.model_dump() | meta)
     else:
         pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
-        b = Baseline.model_validate(
-            {"name": name, "purpose": options["purpose"], "status": status} | pinned
-        )
+        b = _baseline({"name": name, "purpose": options["purpose"]} | meta | pinned)
     svc.save_baseline(fleet, b, replace=options["replace"])
     for p in pool:
         svc.set_pool_baseline(fleet, p, name, create=True)
@@ -104,6 +113,16 @@ vars(create_cmd)["__signature__"] = inspect.Signature(
         ),
         *(_pin_option(p) for p in PINS),
         inspect.Parameter(
+            "os_image_url",
+            _KW,
+            default=typer.Option(
+                None,
+                "--os-image-url",
+                help="OS image (http/https URL) gpufleet reimage --baseline inserts; not a pin.",
+            ),
+            annotation=str | None,
+        ),
+        inspect.Parameter(
             "pool",
             _KW,
             default=typer.Option([], help="Point these pools at it; repeatable."),
@@ -129,7 +148,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
         print_json([b.model_dump(mode="json") | {"pools": pools} for b, pools in rows])
         return
     t = Table(title="baselines")
-    for col in ("name", "status", "driver", "CUDA", "kernel", "OS", "pools"):
+    for col in ("name", "status", "driver", "CUDA", "kernel", "OS", "OS image URL", "pools"):
         t.add_column(col, overflow="fold")
     for b, pools in rows:
         t.add_row(
@@ -139,6 +158,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
             lit(cell(b.cuda)),
             lit(cell(b.kernel)),
             lit(cell(b.os_image)),
+            lit(cell(b.os_image_url)),
             lit(cell(pools)),
         )
     console.print(t)

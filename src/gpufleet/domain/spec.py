@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class ExpectedSpec(BaseModel):
@@ -65,3 +65,15 @@ class Baseline(BaseModel):
     #: Not a pin: the OS image (an http(s) URL) ``gpufleet reimage --baseline`` inserts as
     #: virtual media.
     os_image_url: str | None = None
+
+    @field_validator("os_image_url")
+    @classmethod
+    def _image_url(cls, v: str | None) -> str | None:
+        """An http(s) URL with a host, which the BMC fetches; empty means none."""
+        if v is None or not v.strip():
+            return None
+        v = v.strip()
+        scheme, sep, rest = v.partition("://")
+        if scheme not in ("http", "https") or not sep or not rest.split("/", 1)[0]:
+            raise ValueError(f"os_image_url {v!r}: an http(s) URL the BMC can fetch")
+        return v
