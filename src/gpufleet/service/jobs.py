@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -34,7 +34,7 @@ from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.collect import claim_into_run, collect_claimed
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.lifecycle import retrying
-from gpufleet.service.pipeline import check_forks, check_timeout, claim_lease
+from gpufleet.service.pipeline import Claim, check_forks, check_timeout, claim_lease
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts, selected_names
 from gpufleet.service.validate import HostVerdict, judge_host, sweep
@@ -277,6 +277,7 @@ def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) 
         except NotFound:  # every remaining host was removed meanwhile
             got = None
         if got is not None:
+            got = _drop_collected(fleet, coll_id, got)
             collect_claimed(
                 fleet, coll_id, got, forks=forks, timeout_s=timeout_s, policies=policies
             )
@@ -296,6 +297,23 @@ def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) 
             if v is not None:
                 verdicts[v.decision or "skipped"] += 1
     _finish_chunk(fleet, run_id, seq, RunState.SUCCEEDED, {"skipped": busy, "verdicts": verdicts})
+
+
+def _drop_collected(fleet: Fleet, coll_id: int, got: Claim) -> Claim:
+    """Release the claimed hosts that got their result in the run meanwhile (an earlier
+    attempt, wrongly thought dead, stored it just before this attempt's claim took the host:
+    from the claim on, that attempt's results are discarded), so none is collected twice."""
+    with fleet.db.session() as s:
+        done = set(_collected(s, coll_id, [c.target.name for c in got.hosts]))
+        if not done:
+            return got
+        s.execute(
+            update(Host)
+            .where(Host.claim_token == got.token, Host.name.in_(sorted(done)))
+            .values(claim_token=None, claimed_until=None)
+            .execution_options(synchronize_session=False)
+        )
+    return dataclasses.replace(got, hosts=[c for c in got.hosts if c.target.name not in done])
 
 
 @retrying
