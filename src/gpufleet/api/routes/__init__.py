@@ -3,9 +3,15 @@ the CLI calls) and maps the result onto :mod:`gpufleet.api.schemas`. No logic li
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from fastapi import Path
 
 from gpufleet.api.schemas import ErrorOut
+
+#: A row id in a path (lease, alarm, run): a positive 32-bit integer, as the databases store
+#: it; a larger number is refused (422) before it reaches the database.
+RowId = Annotated[int, Path(ge=1, le=2**31 - 1)]
 
 #: Error responses every route may give, documented in the OpenAPI document.
 ERRORS: dict[int | str, dict[str, Any]] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
-from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas import (
     AckIn,
     AlarmRecordOut,
@@ -61,18 +61,18 @@ def alarms_list(
 
 
 @router.get("/alarms/{alarm_id}", summary="One alarm", tags=["alarms"])
-def alarms_show(alarm_id: int, fleet: Fleet = Depends(as_viewer)) -> AlarmRecordOut:
+def alarms_show(alarm_id: RowId, fleet: Fleet = Depends(as_viewer)) -> AlarmRecordOut:
     return AlarmRecordOut.of(alarms.show_alarm(fleet, alarm_id))
 
 
 @router.post("/alarms/{alarm_id}/ack", summary="Acknowledge an open alarm", tags=["alarms"])
-def alarms_ack(alarm_id: int, body: AckIn, fleet: Fleet = Depends(as_operator)) -> AlarmRecordOut:
+def alarms_ack(alarm_id: RowId, body: AckIn, fleet: Fleet = Depends(as_operator)) -> AlarmRecordOut:
     return AlarmRecordOut.of(alarms.ack_alarm(fleet, alarm_id, body.reason))
 
 
 @router.post("/alarms/{alarm_id}/resolve", summary="Close an alarm by hand", tags=["alarms"])
 def alarms_resolve(
-    alarm_id: int, body: ResolveIn, fleet: Fleet = Depends(as_admin)
+    alarm_id: RowId, body: ResolveIn, fleet: Fleet = Depends(as_admin)
 ) -> AlarmRecordOut:
     return AlarmRecordOut.of(alarms.resolve_alarm(fleet, alarm_id, body.reason))
 

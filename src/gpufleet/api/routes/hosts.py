@@ -19,6 +19,7 @@ from gpufleet.api.schemas import (
     MaintenanceOffIn,
     MaintenanceOnIn,
 )
+from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.service import operations
 from gpufleet.service.fleet import Fleet
@@ -85,7 +86,7 @@ def hosts_show(name: str, fleet: Fleet = Depends(as_viewer)) -> HostDetailOut:
 @router.get("/events", summary="The audit log, newest first", tags=["events"])
 def events_list(
     host: str | None = None,
-    kind: str | None = Query(None, description="transition, alarm, change-detected ..."),
+    kind: EventKind | None = Query(None, description="transition, alarm, change-detected ..."),
     since: datetime | None = Query(None, description="At or after this time."),
     until: datetime | None = Query(None, description="Before this time."),
     limit: int = Query(50, ge=1, le=1000),

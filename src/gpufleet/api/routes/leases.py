@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_operator, as_viewer
-from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas import (
     AllocateIn,
     AllocationOut,
@@ -38,7 +38,7 @@ def leases_list(
 
 
 @router.get("/leases/{lease_id}", summary="One lease with its hosts and GPU UUIDs")
-def leases_show(lease_id: int, fleet: Fleet = Depends(as_viewer)) -> LeaseOut:
+def leases_show(lease_id: RowId, fleet: Fleet = Depends(as_viewer)) -> LeaseOut:
     return LeaseOut.of(leases.show_lease(fleet, lease_id))
 
 
@@ -80,7 +80,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
 
 
 @router.post("/leases/{lease_id}/renew", summary="Move a lease's expiry")
-def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operator)) -> LeaseOut:
+def leases_renew(lease_id: RowId, body: RenewIn, fleet: Fleet = Depends(as_operator)) -> LeaseOut:
     v = leases.renew(
         fleet,
         lease_id,
@@ -93,7 +93,7 @@ def leases_renew(lease_id: int, body: RenewIn, fleet: Fleet = Depends(as_operato
 
 @router.post("/leases/{lease_id}/release", summary="End a lease (hosts go to reclaiming)")
 def leases_release(
-    lease_id: int, body: ReleaseIn, fleet: Fleet = Depends(as_operator)
+    lease_id: RowId, body: ReleaseIn, fleet: Fleet = Depends(as_operator)
 ) -> ReleasedOut:
     out = leases.release(fleet, lease_id, body.reason, owner=body.owner)
     return ReleasedOut(

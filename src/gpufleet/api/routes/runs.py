@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from gpufleet.api.deps import as_operator, as_viewer
-from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas import QueueDepthOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
 from gpufleet.service import jobs
@@ -57,7 +57,7 @@ def runs_list(
 
 
 @router.get("/runs/{run_id}", summary="One run: progress, outcomes, its chunks", tags=["runs"])
-def runs_show(run_id: int, fleet: Fleet = Depends(as_viewer)) -> RunOut:
+def runs_show(run_id: RowId, fleet: Fleet = Depends(as_viewer)) -> RunOut:
     return RunOut.of(jobs.show_run(fleet, run_id))
 
 
