@@ -1,4 +1,4 @@
-"""``gpufleet inspect --every`` over real sshd lab hosts (issue 10 item 2): connections stay
+"""``gpufleet inspect run --every`` over real sshd lab hosts (issue 10 item 2): connections stay
 open between sweeps (one login per host for several sweeps, seen in sshd's own log), a hanging
 host costs only its own timeout and never delays the others' next sweep, and SIGTERM stops
 the loop cleanly (a real ``gpufleet`` process, sim lab)."""

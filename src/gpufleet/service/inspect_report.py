@@ -20,7 +20,7 @@ from sqlalchemy import case, func, select
 from gpufleet.domain.events import AlarmKind
 from gpufleet.errors import ConfigError
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.inspect import REASON_BITS
+from gpufleet.service.inspect_store import REASON_BITS
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, GpuSampleRow
 
