@@ -52,15 +52,15 @@ def _enroll(gf: Cli, name: str, em: Emulator, system: int) -> str:
     return f"{em.url}/redfish/v1/Systems/{system_uuid(system)}"
 
 
-def _allocate(gf: Cli, name: str) -> None:
-    """Test setup: put the host in ``allocated`` directly (the allocation path is tested
-    elsewhere; here only the refusal matters)."""
+def _allocate(gf: Cli, name: str, state: str = "allocated") -> None:
+    """Test setup: put the host in ``allocated`` (or ``state``) directly (the allocation and
+    validation paths are tested elsewhere; here only what the BMC action does with it)."""
     url = (gf.global_args[gf.global_args.index("--db") + 1] if "--db" in gf.global_args
            else f"sqlite:///{gf.tmp / 'home' / 'gpufleet.db'}")
     db = Database(url)
     try:
         with db.engine.begin() as c:
-            c.exec_driver_sql(f"UPDATE hosts SET state = 'allocated' WHERE name = '{name}'")
+            c.exec_driver_sql(f"UPDATE hosts SET state = '{state}' WHERE name = '{name}'")
     finally:
         db.dispose()
 
@@ -190,8 +190,10 @@ def test_reimage_baseline_names_the_image(
         assert get_json(vmedia, AUTH).get("Image") == before.get("Image")
 
         # --baseline B: B's image is inserted and booted once
+        _allocate(gf, "gpu-b", "available")  # as if validated
         res = gf.json("reimage", "gpu-b", "--baseline", "b-rocky", "--yes")
         assert res["ok"] and res["power_state"] == "On", res
+        assert res["state"] == "validating" == gf.state("gpu-b")  # back to validation
         cd = get_json(vmedia, AUTH)
         assert cd["Image"] == rocky and cd["Inserted"] is True
         boot = get_json(sysurl, AUTH)["Boot"]
