@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from gpufleet.domain.events import AlarmKind
@@ -197,3 +198,30 @@ def test_blast_radius_guard_stops_at_the_share(
     clock.advance(hours=2)
     inspect(fleet)
     assert {states(fleet)[n] for n in quarantined} == {"validating"}
+
+
+def test_samples_past_the_retention_roll_up_hourly(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    from gpufleet.service.inspect_store import roll_up_and_prune
+    from gpufleet.store.tables import SampleRollup
+
+    d = lab(fleet, tmp_path, 2)
+    for minute in (0, 20, 40):  # three sweeps in one hour, the last one hot on gpu-02
+        if minute == 40:
+            set_faults(d, {"gpu-02": ["hot:3"]}, clock)
+        inspect(fleet)
+        clock.advance(minutes=20)
+    fleet.settings.inspect_retention_hours = 0.5
+    written, deleted = roll_up_and_prune(fleet)
+    assert (written, deleted) == (16, 32)  # 2 hosts x 8 GPUs; the first two sweeps only
+    clock.advance(hours=2)
+    assert roll_up_and_prune(fleet) == (16, 16)  # the last sweep joins its hour's rows
+    with fleet.db.session() as s:
+        assert s.scalars(select(GpuSampleRow)).all() == []
+        assert s.scalars(select(HostSampleRow)).all() == []
+        rows = {(r.host_id, r.gpu_index): r for r in s.scalars(select(SampleRollup))}
+    assert len(rows) == 16 and {r.samples for r in rows.values()} == {3}
+    hot = [r for r in rows.values() if r.temperature_max == 92]
+    assert len(hot) == 1 and hot[0].gpu_index == 3
+    assert hot[0].temperature_avg == pytest.approx((59 + 59 + 92) / 3)
