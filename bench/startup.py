@@ -1,0 +1,101 @@
+"""Start-up bench: how long trivial gpufleet commands take to start (issue 8, goal < 150 ms).
+
+Runs each command ``--runs`` times as a fresh process (hyperfine-like: one warm-up, then
+median and min wall time and CPU time from ``wait4``), against a reference measured in the
+same run: a bare ``python -c pass`` of the same interpreter. Then prints the modules whose
+import takes longest (``python -X importtime``, cumulative) for ``gpufleet.cli.main``, and the
+number of modules the CLI loads.
+
+    .venv/bin/python bench/startup.py [--runs 10] [--top 15]
+
+The host commands run on a scratch home with one enrolled lab host (``hosts show``,
+``labels HOST``), so they read a real (tiny) database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = str(ROOT / ".venv" / "bin" / "python")
+GPUFLEET = str(ROOT / ".venv" / "bin" / "gpufleet")
+
+
+def timed(argv: Sequence[str], env: dict[str, str], runs: int) -> tuple[float, float, float]:
+    """(median wall ms, min wall ms, median CPU ms) over ``runs`` after one warm-up."""
+    walls: list[float] = []
+    cpus: list[float] = []
+    for i in range(runs + 1):
+        t = time.perf_counter()
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{' '.join(argv)} failed")
+        if i:  # the first run warms the page cache
+            walls.append((time.perf_counter() - t) * 1000)
+            cpus.append((ru.ru_utime + ru.ru_stime) * 1000)
+    return statistics.median(walls), min(walls), statistics.median(cpus)
+
+
+def import_profile(env: dict[str, str], top: int) -> tuple[int, list[tuple[int, str]]]:
+    """(modules loaded, the ``top`` slowest cumulative imports in µs) for the CLI."""
+    out = subprocess.run(
+        [PY, "-X", "importtime", "-c", "import gpufleet.cli.main"],
+        env=env, capture_output=True, text=True, check=True,
+    ).stderr
+    rows: list[tuple[int, str]] = []
+    for line in out.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative, name = line.split("|")
+        rows.append((int(cumulative), name.strip()))
+    return len(rows), sorted(rows, reverse=True)[:top]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--top", type=int, default=15)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="gpufleet-startup-") as home:
+        env = dict(os.environ, GPUFLEET_HOME=home, GPUFLEET_ACTOR="bench")
+        env.pop("GPUFLEET_DATABASE_URL", None)
+        lab = Path(home) / "lab"
+        subprocess.run(
+            [GPUFLEET, "lab", "create", "-n", "1", "--no-default-faults", "--dir", str(lab),
+             "--json"],
+            env=env, check=True, stdout=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
+            env=env, check=True, stdout=subprocess.DEVNULL,
+        )
+        ref = timed([PY, "-c", "pass"], env, a.runs)
+        print(f"nproc={os.cpu_count()} runs={a.runs}")
+        print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
+        print("|---|---|---|---|---|")
+        print(f"| python -c pass (reference) | {ref[0]:.0f} | {ref[1]:.0f} | {ref[2]:.0f} | 1.0 |")
+        for label, args in (
+            ("gpufleet --help", ["--help"]),
+            ("gpufleet hosts show gpu-01", ["hosts", "show", "gpu-01"]),
+            ("gpufleet labels gpu-01", ["labels", "gpu-01"]),
+        ):
+            wall, low, cpu = timed([GPUFLEET, *args], env, a.runs)
+            print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
+        n, slow = import_profile(env, a.top)
+        print(f"\nimport gpufleet.cli.main loads {n} modules; slowest (cumulative ms):")
+        for us, name in slow:
+            print(f"  {us / 1000:8.1f}  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
