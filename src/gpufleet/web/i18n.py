@@ -72,7 +72,7 @@ EN: dict[str, str] = {
     "col.field": "Field",
     "col.expected": "Baseline",
     "col.actual": "Actual",
-    "col.count": "Hosts",
+    "col.count": "Count",
     "col.profile": "Profile",
     "col.free": "Free",
     "col.allocated": "Allocated",
