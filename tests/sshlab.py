@@ -80,6 +80,8 @@ _HANG_COMMAND = f"{shutil.which('tail') or '/usr/bin/tail'} -f /dev/null"
 #: Tools whose fake needs more than "serve the recorded output" (section -> body builder below);
 #: every other registry entry is served generically from what it declares (files or tool).
 _SPECIAL = ("kernel-xid", "fabricmanager")
+#: The tool a lab host with variants switches its simulated software with (see add_variant).
+SWITCH_TOOL = "gpufleet-lab-switch"
 
 
 def served_by(spec: SectionSpec) -> str:
@@ -229,7 +231,7 @@ def materialize_host(
                 'serve "$d"'
             )
     for old in bin_dir.iterdir():
-        if old.name not in tools:
+        if old.name not in tools and old.name != SWITCH_TOOL:
             old.unlink()
     for tool, body in tools.items():
         _write(bin_dir / tool, _tool_script(body, log), 0o755)
@@ -711,6 +713,45 @@ class SshLab:
         """Change what a host answers from the next collection on (no restart)."""
         h = self._host(name)
         materialize_host(h.dir, sections)
+        if (h.dir / "variants").is_dir():
+            self._switchable(h)  # the host keeps switching by itself (add_variant)
+
+    def _switchable(self, h: _Host) -> None:
+        """Let the lab user rewrite what the host serves (data and sysroot files)."""
+        for top in (h.dir / "data", h.dir / "sysroot"):
+            for p in (top, *top.rglob("*")):
+                os.chown(p, self._pw.pw_uid, self._pw.pw_gid)
+
+    def add_variant(self, name: str, variant: str, sections: Mapping[str, Section]) -> None:
+        """Give a host a second set of sections it can switch to *by itself*: the tool
+        ``gpufleet-lab-switch VARIANT`` (on the host's PATH, run over SSH by a playbook as the
+        lab user) copies the variant's data and sysroot files over what the host serves, so
+        the next collection sees it (a simulated driver install). Each switch is logged in
+        ``calls.log`` like every fake tool call (:meth:`calls`). The variant must use the
+        same tools as the host (only the recorded output changes)."""
+        h = self._host(name)
+        if not _NAME.match(variant):
+            raise LabError(f"bad variant name {variant!r}")
+        vdir = h.dir / "variants" / variant
+        materialize_host(vdir, sections)
+        ours = sorted(p.name for p in (h.dir / "bin").iterdir() if p.name != SWITCH_TOOL)
+        theirs = sorted(p.name for p in (vdir / "bin").iterdir())
+        if ours != theirs:
+            raise LabError(f"{name}: variant {variant} needs tools {theirs}, the host has {ours}")
+        self._switchable(h)
+        names = sorted(d.name for d in (h.dir / "variants").iterdir() if d.is_dir())
+        cp = _real("cp")
+        body = (
+            'case "$1" in\n'
+            + "".join(f"  {_sq(v)}) ;;\n" for v in names)
+            + '  *) echo "gpufleet-lab-switch: unknown variant: $1" >&2; exit 2 ;;\n'
+            "esac\n"
+            f'v={_sq(str(h.dir / "variants"))}/"$1"\n'
+            f'{cp} "$v"/data/* {_sq(str(h.dir / "data"))}/ || exit 1\n'
+            f'{cp} -R "$v"/sysroot/. {_sq(str(h.dir / "sysroot"))}/ || exit 1\n'
+            'echo "switched to $1"'
+        )
+        _write(h.dir / "bin" / SWITCH_TOOL, _tool_script(body, h.dir / "run" / "calls.log"), 0o755)
 
     def rotate_host_key(self, name: str, key_type: str = "ssh-ed25519") -> str:
         """Give a host a new host key and restart its sshd; returns the new public key.

@@ -10,6 +10,7 @@ from gpufleet.cli import alarms as alarms_cmds
 from gpufleet.cli import alloc as alloc_cmds
 from gpufleet.cli import baseline as baseline_cmds
 from gpufleet.cli import bmc as bmc_cmds
+from gpufleet.cli import campaign as campaign_cmds
 from gpufleet.cli import collect as collect_cmds
 from gpufleet.cli import db as db_cmds
 from gpufleet.cli import export as export_cmds
@@ -95,6 +96,7 @@ app.add_typer(token_cmds.app, name="token", help="API tokens: create (shown once
 app.add_typer(
     inspect_cmds.app, name="inspect", help="Health sweep: inspect [SELECTOR], report, guard."
 )
+app.add_typer(campaign_cmds.app, name="campaign", help="Change campaigns: canary, waves, rollback.")
 
 if __name__ == "__main__":  # pragma: no cover
     app()

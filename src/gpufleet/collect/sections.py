@@ -78,6 +78,8 @@ SYSCTL_KEYS: tuple[str, ...] = (
     "vm.swappiness",
     "net.core.rmem_max",
     "net.core.wmem_max",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
     "kernel.numa_balancing",
     "net.ipv4.tcp_mtu_probing",
 )

@@ -119,6 +119,11 @@ class EventKind(StrEnum):
     """The inspection (``gpufleet inspect``) found a critical fault on a leased host: the
     lease runs on (the job is not killed), its owner is told (this event, the lease hooks)."""
 
+    CAMPAIGN = "campaign"
+    """A change campaign was created, started, resumed, approved (by whom), paused, halted,
+    aborted or completed (``gpufleet campaign``); ``data`` has the campaign and its ticket.
+    The host changes a campaign makes are ``change-declared`` events carrying the ticket."""
+
 
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""

@@ -93,6 +93,9 @@ def _sysctl(spec: ModelSpec) -> str:
         "vm.swappiness": "60",
         "net.core.rmem_max": "2147483647" if tuned else "212992",
         "net.core.wmem_max": "2147483647" if tuned else "212992",
+        # sysctl prints the three fields tab-separated, as /proc holds them
+        "net.ipv4.tcp_rmem": "4096\t87380\t2147483647" if tuned else "4096\t131072\t6291456",
+        "net.ipv4.tcp_wmem": "4096\t65536\t2147483647" if tuned else "4096\t16384\t4194304",
         "kernel.numa_balancing": "0" if tuned else "1",
         "net.ipv4.tcp_mtu_probing": "0",
     }

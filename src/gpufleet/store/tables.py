@@ -671,3 +671,59 @@ class PlacementRack(Base):
     #: [[fabric, gpus, model, smallest GPU memory MiB, [profiles], hosts], ...]
     blocks: Mapped[list[list[Any]]] = mapped_column(JsonType, default=list)
     refreshed_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+# --- issue 14 (canary campaigns: the plan and each host's step, for crash-safe resume) ---
+class CampaignRow(Base):
+    """One change campaign (``gpufleet campaign``): what it does, to which baseline, the plan
+    (hosts per wave, skipped hosts and why) and where it is. ``status`` is a
+    ``domain.campaign.CampaignStatus`` value; ``owner`` is ``hostname:pid`` of the process
+    driving it (resume takes over only when that process is gone)."""
+
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    status: Mapped[str] = mapped_column(String(20))
+    action_kind: Mapped[str] = mapped_column(String(12))
+    action: Mapped[str] = mapped_column(Text)
+    rollback: Mapped[str | None] = mapped_column(Text)
+    target_baseline: Mapped[str] = mapped_column(String(128))
+    selector: Mapped[str] = mapped_column(Text)
+    ticket: Mapped[str] = mapped_column(String(128))
+    options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    plan: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+    current_wave: Mapped[int] = mapped_column(Integer, default=0)
+    halt_reason: Mapped[str | None] = mapped_column(Text)
+    approved_by: Mapped[str | None] = mapped_column(String(128))
+    approved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    owner: Mapped[str | None] = mapped_column(String(128))
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+
+
+class CampaignHost(Base):
+    """One host of a campaign: its wave and step (``domain.campaign.HostStep``), committed
+    before each next step; ``previous_baseline`` is the host's own ``gpufleet_baseline``
+    variable before the change (None: it had none), restored by a rollback."""
+
+    __tablename__ = "campaign_hosts"
+    __table_args__ = (
+        Index("ix_campaign_hosts_campaign_host", "campaign_id", "host_name", unique=True),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    host_name: Mapped[str] = mapped_column(String(255))
+    wave: Mapped[int] = mapped_column(Integer)
+    step: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str | None] = mapped_column(Text)
+    previous_baseline: Mapped[str | None] = mapped_column(String(128))
+    driver_before: Mapped[str | None] = mapped_column(String(32))
+    action_runs: Mapped[int] = mapped_column(Integer, default=0)
+    action_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    action_finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)

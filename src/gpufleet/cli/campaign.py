@@ -1,0 +1,237 @@
+"""``gpufleet campaign``: create (shows the plan), run, approve, status, pause, resume, abort,
+report, list. The work is in :mod:`gpufleet.service.campaign`."""
+
+from __future__ import annotations
+
+import typer
+from rich.markup import escape
+
+from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.domain.campaign import (
+    ActionKind,
+    AllocatedPolicy,
+    CampaignStatus,
+    HostStep,
+    progress_bar,
+)
+from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.errors import ConfigError
+from gpufleet.service.campaign import (
+    CampaignSpec,
+    CampaignView,
+    abort_campaign,
+    approve_campaign,
+    create_campaign,
+    list_campaigns,
+    pause_campaign,
+    run_campaign,
+    show_campaign,
+)
+
+app = typer.Typer(no_args_is_help=True)
+
+#: Exit code of ``campaign run``/``resume`` when the campaign halted (too many failures).
+EXIT_HALTED = 1
+
+_FINISHED = {HostStep.DONE, HostStep.FAILED, HostStep.ROLLED_BACK, HostStep.SKIPPED,
+             HostStep.DEFERRED, HostStep.RELEASED}
+
+
+def show_plan(v: CampaignView) -> None:
+    """Waves (canary first) with hosts and progress bars, skipped hosts and why."""
+    console.print(
+        f"campaign [bold]{lit(v.name)}[/] ({lit(v.ticket)}): {lit(v.status)}, "
+        f"{lit(v.action_kind)} {lit(v.action)} -> baseline {lit(v.target_baseline)}"
+    )
+    if v.approved_by:
+        console.print(f"approved by {lit(v.approved_by)}")
+    for i, wave in enumerate(v.waves):
+        label = "canary" if i == 0 else f"wave {i}"
+        done = sum(1 for h in wave if h.step in _FINISHED)
+        failed = sum(1 for h in wave if h.step in (HostStep.FAILED, HostStep.ROLLED_BACK))
+        console.print(
+            f"  {label:<8} {progress_bar(done, len(wave))} {done}/{len(wave)}"
+            + (f" [red]{failed} failed[/]" if failed else "")
+        )
+        for h in wave:
+            why = f" ({lit(h.reason)})" if h.reason else ""
+            runs = f" runs={h.action_runs}" if h.action_runs > 1 else ""
+            console.print(f"    {lit(h.host):<24} {lit(h.step)}{runs}{why}")
+    if v.skipped:
+        console.print(f"  skipped: {len(v.skipped)}")
+        for k in v.skipped:
+            console.print(f"    {lit(k['host']):<24} {lit(k['reason'])}")
+    for note in v.notes:
+        console.print(f"  [dim]note: {escape(note)}[/]")
+    if v.halt_reason:
+        console.print(f"[bold red]halted:[/] {lit(v.halt_reason)}")
+
+
+def _say(line: str) -> None:
+    err_console.print(escape(line))
+
+
+@boundary
+def create_cmd(
+    name: str = typer.Argument(..., help="Campaign name (unique)."),
+    target_baseline: str = typer.Option(..., "--target-baseline", help="Baseline to reach."),
+    selector: str = typer.Option(..., "--selector", help="Hosts (NAME-GLOB, pool:P, ...)."),
+    playbook: str | None = typer.Option(None, "--playbook", help="Ansible playbook to run."),
+    command: str | None = typer.Option(None, "--command", help="Shell command over SSH."),
+    reimage: bool = typer.Option(False, "--reimage", help="Reimage through the BMC."),
+    rollback_playbook: str | None = typer.Option(None, "--rollback-playbook"),
+    canary: int = typer.Option(1, "--canary", help="Hosts in the canary wave."),
+    waves: str = typer.Option("10%,25%,100%", "--waves", help="Cumulative shares or counts."),
+    max_failures: int = typer.Option(1, "--max-failures", help="Failed hosts tolerated."),
+    ticket: str = typer.Option(..., "--ticket", help="Change ticket / CI build carried by "
+                               "every change."),
+    require_approval: bool = typer.Option(False, "--require-approval",
+                                          help="Stop after the canary until approved."),
+    auto_rollback: bool = typer.Option(False, "--auto-rollback",
+                                       help="Roll failed hosts back (needs --rollback-playbook)."),
+    allocated: AllocatedPolicy = typer.Option(AllocatedPolicy.WAIT, "--allocated",
+                                              help="Allocated hosts: wait (last wave) or skip."),
+    max_rack_share: str = typer.Option("50%", "--max-rack-share",
+                                       help="Most of one rack a wave may take."),
+    pool_floor: str = typer.Option("50%", "--pool-floor",
+                                   help="Share of a pool that stays in service during a wave."),
+    change_kind: DeclaredChangeKind = typer.Option(DeclaredChangeKind.DRIVER_UPGRADE,
+                                                   "--change-kind",
+                                                   help="Kind of the recorded change."),
+    forks: int = typer.Option(10, "--forks", "-f", help="Hosts acted on at once."),
+    timeout: float = typer.Option(1800.0, "--timeout", help="Seconds for one wave's action."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan, store nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Plan a change campaign and show the plan (nothing runs until 'campaign run')."""
+    given = [x for x in (playbook, command) if x is not None] + (["reimage"] if reimage else [])
+    if len(given) != 1:
+        raise ConfigError("give exactly one of --playbook, --command or --reimage")
+    kind = (ActionKind.PLAYBOOK if playbook is not None
+            else ActionKind.COMMAND if command is not None else ActionKind.REIMAGE)
+    if forks < 1 or timeout <= 0:
+        raise ConfigError("--forks must be >= 1 and --timeout > 0")
+    spec = CampaignSpec(
+        name=name, target_baseline=target_baseline, selector=selector, action_kind=kind,
+        action=playbook or command or "reimage", ticket=ticket, rollback=rollback_playbook,
+        canary=canary, waves=waves, max_failures=max_failures,
+        require_approval=require_approval, auto_rollback=auto_rollback, allocated=allocated,
+        max_rack_share=max_rack_share, pool_floor=pool_floor, change_kind=change_kind,
+        forks=forks, timeout_s=timeout,
+    )
+    v = create_campaign(open_fleet(), spec, dry_run=dry_run)
+    if as_json:
+        print_json(v.as_json() | {"dry_run": dry_run})
+        return
+    show_plan(v)
+    if dry_run:
+        console.print("[dim]dry run: nothing stored[/]")
+
+
+def _finish(v: CampaignView, as_json: bool) -> None:
+    if as_json:
+        print_json(v.as_json())
+    else:
+        show_plan(v)
+    if v.status == CampaignStatus.HALTED:
+        raise typer.Exit(EXIT_HALTED)
+
+
+@boundary
+def run_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Run a campaign wave by wave (resumes one that was interrupted). Exit 0 when it
+    completed, waits for approval or was paused; 1 when it halted."""
+    _finish(run_campaign(open_fleet(), name, None if as_json else _say), as_json)
+
+
+@boundary
+def resume_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Continue a paused, approved or interrupted campaign (finished hosts are not run again;
+    an interrupted host is re-checked first)."""
+    _finish(run_campaign(open_fleet(), name, None if as_json else _say), as_json)
+
+
+@boundary
+def approve_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
+) -> None:
+    """Approve the waves after the canary (who approved is recorded: GPUFLEET_ACTOR)."""
+    v = approve_campaign(open_fleet(), name)
+    if as_json:
+        print_json(v.as_json())
+    else:
+        console.print(f"campaign {lit(v.name)} approved by {lit(v.approved_by)}; "
+                      f"continue with 'gpufleet campaign resume {lit(v.name)}'")
+
+
+@boundary
+def status_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
+) -> None:
+    """Where a campaign is: progress per wave, every host's step."""
+    v = show_campaign(open_fleet(), name)
+    print_json(v.as_json()) if as_json else show_plan(v)
+
+
+@boundary
+def report_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Outcome per host (done, failed with reason, rolled back, skipped and why), counts."""
+    v = show_campaign(open_fleet(), name)
+    if as_json:
+        print_json(v.as_json())
+        return
+    show_plan(v)
+    counts = ", ".join(f"{k} {n}" for k, n in sorted(v.counts().items()))
+    console.print(f"hosts: {lit(counts)}; skipped before the run: {len(v.skipped)}")
+
+
+@boundary
+def pause_cmd(name: str = typer.Argument(..., help="Campaign name.")) -> None:
+    """Pause after the wave in progress."""
+    v = pause_campaign(open_fleet(), name)
+    console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
+
+
+@boundary
+def abort_cmd(name: str = typer.Argument(..., help="Campaign name.")) -> None:
+    """Stop for good; hosts the campaign holds and has not acted on are released."""
+    v = abort_campaign(open_fleet(), name, _say)
+    console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
+
+
+@boundary
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print the campaigns as JSON."),
+) -> None:
+    """Every campaign, newest first."""
+    vs = list_campaigns(open_fleet())
+    if as_json:
+        print_json([v.as_json() for v in vs])
+        return
+    for v in vs:
+        done = sum(1 for h in v.hosts if h.step in _FINISHED)
+        console.print(f"{lit(v.name):<24} {lit(v.status):<18} {lit(v.ticket):<14} "
+                      f"{progress_bar(done, len(v.hosts))} {done}/{len(v.hosts)} "
+                      f"-> {lit(v.target_baseline)}")
+
+
+app.command("create")(create_cmd)
+app.command("run")(run_cmd)
+app.command("resume")(resume_cmd)
+app.command("approve")(approve_cmd)
+app.command("status")(status_cmd)
+app.command("report")(report_cmd)
+app.command("pause")(pause_cmd)
+app.command("abort")(abort_cmd)
+app.command("list")(list_cmd)
