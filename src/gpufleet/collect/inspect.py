@@ -111,10 +111,13 @@ def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) ->
             "echo '@@probe ib'",
             'for p in "$R"/sys/class/infiniband/*/ports/*; do',
             '  [ -d "$p" ] || continue',
-            '  ca=${p%/ports/*}; ca=${ca##*/}; s=$(cat "$p/state" 2>/dev/null); s=${s#*: }',
-            '  printf \'port %s/%s state=%s\' "$ca" "${p##*/}" "$s"',
+            # read is a shell builtin: no process per file (9 ports x 8 counters per host)
+            '  ca=${p%/ports/*}; ca=${ca##*/}; s=; read -r s 2>/dev/null < "$p/state"',
+            '  printf \'port %s/%s state=%s\' "$ca" "${p##*/}" "${s#*: }"',
             f"  for c in {counters}; do",
-            '    v=$(cat "$p/counters/$c" 2>/dev/null) && printf \' %s=%s\' "$c" "$v"',
+            # (a file without a final newline still sets v; a missing one leaves it empty)
+            '    v=; read -r v 2>/dev/null < "$p/counters/$c"',
+            '    [ -n "$v" ] && printf \' %s=%s\' "$c" "$v"',
             "  done",
             "  echo",
             "done",
