@@ -10,7 +10,7 @@ The node lines come from the caller (``gpufleet slurm export`` output in the tes
 adds only what a loopback cluster needs (``NodeHostname``, ``NodeAddr``, ``Port``).
 ``SlurmdParameters=config_overrides`` makes every node report the configured CPUs and memory
 (the exported lines describe real 8-GPU servers, not this machine). Job completions go to
-``jobcomp/filetxt``, which ``sacct --completion`` reads without a slurmdbd.
+``jobcomp/filetxt`` (``sacct --completion`` reads it even without a slurmdbd).
 
 With ``accounting=True`` the lab also runs a ``slurmdbd`` (Debian ``slurmdbd``) on a database
 of its own in the MariaDB at ``127.0.0.1:3306`` (``slurm_acct_<random>``, dropped at
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 
-APT_PACKAGES = ("slurm-wlm", "munge")
+APT_PACKAGES = ("slurm-wlm", "munge", "slurmdbd")
 MARIADB = ("127.0.0.1", 3306, "root")  # host, port, user (empty password): CI's MariaDB
 
 
@@ -43,15 +43,17 @@ class SlurmLabError(RuntimeError):
 
 
 def ensure_slurm() -> None:
-    """Install slurm-wlm and munge (Debian) when missing."""
-    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "sinfo", "sacct")):
+    """Install slurm-wlm, munge and slurmdbd (Debian) when missing (the MariaDB slurmdbd
+    writes to is not installed here: see :data:`MARIADB`)."""
+    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "munged", "sinfo", "sacct",
+                                     "slurmdbd", "sacctmgr")):
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *APT_PACKAGES]):
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if r.returncode != 0:
             raise SlurmLabError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr[-2000:]}")
-    for b in ("slurmctld", "slurmd", "munged"):
+    for b in ("slurmctld", "slurmd", "munged", "slurmdbd"):
         if not shutil.which(b):
             raise SlurmLabError(f"{b} not found after installing {' '.join(APT_PACKAGES)}")
 
