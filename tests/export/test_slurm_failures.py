@@ -40,7 +40,9 @@ class Jobs:
 
 
 def _sbatch(lab: SlurmLab, *args: str) -> str:
-    out = lab.run("sbatch", "--parsable", "-J", "gpufleet-test", *args)
+    # the job's output in the lab, not in the directory the tests run from
+    out = lab.run("sbatch", "--parsable", "-J", "gpufleet-test",
+                  "-o", str(lab.root / "log" / "job-%j.out"), *args)
     return out.strip().split(";")[0]
 
 
