@@ -225,3 +225,34 @@ def test_samples_past_the_retention_roll_up_hourly(
     hot = [r for r in rows.values() if r.temperature_max == 92]
     assert len(hot) == 1 and hot[0].gpu_index == 3
     assert hot[0].temperature_avg == pytest.approx((59 + 59 + 92) / 3)
+
+
+def test_nvlink_rules_only_where_the_facts_show_nvlink(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    fleet.settings.guard_share = 1.0
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(2, models=["h100-8x", "l40s-1x"], faults={})
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    validate(fleet)
+    models = {h.name: h.model for h in fl.hosts}
+    inspect(fleet)
+    clock.advance(minutes=5)
+    set_faults(d, {n: ["xid:74", "xid:74", "xid:74"] for n in models}, clock)
+    inspect(fleet)
+    with fleet.db.session() as s:
+        linked = {
+            name: nv
+            for name, nv in s.execute(
+                select(Host.name, HostSampleRow.nvlink).join(Host, Host.id == HostSampleRow.host_id)
+            )
+        }
+    found = {n: [a.data["rule"] for a in v] for n, v in health_alarms(fleet).items()}
+    for name, model in models.items():
+        if model == "h100-8x":
+            assert linked[name] is True and found[name] == ["xid-nvlink"]
+        else:  # PCIe L40S: no NVLink in its facts, the NVLink rule does not apply
+            assert linked[name] is False and name not in found

@@ -9,9 +9,10 @@ The probe prints framed parts, each after a ``@@probe NAME`` line:
 ``ib``      ``port CA/N state=STATE counter=value ...`` per IB/RoCE port, from sysfs
 ``disk``    ``df -P -k`` of the configured paths
 ``uptime``  ``/proc/uptime`` (grace after boot)
-``nvlink``  ``yes`` when ``/proc/driver/nvidia`` lists NVLink-capable GPUs (topology)
 
-File paths are prefixed with ``$GPUFLEET_SYSROOT`` (empty on a real host) as the collection
+Whether the GPUs have NVLink (topology-aware rules) is not probed: the service takes it from
+the host's latest collected facts (``nvidia-smi nvlink -s``). File paths are prefixed with
+``$GPUFLEET_SYSROOT`` (empty on a real host) as the collection
 script does, so the real-sshd lab can serve them. Parsing never touches the store.
 """
 
@@ -125,8 +126,6 @@ def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) ->
             f"df -P -k {paths} 2>/dev/null",
             "echo '@@probe uptime'",
             'cat "$R"/proc/uptime 2>/dev/null',
-            "echo '@@probe nvlink'",
-            'grep -qs NVLink "$R"/proc/driver/nvidia/gpus/*/information && echo yes',
             "echo '@@probe end'",
             "",
         ]
@@ -314,7 +313,6 @@ def parse_probe(
         ports=ports,
         disks=disks,
         uptime_s=uptime,
-        nvlink=parts.get("nvlink", "").strip() == "yes",
     )
     return ProbeResult(sample, cursor, tuple(problems))
 

@@ -161,7 +161,6 @@ def render_probe(host: LabHost) -> str:
         "disk": "Filesystem 1024-blocks Used Available Capacity Mounted on\n"
         f"/dev/nvme0n1p2 {size} {used} {size - used} {used * 100 // size}% /",
         "uptime": "864000.00 1700000.00",
-        "nvlink": "yes" if host.spec.nvlink_per_gpu else "",
         "end": "",
     }
     return "".join(f"@@probe {k}\n{v}\n" if v else f"@@probe {k}\n" for k, v in parts.items())

@@ -32,7 +32,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -72,6 +72,7 @@ from gpufleet.service.pipeline import (
 from gpufleet.service.policies import Policies
 from gpufleet.store.tables import (
     Alarm,
+    FactSnapshot,
     FleetAlarm,
     Host,
     HostSampleRow,
@@ -220,6 +221,10 @@ def inspect(
         timeout_s=timeout_s,
         open_transport=transports,
     ).run()
+    with fleet.db.session() as s:
+        linked = nvlink_hosts(s, list(parsed))
+    for hid, res in parsed.items():  # topology from the collected facts, not the probe
+        parsed[hid] = replace(res, sample=replace(res.sample, nvlink=hid in linked))
     try:
         kept = store_samples(fleet, at, parsed, token=claim.token)
     finally:
@@ -229,6 +234,22 @@ def inspect(
     report = SweepReport(at, policy.version, sorted(results, key=lambda h: h.host), claim.busy)
     judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report)
     return report
+
+
+def nvlink_hosts(s: Session, host_ids: Sequence[int]) -> set[int]:
+    """The hosts whose latest facts show at least one NVLink on a GPU (``nvlink -s``)."""
+    if not host_ids:
+        return set()
+    rows = s.execute(
+        select(Host.id, FactSnapshot.facts["nvlink"])
+        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.id.in_(host_ids))
+    )
+    out: set[int] = set()
+    for hid, nv in rows:
+        if isinstance(nv, dict) and any(g.get("links") for g in nv.get("gpus") or []):
+            out.add(hid)
+    return out
 
 
 def _cursors(s: Session, host_ids: Sequence[int]) -> dict[int, str]:
