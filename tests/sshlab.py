@@ -158,9 +158,42 @@ def _special_tool(name: str, sections: Mapping[str, Section], data: Callable[[st
             f'  [ -n "$q" ] || echo {_sq(state)}\n'
             f"  exit {0 if state == 'active' else 3}\n"
             "fi\n"
+            # remediation (issue 10): daemons stopped/started, reboot accepted (sshd stays up)
+            'case "$1" in stop|start|reboot) exit 0 ;; esac\n'
             'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
         )
     raise LabError(f"no special fake tool for section {name}")
+
+
+def _remedy_cases(remedy: Path) -> str:
+    """nvidia-smi arguments of ``gpufleet remediate``, served from ``remedy/`` (see
+    :meth:`SshLab.set_remediation`): compute apps (none by default), the reset (succeeds by
+    default) and the verification query (the GPUs of ``remedy/verify``, else one A10G)."""
+    cat = _real("cat")
+    r = _sq(str(remedy))
+    return (
+        f"  --query-compute-apps=*) [ -f {r}/apps ] && {cat} {r}/apps; exit 0 ;;\n"
+        f'  "-r"|"-r -i "*) if [ -f {r}/reset.rc ]; then {cat} {r}/reset.out; '
+        f'read -r rc < {r}/reset.rc; exit "$rc"; fi; '
+        'echo "GPU 00000000:00:1E.0 was successfully reset."; exit 0 ;;\n'
+        f"  --query-gpu=index,pci.bus_id,uuid,name*) if [ -f {r}/verify ]; then "
+        f"{cat} {r}/verify; else "
+        'echo "0, 00000000:00:1E.0, GPU-a10g, NVIDIA A10G"; fi; exit 0 ;;\n'
+    )
+
+
+def _remedy_tools(remedy: Path) -> dict[str, str]:
+    """fuser (the pids of ``remedy/fuser``; rc 1 when none, as the real one) and
+    nvidia-bug-report.sh (writes a small file where asked)."""
+    cat = _real("cat")
+    r = _sq(str(remedy))
+    return {
+        "fuser": f"[ -s {r}/fuser ] || exit 1\n{cat} {r}/fuser; exit 0",
+        "nvidia-bug-report.sh": (
+            'f=nvidia-bug-report.log; [ "$1" = "--output-file" ] && f="$2"\n'
+            'echo "gpufleet lab bug report" > "$f.gz" 2>/dev/null; exit 0'
+        ),
+    }
 
 
 def materialize_host(
@@ -221,6 +254,8 @@ def materialize_host(
             tools[tool] = f"serve {data(specs[0].name)}"
         else:  # one tool, several sections told apart by their arguments (nvidia-smi)
             cases = "".join(f"  {_sq(sp.args)}) s={_sq(sp.name)} ;;\n" for sp in specs)
+            if tool == "nvidia-smi":  # remediation (issue 10): holders, reset, verification
+                cases += _remedy_cases(host_dir / "remedy")
             tools[tool] = (
                 f'case "$*" in\n{cases}'
                 f'  *) echo "{tool} (gpufleet lab): unsupported arguments: $*" >&2; exit 2 ;;\n'
@@ -230,6 +265,8 @@ def materialize_host(
                 "exit 2; }\n"
                 'serve "$d"'
             )
+    if "nvidia-smi" in tools:  # remediation (issue 10): who has /dev/nvidia* open, bug report
+        tools.update(_remedy_tools(host_dir / "remedy"))
     for old in bin_dir.iterdir():
         if old.name not in tools and old.name != SWITCH_TOOL:
             old.unlink()
@@ -752,6 +789,34 @@ class SshLab:
             'echo "switched to $1"'
         )
         _write(h.dir / "bin" / SWITCH_TOOL, _tool_script(body, h.dir / "run" / "calls.log"), 0o755)
+
+    def set_remediation(
+        self,
+        name: str,
+        *,
+        compute_apps: Sequence[str] = (),
+        open_pids: Sequence[int] = (),
+        reset_fails: str | None = None,
+        verify: Sequence[str] | None = None,
+    ) -> None:
+        """What the host's GPUs look like to ``gpufleet remediate``: ``compute_apps`` lines
+        (``pid, name, gpu_uuid``), pids with /dev/nvidia* open, a reset that fails with that
+        message (rc 1), the verification's GPU lines (default: one A10G)."""
+        remedy = self._host(name).dir / "remedy"
+        remedy.mkdir(parents=True, exist_ok=True)
+        remedy.chmod(0o755)
+        _write(remedy / "apps", "".join(f"{line}\n" for line in compute_apps))
+        _write(remedy / "fuser", " ".join(map(str, open_pids)) + ("\n" if open_pids else ""))
+        if reset_fails is None:
+            (remedy / "reset.rc").unlink(missing_ok=True)
+            (remedy / "reset.out").unlink(missing_ok=True)
+        else:
+            _write(remedy / "reset.out", reset_fails + "\n")
+            _write(remedy / "reset.rc", "1\n")
+        if verify is None:
+            (remedy / "verify").unlink(missing_ok=True)
+        else:
+            _write(remedy / "verify", "".join(f"{line}\n" for line in verify))
 
     def rotate_host_key(self, name: str, key_type: str = "ssh-ed25519") -> str:
         """Give a host a new host key and restart its sshd; returns the new public key.

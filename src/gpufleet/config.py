@@ -451,6 +451,35 @@ class Settings(BaseSettings):
         doc="Blast-radius guard: the window automatic quarantines are counted in.",
     )
 
+    # -- notify (issue 10: webhooks for alarms, remediation, lease expiry) --------------------
+    webhook_url: str | None = _setting(
+        env="GPUFLEET_WEBHOOK_URL",
+        group="notify",
+        doc="URL every notification is POSTed to as JSON (alarms, remediation, lease events).",
+    )
+    webhook_secret: SecretStr | None = _setting(
+        env="GPUFLEET_WEBHOOK_SECRET",
+        group="notify",
+        doc="Shared secret signing each webhook body (HMAC-SHA256 in X-Gpufleet-Signature); "
+        "never printed.",
+    )
+    webhook_retries: int = _setting(
+        3,
+        env="GPUFLEET_WEBHOOK_RETRIES",
+        group="notify",
+        ge=0,
+        le=20,
+        doc="Retries of a failed webhook delivery (exponential backoff from 0.5 s).",
+    )
+    webhook_timeout_s: float = _setting(
+        5.0,
+        env="GPUFLEET_WEBHOOK_TIMEOUT",
+        group="notify",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds one webhook request may take.",
+    )
+
     # -- validation of single values --------------------------------------------------------
     @field_validator("validation_ttl", mode="before")
     @classmethod

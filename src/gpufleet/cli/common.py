@@ -125,6 +125,10 @@ def open_fleet() -> Fleet:
     key = (OPTIONS.home, OPTIONS.db_url)
     if key not in _OPEN:
         _OPEN[key] = Fleet.open(settings=current_settings())
+        if _OPEN[key].settings.webhook_url:  # lease events go to the webhook too (issue 10)
+            from gpufleet.service.webhooks import install
+
+            install(_OPEN[key])
     return _OPEN[key]
 
 

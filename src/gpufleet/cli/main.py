@@ -18,8 +18,10 @@ from gpufleet.cli import failures as failures_cmds
 from gpufleet.cli import hosts as hosts_cmds
 from gpufleet.cli import inspect as inspect_cmds
 from gpufleet.cli import lifecycle as lifecycle_cmds
+from gpufleet.cli import parts as parts_cmds
 from gpufleet.cli import preflight as preflight_cmds
 from gpufleet.cli import reclaim as reclaim_cmds
+from gpufleet.cli import remediate as remediate_cmds
 from gpufleet.cli import serve as serve_cmds
 from gpufleet.cli import slurm as slurm_cmds
 from gpufleet.cli import summary as summary_cmds
@@ -92,6 +94,9 @@ export_cmds.register(app)
 app.add_typer(sync_cmds.app, name="sync", help="Run the enabled syncs; sync status: drift.")
 app.command("serve")(serve_cmds.serve_cmd)
 app.command("worker")(worker_cmds.worker_cmd)
+app.command("remediate")(remediate_cmds.remediate_cmd)
+baseline_cmds.pool_app.command("health-policy")(remediate_cmds.pool_health_policy_cmd)
+app.add_typer(parts_cmds.app, name="parts", help="GPU parts history by serial: list, show.")
 app.add_typer(token_cmds.app, name="token", help="API tokens: create (shown once), list, revoke.")
 app.add_typer(
     inspect_cmds.app, name="inspect", help="Health sweep: inspect [SELECTOR], report, guard."

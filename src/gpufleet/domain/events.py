@@ -125,6 +125,14 @@ class EventKind(StrEnum):
     The host changes a campaign makes are ``change-declared`` events carrying the ticket."""
 
 
+    GPU_HEALTH = "gpu-health"
+    """A GPU was marked unusable (or every GPU usable again) by validation under the pool's
+    GPU fault policy, or a pool's health policy changed (``gpufleet pool health-policy``)."""
+
+    REMEDIATION = "remediation"
+    """A remediation step ran on the host (``gpufleet remediate``: reset-gpu, reboot,
+    service-request); ``data`` has the action, GPUs, outcome and the remediation record id."""
+
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
 

@@ -188,8 +188,13 @@ def derive_labels(
     profiles_passed: Iterable[str],
     spec: ExpectedSpec | None = None,
     fault: Fault | None = None,
+    usable_gpus: int | None = None,
+    unusable_gpus: int = 0,
 ) -> dict[str, str]:
     """Labels for one node. Labels whose value is unknown are left out, not set empty.
+
+    ``usable_gpus`` (a partial host, issue 10): ``nvidia.com/gpu.count`` says how many GPUs
+    may be used and ``gpufleet.io/gpus.unusable`` how many were left out.
 
     ``host_name`` is not labelled (Kubernetes has ``kubernetes.io/hostname``); it is taken so
     exporters can call this uniformly and for future per-host labels.
@@ -211,6 +216,9 @@ def derive_labels(
 
     if facts is not None:
         labels.update(_gfd_labels(facts))
+        if usable_gpus is not None and facts.gpus:
+            labels["nvidia.com/gpu.count"] = str(usable_gpus)
+            labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
         labels[f"{PREFIX}/fabric"] = fabric_up(facts, spec)
         nvlink = facts.nvlink
         has_nvlink = bool(

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.errors import NotFound, UsageError
+from gpufleet.service import webhooks
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, Host
@@ -43,6 +44,8 @@ def raise_alarm(
             data=data or {},
         )
         s.add(alarm)
+        alarm_data = {"kind": kind.value, "severity": severity.value, "message": message}
+        webhooks.after_commit(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
     return alarm
 
 
@@ -55,6 +58,8 @@ def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: 
         alarm.closed_at = fleet.now()
         alarm.reason = reason
         n += 1
+        closed = {"kind": kind.value, "reason": reason, "message": alarm.message}
+        webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
     return n
 
 
@@ -208,5 +213,7 @@ def resolve_alarm(fleet: Fleet, alarm_id: int, reason: str) -> AlarmRecord:
             host=host,
             data={"alarm": alarm_id, "kind": alarm.kind.value, "reason": reason},
         )
+        closed = {"alarm": alarm_id, "kind": alarm.kind.value, "reason": alarm.reason}
+        webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
         s.flush()
         return _record(alarm, host.name)

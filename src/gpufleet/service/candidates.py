@@ -72,6 +72,12 @@ def _fabric() -> ColumnElement[Any]:
     return fabric
 
 
+def _gpus() -> ColumnElement[Any]:
+    """The GPUs a host offers: a partial host's usable count (issue 10, GPU-level health),
+    else every GPU of its latest snapshot."""
+    return func.coalesce(Host.usable_gpus, FactSnapshot.gpu_count)
+
+
 def _block_fabric() -> ColumnElement[Any]:
     """The fabric as placement groups it: lower-cased, '' when unset."""
     return func.coalesce(func.lower(_fabric()), "")
@@ -108,7 +114,7 @@ def candidate_filters(
             LeaseHost.ends_at <= start,
         )
         free = or_(free, and_(Host.state == HostState.ALLOCATED, ending))
-    out: list[ColumnElement[bool]] = [free, FactSnapshot.gpu_count > 0]
+    out: list[ColumnElement[bool]] = [free, _gpus() > 0]
     if is_explicit(selector):
         out.append(Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None)))
     if req.model:
@@ -143,10 +149,10 @@ def candidate_blocks(s: Session, filters: list[ColumnElement[bool]]) -> dict[Blo
     """How many candidate hosts of each GPU count every (rack, fabric) block has."""
     fabric = _block_fabric()
     stmt = (
-        select(Host.rack, fabric, FactSnapshot.gpu_count, func.count())
+        select(Host.rack, fabric, _gpus(), func.count())
         .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
         .where(*filters)
-        .group_by(Host.rack, fabric, FactSnapshot.gpu_count)
+        .group_by(Host.rack, fabric, _gpus())
     )
     out: dict[Block, Counter[int]] = {}
     for rack, fab, gpus, n in s.execute(stmt):
@@ -180,7 +186,7 @@ def candidate_views(
         Host.pool,
         _fabric(),
         Host.profiles,
-        FactSnapshot.gpu_count,
+        _gpus(),
         FactSnapshot.gpu_model,
     ]
     if req.min_gpu_memory_mib:
@@ -322,7 +328,7 @@ def host_views(
         Host.expected["fabric"].as_string(),
         Host.profiles,
         Host.eta,
-        FactSnapshot.gpu_count,
+        _gpus(),
         FactSnapshot.gpu_model,
     ]
     stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)

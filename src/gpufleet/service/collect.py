@@ -36,10 +36,10 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
-from gpufleet.domain.profiles import Decision, evaluate
-from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.profiles import Decision
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ParseError
+from gpufleet.service import gpu_health
 from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes, transition
@@ -416,14 +416,14 @@ def _act_on_critical(
     The decision is the domain's (:func:`gpufleet.domain.profiles.evaluate`, as validation
     makes it); only hardware faults act here, everything else waits for ``validate``.
     """
-    outcome = evaluate(
-        facts,
-        ExpectedSpec.model_validate(host.expected),
-        None,
-        policies.profiles,
-        policies.xid,
-        fleet.now(),
-    )
+    verdict = gpu_health.judge(s, host, facts, None, policies, fleet.now())
+    outcome = verdict.outcome
+    if verdict.unusable:  # the pool keeps partial hosts: re-validate with the GPU left out
+        if gpu_health.unusable_changed(host, verdict) and host.state is HostState.AVAILABLE:
+            reason = "; ".join(outcome.reasons[:1])
+            transition(s, fleet, host, Event.CHANGE_DETECTED, f"{reason}: validating again")
+            res.actions.append(f"sent to validation: {reason}")
+        return
     if outcome.decision is not Decision.QUARANTINE:
         return
     reason = "; ".join(outcome.reasons)

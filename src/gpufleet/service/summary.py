@@ -134,5 +134,7 @@ def _labels(h: Host, facts: HostFacts | None, baseline: str | None) -> HostLabel
         h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
         spec,
         fault,
+        usable_gpus=h.usable_gpus,
+        unusable_gpus=len(h.unusable_gpus or []),
     )
     return HostLabels(h.name, labels, derive_taints(state, fault))

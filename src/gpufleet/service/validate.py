@@ -22,10 +22,10 @@ from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
-from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
-from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.profiles import Decision, ValidationOutcome
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
+from gpufleet.service import gpu_health
 from gpufleet.service.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
@@ -181,15 +181,17 @@ def judge_host(
     facts = HostFacts.model_validate(snap.facts)
     baseline = baseline_for_host(s, host)
     now = fleet.now()
-    outcome: ValidationOutcome = evaluate(
+    # The pool's GPU fault policy may keep a partial host (service/gpu_health.py).
+    gpu_verdict = gpu_health.judge(
+        s,
+        host,
         facts,
-        ExpectedSpec.model_validate(host.expected),
         baseline,
-        policies.profiles,
-        policies.xid,
+        policies,
         now,
         evidence=ActiveEvidence.from_kinds(_evidence(s, host, now - fleet.settings.validation_ttl)),
     )
+    outcome: ValidationOutcome = gpu_verdict.outcome
     duplicate = flag_duplicate(s, fleet, host, facts)
     if duplicate and outcome.decision is Decision.AVAILABLE:
         # One machine, one host: the later name is not counted while the duplicate stands.
@@ -233,6 +235,8 @@ def judge_host(
     if outcome.decision is Decision.AVAILABLE:
         host.profiles = sorted(outcome.profiles_passed)
         host.validated_until = now + fleet.settings.validation_ttl
+    if outcome.decision is not Decision.QUARANTINE:
+        gpu_health.record_unusable(s, fleet, host, gpu_verdict)
     s.add(
         Validation(
             host_id=host.id,

@@ -134,6 +134,10 @@ class Host(Base):
     maintenance_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
     #: When a host in maintenance or quarantine is expected back (``--eta``, ``hosts eta``).
     eta: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # --- issue 10 (GPU-level health): a partial host's usable GPU count (None: all of them)
+    # and the GPUs validation marked unusable ({index, serial, uuid, pci_bus_id, reason}).
+    usable_gpus: Mapped[int | None] = mapped_column(Integer)
+    unusable_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
 
     host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
     latest_snapshot_id: Mapped[int | None] = mapped_column(
@@ -308,6 +312,9 @@ class Pool(Base):
     expected: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     #: The pool's lease rules (``leases policy``): on_expiry, max_duration_s; None: defaults.
     lease_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
+    #: issue 10: the pool's health rules (``pool health-policy``): gpu_fault, holders,
+    #: fallback_reboot, auto_remediate; None: defaults.
+    health_policy: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
 
 
 class Validation(Base):
@@ -727,3 +734,63 @@ class CampaignHost(Base):
     action_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     action_finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
+
+
+# --- issue 10 (health: remediation records, parts history, webhook deliveries) ---
+class Remediation(Base):
+    """One remediation step on one host (``gpufleet remediate``): the action, the GPUs (and
+    their serials) it touched, what ran and how it ended; the host's ladder is these rows."""
+
+    __tablename__ = "remediations"
+    __table_args__ = (Index("ix_remediations_host_time", "host_id", "started_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
+    host_name: Mapped[str] = mapped_column(String(255))
+    action: Mapped[str] = mapped_column(String(20))
+    gpus: Mapped[list[int]] = mapped_column(JsonType, default=list)
+    serials: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    outcome: Mapped[str] = mapped_column(String(20))
+    detail: Mapped[str] = mapped_column(Text, default="")
+    steps: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
+    ticket: Mapped[str | None] = mapped_column(String(128))
+    eta: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    rule: Mapped[str | None] = mapped_column(String(128))  # the rule that ran it automatically
+    actor: Mapped[str] = mapped_column(String(128))
+
+
+class PartEvent(Base):
+    """Something that happened to one GPU, by serial, wherever it was (``gpufleet parts``):
+    marked unusable, reset, RMA ticket, alarm. Where a serial was seen is the ``gpus`` rows."""
+
+    __tablename__ = "part_events"
+    __table_args__ = (Index("ix_part_events_serial_time", "serial", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    serial: Mapped[str] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
+    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
+    host_name: Mapped[str | None] = mapped_column(String(255))
+    gpu_index: Mapped[int | None] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(20))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
+
+
+class WebhookDelivery(Base):
+    """One notification sent to the webhook (``GPUFLEET_WEBHOOK_URL``): what, how many tries,
+    delivered or the last error. Never holds the secret or the signature."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    host_name: Mapped[str | None] = mapped_column(String(255))
+    payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
+    attempts: Mapped[int] = mapped_column(Integer)
+    delivered: Mapped[bool] = mapped_column(Boolean)
+    status: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)

@@ -1,0 +1,90 @@
+"""``gpufleet remediate HOST --action ...`` and ``gpufleet pool health-policy``."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import typer
+
+from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.domain.remediation import Action
+from gpufleet.errors import ConfigError
+from gpufleet.service import gpu_health, remediation
+
+
+def _eta(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        dt = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise ConfigError(f"--eta '{value}': use an ISO time, e.g. 2026-12-04T18:00") from None
+    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+
+
+@boundary
+def remediate_cmd(
+    host: str = typer.Argument(..., help="Host name."),
+    action: Action = typer.Option(..., "--action", help="reset-gpu, reboot or service-request."),
+    gpu: int | None = typer.Option(None, "--gpu", help="GPU index (default: the unusable ones)."),
+    ticket: str | None = typer.Option(None, "--ticket", help="Service request id (RMA-123)."),
+    eta: str | None = typer.Option(None, "--eta", help="Expected back (ISO time)."),
+    reason: str | None = typer.Option(None, "--reason", help="A note for the audit log."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds per in-band step."),
+    reboot_wait: float = typer.Option(
+        900.0, "--reboot-wait", help="Seconds to wait for a rebooted host to answer again."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Run one rung of the remediation ladder on a host, record it, send the host to
+    validation (service-request: to maintenance with the ticket and ETA). Exit 1 when the
+    step was refused or failed."""
+    rep = remediation.remediate(
+        open_fleet(),
+        host,
+        action,
+        gpu=gpu,
+        ticket=ticket,
+        eta=_eta(eta),
+        reason=reason,
+        timeout_s=timeout,
+        reboot_wait_s=reboot_wait,
+    )
+    if as_json:
+        print_json(asdict(rep))
+    else:
+        for st in rep.steps:
+            console.print(f"{lit(rep.host)}: {lit(st.action)} {lit(st.outcome)}: {lit(st.detail)}")
+        console.print(f"{lit(rep.host)} is now {lit(rep.state)}")
+    if not rep.ok:
+        raise typer.Exit(1)
+
+
+@boundary
+def pool_health_policy_cmd(
+    pool: str = typer.Argument(..., help="Pool name."),
+    gpu_fault: str | None = typer.Option(None, "--gpu-fault", help="host (default) or partial."),
+    holders: str | None = typer.Option(None, "--holders", help="refuse (default) or stop."),
+    fallback_reboot: bool | None = typer.Option(
+        None, "--fallback-reboot/--no-fallback-reboot", help="Reboot when a GPU reset fails."
+    ),
+    auto_remediate: list[str] | None = typer.Option(
+        None, "--auto-remediate", help="A rule whose alarm runs reset-gpu (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Show or set a pool's health policy."""
+    policy = gpu_health.set_pool_health_policy(
+        open_fleet(),
+        pool,
+        gpu_fault=gpu_fault,
+        holders=holders,
+        fallback_reboot=fallback_reboot,
+        auto_remediate=auto_remediate or None,
+    )
+    if as_json:
+        print_json(policy.as_json())
+    else:
+        for k, v in policy.as_json().items():
+            console.print(f"{k:16} {lit(v)}")

@@ -1,0 +1,472 @@
+"""``gpufleet remediate``: run one rung of the ladder on a host, keep the record, send the host
+to validation.
+
+claim -> run -> apply, as every work on hosts: the host is claimed (short transaction), the
+in-band steps run over its transport with no transaction open (probe the GPU holders, reset,
+verify, bug report, reboot and wait for the host to return), then one short transaction writes
+the remediation rows, the audit event, the parts history of the GPUs touched and the lifecycle
+move (to ``validating``; ``service-request``: to ``maintenance`` with the ticket and ETA).
+Notifications go out after the commit (service/webhooks.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from gpufleet.collect.transport import Outcome, RawResult, Transport, run_many
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.gpu_health import HolderPolicy
+from gpufleet.domain.remediation import (
+    Action,
+    alive_script,
+    probe_script,
+    read_probe,
+    read_reset,
+    reboot_script,
+    reset_script,
+)
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.states import Event, HostState
+from gpufleet.errors import Conflict, InvalidTransition, UsageError
+from gpufleet.service import webhooks
+from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.gpu_health import pool_health_policy
+from gpufleet.service.lifecycle import transition
+from gpufleet.service.pipeline import (
+    Claimed,
+    claim_hosts,
+    drop_claim,
+    holds_claim,
+    release_claims,
+    transport_for_host,
+)
+from gpufleet.store.repo import host_by_name
+from gpufleet.store.tables import FactSnapshot, Host, PartEvent, Remediation
+
+#: States remediation refuses: a lessee's job runs there, or the host is gone.
+_REFUSED = (HostState.ALLOCATED, HostState.RETIRED, HostState.RECLAIMING)
+#: How each state is sent to validation after an in-band step.
+_TO_VALIDATION = {
+    HostState.QUARANTINED: Event.UNQUARANTINE,
+    HostState.AVAILABLE: Event.VALIDATE,
+    HostState.VALIDATING: Event.VALIDATE,
+    HostState.ENROLLED: Event.VALIDATE,
+    HostState.MAINTENANCE: Event.MAINTENANCE_OFF,
+}
+
+
+@dataclass
+class Step:
+    """One rung climbed: what ran and how it ended."""
+
+    action: str
+    outcome: str  # ok, failed, refused
+    detail: str
+    gpus: list[int] = field(default_factory=list)
+    bug_report: str | None = None
+
+
+@dataclass
+class RemediationReport:
+    """What ``remediate`` did to one host."""
+
+    host: str
+    action: str
+    ok: bool
+    steps: list[Step]
+    state: str
+    record_ids: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Plan:
+    gpus: list[int] | None  # None: every GPU (the reset domain)
+    uuids: set[str] | None
+    serials: dict[int, str]
+    expected: int | None
+    domain_note: str = ""
+
+
+def _plan(s: Session, host: Host, gpu: int | None) -> _Plan:
+    snap = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
+    facts = HostFacts.model_validate(snap.facts) if snap else None
+    gpus = facts.gpus if facts else []
+    serials = {g.index: g.serial for g in gpus if g.serial}
+    if gpu is not None and gpu not in {g.index for g in gpus}:
+        raise UsageError(f"{host.name}: no GPU {gpu} in its latest facts")
+    spec = ExpectedSpec.model_validate(host.expected)
+    if spec.nvswitch:  # NVSwitch systems reset every GPU together
+        note = "NVSwitch system: the whole reset domain (every GPU) is reset together"
+        return _Plan(None, None, serials, len(gpus) or None, note)
+    if gpu is None:
+        unusable = [u["index"] for u in host.unusable_gpus or [] if u.get("index") is not None]
+        if unusable:
+            gpu_list = sorted(unusable)
+        else:
+            return _Plan(None, None, serials, len(gpus) or None, "every GPU")
+    else:
+        gpu_list = [gpu]
+    uuids = {g.uuid for g in gpus if g.index in gpu_list and g.uuid}
+    return _Plan(gpu_list, uuids or None, serials, len(gpu_list), "")
+
+
+def _run(fleet: Fleet, c: Claimed, tr: Transport, script: str, timeout_s: float) -> RawResult:
+    return asyncio.run(run_many(tr, [c.target], script, forks=1, timeout_s=timeout_s))[0]
+
+
+def _claim(fleet: Fleet, name: str, timeout_s: float) -> Claimed:
+    got = claim_hosts(
+        fleet,
+        name,
+        None,
+        lambda n: timedelta(seconds=timeout_s * 4 + 120),
+        skip_states=_REFUSED,
+    )
+    if got.refused:
+        raise UsageError(f"{name}: {got.refused[0][1]}")
+    if not got.hosts:
+        if got.busy:
+            raise Conflict(f"host {name} is held by another worker; try again")
+        with fleet.db.session() as s:
+            h = host_by_name(s, name)
+            raise InvalidTransition(h.name, str(h.state), "remediate", ["not allocated/retired"])
+    return got.hosts[0]
+
+
+def _wait_back(
+    fleet: Fleet, c: Claimed, tr: Transport, wait_s: float, sleep: Callable[[float], None]
+) -> bool:
+    """Poll until the host answers again (True) or ``wait_s`` passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        r = _run(fleet, c, tr, alive_script(), min(30.0, max(wait_s, 1.0)))
+        if r.outcome is Outcome.OK and "@@alive" in (r.output or ""):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+
+
+def _reboot(fleet: Fleet, c: Claimed, tr: Transport, timeout_s: float, wait_s: float) -> Step:
+    r = _run(fleet, c, tr, reboot_script(), timeout_s)
+    out = r.output or ""
+    if r.outcome is Outcome.OK and "@@rc 0" not in out:
+        return Step(Action.REBOOT.value, "failed", f"systemctl reboot refused: {out.strip()[:300]}")
+    time.sleep(min(2.0, wait_s))  # give the host a moment to go down
+    if _wait_back(fleet, c, tr, wait_s, time.sleep):
+        return Step(
+            Action.REBOOT.value, "ok", "rebooted (systemctl reboot); the host answers again"
+        )
+    return Step(Action.REBOOT.value, "failed", f"the host did not come back within {wait_s:.0f} s")
+
+
+def remediate(
+    fleet: Fleet,
+    name: str,
+    action: Action,
+    *,
+    gpu: int | None = None,
+    ticket: str | None = None,
+    eta: datetime | None = None,
+    rule: str | None = None,
+    timeout_s: float = 300.0,
+    reboot_wait_s: float = 900.0,
+    reason: str | None = None,
+) -> RemediationReport:
+    """Run ``action`` on host ``name`` (see the module); ``rule``: the rule that ran it
+    automatically (policy ``auto_remediate``)."""
+    if action is Action.SERVICE_REQUEST:
+        return _service_request(fleet, name, gpu=gpu, ticket=ticket, eta=eta, reason=reason)
+    if ticket or eta:
+        raise UsageError("--ticket and --eta belong to --action service-request")
+    with fleet.db.session() as s:
+        host = host_by_name(s, name)
+        if HostState(host.state) in _REFUSED:
+            raise InvalidTransition(
+                host.name, str(host.state), f"remediate {action.value}", ["not allocated/retired"]
+            )
+        plan = _plan(s, host, gpu)
+        policy = pool_health_policy(s, host.pool)
+    c = _claim(fleet, name, timeout_s)
+    steps: list[Step] = []
+    try:
+        tr = transport_for_host(c.key, fleet)
+        if action is Action.RESET_GPU:
+            probe_raw = _run(fleet, c, tr, probe_script(), timeout_s)
+            if probe_raw.outcome is not Outcome.OK:
+                steps.append(
+                    Step(action.value, "failed", f"{probe_raw.outcome.value}: {probe_raw.reason}")
+                )
+            else:
+                probe = read_probe(probe_raw.output or "", plan.uuids)
+                held = "; ".join(h.describe() for h in probe.holders)
+                if probe.unknown:
+                    steps.append(
+                        Step(
+                            action.value,
+                            "refused",
+                            "cannot tell who holds the GPU: " + "; ".join(probe.unknown),
+                            plan.gpus or [],
+                        )
+                    )
+                elif probe.holders and policy.holders is HolderPolicy.REFUSE:
+                    steps.append(
+                        Step(
+                            action.value,
+                            "refused",
+                            f"the GPU is in use: {held} (policy: "
+                            "refuse; stop them or set holders: stop)",
+                            plan.gpus or [],
+                        )
+                    )
+                else:
+                    r = _run(fleet, c, tr, reset_script(plan.gpus, stop=probe.holders), timeout_s)
+                    if r.outcome is not Outcome.OK:
+                        steps.append(
+                            Step(
+                                action.value,
+                                "failed",
+                                f"{r.outcome.value}: {r.reason}",
+                                plan.gpus or [],
+                            )
+                        )
+                    else:
+                        res = read_reset(r.output or "", plan.expected)
+                        detail = res.detail
+                        if probe.holders:
+                            detail = f"stopped {held}; {detail}"
+                        if plan.domain_note:
+                            detail = f"{plan.domain_note}; {detail}"
+                        steps.append(
+                            Step(
+                                action.value,
+                                "ok" if res.ok else "failed",
+                                detail,
+                                plan.gpus or [],
+                                res.bug_report,
+                            )
+                        )
+            if steps[-1].outcome == "failed" and policy.fallback_reboot:
+                steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
+        else:
+            steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
+        report = _apply(fleet, c, name, action, steps, plan, rule, reason)
+    finally:
+        release_claims(fleet, c.token)
+    webhooks.notify(fleet, EventKind.REMEDIATION.value, name, _payload(report))
+    return report
+
+
+def _payload(r: RemediationReport) -> dict[str, Any]:
+    return {
+        "host": r.host,
+        "action": r.action,
+        "ok": r.ok,
+        "state": r.state,
+        "steps": [vars(st) for st in r.steps],
+    }
+
+
+def _apply(
+    fleet: Fleet,
+    c: Claimed,
+    name: str,
+    action: Action,
+    steps: list[Step],
+    plan: _Plan,
+    rule: str | None,
+    reason: str | None,
+) -> RemediationReport:
+    now = fleet.now()
+    ids: list[int] = []
+    with fleet.db.session() as s:
+        host = s.get(Host, c.host_id, with_for_update=True)
+        if host is None or not holds_claim(host, c.token):
+            raise Conflict(f"host {name} changed hands while it was remediated; nothing recorded")
+        for st in steps:
+            touched = st.gpus or sorted(plan.serials)
+            serials = [plan.serials[i] for i in touched if i in plan.serials]
+            row = Remediation(
+                host_id=host.id,
+                host_name=host.name,
+                action=st.action,
+                gpus=st.gpus,
+                serials=serials,
+                started_at=now,
+                finished_at=fleet.now(),
+                outcome=st.outcome,
+                detail=st.detail + (f"; bug report {st.bug_report}" if st.bug_report else ""),
+                steps=[vars(st)],
+                rule=rule,
+                actor=fleet.actor,
+            )
+            s.add(row)
+            s.flush()
+            ids.append(row.id)
+            record_event(
+                s,
+                fleet,
+                EventKind.REMEDIATION,
+                f"{st.action} {st.outcome}: {st.detail}",
+                host=host,
+                data={
+                    "action": st.action,
+                    "outcome": st.outcome,
+                    "gpus": st.gpus,
+                    "remediation": row.id,
+                    "rule": rule,
+                },
+            )
+            if st.outcome != "refused":
+                for i in touched:
+                    if i in plan.serials:
+                        s.add(
+                            PartEvent(
+                                serial=plan.serials[i],
+                                at=now,
+                                host_id=host.id,
+                                host_name=host.name,
+                                gpu_index=i,
+                                kind=st.action,
+                                message=f"{st.outcome}: {st.detail}",
+                                data={"remediation": row.id},
+                            )
+                        )
+        ran = any(st.outcome != "refused" for st in steps)
+        state = HostState(host.state)
+        if ran and state in _TO_VALIDATION:
+            why = reason or f"remediated ({', '.join(f'{st.action} {st.outcome}' for st in steps)})"
+            transition(s, fleet, host, _TO_VALIDATION[state], why)
+        drop_claim(host, fleet.now())
+        final = str(host.state)
+    ok = bool(steps) and steps[-1].outcome == "ok"
+    return RemediationReport(name, action.value, ok, steps, final, ids)
+
+
+def _service_request(
+    fleet: Fleet,
+    name: str,
+    *,
+    gpu: int | None,
+    ticket: str | None,
+    eta: datetime | None,
+    reason: str | None,
+) -> RemediationReport:
+    if not ticket:
+        raise UsageError("--action service-request needs --ticket (e.g. RMA-123)")
+    with fleet.db.session() as s:
+        host = host_by_name(s, name, for_update=True)
+        plan = _plan(s, host, gpu)
+        why = reason or f"service request {ticket}" + (
+            f", back by {eta.isoformat()}" if eta else ""
+        )
+        transition(
+            s,
+            fleet,
+            host,
+            Event.MAINTENANCE_ON,
+            why,
+            data={"ticket": ticket, "eta": eta.isoformat() if eta else None},
+        )
+        host.eta = eta
+        touched = plan.gpus if plan.gpus is not None else sorted(plan.serials)
+        serials = [plan.serials[i] for i in touched if i in plan.serials]
+        now = fleet.now()
+        step = Step(Action.SERVICE_REQUEST.value, "ok", why, list(plan.gpus or []))
+        row = Remediation(
+            host_id=host.id,
+            host_name=host.name,
+            action=step.action,
+            gpus=step.gpus,
+            serials=serials,
+            started_at=now,
+            finished_at=now,
+            outcome="ok",
+            detail=why,
+            steps=[vars(step)],
+            ticket=ticket,
+            eta=eta,
+            actor=fleet.actor,
+        )
+        s.add(row)
+        s.flush()
+        record_event(
+            s,
+            fleet,
+            EventKind.REMEDIATION,
+            f"service-request {ticket}: {why}",
+            host=host,
+            data={
+                "action": step.action,
+                "ticket": ticket,
+                "remediation": row.id,
+                "eta": eta.isoformat() if eta else None,
+                "gpus": step.gpus,
+            },
+        )
+        for i in touched:
+            if i in plan.serials:
+                s.add(
+                    PartEvent(
+                        serial=plan.serials[i],
+                        at=now,
+                        host_id=host.id,
+                        host_name=host.name,
+                        gpu_index=i,
+                        kind="rma",
+                        message=f"service request {ticket}",
+                        data={"ticket": ticket, "remediation": row.id},
+                    )
+                )
+        state = str(host.state)
+        rid = row.id
+    report = RemediationReport(name, step.action, True, [step], state, [rid])
+    webhooks.notify(fleet, EventKind.REMEDIATION.value, name, _payload(report))
+    return report
+
+
+def ladder(fleet: Fleet, name: str) -> list[dict[str, Any]]:
+    """The rungs a host has climbed, oldest first (``hosts show``)."""
+    with fleet.db.session() as s:
+        host = host_by_name(s, name)
+        rows = s.scalars(
+            select(Remediation)
+            .where(Remediation.host_id == host.id)
+            .order_by(Remediation.started_at, Remediation.id)
+        )
+        return [
+            {
+                "id": r.id,
+                "at": r.started_at,
+                "action": r.action,
+                "outcome": r.outcome,
+                "gpus": list(r.gpus),
+                "ticket": r.ticket,
+                "eta": r.eta,
+                "rule": r.rule,
+                "detail": r.detail,
+                "actor": r.actor,
+            }
+            for r in rows
+        ]
+
+
+def auto_remediate(fleet: Fleet, name: str, rule: str) -> RemediationReport | None:
+    """The hook the health rules call when ``rule`` fires on ``name``: runs the first rung
+    (reset-gpu) when the host's pool lists the rule under ``auto_remediate``; None otherwise."""
+    with fleet.db.session() as s:
+        host = host_by_name(s, name)
+        policy = pool_health_policy(s, host.pool)
+    if rule not in policy.auto_remediate:
+        return None
+    return remediate(fleet, name, Action.RESET_GPU, rule=rule)
