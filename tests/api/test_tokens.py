@@ -6,6 +6,7 @@ the one error shape for each refusal."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -168,3 +169,37 @@ def test_cli_token_create_list_revoke(fleet: Fleet, tmp_path: Path) -> None:
         error(c.get(f"{V1}/pools", headers=bearer(secret)), 401, "unauthorized")
     r = runner.invoke(cli_app, [*base, "token", "revoke", "nobody"], env=env)
     assert r.exit_code == 4, r.output
+
+
+#: Routes only an admin may call (everything else that mutates is for operators).
+ADMIN_ONLY = {
+    ("post", "/api/v1/maintenance/on"),
+    ("post", "/api/v1/maintenance/off"),
+    ("post", "/api/v1/alarms/{alarm_id}/resolve"),
+    ("get", "/api/v1/tokens"),
+    ("post", "/api/v1/tokens"),
+    ("delete", "/api/v1/tokens/{name}"),
+}
+
+
+def test_every_route_refuses_no_token_and_too_low_a_role(lab_fleet: Fleet) -> None:
+    """From the OpenAPI document, so a new route cannot forget its role: no token 401 (but
+    health), a viewer mutating 403, an operator on an admin route 403, each in the one shape."""
+    _, viewer = create_token(lab_fleet, "v", Role.VIEWER)
+    _, operator = create_token(lab_fleet, "o", Role.OPERATOR)
+    with TestClient(create_app(lab_fleet, TokenStore(None))) as c:
+        doc = c.get(f"{V1}/openapi.json").json()
+        ops = [(m, p) for p, item in doc["paths"].items() for m in item]
+        assert len(ops) >= 25 and set(ops) >= ADMIN_ONLY
+        for method, path in ops:
+            url = re.sub(r"\{[^}]+\}", "1", path)
+            if path == f"{V1}/health":
+                assert c.request(method, url).status_code == 200
+                continue
+            error(c.request(method, url, json={}), 401, "unauthorized")
+            if (method, path) in ADMIN_ONLY:
+                r = c.request(method, url, json={}, headers=bearer(operator))
+                assert "o (operator)" in error(r, 403, "forbidden"), (method, path)
+            elif method != "get":
+                r = c.request(method, url, json={}, headers=bearer(viewer))
+                assert "v (viewer)" in error(r, 403, "forbidden"), (method, path)
