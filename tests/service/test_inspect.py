@@ -193,6 +193,11 @@ def test_blast_radius_guard_stops_at_the_share(
     inspect(fleet)
     assert len(fleet_alarms(fleet)) == 1
     assert sorted(n for n, s in states(fleet).items() if s == "quarantined") == quarantined
+    # Manual actions are not blocked by the guard: an operator takes a held host out.
+    from gpufleet.service.operations import maintenance_on
+
+    maintenance_on(fleet, "gpu-04", reason="ECC reported, pulling it by hand")
+    assert states(fleet)["gpu-04"] == "maintenance"
     # Healed hosts re-validate and return even with the guard tripped.
     set_faults(d, {}, clock)
     clock.advance(hours=2)
