@@ -1,0 +1,1 @@
+"""AMD Instinct GPUs: ``rocm-smi --json``."""

@@ -1,0 +1,1 @@
+"""Huawei Ascend NPUs: ``npu-smi``, ``hccn_tool`` and the driver/firmware/CANN version files."""

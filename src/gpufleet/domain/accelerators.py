@@ -1,0 +1,144 @@
+"""Vendor-neutral accelerator model (issue 15): what any vendor's plugin reports.
+
+Pure domain: no I/O, no store. A vendor plugin (``gpufleet.collect.vendors.<vendor>``)
+turns its tools' output into these records; checks and labels read only these records,
+so the rest of gpufleet never needs to know which tool produced a value.
+
+NVIDIA is not yet expressed through this model: its facts still live in
+``gpufleet.domain.facts`` (see docs/architecture.md, "Accelerator vendors").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+
+class Vendor(StrEnum):
+    NVIDIA = "nvidia"
+    HUAWEI = "huawei"
+    AMD = "amd"
+
+
+# PCI vendor ids, lower-case hex as lspci -nn prints them.
+PCI_VENDOR_IDS: Mapping[Vendor, str] = {
+    Vendor.NVIDIA: "10de",
+    Vendor.HUAWEI: "19e5",
+    Vendor.AMD: "1002",
+}
+
+
+class Health(StrEnum):
+    """Health as the vendor tool states it, folded onto three levels plus unknown."""
+
+    OK = "ok"
+    WARNING = "warning"
+    ALARM = "alarm"  # Ascend "Alarm"/"Critical"; a fault that takes the device out
+    UNKNOWN = "unknown"
+
+
+class LinkState(StrEnum):
+    UP = "up"
+    DOWN = "down"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorCounter:
+    """One named error counter (ECC, RAS block, PCIe replay, RoCE error packets)."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A device-to-device or device-to-network link (HCCS, XGMI, NVLink, RoCE port)."""
+
+    kind: str  # "hccs", "xgmi", "pcie", "roce", "nvlink", ...
+    peer: str | None  # peer device index as text, or None for a network port
+    state: LinkState = LinkState.UNKNOWN
+    speed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Accelerator:
+    """One accelerator as the host reports it. ``index`` is the tool's own numbering."""
+
+    vendor: Vendor
+    index: int
+    model: str  # vendor's model name, as printed ("910B3", "AMD Instinct MI100")
+    bus_id: str | None = None  # normalised "0000:c1:00.0"
+    serial: str | None = None
+    uuid: str | None = None
+    memory_total_mib: int | None = None
+    memory_used_mib: int | None = None
+    health: Health = Health.UNKNOWN
+    error_codes: tuple[str, ...] = ()
+    error_counters: tuple[ErrorCounter, ...] = ()
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    firmware: Mapping[str, str] = field(default_factory=dict)
+    links: tuple[Link, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SoftwareVersions:
+    """Host-level software stack pinned by baselines."""
+
+    driver: str | None = None
+    firmware: str | None = None
+    runtime: str | None = None  # CANN toolkit for Ascend, ROCm for AMD, CUDA for NVIDIA
+    tool: str | None = None  # npu-smi / rocm-smi version
+
+
+@dataclass(frozen=True, slots=True)
+class AcceleratorInventory:
+    """Everything one vendor plugin reports for one host."""
+
+    vendor: Vendor
+    accelerators: tuple[Accelerator, ...]
+    versions: SoftwareVersions = SoftwareVersions()
+
+    @property
+    def count(self) -> int:
+        return len(self.accelerators)
+
+    def models(self) -> list[str]:
+        return sorted({a.model for a in self.accelerators})
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """Outcome of one vendor check: ``ok`` or not, with a reason naming the device."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+
+
+class VendorPlugin(Protocol):
+    """What a vendor contributes. One implementation per vendor package.
+
+    ``sections`` are the commands to run on the host (section name -> shell command);
+    ``parse`` turns their raw outputs into an inventory (raising ParseError naming the
+    section and line); ``labels`` gives Kubernetes node labels in the vendor's own
+    conventions; ``resource`` is the extended resource name the vendor's device plugin
+    advertises; ``checks`` judge an inventory against what is expected.
+    """
+
+    vendor: Vendor
+    resource: str
+
+    def sections(self) -> Mapping[str, str]: ...
+
+    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory: ...
+
+    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]: ...
+
+    def checks(
+        self, inventory: AcceleratorInventory, *, expected_count: int | None
+    ) -> Sequence[CheckResult]: ...
