@@ -37,6 +37,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
@@ -596,6 +597,8 @@ def inspect_loop(
                 roll_up_and_prune(fleet)
             except GpufleetError as exc:
                 error = str(exc)
+            except SQLAlchemyError as exc:  # the database went away: try again next sweep
+                error = f"database error ({type(exc).__name__}); the next sweep tries again"
             sweeps += 1
             if on_sweep is not None:
                 on_sweep(report, error)
