@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from procrastinate.jobs import Job
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.runs import RunKind, RunState, claim_token
-from gpufleet.errors import NotFound
+from gpufleet.errors import ConfigError, NotFound, StoreUnavailable
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import jobs
@@ -27,6 +28,7 @@ from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.pipeline import Claim, claim_hosts
 from gpufleet.service.policies import Policies
+from gpufleet.service.tasks import MAX_ATTEMPTS, ChunkRetry
 from gpufleet.store.tables import CollectionResult, Host, JobChunk
 
 
@@ -214,3 +216,26 @@ def test_selectors_that_match_nothing_are_refused(fleet: Fleet, tmp_path: Path) 
     with pytest.raises(NotFound, match="no run 999"):
         jobs.show_run(fleet, 999)
     assert q.deferred == []
+
+
+def test_chunk_retry_policy() -> None:
+    """Held hosts: retry soon, a little later each time; a database briefly away: back off;
+    a mistake no retry fixes, or the last attempt: fail the chunk."""
+    retry = ChunkRetry()
+
+    def wait_s(exc: BaseException, attempts: int) -> float | None:
+        job = Job(
+            id=1, queue="runs", lock=None, queueing_lock=None, task_name="t", attempts=attempts
+        )
+        before = datetime.now(UTC)
+        decision = retry.get_retry_decision(exception=exc, job=job)
+        if decision is None:
+            return None
+        assert decision.retry_at is not None
+        return round((decision.retry_at - before).total_seconds())
+
+    busy = jobs.HostsBusy(["gpu-01"])
+    assert [wait_s(busy, n) for n in (0, 1, 5, 28, 29)] == [1, 2, 6, 29, None]
+    assert wait_s(busy, MAX_ATTEMPTS - 1) is None
+    assert [wait_s(StoreUnavailable("db restarting"), n) for n in (0, 2, 9)] == [2, 8, 60]
+    assert wait_s(ConfigError("bad profiles file"), 0) is None

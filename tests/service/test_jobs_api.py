@@ -3,10 +3,16 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
@@ -23,6 +29,13 @@ from gpufleet.service.tasks import JobQueue
 from gpufleet.store.db import Database
 
 V1 = "/api/v1"
+GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def empty_queue(fleet: Fleet) -> None:
@@ -148,3 +161,55 @@ def test_the_queue_needs_db_upgrade_on_postgres_and_the_server_worker_on_sqlite(
             }
             assert depth[("runs", "todo")] == 1
     fleet.db.dispose()
+
+
+def test_serve_with_worker_runs_jobs_on_embedded_sqlite(tmp_path: Path) -> None:
+    """The README's path: no database server, `gpufleet serve --with-worker` runs the runs."""
+    home = tmp_path / "home"
+    fleet = Fleet.open(home=home, url=f"sqlite:///{home / 'gpufleet.db'}", actor="pytest")
+    make_lab(fleet, tmp_path, 3)
+    fleet.db.dispose()
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env |= {
+        "GPUFLEET_HOME": str(home),
+        "GPUFLEET_API_TOKENS_FILE": str(write_tokens(tmp_path / "tokens.yaml")),
+        "GPUFLEET_SCHEDULE_SWEEP": "* * * * * */2",
+    }
+    proc = subprocess.Popen(
+        [GPUFLEET, "serve", "--port", str(port), "--with-worker"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}/api/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "gpufleet serve --with-worker did not start"
+            time.sleep(0.2)
+        r = httpx.post(f"{base}/runs", json={"kind": "validate"}, headers=auth("operator"))
+        assert r.status_code == 202, r.text
+        run_id = r.json()["id"]
+        deadline = time.monotonic() + 120
+        while True:
+            body = httpx.get(f"{base}/runs/{run_id}", headers=auth("viewer")).json()
+            if body["state"] in ("succeeded", "failed"):
+                break
+            assert time.monotonic() < deadline, body
+            time.sleep(0.2)
+        assert body["state"] == "succeeded" and body["verdicts"] == {"available": 3}
+        # nothing left queued, and /metrics says so
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert 'gpufleet_jobs{queue="runs",status="todo"} 0.0' in metrics
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=60)
+    assert "background jobs run in this process" in err

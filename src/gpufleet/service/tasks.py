@@ -89,14 +89,15 @@ def queue_of(context: JobContext) -> JobQueue:
 
 
 class ChunkRetry(BaseRetryStrategy):
-    """Retry a chunk while its hosts are held elsewhere (soon) or the database is briefly
-    away (backing off), up to :data:`MAX_ATTEMPTS`; anything else fails the chunk."""
+    """Retry a chunk while its hosts are held elsewhere (1 s, then a second longer each time,
+    up to 30 s: about eight minutes in all) or the database is briefly away (doubling, up to
+    a minute), up to :data:`MAX_ATTEMPTS`; anything else fails the chunk."""
 
     def get_retry_decision(self, *, exception: BaseException, job: Job) -> RetryDecision | None:
         if job.attempts >= MAX_ATTEMPTS - 1:
             return None
-        if isinstance(exception, jobs.HostsBusy):
-            return RetryDecision(retry_in={"seconds": 1})
+        if isinstance(exception, jobs.HostsBusy):  # their claims last as long as their work
+            return RetryDecision(retry_in={"seconds": min(30, 1 + job.attempts)})
         if isinstance(exception, GpufleetError) and exception.retryable:
             return RetryDecision(retry_in={"seconds": min(60, 2 ** (job.attempts + 1))})
         return None
