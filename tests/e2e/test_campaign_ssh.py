@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from gpufleet.service.campaign import (
     show_campaign,
 )
 from gpufleet.service.enroll import enroll
+from gpufleet.service.failures import failure_report, record_failure
 from gpufleet.service.fleet import Fleet, utcnow
 from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
@@ -122,6 +124,9 @@ def _switches(lab: SshLab, name: str) -> list[str]:
     return [c for c in lab.calls(name) if c.startswith(SWITCH)]
 
 
+# 20 real sshd hosts and three ansible-runner waves take about a minute on a loaded 2-core CI
+# machine: run on PostgreSQL (production's store) only; the smaller campaigns below run on both.
+@pytest.mark.parametrize("fleet", ["postgres"], indirect=True)
 def test_campaign_upgrades_twenty_hosts_canary_then_waves(
     fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
 ) -> None:
@@ -165,6 +170,13 @@ def test_campaign_upgrades_twenty_hosts_canary_then_waves(
         assert maint and "campaign drv570 (BUILD-123)" in maint[0]["data"]["reason"]
     with fleet.db.session() as s:
         assert {h.vars.get("gpufleet_baseline") for h in s.scalars(select(Host))} == {"b-new"}
+    # A later failure report names the change and its ticket.
+    one = lf.hosts[3].name
+    record_failure(fleet, job="j1", host=one, gpu=None, time=fleet.now().isoformat(),
+                   message="NCCL WARN unhandled cuda error")
+    group = next(g for g in failure_report(fleet, timedelta(days=7)).groups if g.host == one)
+    assert any(e.startswith("change-declared") and "driver-upgrade by BUILD-123 (campaign "
+               "drv570)" in e for e in group.evidence), group.evidence
 
 
 def test_failed_canary_halts_before_wave_one_and_auto_rollback_restores_it(
