@@ -49,6 +49,7 @@ def test_renew_and_release_refusals_exit_by_cause(gf: Cli) -> None:
     lid, host = str(lease["id"]), lease["hosts"][0]
     assert lease["users"] == ["alice", "bob"]
     assert gf.json("leases", "show", lid)["users"] == ["alice", "bob"]
+    assert "lessee users: alice, bob" in flat(gf.run("leases", "show", lid).stdout)
     # the same host reserved by another team from +48h to +72h
     start = datetime.now(UTC) + timedelta(hours=48)
     rsv = gf.json(

@@ -184,6 +184,8 @@ def leases_show_cmd(
     console.print(
         f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
     )
+    users = ", ".join(v.users) if v.users else "none recorded (reclaim: any UID >= 1000)"
+    console.print(f"lessee users: {lit(users)}")
     for host, uuids in v.gpu_uuids.items():
         console.print(f"  {lit(host)}: {lit(', '.join(uuids))}")
     if v.reason:
