@@ -63,14 +63,18 @@ class Link:
     speed: str | None = None
 
 
+UNKNOWN_MODEL = "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class Accelerator:
     """One accelerator as the host reports it. ``index`` is the tool's own numbering."""
 
     vendor: Vendor
     index: int
-    model: str  # vendor's model name, as printed ("910B3", "AMD Instinct MI100")
+    model: str  # vendor's model name ("910B3", "Instinct MI100"); UNKNOWN_MODEL if none
     bus_id: str | None = None  # normalised "0000:c1:00.0"
+    pci_device_id: str | None = None  # lower-case hex without 0x ("738c"), as lspci -nn
     serial: str | None = None
     uuid: str | None = None
     memory_total_mib: int | None = None
@@ -142,3 +146,49 @@ class VendorPlugin(Protocol):
     def checks(
         self, inventory: AcceleratorInventory, *, expected_count: int | None
     ) -> Sequence[CheckResult]: ...
+
+
+# ---- vendor-neutral checks (pure; a plugin picks the ones its tools can feed) ----
+
+
+def count_check(inventory: AcceleratorInventory, expected: int | None) -> CheckResult:
+    """The tool sees as many accelerators as the host's spec expects (None: not checked)."""
+    if expected is None:
+        return CheckResult("accelerator_count", True, "no expected count")
+    ok = inventory.count == expected
+    reason = f"{inventory.vendor} tool reports {inventory.count}, expected {expected}"
+    return CheckResult("accelerator_count", ok, "" if ok else reason)
+
+
+def pci_count_check(inventory: AcceleratorInventory, on_bus: int) -> CheckResult:
+    """The vendor tool sees every accelerator ``lspci`` lists under the vendor's PCI id
+    (``on_bus``: the plugin's count of those functions)."""
+    want = PCI_VENDOR_IDS[inventory.vendor]
+    ok = on_bus == inventory.count
+    reason = f"lspci lists {on_bus} {want} devices, the vendor tool reports {inventory.count}"
+    return CheckResult("accelerator_pci_count", ok, "" if ok else reason)
+
+
+def health_check(inventory: AcceleratorInventory) -> CheckResult:
+    """Every accelerator reports health OK; the reason names each other one, its state
+    and error codes."""
+    bad = [a for a in inventory.accelerators if a.health is not Health.OK]
+    if not bad:
+        return CheckResult("accelerator_health", True)
+    parts = [
+        f"#{a.index} {a.health}" + (f" [{' '.join(a.error_codes)}]" if a.error_codes else "")
+        for a in bad
+    ]
+    return CheckResult("accelerator_health", False, "; ".join(parts))
+
+
+def links_check(links: Mapping[int, LinkState]) -> CheckResult:
+    """Every accelerator network port (device index -> state) is up."""
+    down = sorted(i for i, s in links.items() if s is not LinkState.UP)
+    if not down:
+        return CheckResult("accelerator_links", True)
+    return CheckResult(
+        "accelerator_links",
+        False,
+        ", ".join(f"port of #{i} {links[i]}" for i in down),
+    )

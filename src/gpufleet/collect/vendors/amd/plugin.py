@@ -1,0 +1,132 @@
+"""The AMD Instinct vendor plugin: ``rocm-smi --json`` -> accelerator records and labels.
+
+Labels follow AMD's node labeller (ROCm/k8s-device-plugin ``k8s-node-labeller``):
+``amd.com/gpu.device-id`` (hex without ``0x``, e.g. ``738c``), ``amd.com/gpu.product-name``
+(spaces as ``_``, e.g. ``Instinct_MI100``), ``amd.com/gpu.vram`` (GiB, e.g. ``32G``) and
+``amd.com/gpu.driver-version``. The labeller's family, SIMD and CU counts come from the
+kernel's KFD topology, which rocm-smi does not print: they are not emitted. The extended
+resource is ``amd.com/gpu``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpufleet.collect.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
+from gpufleet.domain.accelerators import (
+    UNKNOWN_MODEL,
+    Accelerator,
+    AcceleratorInventory,
+    CheckResult,
+    ErrorCounter,
+    SoftwareVersions,
+    Vendor,
+    count_check,
+)
+from gpufleet.domain.labels import sanitize_label_value
+from gpufleet.errors import ParseError
+
+SECTIONS: Mapping[str, str] = {
+    "rocm_smi_json": (
+        "rocm-smi --showproductname --showid --showserial --showuniqueid --showbus "
+        "--showmeminfo vram --showtemp --showpower --showmaxpower --showdriverversion "
+        "--showfwinfo --showvbios --json"
+    ),
+}
+RESOURCE = "amd.com/gpu"
+_MIB = 1 << 20
+_GIB = 1 << 30
+
+
+def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
+    accs: list[Accelerator] = []
+    for c in smi.cards:
+        counters: tuple[ErrorCounter, ...] = ()
+        if c.pcie_replay_count is not None:
+            counters = (ErrorCounter("pcie_replay", c.pcie_replay_count),)
+        fw = dict(c.firmware)
+        if c.vbios:
+            fw["VBIOS"] = c.vbios
+        accs.append(
+            Accelerator(
+                vendor=Vendor.AMD,
+                index=c.index,
+                model=product_name(c.series) or UNKNOWN_MODEL,
+                bus_id=c.bus_id,
+                pci_device_id=c.device_id,
+                serial=c.serial,
+                uuid=c.unique_id,
+                memory_total_mib=None if c.vram_total_bytes is None else c.vram_total_bytes // _MIB,
+                memory_used_mib=None if c.vram_used_bytes is None else c.vram_used_bytes // _MIB,
+                error_counters=counters,
+                temperature_c=c.temperature_junction_c
+                if c.temperature_junction_c is not None
+                else c.temperature_edge_c,
+                power_w=c.power_average_w,
+                power_limit_w=c.power_max_w,
+                firmware=fw,
+            )
+        )
+    return AcceleratorInventory(
+        vendor=Vendor.AMD,
+        accelerators=tuple(accs),
+        versions=SoftwareVersions(driver=smi.driver_version),
+    )
+
+
+def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
+    if "rocm_smi_json" not in outputs:
+        raise ParseError("rocm-smi --json", "section missing from the collection")
+    return to_inventory(parse_rocm_smi_json(outputs["rocm_smi_json"]))
+
+
+def labels(inventory: AcceleratorInventory) -> dict[str, str]:
+    """Node-labeller-compatible labels; a label is left out when the cards disagree on it
+    or rocm-smi does not report it."""
+    out: dict[str, str] = {}
+
+    def one(key: str, values: Sequence[str | None]) -> None:
+        distinct = set(values)
+        if len(distinct) == 1 and None not in distinct:
+            out[key] = sanitize_label_value(next(iter(distinct)))
+
+    accs = inventory.accelerators
+    if not accs:
+        return out
+    one("amd.com/gpu.device-id", [a.pci_device_id for a in accs])
+    one(
+        "amd.com/gpu.product-name",
+        [None if a.model == UNKNOWN_MODEL else "_".join(a.model.split()) for a in accs],
+    )
+    one(
+        "amd.com/gpu.vram",
+        [
+            None if a.memory_total_mib is None else f"{round(a.memory_total_mib * _MIB / _GIB)}G"
+            for a in accs
+        ],
+    )
+    if inventory.versions.driver:
+        out["amd.com/gpu.driver-version"] = sanitize_label_value(inventory.versions.driver)
+    return out
+
+
+class AmdPlugin:
+    """:class:`gpufleet.domain.accelerators.VendorPlugin` for AMD Instinct (rocm-smi)."""
+
+    vendor = Vendor.AMD
+    resource = RESOURCE
+
+    def sections(self) -> Mapping[str, str]:
+        return SECTIONS
+
+    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory:
+        return parse_sections(outputs)
+
+    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]:
+        return labels(inventory)
+
+    def checks(
+        self, inventory: AcceleratorInventory, *, expected_count: int | None
+    ) -> Sequence[CheckResult]:
+        # rocm-smi --json has no health verdict: only the count is checked
+        return [count_check(inventory, expected_count)]

@@ -1,0 +1,161 @@
+"""Parser for ``rocm-smi ... --json`` (pure; real captures in tests/fixtures/captured/amd).
+
+The JSON is ``{"card0": {...}, ..., "system": {...}}`` with every value a string. Key names
+change across ROCm versions, so each field is read from the first key present:
+
+* model: ``Card Series`` (6.1+), ``Card series`` (4.3-6.0), ``Device Name`` (6.x ``-a``);
+  absent on the oldest tool (then None).
+* PCI device id: ``GPU ID`` (<= 5.7) or ``Device ID`` (6.x).
+* ``Serial Number``/``Unique ID`` are ``"N/A"`` or ``"0"`` when the board does not expose
+  them (MI100 on ROCm 5.7.1): both mean "unknown" (None).
+
+rocm-smi's JSON carries no ECC/RAS counts; ``PCIe Replay Count`` is the one error counter.
+``amd-smi`` is not parsed: no real capture of it is available yet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.collect.pci import normalize_pci_address
+from gpufleet.errors import ParseError
+
+_CARD = re.compile(r"^card(\d+)$")
+_BRACKET = re.compile(r"\[([^\]]+)\]")
+_UNKNOWN = {"", "N/A", "0", "NA"}
+
+
+@dataclass(frozen=True, slots=True)
+class RocmCard:
+    index: int
+    series: str | None
+    device_id: str | None  # lower-case hex without 0x, as lspci/the node labeller print it
+    sku: str | None
+    vbios: str | None
+    serial: str | None
+    unique_id: str | None
+    bus_id: str | None
+    vram_total_bytes: int | None
+    vram_used_bytes: int | None
+    temperature_edge_c: float | None
+    temperature_junction_c: float | None
+    temperature_memory_c: float | None
+    power_average_w: float | None
+    power_max_w: float | None
+    pcie_replay_count: int | None
+    gfx_version: str | None
+    firmware: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RocmSmi:
+    cards: tuple[RocmCard, ...]
+    driver_version: str | None
+
+
+def _first(d: dict[str, Any], *keys: str) -> str | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    return None
+
+
+def _known(v: str | None) -> str | None:
+    return None if v is None or v in _UNKNOWN else v
+
+
+def _number(card: str, d: dict[str, Any], key: str, source: str) -> float | None:
+    v = _first(d, key)
+    if v is None or v.startswith("N/A"):  # also "N/A (Secondary die)" (ROCm 6.0.2)
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise ParseError(source, f"{card}: {key!r} is not a number: {v!r}") from None
+
+
+def _int(card: str, d: dict[str, Any], key: str, source: str) -> int | None:
+    n = _number(card, d, key, source)
+    return None if n is None else int(n)
+
+
+def parse_rocm_smi_json(text: str, source: str = "rocm-smi --json") -> RocmSmi:
+    """Parse rocm-smi's JSON into one :class:`RocmCard` per ``cardN`` (sorted by N)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ParseError(source, f"not JSON: {e.msg}", line=e.lineno, column=e.colno) from None
+    if not isinstance(doc, dict):
+        raise ParseError(source, "top level is not an object")
+    cards: list[RocmCard] = []
+    for key, body in doc.items():
+        m = _CARD.match(key)
+        if m is None:
+            continue
+        if not isinstance(body, dict):
+            raise ParseError(source, f"{key} is not an object")
+        cards.append(_card(int(m.group(1)), key, body, source))
+    if not cards:
+        raise ParseError(source, "no cardN entries")
+    system = doc.get("system")
+    driver = _first(system, "Driver version") if isinstance(system, dict) else None
+    return RocmSmi(cards=tuple(sorted(cards, key=lambda c: c.index)), driver_version=driver)
+
+
+def _card(index: int, name: str, d: dict[str, Any], source: str) -> RocmCard:
+    series = _first(d, "Card Series", "Card series", "Device Name")
+    if series is not None and series.startswith("0x"):
+        series = None  # ROCm 4.3 printed the raw vendor id when the name lookup failed
+    dev = _first(d, "GPU ID", "Device ID")
+    if dev is not None:
+        if not re.fullmatch(r"0x[0-9a-fA-F]{1,4}", dev):
+            raise ParseError(source, f"{name}: device id {dev!r} is not hex")
+        dev = dev[2:].lower().rjust(4, "0")
+    bus = _first(d, "PCI Bus")
+    if bus is not None:
+        try:
+            bus = normalize_pci_address(bus)
+        except ValueError:
+            raise ParseError(source, f"{name}: not a PCI bus id: {bus!r}") from None
+    firmware = {
+        k.removesuffix(" firmware version"): v
+        for k, v in d.items()
+        if k.endswith(" firmware version") and isinstance(v, str)
+    }
+    return RocmCard(
+        index=index,
+        series=series,
+        device_id=dev,
+        sku=_first(d, "Card SKU"),
+        vbios=_first(d, "VBIOS version"),
+        serial=_known(_first(d, "Serial Number")),
+        unique_id=_known(_first(d, "Unique ID")),
+        bus_id=bus,
+        vram_total_bytes=_int(name, d, "VRAM Total Memory (B)", source),
+        vram_used_bytes=_int(name, d, "VRAM Total Used Memory (B)", source),
+        temperature_edge_c=_number(name, d, "Temperature (Sensor edge) (C)", source),
+        temperature_junction_c=_number(name, d, "Temperature (Sensor junction) (C)", source),
+        temperature_memory_c=_number(name, d, "Temperature (Sensor memory) (C)", source),
+        power_average_w=_number(name, d, "Average Graphics Package Power (W)", source),
+        power_max_w=_number(name, d, "Max Graphics Package Power (W)", source),
+        pcie_replay_count=_int(name, d, "PCIe Replay Count", source),
+        gfx_version=_first(d, "GFX Version"),
+        firmware=firmware,
+    )
+
+
+def product_name(series: str | None) -> str | None:
+    """The Instinct marketing name in a series string: ``"Arcturus GL-XL [Instinct MI100]"``
+    -> ``"Instinct MI100"``; ``"AMD INSTINCT MI250 (MCM) OAM AC MBA"`` ->
+    ``"INSTINCT MI250"`` (the ``AMD`` prefix and the form-factor tail are dropped)."""
+    if series is None:
+        return None
+    m = _BRACKET.search(series)
+    if m is not None:
+        return m.group(1).strip()
+    name = series.removeprefix("AMD ").strip()
+    return name.split(" (", 1)[0].strip() or None

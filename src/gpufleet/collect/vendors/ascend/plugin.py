@@ -1,0 +1,200 @@
+"""The Huawei Ascend vendor plugin: parsed npu-smi output -> accelerator records and labels.
+
+Labels follow the Ascend device plugin / Volcano conventions (Ascend/mind-cluster docs):
+``accelerator=huawei-Ascend910`` (``huawei-Ascend310``, ``huawei-Ascend310P``),
+``accelerator-type=module-910b-8`` / ``module-910b-16`` for Atlas 800 A2 class 910B
+boards, ``module`` (8) / ``half`` (4) for 910A training servers, and
+``node.kubernetes.io/npu.chip.name=<chip name>``; the extended resource is
+``huawei.com/Ascend910`` (``huawei.com/Ascend310``, ``huawei.com/Ascend310P``). Where the
+convention for a model/count is not known no label is emitted rather than a guessed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpufleet.collect.vendors.ascend.npu_smi import (
+    ChipHealth,
+    ChipMapping,
+    NpuSmiInfo,
+    parse_npu_smi_info,
+    parse_npu_smi_mapping,
+)
+from gpufleet.collect.vendors.ascend.versions import package_version
+from gpufleet.domain.accelerators import (
+    PCI_VENDOR_IDS,
+    Accelerator,
+    AcceleratorInventory,
+    CheckResult,
+    SoftwareVersions,
+    Vendor,
+    count_check,
+    health_check,
+)
+from gpufleet.domain.facts import PciDevice
+from gpufleet.domain.labels import sanitize_label_value
+from gpufleet.errors import ParseError
+
+SECTIONS: Mapping[str, str] = {
+    "npu_smi_info": "npu-smi info",
+    "npu_smi_mapping": "npu-smi info -m",
+    "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
+    "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
+    "ascend_cann_version": (
+        "cat /usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"
+    ),
+}
+CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
+
+
+def family(model: str) -> str | None:
+    """``910B3``/``910A``/``Ascend 910A`` -> ``910``; ``310P3`` -> ``310P``; ``310`` -> ``310``."""
+    name = model.removeprefix("Ascend").strip().upper()
+    if name.startswith("910"):
+        return "910"
+    if name.startswith("310P"):
+        return "310P"
+    if name.startswith("310"):
+        return "310"
+    return None
+
+
+def resource_name(model: str) -> str | None:
+    fam = family(model)
+    return None if fam is None else f"huawei.com/Ascend{fam}"
+
+
+def to_inventory(
+    info: NpuSmiInfo,
+    mapping: Sequence[ChipMapping] = (),
+    *,
+    driver: str | None = None,
+    firmware: str | None = None,
+    cann: str | None = None,
+    health: Mapping[int, ChipHealth] | None = None,
+    source: str = "npu-smi info",
+) -> AcceleratorInventory:
+    """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
+    device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
+    else ``npu-smi info -m``'s Chip Logic ID, else the NPU ID (one chip per NPU).
+    ``health`` (logic id -> ``-t health``) replaces the table's health word and adds the
+    error codes."""
+    logic = {(m.npu_id, m.chip_id): m.logic_id for m in mapping if m.logic_id is not None}
+    accs: list[Accelerator] = []
+    for chip in info.chips:
+        index = chip.device_id
+        if index is None:
+            index = logic.get((chip.npu_id, chip.chip_id))
+        if index is None:
+            index = chip.npu_id
+        detail = (health or {}).get(index)
+        accs.append(
+            Accelerator(
+                vendor=Vendor.HUAWEI,
+                index=index,
+                model=chip.name,
+                bus_id=chip.bus_id,
+                memory_total_mib=chip.hbm_total_mb if chip.hbm_total_mb else chip.memory_total_mb,
+                memory_used_mib=chip.hbm_used_mb if chip.hbm_total_mb else chip.memory_used_mb,
+                health=detail.health if detail else chip.health,
+                error_codes=detail.error_codes if detail else (),
+                temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
+                power_w=chip.power_w,
+            )
+        )
+    indexes = [a.index for a in accs]
+    if len(set(indexes)) != len(indexes):
+        raise ParseError(source, "several chips per NPU and no 'npu-smi info -m' to number them")
+    return AcceleratorInventory(
+        vendor=Vendor.HUAWEI,
+        accelerators=tuple(accs),
+        versions=SoftwareVersions(
+            driver=driver, firmware=firmware, runtime=cann, tool=info.version
+        ),
+    )
+
+
+def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
+    """Build the inventory from the raw outputs of :data:`SECTIONS` (npu_smi_info required)."""
+    if "npu_smi_info" not in outputs:
+        raise ParseError("npu-smi info", "section missing from the collection")
+    info = parse_npu_smi_info(outputs["npu_smi_info"])
+    mapping = (
+        parse_npu_smi_mapping(outputs["npu_smi_mapping"]) if outputs.get("npu_smi_mapping") else []
+    )
+
+    def version(section: str) -> str | None:
+        text = outputs.get(section)
+        return package_version(text, SECTIONS[section]) if text else None
+
+    return to_inventory(
+        info,
+        mapping,
+        driver=version("ascend_driver_version"),
+        firmware=version("ascend_firmware_version"),
+        cann=version("ascend_cann_version"),
+    )
+
+
+def npus_on_bus(devices: Sequence[PciDevice]) -> int:
+    """Ascend NPU functions in ``lspci`` output: vendor 19e5 with ``-nn``; without ids, a
+    "Processing accelerators" function described as Huawei's (``lspci | grep acce``)."""
+    return sum(
+        1
+        for d in devices
+        if d.vendor_id == PCI_VENDOR_IDS[Vendor.HUAWEI]
+        or (
+            d.vendor_id is None
+            and d.class_name == "Processing accelerators"
+            and d.description.startswith("Huawei")
+        )
+    )
+
+
+def accelerator_type(model: str, count: int) -> str | None:
+    """Volcano's ``accelerator-type`` for a host with ``count`` chips of ``model``."""
+    name = model.removeprefix("Ascend").strip().upper()
+    if name.startswith("910B") and count in (8, 16):
+        return f"module-910b-{count}"
+    if name in ("910", "910A") and count == 8:
+        return "module"
+    if name in ("910", "910A") and count == 4:
+        return "half"
+    return None
+
+
+def labels(inventory: AcceleratorInventory) -> dict[str, str]:
+    """The device plugin / Volcano labels for a host (empty when it has no known NPU)."""
+    models = inventory.models()
+    if len(models) != 1:
+        return {}  # none, or mixed chips: no single truthful value
+    model = models[0]
+    out: dict[str, str] = {CHIP_NAME_LABEL: sanitize_label_value(model)}
+    fam = family(model)
+    if fam is not None:
+        out["accelerator"] = f"huawei-Ascend{fam}"
+    kind = accelerator_type(model, inventory.count)
+    if kind is not None:
+        out["accelerator-type"] = kind
+    return out
+
+
+class AscendPlugin:
+    """:class:`gpufleet.domain.accelerators.VendorPlugin` for Huawei Ascend."""
+
+    vendor = Vendor.HUAWEI
+    resource = "huawei.com/Ascend910"
+
+    def sections(self) -> Mapping[str, str]:
+        return SECTIONS
+
+    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory:
+        return parse_sections(outputs)
+
+    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]:
+        return labels(inventory)
+
+    def checks(
+        self, inventory: AcceleratorInventory, *, expected_count: int | None
+    ) -> Sequence[CheckResult]:
+        return [count_check(inventory, expected_count), health_check(inventory)]

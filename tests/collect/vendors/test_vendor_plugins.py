@@ -1,0 +1,223 @@
+"""Ascend and AMD plugins on real captures: inventory, vendor-convention labels, checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.collect.vendors.ascend_captures import bundle_sections, section, tool_output
+
+from gpufleet.collect.pci import parse_lspci
+from gpufleet.collect.vendors.amd import plugin as amd
+from gpufleet.collect.vendors.ascend import plugin as ascend
+from gpufleet.collect.vendors.ascend.hccn import parse_link_stat
+from gpufleet.collect.vendors.ascend.npu_smi import (
+    parse_health_status,
+    parse_npu_smi_info,
+    parse_npu_smi_mapping,
+)
+from gpufleet.domain.accelerators import (
+    Health,
+    VendorPlugin,
+    count_check,
+    health_check,
+    links_check,
+    pci_count_check,
+)
+from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
+from gpufleet.errors import ParseError
+
+AMD = Path(__file__).resolve().parents[2] / "fixtures" / "captured" / "amd"
+B3 = "ms-swift_NPU-support_npu-smi_info_8x910B3.txt"
+V22 = "gpustack_ai-server_atlas-800-training-server_model-9010_version-6.0.RC1.txt"
+V20 = "gpustack_ai-server_atlas-800-inference-server_model-3000_version-1.0.0-1.0.10.txt"
+RC2 = "gpustack_ai-server_atlas-800-training-server_model-9010_version-24.1.RC2.txt"
+KG_BEFORE = "mind-cluster_kg_parse_npu_info_before.txt"
+KG_AFTER = "mind-cluster_kg_parse_npu_info_after.txt"
+W0_AFTER = "mind-cluster_st_testcase_worker-0_npu_info_after.txt"
+
+
+def _valid(labels: dict[str, str]) -> None:
+    assert labels
+    for k, v in labels.items():
+        assert is_valid_label_key(k), k
+        assert is_valid_label_value(v), (k, v)
+
+
+def test_plugins_satisfy_the_protocol() -> None:
+    plugins: list[VendorPlugin] = [ascend.AscendPlugin(), amd.AmdPlugin()]
+    assert [p.resource for p in plugins] == ["huawei.com/Ascend910", "amd.com/gpu"]
+    assert "npu_smi_info" in plugins[0].sections()
+    assert "rocm_smi_json" in plugins[1].sections()
+
+
+def test_ascend_910b3_host_inventory_with_versions() -> None:
+    outputs = {
+        "npu_smi_info": tool_output(B3),
+        "ascend_driver_version": section(KG_AFTER, "driver/version.info"),
+        "ascend_firmware_version": section(KG_AFTER, "firmware/version.info"),
+        "ascend_cann_version": section(KG_AFTER, "ascend_toolkit_install.info"),
+    }
+    inv = ascend.AscendPlugin().parse(outputs)
+    assert inv.count == 8
+    assert inv.models() == ["910B3"]
+    assert [a.index for a in inv.accelerators] == list(range(8))
+    a0 = inv.accelerators[0]
+    assert (a0.memory_total_mib, a0.memory_used_mib) == (65536, 3318)  # HBM, not DDR
+    assert (a0.temperature_c, a0.power_w, a0.health) == (43.0, 101.8, Health.OK)
+    v = inv.versions
+    assert (v.driver, v.firmware, v.runtime, v.tool) == (
+        "23.0.7",
+        "7.1.0.11.220",
+        "7.0.T10",
+        "24.1.rc1.b030",
+    )
+
+
+def test_ascend_labels_910b3_volcano_conventions() -> None:
+    inv = ascend.to_inventory(parse_npu_smi_info(tool_output(B3)))
+    labels = ascend.labels(inv)
+    assert labels == {
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": "module-910b-8",
+        "node.kubernetes.io/npu.chip.name": "910B3",
+    }
+    _valid(labels)
+    assert ascend.resource_name("910B3") == "huawei.com/Ascend910"
+
+
+def test_ascend_labels_910a_and_310() -> None:
+    a910 = ascend.labels(ascend.to_inventory(parse_npu_smi_info(tool_output(V22))))
+    assert a910 == {
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": "module",
+        "node.kubernetes.io/npu.chip.name": "910A",
+    }
+    inv310 = ascend.to_inventory(parse_npu_smi_info(tool_output(V20)))
+    assert [a.index for a in inv310.accelerators] == [0, 1, 2, 3]
+    a310 = ascend.labels(inv310)
+    # no accelerator-type: the convention for a 4-chip 310 card is not known here
+    assert a310 == {"accelerator": "huawei-Ascend310", "node.kubernetes.io/npu.chip.name": "310"}
+    _valid(a910)
+    _valid(a310)
+    assert ascend.resource_name("310") == "huawei.com/Ascend310"
+    assert ascend.resource_name("310P3") == "huawei.com/Ascend310P"
+
+
+def test_ascend_mapping_numbers_multichip_npus_and_its_absence_is_an_error() -> None:
+    # 24.x layout prints no Device column: two chips of one NPU need -m to be numbered
+    text = tool_output(RC2)
+    info = parse_npu_smi_info(text)
+    twin = type(info)(info.tool_version, info.version, (info.chips[0], info.chips[0]))
+    with pytest.raises(ParseError, match="npu-smi info -m"):
+        ascend.to_inventory(twin)
+    mapping = parse_npu_smi_mapping(tool_output("gpustack_test_npu_smi_910B_info-m.txt"))
+    inv = ascend.to_inventory(info, mapping)
+    assert [a.index for a in inv.accelerators] == list(range(8))
+
+
+def test_health_check_alarm_with_error_codes_and_warnings() -> None:
+    info = parse_npu_smi_info(tool_output(B3))
+    alarm = parse_health_status(section(KG_AFTER, "-c 0 -t health"))
+    inv = ascend.to_inventory(info, health={0: alarm})
+    assert inv.accelerators[0].health is Health.ALARM
+    result = health_check(inv)
+    assert not result.ok
+    assert result.reason == "#0 alarm [A4025021 8C03A000 8C084E00]"
+    assert health_check(ascend.to_inventory(info)).ok
+    warn = health_check(ascend.to_inventory(parse_npu_smi_info(tool_output(RC2))))
+    assert (warn.ok, warn.reason) == (False, "#3 warning; #7 warning")
+
+
+def test_count_and_lspci_checks_npu_missing_from_the_bus() -> None:
+    inv = ascend.to_inventory(parse_npu_smi_info(tool_output(V22)))  # 8x 910A
+    before = parse_lspci(section(KG_BEFORE, "lspci | grep acce"))
+    after = parse_lspci(section(KG_AFTER, "lspci | grep acce"))
+    assert ascend.npus_on_bus(before) == 8
+    assert ascend.npus_on_bus(after) == 7  # 61:00.0 fell off the bus
+    assert pci_count_check(inv, ascend.npus_on_bus(before)).ok
+    missing = pci_count_check(inv, ascend.npus_on_bus(after))
+    assert not missing.ok
+    assert missing.reason == "lspci lists 7 19e5 devices, the vendor tool reports 8"
+    assert count_check(inv, 8).ok
+    assert count_check(inv, 16).reason == "huawei tool reports 8, expected 16"
+    assert count_check(inv, None).ok
+
+
+def test_links_check_ports_down_after_the_job() -> None:
+    last = {
+        int(cmd.split(" -i ")[1].split()[0]): parse_link_stat(out).last_state
+        for cmd, out in bundle_sections(W0_AFTER)
+        if cmd.endswith("-link_stat -g")
+    }
+    result = links_check(last)
+    assert (result.ok, result.reason) == (False, "port of #0 down, port of #3 down")
+    assert links_check({i: s for i, s in last.items() if i not in (0, 3)}).ok
+
+
+@pytest.mark.parametrize(
+    ("name", "count", "expected"),
+    [
+        (
+            "telegraf_mi100_rocm571.json",
+            6,
+            {
+                "amd.com/gpu.device-id": "738c",
+                "amd.com/gpu.product-name": "Instinct_MI100",
+                "amd.com/gpu.vram": "32G",
+                "amd.com/gpu.driver-version": "6.2.4",
+            },
+        ),
+        (
+            "telegraf_mi100_rocm602.json",
+            4,
+            {
+                "amd.com/gpu.device-id": "738c",
+                "amd.com/gpu.product-name": "Instinct_MI100",
+                "amd.com/gpu.vram": "32G",
+                "amd.com/gpu.driver-version": "6.3.6",
+            },
+        ),
+        (
+            "wandb_gpu_amd_test_rocm-smi_rocm6_mi250.json",
+            1,
+            {
+                "amd.com/gpu.device-id": "740c",
+                "amd.com/gpu.product-name": "INSTINCT_MI250",
+                "amd.com/gpu.driver-version": "6.2.4",
+            },
+        ),
+        (
+            "telegraf_vega-20-WKS-GL-XE.json",
+            1,
+            {
+                "amd.com/gpu.device-id": "66a1",
+                "amd.com/gpu.product-name": "Radeon_Instinct_MI50_32GB",
+                "amd.com/gpu.vram": "32G",
+                "amd.com/gpu.driver-version": "5.9.17",
+            },
+        ),
+    ],
+)
+def test_amd_node_labeller_labels(name: str, count: int, expected: dict[str, str]) -> None:
+    plugin = amd.AmdPlugin()
+    inv = plugin.parse({"rocm_smi_json": (AMD / name).read_text()})
+    assert inv.count == count
+    labels = plugin.labels(inv)
+    assert labels == expected
+    _valid(labels)
+
+
+def test_amd_inventory_mi250_counters_and_checks() -> None:
+    inv = amd.parse_sections(
+        {"rocm_smi_json": (AMD / "wandb_gpu_amd_test_rocm-smi_rocm5_mi250.json").read_text()}
+    )
+    a0 = inv.accelerators[0]
+    assert (a0.serial, a0.uuid) == ("PCB052715-0065", "0x719d230578348e8c")
+    assert a0.error_counters[0].name == "pcie_replay" and a0.error_counters[0].count == 147
+    assert (a0.temperature_c, a0.power_w, a0.power_limit_w) == (35.0, 89.0, 560.0)
+    assert a0.firmware["VBIOS"] == "113-D65209-073"
+    checks = amd.AmdPlugin().checks(inv, expected_count=8)
+    assert [(c.name, c.ok) for c in checks] == [("accelerator_count", False)]
+    with pytest.raises(ParseError, match="section missing"):
+        amd.parse_sections({})
