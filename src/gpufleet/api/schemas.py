@@ -310,6 +310,11 @@ class HostDetailOut(Schema):
     collections: list[CollectionOut]
     evidence: list[EvidenceOut]
     facts: dict[str, Any] | None
+    #: issue 10: the remediation ladder climbed (oldest first); a partial host's usable GPU
+    #: count (None: every GPU) and the GPUs validation marked unusable.
+    remediations: list[dict[str, Any]] = Field(default_factory=list)
+    usable_gpus: int | None = None
+    unusable_gpus: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def of(cls, d: Any) -> HostDetailOut:
@@ -362,6 +367,9 @@ class HostDetailOut(Schema):
                 for e in d.evidence
             ],
             facts=f.model_dump(mode="json") if f else None,
+            remediations=list(getattr(d, "remediations", [])),
+            usable_gpus=getattr(d, "usable_gpus", None),
+            unusable_gpus=list(getattr(d, "unusable_gpus", [])),
         )
 
 

@@ -109,6 +109,12 @@ def show_cmd(
         console.print(f"  why: {lit(v.status_reason)}")
     if v.eta is not None:
         console.print(f"  back by: {local_time(v.eta)}")
+    if d.usable_gpus is not None:  # a partial host (issue 10)
+        bad = "; ".join(
+            f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: {u['reason']}"
+            for u in d.unusable_gpus
+        )
+        console.print(f"  usable GPUs: {d.usable_gpus} (unusable: {lit(bad)})")
     console.print(
         f"  groups: {lit(', '.join(v.groups))}   pool: {lit(v.pool or '-')}   "
         f"profiles: {', '.join(v.profiles) or '-'}"
@@ -183,6 +189,12 @@ def show_cmd(
         console.print(
             f"  [red]alarm[/] {a.kind} ({a.severity}) since {local_time(a.opened_at)}: "
             f"{lit(a.message)}"
+        )
+    for r in d.remediations:  # the ladder climbed (issue 10)
+        extra = f" ticket {r['ticket']}" if r["ticket"] else ""
+        console.print(
+            f"  remediation {lit(r['action'])} {lit(r['outcome'])} {local_time(r['at'])}"
+            f"{lit(extra)}: {lit(r['detail'])}"
         )
     for ev in d.evidence:
         verdict = {True: "passed", False: "FAILED", None: "recorded"}[ev["passed"]]

@@ -26,6 +26,9 @@ RECLAIM_FAULTS: frozenset[str] = frozenset(
 PROBE_FAULTS: frozenset[str] = frozenset(
     {"hot", "power-brake", "straggler", "ib-link-downed", "disk-full"}
 )
+#: What ``gpufleet remediate`` meets on the host (lab/remedy.py; issue 10): a GPU reset that
+#: fails (nvidia-smi -r exits non-zero).
+REMEDY_FAULTS: frozenset[str] = frozenset({"reset-fails"})
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (
@@ -43,6 +46,7 @@ FAULT_KINDS: tuple[str, ...] = (
     *sorted(TRANSPORT_FAULTS),
     *sorted(RECLAIM_FAULTS),
     *sorted(PROBE_FAULTS),
+    *sorted(REMEDY_FAULTS),
 )
 
 

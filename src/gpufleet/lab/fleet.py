@@ -37,6 +37,9 @@ class LabHost(BaseModel):
     # When the Xid faults were injected: the kernel log lines carry this time, so a validation
     # right after sees them inside its window (without it: a fixed time from the capture's era).
     xid_at: datetime | None = None
+    # A GPU moved in from another host (issue 10 parts history; templates.move_gpu): its
+    # serial and UUID replace those of the GPU at fault_gpu_index.
+    moved_in: dict[str, str] | None = None
 
     @model_validator(mode="after")
     def _check(self) -> LabHost:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
 from gpufleet.lab.catalogue import ModelSpec, model_spec
-from gpufleet.lab.fleet import LabHost
+from gpufleet.lab.fleet import LabFleet, LabHost
 
 # --------------------------------------------------------------------------- templates
 
@@ -260,6 +261,8 @@ _SERIAL_PREFIX = {
 
 
 def _identity(host: LabHost, index: int) -> dict[str, str]:
+    if host.moved_in is not None and index == fault_gpu_index(host):
+        return {**host.moved_in}
     generation = host.gpu_swap if index == fault_gpu_index(host) else 0
     h = _digest("gpu", host.model, host.serial_salt, index, generation).hex()
     # Serial = prefix + salt + index + swap generation: unique for unique salts (13 digits).
@@ -269,6 +272,25 @@ def _identity(host: LabHost, index: int) -> dict[str, str]:
         "uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
         "pdi": f"0x{h[16:32]}",
     }
+
+
+def move_gpu(fleet: LabFleet, source: str, target: str) -> LabFleet:
+    """A technician moves the GPU at ``source``'s :func:`fault_gpu_index` into ``target``'s
+    slot of the same index role (issue 10 parts history): ``target`` shows that card's serial
+    and UUID, ``source`` gets a new card (a GPU swap)."""
+    src, dst = fleet.host(source), fleet.host(target)
+    if src.model != dst.model:
+        raise ConfigError(f"cannot move a {src.model} GPU into {target}, a {dst.model} host")
+    card = _identity(src, fault_gpu_index(src))
+    moved = {"serial": card["serial"], "uuid": card["uuid"], "pdi": card["pdi"]}
+    hosts = []
+    for h in fleet.hosts:
+        if h.name == source:
+            h = h.model_copy(update={"gpu_swap": h.gpu_swap + 1, "moved_in": None})
+        elif h.name == target:
+            h = h.model_copy(update={"moved_in": moved})
+        hosts.append(h)
+    return LabFleet(hosts=hosts, seed=fleet.seed)
 
 
 def system_identity(host: LabHost) -> dict[str, str]:

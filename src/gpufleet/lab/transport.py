@@ -30,10 +30,12 @@ from gpufleet.collect.transport import (
     TransportPlugin,
     fingerprint,
 )
+from gpufleet.domain.remediation import MARK as REMEDY_MARK
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
 from gpufleet.lab.fleet import LabFleet, LabHost
 from gpufleet.lab.probe import render_probe
+from gpufleet.lab.remedy import render_remedy
 from gpufleet.lab.renderers import render_output
 
 #: Active tests the lab answers, each with the real captured output of that tool.
@@ -103,6 +105,8 @@ class SimTransport:
             )
         if "@@gpufleet:probe" in script:  # the inspection probe (gpufleet inspect)
             output = render_probe(host)
+        elif REMEDY_MARK in script:  # gpufleet remediate (lab/remedy.py)
+            output = render_remedy(host, script)
         elif "@@gpufleet:script" in script:
             # Answer the sections the script asks for (reclaim adds its own after the
             # collection's), as the real-sshd lab's fake tools do; none named: the collection.

@@ -112,6 +112,17 @@ def unusable_changed(host: Host, verdict: GpuVerdict) -> bool:
     return had != now
 
 
+def _failed_elsewhere(s: Session, serial: str, host_id: int) -> list[str]:
+    """Other hosts where the card with ``serial`` has a parts-history entry (a repeat
+    offender that moved servers)."""
+    rows = s.scalars(
+        select(PartEvent.host_name)
+        .where(PartEvent.serial == serial, PartEvent.host_id != host_id)
+        .distinct()
+    )
+    return sorted(h for h in rows if h)
+
+
 def record_unusable(s: Session, fleet: Fleet, host: Host, verdict: GpuVerdict) -> None:
     """Write the verdict's usable count and unusable GPUs on the host; a GPU newly marked
     unusable gets an audit event and, by serial, a parts-history entry."""
@@ -125,13 +136,19 @@ def record_unusable(s: Session, fleet: Fleet, host: Host, verdict: GpuVerdict) -
         if (u.index, u.pci_bus_id) in before:
             continue
         which = f"GPU {u.index}" if u.index is not None else f"GPU at {u.pci_bus_id}"
+        before_on = _failed_elsewhere(s, u.serial, host.id) if u.serial else []
+        again = (
+            f"; this card (serial {u.serial}) failed before on {', '.join(before_on)}"
+            if before_on
+            else ""
+        )
         record_event(
             s,
             fleet,
             EventKind.GPU_HEALTH,
-            f"{which} unusable: {u.reason}; {verdict.usable_gpus} GPUs usable",
+            f"{which} unusable: {u.reason}; {verdict.usable_gpus} GPUs usable{again}",
             host=host,
-            data={**u.as_json(), "usable_gpus": verdict.usable_gpus},
+            data={**u.as_json(), "usable_gpus": verdict.usable_gpus, "failed_before_on": before_on},
         )
         if u.serial:
             s.add(

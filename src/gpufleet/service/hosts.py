@@ -10,6 +10,7 @@ from sqlalchemy import ColumnElement, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
+from gpufleet.service import remediation
 from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.leases import LeaseView, list_leases
@@ -75,6 +76,11 @@ class HostDetail:
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[str] = field(default_factory=list)
     leases: list[LeaseView] = field(default_factory=list)
+    #: issue 10: the remediation ladder the host climbed (oldest first), and a partial host's
+    #: usable GPU count (None: every GPU) and unusable GPUs.
+    remediations: list[dict[str, Any]] = field(default_factory=list)
+    usable_gpus: int | None = None
+    unusable_gpus: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
@@ -147,6 +153,10 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
         if hl.host == detail.view.name:
             detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
     detail.leases = list_leases(fleet, detail.view.name)
+    detail.remediations = remediation.ladder(fleet, detail.view.name)
+    with fleet.db.session() as s:
+        h = host_by_name(s, detail.view.name)
+        detail.usable_gpus, detail.unusable_gpus = h.usable_gpus, list(h.unusable_gpus or [])
     return detail
 
 

@@ -1,0 +1,69 @@
+"""``remediate`` over the ``sim`` transport on SQLite and PostgreSQL: the lab's gpu-process
+fault holds the GPU (refused, or stopped under ``holders: stop``), reset-fails makes the reset
+fail (bug report, then the reboot fallback), a clean reset sends the host to validation, which
+passes; the auto-remediation hook runs only for the rules the pool names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.domain.remediation import Action
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.templates import fault_gpu_index
+from gpufleet.service import gpu_health, remediation
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.validate import validate
+
+
+def _lab(fleet: Fleet, tmp_path: Path) -> tuple[Path, str]:
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(1, models=["a100-8x"], faults={})
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    validate(fleet)
+    return d, fl.hosts[0].spec.pool
+
+
+def test_sim_reset_ladder(fleet: Fleet, tmp_path: Path) -> None:
+    d, pool = _lab(fleet, tmp_path)
+    i = fault_gpu_index(LabFleet.load(d).host("gpu-01"))
+    apply_change(LabFleet.load(d), "gpu-01", add_faults=["gpu-process"]).save(d)
+    got = remediation.remediate(fleet, "gpu-01", Action.RESET_GPU, gpu=i)
+    assert [st.outcome for st in got.steps] == ["refused"] and got.state == "available"
+    assert "compute /usr/bin/python (pid 58130)" in got.steps[0].detail
+    # an A100 8x is an NVSwitch system: resetting another GPU resets the whole domain, so
+    # the process on GPU i still refuses it
+    other = (i + 1) % 8
+    got = remediation.remediate(fleet, "gpu-01", Action.RESET_GPU, gpu=other)
+    assert got.steps[0].outcome == "refused" and got.steps[0].gpus == []
+    assert "compute /usr/bin/python (pid 58130)" in got.steps[0].detail
+    gpu_health.set_pool_health_policy(fleet, pool, holders="stop")
+    got = remediation.remediate(fleet, "gpu-01", Action.RESET_GPU, gpu=i)
+    assert got.ok and got.state == "validating"
+    assert got.steps[0].detail.startswith("NVSwitch system: the whole reset domain")
+    assert "stopped compute /usr/bin/python (pid 58130)" in got.steps[0].detail
+    apply_change(LabFleet.load(d), "gpu-01", clear_faults=["all"]).save(d)
+    assert [v.state for v in validate(fleet).verdicts] == ["available"]
+
+    apply_change(LabFleet.load(d), "gpu-01", add_faults=["reset-fails"]).save(d)
+    got = remediation.remediate(fleet, "gpu-01", Action.RESET_GPU, reboot_wait_s=5)
+    assert [(st.action, st.outcome) for st in got.steps] == [
+        ("reset-gpu", "failed"),
+        ("reboot", "ok"),
+    ]
+    assert "nvidia-smi -r failed (rc 255)" in got.steps[0].detail
+    assert got.steps[0].bug_report == "/var/log/nvidia-bug-report-gpufleet-1.log.gz"
+    assert got.state == "validating"
+
+    # the hook the health rules call: only rules the pool names run the first rung
+    apply_change(LabFleet.load(d), "gpu-01", clear_faults=["all"]).save(d)
+    validate(fleet)
+    assert remediation.auto_remediate(fleet, "gpu-01", "xid-79") is None
+    gpu_health.set_pool_health_policy(fleet, pool, auto_remediate=["xid-79"])
+    auto = remediation.auto_remediate(fleet, "gpu-01", "xid-79")
+    assert auto is not None and auto.ok
+    assert remediation.ladder(fleet, "gpu-01")[-1]["rule"] == "xid-79"
