@@ -182,6 +182,11 @@ def health_check(inventory: AcceleratorInventory) -> CheckResult:
     return CheckResult("accelerator_health", False, "; ".join(parts))
 
 
+def port_states(inventory: AcceleratorInventory, kind: str) -> dict[int, LinkState]:
+    """Device index -> state of its network port of ``kind`` (e.g. ``roce``), where known."""
+    return {a.index: ln.state for a in inventory.accelerators for ln in a.links if ln.kind == kind}
+
+
 def links_check(links: Mapping[int, LinkState]) -> CheckResult:
     """Every accelerator network port (device index -> state) is up."""
     down = sorted(i for i, s in links.items() if s is not LinkState.UP)

@@ -7,6 +7,7 @@ from tests.collect.vendors.ascend_captures import section, tool_output
 
 from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipMapping,
+    parse_board,
     parse_health_status,
     parse_key_values,
     parse_npu_smi_info,
@@ -214,3 +215,16 @@ def test_topo_row_missing_a_cell() -> None:
     with pytest.raises(ParseError) as e:
         parse_npu_smi_topo(bad)
     assert e.value.line == 3
+
+
+def test_board_typed() -> None:
+    board = parse_board(section(KG_BEFORE, "-i 0 -t board"))
+    assert (board.npu_id, board.software_version, board.firmware_version) == (
+        0,
+        "23.0.5",
+        "7.1.0.7.220",
+    )
+    assert (board.pci_vendor_id, board.pci_device_id) == ("19e5", "d801")
+    assert board.bus_id == "0000:61:00.0"
+    with pytest.raises(ParseError, match="PCI Device ID is not hex"):
+        parse_board("NPU ID : 0\nPCI Device ID : D801\n")

@@ -10,7 +10,7 @@ from tests.collect.vendors.ascend_captures import bundle_sections, section, tool
 from gpufleet.collect.pci import parse_lspci
 from gpufleet.collect.vendors.amd import plugin as amd
 from gpufleet.collect.vendors.ascend import plugin as ascend
-from gpufleet.collect.vendors.ascend.hccn import parse_link_stat
+from gpufleet.collect.vendors.ascend.hccn import parse_link, parse_link_stat
 from gpufleet.collect.vendors.ascend.npu_smi import (
     parse_health_status,
     parse_npu_smi_info,
@@ -18,11 +18,13 @@ from gpufleet.collect.vendors.ascend.npu_smi import (
 )
 from gpufleet.domain.accelerators import (
     Health,
+    LinkState,
     VendorPlugin,
     count_check,
     health_check,
     links_check,
     pci_count_check,
+    port_states,
 )
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.errors import ParseError
@@ -221,3 +223,14 @@ def test_amd_inventory_mi250_counters_and_checks() -> None:
     assert [(c.name, c.ok) for c in checks] == [("accelerator_count", False)]
     with pytest.raises(ParseError, match="section missing"):
         amd.parse_sections({})
+
+
+def test_roce_ports_in_the_inventory() -> None:
+    down = parse_link(tool_output("gpustack_test_npu_smi_910B_hccn_tool-link-g_DOWN.txt"))
+    ports = {i: LinkState.UP for i in range(8)} | {5: down}
+    inv = ascend.to_inventory(parse_npu_smi_info(tool_output(B3)), ports=ports)
+    assert inv.accelerators[5].links[0].kind == "roce"
+    states = port_states(inv, "roce")
+    assert len(states) == 8
+    assert links_check(states).reason == "port of #5 down"
+    assert port_states(ascend.to_inventory(parse_npu_smi_info(tool_output(B3))), "roce") == {}

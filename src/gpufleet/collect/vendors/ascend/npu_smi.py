@@ -356,3 +356,47 @@ def parse_npu_smi_topo(text: str, source: str = "npu-smi info -t topo") -> TopoM
     if tuple(rows) != names:
         raise ParseError(source, f"matrix has rows {rows}, header names {list(names)}")
     return TopoMatrix(npus=names, links=links, cpu_affinity=affinity)
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """``npu-smi info -t board -i N``: the card's software/firmware and PCI identity."""
+
+    npu_id: int
+    software_version: str | None
+    firmware_version: str | None
+    pci_vendor_id: str | None  # lower-case hex without 0x ("19e5")
+    pci_device_id: str | None  # "d801"
+    bus_id: str | None
+
+
+def parse_board(text: str, source: str = "npu-smi info -t board") -> Board:
+    """Parse the card-level ``-t board`` output (``Invalid card id.`` is a ParseError)."""
+    kv: dict[str, str] = {}
+    for block in parse_key_values(text, source):
+        kv.update(block)
+    if "NPU ID" not in kv or not kv["NPU ID"].isdigit():
+        raise ParseError(source, "no 'NPU ID' line")
+
+    def hexid(key: str) -> str | None:
+        v = kv.get(key)
+        if v is None or v == "NA":
+            return None
+        if not re.fullmatch(r"0x[0-9A-Fa-f]{1,4}", v):
+            raise ParseError(source, f"{key} is not hex: {v!r}")
+        return v[2:].lower().rjust(4, "0")
+
+    bus = kv.get("PCIe Bus Info")
+    if bus is not None and bus != "NA":
+        try:
+            bus = normalize_pci_address(bus)
+        except ValueError:
+            raise ParseError(source, f"not a PCI bus id: {bus!r}") from None
+    return Board(
+        npu_id=int(kv["NPU ID"]),
+        software_version=kv.get("Software Version"),
+        firmware_version=kv.get("Firmware Version"),
+        pci_vendor_id=hexid("PCI Vendor ID"),
+        pci_device_id=hexid("PCI Device ID"),
+        bus_id=None if bus in (None, "NA") else bus,
+    )

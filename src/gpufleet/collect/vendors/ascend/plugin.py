@@ -26,6 +26,8 @@ from gpufleet.domain.accelerators import (
     Accelerator,
     AcceleratorInventory,
     CheckResult,
+    Link,
+    LinkState,
     SoftwareVersions,
     Vendor,
     count_check,
@@ -72,13 +74,15 @@ def to_inventory(
     firmware: str | None = None,
     cann: str | None = None,
     health: Mapping[int, ChipHealth] | None = None,
+    ports: Mapping[int, LinkState] | None = None,
     source: str = "npu-smi info",
 ) -> AcceleratorInventory:
     """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
     device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
     else ``npu-smi info -m``'s Chip Logic ID, else the NPU ID (one chip per NPU).
     ``health`` (logic id -> ``-t health``) replaces the table's health word and adds the
-    error codes."""
+    error codes; ``ports`` (logic id -> ``hccn_tool -i N -link -g``) adds the NPU's RoCE
+    port as a ``roce`` :class:`Link`."""
     logic = {(m.npu_id, m.chip_id): m.logic_id for m in mapping if m.logic_id is not None}
     accs: list[Accelerator] = []
     for chip in info.chips:
@@ -88,6 +92,7 @@ def to_inventory(
         if index is None:
             index = chip.npu_id
         detail = (health or {}).get(index)
+        port = (ports or {}).get(index)
         accs.append(
             Accelerator(
                 vendor=Vendor.HUAWEI,
@@ -100,6 +105,7 @@ def to_inventory(
                 error_codes=detail.error_codes if detail else (),
                 temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
                 power_w=chip.power_w,
+                links=() if port is None else (Link(kind="roce", peer=None, state=port),),
             )
         )
     indexes = [a.index for a in accs]
