@@ -103,5 +103,22 @@ def test_bad_values() -> None:
         parse_rocm_smi_json('{"card0": {"VRAM Total Memory (B)": "lots"}}')
     with pytest.raises(ParseError, match="no cardN"):
         parse_rocm_smi_json('{"system": {"Driver version": "6.2.4"}}')
+    with pytest.raises(ParseError, match="Weight between 0 and 1: 'far'"):
+        parse_rocm_smi_json(
+            '{"card0": {}, "system": {"(Topology) Weight between DRM devices 0 and 1": "far"}}'
+        )
     with pytest.raises(ParseError, match="not hex"):
         parse_rocm_smi_json('{"card0": {"GPU ID": "MI100"}}')
+
+
+def test_topology_link_types_weights_hops() -> None:
+    smi = parse_rocm_smi_json((FIX / "telegraf_mi100_rocm571.json").read_text())
+    assert len(smi.topology) == 15  # 6 cards, every pair once
+    assert {t.link_type for t in smi.topology} == {"PCIE"}
+    first = smi.topology[0]
+    assert (first.a, first.b, first.weight, first.hops) == (0, 1, 40, 2)
+    # MI50: only card0 kept by the contributor, but the matrix covers 8 DRM devices
+    mi50 = parse_rocm_smi_json((FIX / "telegraf_vega-20-WKS-GL-XE.json").read_text())
+    assert len(mi50.topology) == 28
+    assert {t.weight for t in mi50.topology} == {40, 72}
+    assert parse_rocm_smi_json((FIX / "telegraf_rx6700xt_rocm612.json").read_text()).topology == ()

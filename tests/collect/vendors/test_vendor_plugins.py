@@ -234,3 +234,10 @@ def test_roce_ports_in_the_inventory() -> None:
     assert len(states) == 8
     assert links_check(states).reason == "port of #5 down"
     assert port_states(ascend.to_inventory(parse_npu_smi_info(tool_output(B3))), "roce") == {}
+
+
+def test_amd_topology_links_in_the_inventory() -> None:
+    inv = amd.parse_sections({"rocm_smi_json": (AMD / "telegraf_mi100_rocm571.json").read_text()})
+    links = inv.accelerators[2].links
+    assert [(ln.kind, ln.peer) for ln in links] == [("pcie", p) for p in ("0", "1", "3", "4", "5")]
+    assert {ln.state for ln in links} == {LinkState.UNKNOWN}

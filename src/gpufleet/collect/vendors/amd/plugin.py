@@ -19,6 +19,7 @@ from gpufleet.domain.accelerators import (
     AcceleratorInventory,
     CheckResult,
     ErrorCounter,
+    Link,
     SoftwareVersions,
     Vendor,
     count_check,
@@ -39,6 +40,15 @@ _GIB = 1 << 30
 
 
 def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
+    """One :class:`Accelerator` per card; the topology's link types (``pcie``/``xgmi``)
+    become links to each peer (state unknown: rocm-smi reports no link status)."""
+    peers: dict[int, list[Link]] = {}
+    for t in smi.topology:
+        if t.link_type is None:
+            continue
+        kind = t.link_type.lower()
+        peers.setdefault(t.a, []).append(Link(kind=kind, peer=str(t.b)))
+        peers.setdefault(t.b, []).append(Link(kind=kind, peer=str(t.a)))
     accs: list[Accelerator] = []
     for c in smi.cards:
         counters: tuple[ErrorCounter, ...] = ()
@@ -65,6 +75,7 @@ def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
                 power_w=c.power_average_w,
                 power_limit_w=c.power_max_w,
                 firmware=fw,
+                links=tuple(sorted(peers.get(c.index, []), key=lambda ln: int(ln.peer or 0))),
             )
         )
     return AcceleratorInventory(

@@ -26,6 +26,9 @@ from gpufleet.errors import ParseError
 _CARD = re.compile(r"^card(\d+)$")
 _BRACKET = re.compile(r"\[([^\]]+)\]")
 _UNKNOWN = {"", "N/A", "0", "NA"}
+_TOPO = re.compile(
+    r"^\(Topology\) (?P<what>Link type|Weight|Hops) between DRM devices (?P<a>\d+) and (?P<b>\d+)$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +54,21 @@ class RocmCard:
 
 
 @dataclass(frozen=True, slots=True)
+class TopoLink:
+    """``(Topology) ... between DRM devices A and B`` from the ``system`` object."""
+
+    a: int
+    b: int
+    link_type: str | None  # "PCIE" / "XGMI", as printed
+    weight: int | None
+    hops: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class RocmSmi:
     cards: tuple[RocmCard, ...]
     driver_version: str | None
+    topology: tuple[TopoLink, ...] = ()
 
 
 def _first(d: dict[str, Any], *keys: str) -> str | None:
@@ -103,7 +118,40 @@ def parse_rocm_smi_json(text: str, source: str = "rocm-smi --json") -> RocmSmi:
         raise ParseError(source, "no cardN entries")
     system = doc.get("system")
     driver = _first(system, "Driver version") if isinstance(system, dict) else None
-    return RocmSmi(cards=tuple(sorted(cards, key=lambda c: c.index)), driver_version=driver)
+    topology = _topology(system, source) if isinstance(system, dict) else ()
+    return RocmSmi(
+        cards=tuple(sorted(cards, key=lambda c: c.index)),
+        driver_version=driver,
+        topology=topology,
+    )
+
+
+def _topology(system: dict[str, Any], source: str) -> tuple[TopoLink, ...]:
+    pairs: dict[tuple[int, int], dict[str, str]] = {}
+    for key, value in system.items():
+        m = _TOPO.match(key)
+        if m is None or not isinstance(value, str):
+            continue
+        pairs.setdefault((int(m.group("a")), int(m.group("b"))), {})[m.group("what")] = value
+
+    def num(d: dict[str, str], what: str, pair: tuple[int, int]) -> int | None:
+        v = d.get(what)
+        if v is None:
+            return None
+        if not v.isdigit():
+            raise ParseError(source, f"system: {what} between {pair[0]} and {pair[1]}: {v!r}")
+        return int(v)
+
+    return tuple(
+        TopoLink(
+            a=a,
+            b=b,
+            link_type=d.get("Link type"),
+            weight=num(d, "Weight", (a, b)),
+            hops=num(d, "Hops", (a, b)),
+        )
+        for (a, b), d in sorted(pairs.items())
+    )
 
 
 def _card(index: int, name: str, d: dict[str, Any], source: str) -> RocmCard:
