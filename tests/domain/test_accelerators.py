@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from gpufleet.collect.pci import parse_lspci
 from gpufleet.domain.accelerators import (
     PCI_VENDOR_IDS,
+    UNKNOWN_MODEL,
     Accelerator,
     AcceleratorInventory,
     Health,
     LinkState,
     Vendor,
+    accelerators_on_bus,
     count_check,
     health_check,
+    inventory_group,
     links_check,
     pci_count_check,
 )
@@ -49,3 +57,42 @@ def test_links_unknown_counts_as_not_up() -> None:
     r = links_check({0: LinkState.UP, 1: LinkState.UNKNOWN})
     assert (r.ok, r.reason) == (False, "port of #1 unknown")
     assert links_check({}).ok
+
+
+LSPCI = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "lspci"
+ASCEND = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "ascend"
+
+
+def test_vendor_from_lspci_captures() -> None:
+    # 8x H100 with NVSwitch bridges (class 0680, not counted) and ConnectX NICs
+    assert accelerators_on_bus(parse_lspci((LSPCI / "gpud_lspci-vvv.txt").read_text())) == {
+        Vendor.NVIDIA: 8
+    }
+    # plain lspci (no ids) of a GB200 tray: 4 "3D controller" functions by NVIDIA's name
+    gb200 = parse_lspci((LSPCI / "gpud_lspci.gb200.txt").read_text())
+    assert accelerators_on_bus(gb200) == {Vendor.NVIDIA: 4}
+    # the Ascend bundle's "lspci | grep acce": 8 Huawei processing accelerators
+    text = (ASCEND / "mind-cluster_kg_parse_npu_info_before.txt").read_text()
+    lines = [ln for ln in text.splitlines() if "Processing accelerators" in ln]
+    assert accelerators_on_bus(parse_lspci("\n".join(lines))) == {Vendor.HUAWEI: 8}
+    assert accelerators_on_bus([]) == {}
+
+
+@pytest.mark.parametrize(
+    ("vendor", "models", "group"),
+    [
+        (Vendor.HUAWEI, ["910B3"], "npu_910b"),
+        (Vendor.HUAWEI, ["910A"], "npu_910a"),
+        (Vendor.HUAWEI, ["310P3"], "npu_310p"),
+        (Vendor.HUAWEI, ["xxx"], None),
+        (Vendor.AMD, ["Instinct MI100"], "gpu_mi100"),
+        (Vendor.AMD, ["AMD Instinct MI300X"], "gpu_mi300x"),
+        (Vendor.NVIDIA, ["NVIDIA H800"], "gpu_h800"),
+        (Vendor.AMD, ["Instinct MI100", "INSTINCT MI250"], None),
+        (Vendor.AMD, [UNKNOWN_MODEL], None),
+        (Vendor.AMD, [], None),
+    ],
+)
+def test_inventory_group(vendor: Vendor, models: list[str], group: str | None) -> None:
+    accs = tuple(Accelerator(vendor=vendor, index=i, model=m) for i, m in enumerate(models))
+    assert inventory_group(AcceleratorInventory(vendor=vendor, accelerators=accs)) == group

@@ -10,10 +10,14 @@ NVIDIA is not yet expressed through this model: its facts still live in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
+
+from gpufleet.domain.ansible import gpu_model, group_name
+from gpufleet.domain.facts import PciDevice
 
 
 class Vendor(StrEnum):
@@ -197,3 +201,59 @@ def links_check(links: Mapping[int, LinkState]) -> CheckResult:
         False,
         ", ".join(f"port of #{i} {links[i]}" for i in down),
     )
+
+
+# ---- configuration follows the node type: which vendor, which group ----
+
+# PCI classes of accelerator functions (display/3D/VGA controllers, processing accelerators);
+# excludes the HDMI audio functions of AMD boards and NVIDIA's NVSwitch bridges.
+_ACCELERATOR_CLASS_IDS = frozenset({"0300", "0302", "0380", "1200"})
+_ACCELERATOR_CLASS_NAMES = frozenset(
+    {
+        "VGA compatible controller",
+        "3D controller",
+        "Display controller",
+        "Processing accelerators",
+    }
+)
+# lspci's vendor names, for output without -nn (``lspci | grep acce``)
+_VENDOR_NAMES: Mapping[Vendor, str] = {
+    Vendor.NVIDIA: "NVIDIA Corporation",
+    Vendor.HUAWEI: "Huawei Technologies",
+    Vendor.AMD: "Advanced Micro Devices",
+}
+
+
+def accelerators_on_bus(devices: Sequence[PciDevice]) -> dict[Vendor, int]:
+    """Accelerator functions per vendor in ``lspci`` output (with or without ``-nn``): the
+    vendor picks the plugin, so the operator never chooses a per-vendor script."""
+    out: dict[Vendor, int] = {}
+    for d in devices:
+        if d.class_id is not None:
+            if d.class_id not in _ACCELERATOR_CLASS_IDS:
+                continue
+        elif d.class_name not in _ACCELERATOR_CLASS_NAMES:
+            continue
+        for vendor, vid in PCI_VENDOR_IDS.items():
+            if d.vendor_id == vid or (
+                d.vendor_id is None and d.description.startswith(_VENDOR_NAMES[vendor])
+            ):
+                out[vendor] = out.get(vendor, 0) + 1
+    return out
+
+
+_ASCEND_FAMILY = re.compile(r"^(?:ASCEND\s*)?(910B|910A|910|310P|310)", re.IGNORECASE)
+
+
+def inventory_group(inventory: AcceleratorInventory) -> str | None:
+    """The Ansible group of a host by vendor and model: ``npu_910b`` (Ascend 910B1-4),
+    ``npu_910a``, ``npu_310p``; ``gpu_mi300x``/``gpu_mi100`` (AMD), ``gpu_h800`` (NVIDIA);
+    None when the host has none or mixed models."""
+    models = inventory.models()
+    if len(models) != 1 or models[0] == UNKNOWN_MODEL:
+        return None
+    if inventory.vendor is Vendor.HUAWEI:
+        m = _ASCEND_FAMILY.match(models[0])
+        return None if m is None else group_name("npu", m.group(1))
+    model = gpu_model(models[0])
+    return None if model is None else group_name("gpu", model)

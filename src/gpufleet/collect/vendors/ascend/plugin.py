@@ -22,7 +22,6 @@ from gpufleet.collect.vendors.ascend.npu_smi import (
 )
 from gpufleet.collect.vendors.ascend.versions import package_version
 from gpufleet.domain.accelerators import (
-    PCI_VENDOR_IDS,
     Accelerator,
     AcceleratorInventory,
     CheckResult,
@@ -30,6 +29,7 @@ from gpufleet.domain.accelerators import (
     LinkState,
     SoftwareVersions,
     Vendor,
+    accelerators_on_bus,
     count_check,
     health_check,
 )
@@ -143,18 +143,8 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
 
 
 def npus_on_bus(devices: Sequence[PciDevice]) -> int:
-    """Ascend NPU functions in ``lspci`` output: vendor 19e5 with ``-nn``; without ids, a
-    "Processing accelerators" function described as Huawei's (``lspci | grep acce``)."""
-    return sum(
-        1
-        for d in devices
-        if d.vendor_id == PCI_VENDOR_IDS[Vendor.HUAWEI]
-        or (
-            d.vendor_id is None
-            and d.class_name == "Processing accelerators"
-            and d.description.startswith("Huawei")
-        )
-    )
+    """Ascend NPU functions in ``lspci`` output (vendor 19e5, or Huawei's name without -nn)."""
+    return accelerators_on_bus(devices).get(Vendor.HUAWEI, 0)
 
 
 def accelerator_type(model: str, count: int) -> str | None:
