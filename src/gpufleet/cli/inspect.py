@@ -201,9 +201,10 @@ def report_cmd(
 
 def _print_report(report: InspectReport) -> None:
     t = Table(title=f"top offenders since {report.since:%Y-%m-%d %H:%M}")
-    for col in ("host", "model", "max temp", "max uncorr. ECC", "HW throttled", "worst"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("rules", overflow="fold")
+    widest = max((len(h.host) for h in report.top_offenders), default=4)
+    t.add_column("host", no_wrap=True, min_width=widest)  # names are never cut
+    for col in ("model", "max temp", "max uncorr. ECC", "HW throttled", "worst", "rules"):
+        t.add_column(col, overflow="fold")
     for h in report.top_offenders:
         t.add_row(
             lit(h.host),
