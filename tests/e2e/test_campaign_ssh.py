@@ -259,3 +259,28 @@ def test_kill_during_a_wave_then_resume_finishes_without_running_an_action_twice
     for h in lf.hosts:
         assert _driver(fleet, h.name) == NEW
         assert len(_switches(lab, h.name)) == 1, (h.name, lab.calls(h.name))
+
+
+def test_command_campaign_over_the_ssh_transport(
+    fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
+    """``--command`` runs over gpufleet's own SSH transport; a non-zero exit fails the host
+    (the canary here: the campaign halts, nothing else is touched)."""
+    lab, lf = _setup(fleet, sshlab_factory, tmp_path, 3)
+    bad = _spec(tmp_path, "cmd-bad", action_kind=ActionKind.COMMAND,
+                action="gpufleet-lab-switch nosuchvariant", rollback=None)
+    v = run_campaign(fleet, create_campaign(fleet, bad).name)
+    assert v.status == CampaignStatus.HALTED
+    canary = v.waves[0][0]
+    assert canary.step == HostStep.FAILED and "command exited 2" in (canary.reason or "")
+    assert set(_states(fleet).values()) == {"available"}  # validated again on b-old
+    assert _driver(fleet, canary.host) != NEW
+
+    good = _spec(tmp_path, "cmd-ok", action_kind=ActionKind.COMMAND,
+                 action="gpufleet-lab-switch new", rollback=None, waves="100%")
+    v = run_campaign(fleet, create_campaign(fleet, good).name)
+    assert v.status == CampaignStatus.COMPLETED, v.as_json()
+    assert set(_states(fleet).values()) == {"available"}
+    for h in lf.hosts:
+        assert _driver(fleet, h.name) == NEW
+        assert _switches(lab, h.name)[-1] == f"{SWITCH} new"

@@ -246,6 +246,7 @@ class Runner:
                 r.updated_at = now
         self.say(f"  action ({camp.action_kind}) on {len(names)} host(s): {', '.join(names)}")
         results = run_action(self.fleet, camp, names, camp.action, rollback=False)
+        failed: list[str] = []
         for name in names:
             ok, why = results.get(name, (False, "no result from the action"))
             if ok:
@@ -254,6 +255,18 @@ class Runner:
                 self.set_step(name, HostStep.FAILED, f"action failed: {why}",
                               action_finished_at=self.fleet.now())
                 self.say(f"  {name}: action failed: {why}")
+                failed.append(name)
+        self.release_failed(failed, camp)
+
+    def release_failed(self, names: list[str], camp: CampaignRow) -> None:
+        """Hosts whose action failed leave maintenance and are validated on the baseline they
+        still have (the campaign's baseline was never given to them): a host the action did
+        not harm goes back to the pool, one it did does not. They stay counted as failed."""
+        if not names:
+            return
+        for name in names:
+            self.leave(name, camp, "action failed, validating")
+        validate(self.fleet, host_list(names))
 
     @retrying
     def action_done(self, name: str, camp: CampaignRow, note: str, *,
@@ -345,6 +358,7 @@ class Runner:
                 self.set_step(name, HostStep.FAILED,
                               f"action interrupted and not known to be idempotent: not re-run "
                               f"({problem or 'no facts'})")
+                self.release_failed([name], camp)
         if rerun:
             with self.fleet.db.session() as s:
                 c = campaign_row(s, self.name)
