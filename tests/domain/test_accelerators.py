@@ -21,6 +21,7 @@ from gpufleet.domain.accelerators import (
     inventory_group,
     links_check,
     pci_count_check,
+    temperature_check,
 )
 
 
@@ -96,3 +97,14 @@ def test_vendor_from_lspci_captures() -> None:
 def test_inventory_group(vendor: Vendor, models: list[str], group: str | None) -> None:
     accs = tuple(Accelerator(vendor=vendor, index=i, model=m) for i, m in enumerate(models))
     assert inventory_group(AcceleratorInventory(vendor=vendor, accelerators=accs)) == group
+
+
+def test_temperature_check_names_hot_devices() -> None:
+    accs = tuple(
+        Accelerator(vendor=Vendor.HUAWEI, index=i, model="910B3", temperature_c=t)
+        for i, t in enumerate([43.0, 91.5, None])
+    )
+    inv = AcceleratorInventory(vendor=Vendor.HUAWEI, accelerators=accs)
+    r = temperature_check(inv, 85)
+    assert (r.ok, r.reason) == (False, "#1 91.5 C > 85 C")
+    assert temperature_check(inv, 95).ok

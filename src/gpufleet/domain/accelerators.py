@@ -257,3 +257,19 @@ def inventory_group(inventory: AcceleratorInventory) -> str | None:
         return None if m is None else group_name("npu", m.group(1))
     model = gpu_model(models[0])
     return None if model is None else group_name("gpu", model)
+
+
+def temperature_check(inventory: AcceleratorInventory, limit_c: float) -> CheckResult:
+    """No accelerator above ``limit_c`` (the limit is the vendor/model profile's, not ours)."""
+    hot = [
+        a
+        for a in inventory.accelerators
+        if a.temperature_c is not None and a.temperature_c > limit_c
+    ]
+    if not hot:
+        return CheckResult("accelerator_temperature", True)
+    return CheckResult(
+        "accelerator_temperature",
+        False,
+        ", ".join(f"#{a.index} {a.temperature_c:g} C > {limit_c:g} C" for a in hot),
+    )

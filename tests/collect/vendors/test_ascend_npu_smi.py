@@ -7,7 +7,9 @@ from tests.collect.vendors.ascend_captures import section, tool_output
 
 from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipMapping,
+    ChipUsage,
     parse_board,
+    parse_chip_usages,
     parse_health_status,
     parse_key_values,
     parse_npu_smi_info,
@@ -228,3 +230,32 @@ def test_board_typed() -> None:
     assert board.bus_id == "0000:61:00.0"
     with pytest.raises(ParseError, match="PCI Device ID is not hex"):
         parse_board("NPU ID : 0\nPCI Device ID : D801\n")
+
+
+def test_chip_usages_common_and_usages_views() -> None:
+    c910 = parse_chip_usages(tool_output("gpustack_test_npu_smi_910B_info-t-common.txt"), "common")
+    assert c910 == [
+        ChipUsage(
+            npu_id=0,
+            chip_id=0,
+            temperature_c=46,
+            power_w=69.0,
+            hbm_capacity_mb=None,
+            hbm_usage_percent=0,
+            aicore_count=32,
+        )
+    ]
+    c310 = parse_chip_usages(tool_output("gpustack_test_npu_smi_310P_info-t-common.txt"), "common")
+    assert [(c.npu_id, c.chip_id, c.temperature_c) for c in c310] == [(1, 0, 60), (1, 1, 59)]
+    u310 = parse_chip_usages(tool_output("gpustack_test_npu_smi_310P_info-t-usages.txt"), "usages")
+    assert [c.chip_id for c in u310] == [0, 1]
+    u910 = parse_chip_usages(section(KG_BEFORE, "-i 0 -t usages"), "usages")
+    assert [(c.chip_id, c.hbm_capacity_mb) for c in u910] == [(0, 31129)]
+
+
+def test_chip_usages_count_mismatch_and_garbage() -> None:
+    text = tool_output("gpustack_test_npu_smi_310P_info-t-common.txt")
+    with pytest.raises(ParseError, match="Chip Count 3, 2 blocks"):
+        parse_chip_usages(text.replace("Chip Count                     : 2", "Chip Count : 3"), "c")
+    with pytest.raises(ParseError, match="Temperature\\(C\\) is not a number"):
+        parse_chip_usages(text.replace(": 60", ": hot"), "c")

@@ -400,3 +400,66 @@ def parse_board(text: str, source: str = "npu-smi info -t board") -> Board:
         pci_device_id=hexid("PCI Device ID"),
         bus_id=None if bus in (None, "NA") else bus,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ChipUsage:
+    """One chip block of ``-t common`` / ``-t usages`` (fields the other view lacks: None)."""
+
+    npu_id: int
+    chip_id: int
+    temperature_c: int | None
+    power_w: float | None
+    hbm_capacity_mb: int | None
+    hbm_usage_percent: int | None
+    aicore_count: int | None
+
+
+def parse_chip_usages(text: str, source: str) -> list[ChipUsage]:
+    """``npu-smi info -t common -i N`` or ``-t usages -i N``: one record per chip block (the
+    ``Chip ID`` line leads in -t common and trails in -t usages); the ``mcu`` block is
+    skipped."""
+    blocks = parse_key_values(text, source)
+    head = blocks[0]
+    if "NPU ID" not in head or not head["NPU ID"].isdigit():
+        raise ParseError(source, "no 'NPU ID' line", line=1)
+    npu = int(head["NPU ID"])
+
+    def num(block: dict[str, str], key: str) -> float | None:
+        v = block.get(key)
+        if v is None or v in ("NA", "-"):
+            return None
+        try:
+            return float(v)
+        except ValueError:
+            raise ParseError(source, f"NPU {npu}: {key} is not a number: {v!r}") from None
+
+    out: list[ChipUsage] = []
+    for block in blocks[1:]:
+        if "Chip ID" not in block:
+            if block.get("Chip Name", "").lower() == "mcu":
+                continue
+            raise ParseError(source, f"NPU {npu}: chip block without 'Chip ID'")
+        chip = num(block, "Chip ID")
+        temp = num(block, "Temperature(C)")
+        hbm = num(block, "HBM Capacity(MB)")
+        hbm_pct = num(block, "HBM Usage Rate(%)")
+        cores = num(block, "Aicore Count")
+        out.append(
+            ChipUsage(
+                npu_id=npu,
+                chip_id=int(chip) if chip is not None else 0,
+                temperature_c=None if temp is None else int(temp),
+                power_w=num(block, "NPU Real-time Power(W)"),
+                hbm_capacity_mb=None if hbm is None else int(hbm),
+                hbm_usage_percent=None if hbm_pct is None else int(hbm_pct),
+                aicore_count=None if cores is None else int(cores),
+            )
+        )
+    if (
+        "Chip Count" in head
+        and head["Chip Count"].isdigit()
+        and int(head["Chip Count"]) != len(out)
+    ):
+        raise ParseError(source, f"NPU {npu}: Chip Count {head['Chip Count']}, {len(out)} blocks")
+    return out
