@@ -6,6 +6,7 @@ import pytest
 from tests.collect.vendors.ascend_captures import bundle_sections, section, tool_output
 
 from gpufleet.collect.vendors.ascend.hccn import (
+    parse_ip,
     parse_link,
     parse_link_stat,
     parse_net_health,
@@ -105,3 +106,16 @@ def test_version_file_garbage() -> None:
     assert (e.value.source, e.value.line) == ("driver/version.info@h9", 2)
     with pytest.raises(ParseError, match="no Version"):
         package_version("arch=aarch64\n", "cann")
+
+
+def test_port_addresses_and_a_port_without_one() -> None:
+    w0 = {
+        int(cmd.split(" -i ")[1].split()[0]): parse_ip(out)
+        for cmd, out in bundle_sections(W0_BEFORE)
+        if cmd.endswith("-ip -g")
+    }
+    assert [w0[i].address for i in sorted(w0)] == [f"10.10.0.{10 + i}" for i in range(8)]
+    assert {a.netmask for a in w0.values()} == {"255.255.255.0"}
+    assert parse_ip(section(KG_BEFORE, "-i 1 -ip -g")).address == "192.161.201.10"
+    with pytest.raises(ParseError, match="no ipaddr"):
+        parse_ip(section(KG_BEFORE, "-i 2 -ip -g"), source="hccn_tool -i 2 -ip -g@h3")

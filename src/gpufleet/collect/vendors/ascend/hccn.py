@@ -1,7 +1,7 @@
 """Parsers for ``hccn_tool -i N ... -g`` (the NPU RoCE ports HCCL uses; pure).
 
 Real captures exist for ``-link -g`` (DOWN), ``-link_stat -g``, ``-net_health -g``
-(a failure text), ``-optical -g`` and ``-stat -g``; see tests/fixtures/captured/ascend.
+(a failure text), ``-optical -g``, ``-stat -g`` and ``-ip -g``; see tests/fixtures/captured/ascend.
 """
 
 from __future__ import annotations
@@ -157,3 +157,28 @@ def parse_optical(text: str, source: str = "hccn_tool -optical -g") -> Optical:
         rx_power_low_mw=_float_unit(kv.get("RxPower Low Thres")),
         rx_los_flag=int(los, 16) if los and los.startswith("0x") else None,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PortAddress:
+    address: str
+    netmask: str
+
+
+def parse_ip(text: str, source: str = "hccn_tool -ip -g") -> PortAddress:
+    """``-ip -g``: ``ipaddr:A`` and ``netmask:M`` lines (an empty answer is a ParseError:
+    the port has no address configured, or the tool failed)."""
+    values: dict[str, str] = {}
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition(":")
+        if not sep or key not in ("ipaddr", "netmask"):
+            raise ParseError(
+                source, f"expected 'ipaddr:' or 'netmask:', found {line[:80]!r}", line=lineno
+            )
+        values[key] = value.strip()
+    if "ipaddr" not in values or "netmask" not in values:
+        raise ParseError(source, "no ipaddr/netmask (port without an address?)")
+    return PortAddress(address=values["ipaddr"], netmask=values["netmask"])
