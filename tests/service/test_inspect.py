@@ -261,3 +261,24 @@ def test_nvlink_rules_only_where_the_facts_show_nvlink(
             assert linked[name] is True and found[name] == ["xid-nvlink"]
         else:  # PCIe L40S: no NVLink in its facts, the NVLink rule does not apply
             assert linked[name] is False and name not in found
+
+
+def test_an_alarm_never_clears_on_missing_data(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    fleet.settings.guard_share = 1.0
+    d = lab(fleet, tmp_path, 2)
+    inspect(fleet)
+    clock.advance(minutes=5)
+    set_faults(d, {"gpu-01": ["ecc-uncorrectable"]}, clock)
+    inspect(fleet)
+    (alarm,) = health_alarms(fleet)["gpu-01"]
+    # nvidia-smi stops answering: the GPU rules see nothing, which is not "healthy".
+    set_faults(d, {"gpu-01": ["nvidia-smi-missing"]}, clock)
+    clock.advance(hours=2)
+    report = inspect(fleet)
+    (host,) = [h for h in report.hosts if h.host == "gpu-01"]
+    assert "nvidia-smi exited 127" in host.problems[0]
+    (still,) = health_alarms(fleet)["gpu-01"]
+    assert still.id == alarm.id and "cleared_at" not in still.data
+    assert states(fleet)["gpu-01"] == "quarantined"

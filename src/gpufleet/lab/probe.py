@@ -16,7 +16,7 @@ fault names one: ``hot:3``): ``hot`` (92 C), ``ecc-uncorrectable`` (2 volatile a
 uncorrectable), ``power-brake`` (HW power brake slowdown active, clocks and power down),
 ``straggler`` (SM clock and power far below the model's under full load), ``ib-link-downed``
 (``link_downed`` of the first port raised to N, default 1), ``xid:<code>`` (kernel log),
-``disk-full`` (98% used).
+``disk-full`` (98% used); ``nvidia-smi-missing`` makes the GPU query fail (exit 127).
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def _gpu_part(host: LabHost) -> str:
         return f"lab: no --query-gpu capture for a {host.model} host\n@@rc 6"
     header, values = tpl
     faults = [_split_fault(f) for f in host.faults]
+    if any(k == "nvidia-smi-missing" for k, _ in faults):
+        return "sh: 1: nvidia-smi: not found\n@@rc 127"
     suspect = fault_gpu_index(host)
     bus_ids = _template(host.model).bus_ids
     rows: list[str] = []

@@ -46,6 +46,7 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import (
     Finding,
+    HostSample,
     RulePolicy,
     Severity,
     evaluate_host,
@@ -299,11 +300,25 @@ def judge(
     budget = _Budget(_guard_budget(fleet, at))
     held: list[str] = []
     for hid in sorted(findings, key=lambda hid: hosts[hid].host):
-        if _act(fleet, hid, findings[hid], hosts[hid], budget, at) == "held":
+        blind = _blind_rules(policy, hist[hid][-1], hist[hid][:-1])
+        if _act(fleet, hid, findings[hid], hosts[hid], budget, at, blind) == "held":
             held.append(hosts[hid].host)
     if held:
         report.guard_tripped = True
         report.guard_message = _trip_guard(fleet, at, held)
+
+
+def _blind_rules(policy: RulePolicy, latest: HostSample, before: list[HostSample]) -> set[str]:
+    """Rules this sweep could not judge on the host (fail closed: their alarms do not clear
+    on missing data): GPU rules when the GPU query failed, port rules when the ports the host
+    had are not in this sample."""
+    out: set[str] = set()
+    if latest.gpus is None:
+        out |= {r.id for r in policy.rules if r.scope == "gpu" or r.kind == "xid"}
+    had_ports = any(smp.ports for smp in before)
+    if had_ports and not latest.ports:
+        out |= {r.id for r in policy.rules if r.scope == "port"}
+    return out
 
 
 @dataclass
@@ -378,6 +393,7 @@ def _act(
     out: HostInspection,
     budget: _Budget,
     at: datetime,
+    blind: frozenset[str] | set[str] = frozenset(),
 ) -> str:
     """Alarms and lifecycle for one host, in one transaction: ``quarantined``, ``held`` (by
     the guard) or ``""``."""
@@ -439,8 +455,8 @@ def _act(
             out.actions.append(f"alarm {sev.value}: {f.message}")
         # Findings that cleared: warnings close, criticals wait for a passed validation.
         for k, a in open_alarms.items():
-            if k in now_keys:
-                continue
+            if k in now_keys or k[0] in blind:
+                continue  # still found, or not seen this sweep (never cleared on no data)
             cleared = a.data.get("cleared_at")
             if not cleared:
                 a.data = {**a.data, "cleared_at": at.isoformat()}
