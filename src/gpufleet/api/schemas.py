@@ -805,3 +805,65 @@ class QueueDepthOut(Schema):
     queue: str
     status: str = Field(description="todo (waiting) or doing (running)")
     jobs: int
+
+
+# --- campaigns (issue 14) --------------------------------------------------------------------
+
+
+class CampaignActionOut(Schema):
+    kind: str = Field(description="playbook, command or reimage")
+    value: str
+    rollback: str | None
+
+
+class CampaignHostOut(Schema):
+    host: str
+    wave: int
+    step: str
+    reason: str | None
+    action_runs: int
+
+
+class CampaignWaveOut(Schema):
+    wave: int
+    canary: bool
+    hosts: list[CampaignHostOut]
+
+
+class CampaignSkipOut(Schema):
+    host: str
+    reason: str
+
+
+class CampaignOut(Schema):
+    """A campaign: plan, progress per wave, every host's step (``campaign status|report
+    --json`` prints the same shape)."""
+
+    name: str
+    status: str
+    ticket: str
+    target_baseline: str
+    action: CampaignActionOut
+    selector: str
+    options: dict[str, Any]
+    current_wave: int
+    halt_reason: str | None
+    approved_by: str | None
+    created_by: str
+    counts: dict[str, int]
+    waves: list[CampaignWaveOut]
+    skipped: list[CampaignSkipOut]
+    notes: list[str]
+
+    @classmethod
+    def of(cls, v: Any) -> CampaignOut:
+        """From ``service.campaign.CampaignView``."""
+        return cls.model_validate(v.as_json())
+
+
+class CampaignJobOut(Schema):
+    """A campaign run queued on the workers; follow it with ``GET /campaigns/{name}``."""
+
+    campaign: str
+    job: int = Field(description="The worker job's id (procrastinate).")
+    status: str = Field(description="The campaign's status when it was queued.")

@@ -33,7 +33,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -366,13 +366,20 @@ def _me() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+#: Campaigns a thread of this process drives now (a worker job of ``serve --with-worker``
+#: while an API call pauses or aborts it in the same process).
+_DRIVING: set[str] = set()
+
+
 def _owner_alive(camp: CampaignRow, fleet: Fleet) -> bool:
     if not camp.owner:
         return False
     host, _, pid = camp.owner.rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         if int(pid) == os.getpid():
-            return False  # ourselves (a previous call in this process that returned)
+            # ourselves: alive only while a thread of ours drives it (else a previous call
+            # in this process that returned)
+            return camp.name in _DRIVING
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
@@ -469,7 +476,44 @@ def run_campaign(fleet: Fleet, name: str, progress: Progress | None = None) -> C
             f"campaign {name} {'resumed' if resumed else 'started'} ({camp.ticket})",
             data={"campaign": name, "ticket": camp.ticket, "from": st.value},
         )
-    Runner(fleet, name, progress or (lambda _m: None)).run()
+    _DRIVING.add(name)
+    try:
+        Runner(fleet, name, progress or (lambda _m: None)).run()
+    finally:
+        _DRIVING.discard(name)
     return show_campaign(fleet, name)
+
+
+class CampaignDeferrer(Protocol):
+    """Where :func:`enqueue_run` queues the job (``gpufleet.service.tasks.JobQueue``)."""
+
+    def check_ready(self) -> None:
+        """Raise when this process cannot queue jobs now."""
+        ...
+
+    def defer_campaign(self, name: str, actor: str) -> int:
+        """Queue one job that runs :func:`run_campaign` for ``name`` as ``actor``; its id."""
+        ...
+
+
+def enqueue_run(fleet: Fleet, name: str, queue: CampaignDeferrer) -> tuple[CampaignView, int]:
+    """Queue ``run_campaign(name)`` (run or resume) as a worker job, as the caller; refused
+    now (404, 409) when the campaign is unknown or cannot run from its status, the same as
+    ``campaign run`` would be."""
+    with fleet.db.session() as s:
+        camp = campaign_row(s, name)
+        st = CampaignStatus(camp.status)
+        deferred = any(r.step == HostStep.DEFERRED for r in _rows(s, camp))
+        if (st in FINAL_STATUSES or st is CampaignStatus.HALTED) and not (
+            st is CampaignStatus.COMPLETED and deferred
+        ):
+            raise InvalidTransition(name, st.value, "run", ["planned", "running (crashed)",
+                                                            "paused", "awaiting-approval",
+                                                            "completed with deferred hosts"])
+        if st is CampaignStatus.RUNNING and _owner_alive(camp, fleet):
+            raise Conflict(what=f"campaign {name} (driven by {camp.owner})")
+        view = _view(s, camp)
+    queue.check_ready()
+    return view, queue.defer_campaign(name, fleet.actor)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -50,6 +51,7 @@ from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.service import jobs
+from gpufleet.service.campaign import run_campaign
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.sync import enabled_targets, sync_round
 from gpufleet.service.validate import sweep
@@ -157,6 +159,14 @@ def sync_task(context: JobContext, timestamp: int) -> None:
             log.warning("sync round had errors: %s", r)
 
 
+def campaign_run_task(context: JobContext, name: str, actor: str) -> None:
+    """Run (or resume) campaign ``name`` as ``actor``
+    (:func:`gpufleet.service.campaign.run_campaign`, what ``campaign run`` calls)."""
+    fleet = dataclasses.replace(fleet_of(context), actor=actor)
+    v = run_campaign(fleet, name, lambda m: log.info("campaign %s: %s", name, m))
+    log.info("campaign %s: %s", name, v.status)
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """A task as registered on every process's queue."""
@@ -200,6 +210,8 @@ def register_schedule(schedule: Schedule) -> None:
 RUN_CHUNK = "gpufleet.run_chunk"
 register_task(TaskSpec(RUN_CHUNK, run_chunk_task, RUNS_QUEUE, ChunkRetry()))
 register_task(TaskSpec("gpufleet.scheduled_run", scheduled_run_task))
+CAMPAIGN_RUN = "gpufleet.campaign_run"
+register_task(TaskSpec(CAMPAIGN_RUN, campaign_run_task, RUNS_QUEUE))
 register_task(TaskSpec("gpufleet.sweep", sweep_task, queueing_lock="gpufleet.sweep"))
 register_task(TaskSpec("gpufleet.sync", sync_task, queueing_lock="gpufleet.sync"))
 register_schedule(Schedule("sweep", "gpufleet.sweep", lambda s: s.schedule_sweep))
@@ -316,6 +328,15 @@ class JobQueue:
             connection = session.connection().connection.driver_connection
         deferrer = self.defer_app.tasks[RUN_CHUNK].configure(connection=connection)
         return deferrer.batch_defer(*_chunk_args(chunks))
+
+    def defer_campaign(self, name: str, actor: str) -> int:
+        """One job running campaign ``name`` as ``actor`` (``campaign run`` on a worker)."""
+        task = self.defer_app.tasks[CAMPAIGN_RUN]
+        if not self.shared:
+            return task.defer(name=name, actor=actor)
+        with self.fleet.db.session() as s:
+            connection = s.connection().connection.driver_connection
+            return task.configure(connection=connection).defer(name=name, actor=actor)
 
     def requeue_unfinished(self) -> int:
         """Queue again every unfinished chunk (an in-process queue after a restart)."""

@@ -1,0 +1,74 @@
+"""``/api/v1/campaigns``: change campaigns (issue 14). Reads for any token; run, resume,
+pause and abort for operators (they drive a campaign the way ``/runs`` drives collection);
+approve for admins (the production go-ahead, recorded with the token's name). Runs are
+worker jobs (202, like ``/runs``); the work is in :mod:`gpufleet.service.campaign`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path
+
+from gpufleet.api.deps import as_admin, as_operator, as_viewer
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes.runs import job_queue
+from gpufleet.api.schemas import CampaignJobOut, CampaignOut
+from gpufleet.service import campaign
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.tasks import JobQueue
+
+router = APIRouter(responses=ERRORS, tags=["campaigns"])
+
+Name = Annotated[str, Path(min_length=1, max_length=200)]
+
+
+@router.get("/campaigns", summary="Every campaign, newest first")
+def campaigns_list(fleet: Fleet = Depends(as_viewer)) -> list[CampaignOut]:
+    return [CampaignOut.of(v) for v in campaign.list_campaigns(fleet)]
+
+
+@router.get("/campaigns/{name}", summary="One campaign: waves, every host's step, counts")
+def campaigns_show(name: Name, fleet: Fleet = Depends(as_viewer)) -> CampaignOut:
+    return CampaignOut.of(campaign.show_campaign(fleet, name))
+
+
+def _queued(name: str, fleet: Fleet, queue: JobQueue) -> CampaignJobOut:
+    view, job = campaign.enqueue_run(fleet, name, queue)
+    return CampaignJobOut(campaign=view.name, job=job, status=view.status)
+
+
+@router.post(
+    "/campaigns/{name}/run",
+    status_code=202,
+    summary="Run a campaign on the workers (poll GET /campaigns/{name})",
+)
+def campaigns_run(
+    name: Name, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+) -> CampaignJobOut:
+    return _queued(name, fleet, queue)
+
+
+@router.post(
+    "/campaigns/{name}/resume",
+    status_code=202,
+    summary="Resume a paused, approved or interrupted campaign on the workers",
+)
+def campaigns_resume(
+    name: Name, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+) -> CampaignJobOut:
+    return _queued(name, fleet, queue)
+
+
+@router.post("/campaigns/{name}/approve", summary="Approve the waves after the canary (admin)")
+def campaigns_approve(name: Name, fleet: Fleet = Depends(as_admin)) -> CampaignOut:
+    return CampaignOut.of(campaign.approve_campaign(fleet, name))
+
+
+@router.post("/campaigns/{name}/pause", summary="Pause after the wave in progress")
+def campaigns_pause(name: Name, fleet: Fleet = Depends(as_operator)) -> CampaignOut:
+    return CampaignOut.of(campaign.pause_campaign(fleet, name))
+
+
+@router.post("/campaigns/{name}/abort", summary="Stop a campaign for good")
+def campaigns_abort(name: Name, fleet: Fleet = Depends(as_operator)) -> CampaignOut:
+    return CampaignOut.of(campaign.abort_campaign(fleet, name))
