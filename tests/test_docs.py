@@ -259,7 +259,18 @@ def path_refs() -> Iterator[tuple[Ref, str]]:
             yield ref, m.group(1).rstrip(".")
 
 
+#: Folders the tests or tools write and git ignores (``.gitignore`` lines naming a folder,
+#: like the browser tests' screenshots): naming them is not a dangling reference.
+_GENERATED_DIRS = tuple(
+    line.strip().strip("/")
+    for line in (ROOT / ".gitignore").read_text().splitlines()
+    if line.strip().endswith("/") and not line.startswith("#") and "*" not in line
+)
+
+
 def path_exists(name: str) -> bool:
+    if any(name == d or name.startswith(d + "/") for d in _GENERATED_DIRS):
+        return True
     first = name.split("/", 1)[0]
     if first in ("src", "tests", "docs", "bench"):
         return (ROOT / name).exists()
