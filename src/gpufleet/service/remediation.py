@@ -202,6 +202,7 @@ def remediate(
     try:
         tr = transport_for_host(c.key, fleet)
         if action is Action.RESET_GPU:
+            reset_ran = False
             probe_raw = _run(fleet, c, tr, probe_script(), timeout_s)
             if probe_raw.outcome is not Outcome.OK:
                 steps.append(
@@ -231,6 +232,7 @@ def remediate(
                     )
                 else:
                     r = _run(fleet, c, tr, reset_script(plan.gpus, stop=probe.holders), timeout_s)
+                    reset_ran = r.outcome in (Outcome.OK, Outcome.TIMEOUT)  # a hung reset too
                     if r.outcome is not Outcome.OK:
                         steps.append(
                             Step(
@@ -256,7 +258,8 @@ def remediate(
                                 res.bug_report,
                             )
                         )
-            if steps[-1].outcome == "failed" and policy.fallback_reboot:
+            # only a reset that ran and failed falls back (an unreachable host is not rebooted)
+            if steps[-1].outcome == "failed" and reset_ran and policy.fallback_reboot:
                 steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
         else:
             steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
