@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import UTC, datetime
 
 import typer
 
+from gpufleet.cli.alloc import _time as parse_time
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.remediation import Action
-from gpufleet.errors import ConfigError
 from gpufleet.service import gpu_health, remediation
-
-
-def _eta(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ConfigError(f"--eta '{value}': use an ISO time, e.g. 2026-12-04T18:00") from None
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 
 
 @boundary
@@ -46,7 +35,7 @@ def remediate_cmd(
         action,
         gpu=gpu,
         ticket=ticket,
-        eta=_eta(eta),
+        eta=parse_time(eta, "--eta"),  # as maintenance on --eta / hosts eta read it
         reason=reason,
         timeout_s=timeout,
         reboot_wait_s=reboot_wait,
