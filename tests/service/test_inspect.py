@@ -282,3 +282,32 @@ def test_an_alarm_never_clears_on_missing_data(
     (still,) = health_alarms(fleet)["gpu-01"]
     assert still.id == alarm.id and "cleared_at" not in still.data
     assert states(fleet)["gpu-01"] == "quarantined"
+
+
+def test_a_rule_the_pool_names_runs_the_first_rung(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Policy may run the first rung automatically for named rules (item 5): the pool names
+    ``ecc-uncorrectable`` under ``auto_remediate``, so the sweep that quarantines gpu-02 for
+    it runs the GPU reset (recorded on the ladder with the rule) and sends the host to
+    validation; gpu-01's Xid 79 is not named, so it stays quarantined with no remediation."""
+    from gpufleet.service import gpu_health, remediation
+
+    fleet.settings.guard_share = 1.0
+    fleet.settings.guard_hosts = 100
+    d = lab(fleet, tmp_path, 3)
+    pool = LabFleet.load(d).hosts[0].spec.pool
+    gpu_health.set_pool_health_policy(fleet, pool, auto_remediate=["ecc-uncorrectable"])
+    inspect(fleet)
+    clock.advance(minutes=5)
+    set_faults(d, {"gpu-01": ["xid:79"], "gpu-02": ["ecc-uncorrectable"]}, clock)
+    report = inspect(fleet)
+    acts = {h.host: h.actions for h in report.hosts}
+    assert "automatic remediation for ecc-uncorrectable: done" in acts["gpu-02"]
+    assert not any("automatic remediation" in a for a in acts["gpu-01"])
+    assert remediation.ladder(fleet, "gpu-02")[-1]["rule"] == "ecc-uncorrectable"
+    assert remediation.ladder(fleet, "gpu-01") == []
+    st = states(fleet)
+    assert st["gpu-01"] == "quarantined"
+    assert st["gpu-02"] == "validating"  # reset, then validation decides: never straight back
+    assert "gpu-02" not in allocatable(fleet)

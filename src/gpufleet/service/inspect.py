@@ -299,13 +299,39 @@ def judge(
         hosts[hid].findings = fs
     budget = _Budget(_guard_budget(fleet, at))
     held: list[str] = []
+    quarantined: list[int] = []
     for hid in sorted(findings, key=lambda hid: hosts[hid].host):
         blind = _blind_rules(policy, hist[hid][-1], hist[hid][:-1])
-        if _act(fleet, hid, findings[hid], hosts[hid], budget, at, blind) == "held":
+        acted = _act(fleet, hid, findings[hid], hosts[hid], budget, at, blind)
+        if acted == "held":
             held.append(hosts[hid].host)
+        elif acted == "quarantined":
+            quarantined.append(hid)
     if held:
         report.guard_tripped = True
         report.guard_message = _trip_guard(fleet, at, held)
+    for hid in quarantined:  # after the alarms are committed: remediation does network I/O
+        _first_rung(fleet, hosts[hid], findings[hid])
+
+
+def _first_rung(fleet: Fleet, out: HostInspection, findings: list[Finding]) -> None:
+    """Policy may run the first rung of the ladder automatically for named rules (the pool's
+    ``auto_remediate``, ``service/remediation.auto_remediate``): the first critical finding
+    whose rule the pool names runs it; a failed step is reported, never raised."""
+    from gpufleet.service.remediation import auto_remediate
+
+    for f in findings:
+        if f.severity is not Severity.CRITICAL:
+            continue
+        try:
+            done = auto_remediate(fleet, out.host, f.rule)
+        except GpufleetError as exc:
+            out.actions.append(f"automatic remediation for {f.rule} refused: {exc}")
+            return
+        if done is not None:
+            verdict = "done" if done.ok else "failed"
+            out.actions.append(f"automatic remediation for {f.rule}: {verdict}")
+            return
 
 
 def _blind_rules(policy: RulePolicy, latest: HostSample, before: list[HostSample]) -> set[str]:
