@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
+from gpufleet.api.schemas import CampaignOut
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
 from gpufleet.domain.campaign import (
     ActionKind,
@@ -67,6 +68,11 @@ def show_plan(v: CampaignView) -> None:
         console.print(f"[bold red]halted:[/] {lit(v.halt_reason)}")
 
 
+def _json(v: CampaignView) -> dict[str, object]:
+    """The campaign as ``--json`` prints it: the API's ``CampaignOut`` (one schema)."""
+    return CampaignOut.of(v).json_dict()
+
+
 def _say(line: str) -> None:
     err_console.print(escape(line))
 
@@ -121,7 +127,7 @@ def create_cmd(
     )
     v = create_campaign(open_fleet(), spec, dry_run=dry_run)
     if as_json:
-        print_json(v.as_json() | {"dry_run": dry_run})
+        print_json(_json(v) | {"dry_run": dry_run})
         return
     show_plan(v)
     if dry_run:
@@ -130,7 +136,7 @@ def create_cmd(
 
 def _finish(v: CampaignView, as_json: bool) -> None:
     if as_json:
-        print_json(v.as_json())
+        print_json(_json(v))
     else:
         show_plan(v)
     if v.status == CampaignStatus.HALTED:
@@ -165,7 +171,7 @@ def approve_cmd(
     """Approve the waves after the canary (who approved is recorded: GPUFLEET_ACTOR)."""
     v = approve_campaign(open_fleet(), name)
     if as_json:
-        print_json(v.as_json())
+        print_json(_json(v))
     else:
         console.print(f"campaign {lit(v.name)} approved by {lit(v.approved_by)}; "
                       f"continue with 'gpufleet campaign resume {lit(v.name)}'")
@@ -178,7 +184,7 @@ def status_cmd(
 ) -> None:
     """Where a campaign is: progress per wave, every host's step."""
     v = show_campaign(open_fleet(), name)
-    print_json(v.as_json()) if as_json else show_plan(v)
+    print_json(_json(v)) if as_json else show_plan(v)
 
 
 @boundary
@@ -189,7 +195,7 @@ def report_cmd(
     """Outcome per host (done, failed with reason, rolled back, skipped and why), counts."""
     v = show_campaign(open_fleet(), name)
     if as_json:
-        print_json(v.as_json())
+        print_json(_json(v))
         return
     show_plan(v)
     counts = ", ".join(f"{k} {n}" for k, n in sorted(v.counts().items()))
@@ -217,7 +223,7 @@ def list_cmd(
     """Every campaign, newest first."""
     vs = list_campaigns(open_fleet())
     if as_json:
-        print_json([v.as_json() for v in vs])
+        print_json([_json(v) for v in vs])
         return
     for v in vs:
         done = sum(1 for h in v.hosts if h.step in _FINISHED)
