@@ -78,3 +78,48 @@ def test_campaign_run_is_a_worker_job(
     assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_transition"
     events = c.get(f"{V1}/events", params={"kind": "campaign"}, headers=auth("viewer")).json()
     assert any(e["actor"] == "api:operator-bot" and "started" in e["message"] for e in events)
+
+
+def test_abort_through_the_api_while_a_worker_job_drives_the_campaign(
+    fleet: Fleet,
+    sshlab_factory: SshLabFactory,
+    tmp_path: Path,
+    client: tuple[TestClient, JobQueue],
+) -> None:
+    """The server's own worker thread drives the campaign: an abort from the API in the same
+    process sees that runner alive (it does not settle the hosts under it); the runner stops
+    after its step and no host is left in maintenance."""
+    c, q = client
+    lab, lf = _setup(fleet, sshlab_factory, tmp_path, 3)
+    spec = _spec(tmp_path, "job-2", action_kind=ActionKind.COMMAND,
+                 action=f"sleep 2; {SWITCH} new", rollback=None, waves="100%")
+    create_campaign(fleet, spec)
+    assert c.post(f"{V1}/campaigns/job-2/run", headers=auth("operator")).status_code == 202
+
+    end = time.monotonic() + 60
+    while True:  # the canary's action is running on the worker
+        got = c.get(f"{V1}/campaigns/job-2", headers=auth("viewer")).json()
+        steps = [h["step"] for w in got["waves"] for h in w["hosts"]]
+        if "action-started" in steps or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert got["status"] == "running" and "action-started" in steps, got
+    again = c.post(f"{V1}/campaigns/job-2/run", headers=auth("operator"))
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
+    r = c.post(f"{V1}/campaigns/job-2/abort", headers=auth("operator"))
+    assert r.status_code == 200 and r.json()["status"] == "aborted"
+
+    end = time.monotonic() + 60
+    while any(n for n in q.depth().values()) and time.monotonic() < end:
+        time.sleep(0.2)
+    assert all(n == 0 for n in q.depth().values())
+    final = c.get(f"{V1}/campaigns/job-2", headers=auth("viewer")).json()
+    assert final["status"] == "aborted"
+    assert "maintenance" not in set(_states(fleet).values()), _states(fleet)
+    for h in lf.hosts:
+        assert len(_switches(lab, h.name)) <= 1, lab.calls(h.name)
+    # the canary finished its step (validated on the new driver); the rest were not touched
+    canary = final["waves"][0]["hosts"][0]["host"]
+    assert _driver(fleet, canary) == NEW
+    untouched = [h.name for h in lf.hosts if h.name != canary]
+    assert all(_switches(lab, n) == [] for n in untouched)
