@@ -25,6 +25,7 @@ from gpufleet.api.metrics import JobQueueCollector, registry_for
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes import campaigns as campaign_routes
 from gpufleet.api.routes import fleet as fleet_routes
+from gpufleet.api.routes import health as health_routes
 from gpufleet.api.routes import hosts as host_routes
 from gpufleet.api.routes import leases as lease_routes
 from gpufleet.api.routes import runs as run_routes
@@ -116,6 +117,7 @@ def create_app(
     v1.include_router(fleet_routes.router)
     v1.include_router(token_routes.router)
     v1.include_router(campaign_routes.router)
+    v1.include_router(health_routes.router)
     app.include_router(v1)
 
     registry = registry_for(lambda: fleet)

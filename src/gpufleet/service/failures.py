@@ -177,6 +177,12 @@ def import_failures(fleet: Fleet, path: Path) -> ImportReport:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise LocalIOError(path=str(path), cause=str(exc.strerror or exc)) from exc
+    return import_failures_text(fleet, path, text)
+
+
+def import_failures_text(fleet: Fleet, path: Path, text: str) -> ImportReport:
+    """The rows of ``text`` (read from ``path``, or sent to ``POST /api/v1/failures/import``
+    under a name whose suffix picks the format) stored as :func:`import_failures` does."""
     rules = failure_rules(fleet)
     report = ImportReport(0)
     with fleet.db.session() as s:

@@ -232,7 +232,9 @@ def inspect(
     finally:
         release_claims(fleet, claim.token)
     for hid in set(parsed) - kept:
-        by_id[hid].actions.append("result discarded: the claim ran out")
+        by_id[hid].actions.append(
+            "result discarded: the claim ran out (or a sample at this instant exists)"
+        )
     report = SweepReport(at, policy.version, sorted(results, key=lambda h: h.host), claim.busy)
     judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report)
     return report

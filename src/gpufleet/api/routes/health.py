@@ -1,0 +1,114 @@
+"""``/api/v1/inspect``, ``/hosts/{name}/remediate``, ``/parts``, ``/bmc``,
+``/failures/import``: thin routers over the same service functions as ``gpufleet inspect``,
+``remediate``, ``parts``, ``bmc`` and ``failures import``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Query
+
+from gpufleet.api.deps import as_admin, as_operator, as_viewer
+from gpufleet.api.routes import ERRORS
+from gpufleet.api.schemas_health import (
+    BmcActionOut,
+    BmcStatusOut,
+    FailureImportIn,
+    FailureImportOut,
+    InspectIn,
+    PartHistoryOut,
+    PartOut,
+    PowerIn,
+    RemediateIn,
+    RemediationOut,
+    SweepOut,
+)
+from gpufleet.domain.bmc import PowerAction
+from gpufleet.domain.remediation import Action
+from gpufleet.service import bmc, failures, parts
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.inspect import inspect
+from gpufleet.service.remediation import remediate
+
+router = APIRouter(responses=ERRORS)
+
+
+@router.post(
+    "/inspect",
+    summary="Inspect the selected hosts now (one sweep; waits for it)",
+    tags=["inspect"],
+)
+def inspect_now(body: InspectIn, fleet: Fleet = Depends(as_operator)) -> SweepOut:
+    return SweepOut.of(inspect(fleet, body.selector, forks=body.forks, timeout_s=body.timeout_s))
+
+
+@router.post(
+    "/hosts/{name}/remediate",
+    summary="Run one rung of the remediation ladder on a host (admin)",
+    tags=["remediation"],
+)
+def hosts_remediate(
+    name: str, body: RemediateIn, fleet: Fleet = Depends(as_admin)
+) -> RemediationOut:
+    r = remediate(
+        fleet,
+        name,
+        Action(body.action),
+        gpu=body.gpu,
+        ticket=body.ticket,
+        eta=body.eta,
+        reason=body.reason,
+    )
+    return RemediationOut.of(r)
+
+
+@router.get("/parts", summary="Every GPU serial seen, where it is now", tags=["parts"])
+def parts_list(
+    history: bool = Query(False, description="Only serials with recorded events."),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[PartOut]:
+    return [PartOut.of(r) for r in parts.list_parts(fleet, with_history=history)]
+
+
+@router.get("/parts/{serial}", summary="One GPU's hosts and events", tags=["parts"])
+def parts_show(serial: str, fleet: Fleet = Depends(as_viewer)) -> PartHistoryOut:
+    return PartHistoryOut.of(parts.show_part(fleet, serial))
+
+
+@router.get("/bmc", summary="Read the selected hosts' BMCs (Redfish) now", tags=["bmc"])
+def bmc_status(
+    selector: str | None = Query(None, description="Hosts (the CLI's selectors)."),
+    timeout_s: float = Query(10.0, gt=0, le=300),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[BmcStatusOut]:
+    return [BmcStatusOut.of(b) for b in bmc.bmc_status(fleet, selector, timeout_s=timeout_s)]
+
+
+@router.post(
+    "/hosts/{name}/power",
+    summary="Power a host on/off/cycle/reset through its BMC (admin)",
+    tags=["bmc"],
+)
+def hosts_power(name: str, body: PowerIn, fleet: Fleet = Depends(as_admin)) -> BmcActionOut:
+    a = bmc.power(fleet, name, PowerAction(body.action), force=body.force)
+    return BmcActionOut(
+        host=a.host,
+        action=a.action,
+        ok=a.ok,
+        power_state=a.power_state,
+        reason=a.reason,
+        notes=list(a.notes),
+        state=a.state,
+    )
+
+
+@router.post(
+    "/failures/import",
+    summary="Record many job failures (JSON lines or CSV); bad lines reported, not fatal",
+    tags=["failures"],
+)
+def failures_import(body: FailureImportIn, fleet: Fleet = Depends(as_operator)) -> FailureImportOut:
+    fmt = body.format or ("jsonl" if body.text.lstrip().startswith("{") else "csv")
+    rep = failures.import_failures_text(fleet, Path(f"request.{fmt}"), body.text)
+    errors = [e.removeprefix("request.jsonl:").removeprefix("request.csv:") for e in rep.errors]
+    return FailureImportOut(recorded=rep.recorded, errors=[f"line {e}" for e in errors])

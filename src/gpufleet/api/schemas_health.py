@@ -1,0 +1,236 @@
+"""API shapes for inspection, remediation, parts, BMC and bulk failure import (issue 12).
+
+Kept apart from :mod:`gpufleet.api.schemas` (already long); same conventions: every field
+mapped by hand from the service's dataclasses, times ISO 8601 with the zone.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from gpufleet.api.schemas import Schema, Time
+
+
+class InspectIn(Schema):
+    selector: str | None = Field(None, description="Hosts to inspect (the CLI's selectors).")
+    forks: int = Field(50, ge=1, le=1000)
+    timeout_s: float = Field(30.0, gt=0, le=3600)
+
+
+class FindingOut(Schema):
+    rule: str
+    severity: str
+    action: str
+    message: str
+    gpu_index: int | None = None
+    gpu_uuid: str | None = None
+    subject: str | None = None
+
+
+class HostInspectionOut(Schema):
+    host: str
+    outcome: str
+    reason: str
+    findings: list[FindingOut]
+    actions: list[str]
+    problems: list[str]
+
+
+class SweepOut(Schema):
+    at: Time
+    policy_version: str
+    hosts: list[HostInspectionOut]
+    busy: list[str]
+    guard_tripped: bool
+    guard_message: str
+
+    @classmethod
+    def of(cls, r: Any) -> SweepOut:
+        return cls(
+            at=r.at,
+            policy_version=r.policy_version,
+            hosts=[
+                HostInspectionOut(
+                    host=h.host,
+                    outcome=str(h.outcome),
+                    reason=h.reason,
+                    findings=[
+                        FindingOut(
+                            rule=f.rule,
+                            severity=str(f.severity),
+                            action=str(f.action),
+                            message=f.message,
+                            gpu_index=f.gpu_index,
+                            gpu_uuid=f.gpu_uuid,
+                            subject=f.subject,
+                        )
+                        for f in h.findings
+                    ],
+                    actions=list(h.actions),
+                    problems=list(h.problems),
+                )
+                for h in r.hosts
+            ],
+            busy=list(r.busy),
+            guard_tripped=r.guard_tripped,
+            guard_message=r.guard_message,
+        )
+
+
+class RemediateIn(Schema):
+    action: Literal["reset-gpu", "reboot", "service-request"]
+    gpu: int | None = Field(None, ge=0, le=63, description="One GPU (reset-gpu); all if absent.")
+    ticket: str | None = Field(None, max_length=128, description="Vendor ticket (service-request).")
+    eta: Time | None = Field(None, description="When the host is expected back (service-request).")
+    reason: str | None = Field(None, max_length=512)
+
+
+class StepOut(Schema):
+    action: str
+    outcome: str
+    detail: str
+    gpus: list[int]
+    bug_report: str | None = None
+
+
+class RemediationOut(Schema):
+    host: str
+    action: str
+    ok: bool
+    steps: list[StepOut]
+    state: str
+    warnings: list[str]
+
+    @classmethod
+    def of(cls, r: Any) -> RemediationOut:
+        return cls(
+            host=r.host,
+            action=r.action,
+            ok=r.ok,
+            steps=[
+                StepOut(
+                    action=s.action,
+                    outcome=s.outcome,
+                    detail=s.detail,
+                    gpus=list(s.gpus),
+                    bug_report=s.bug_report,
+                )
+                for s in r.steps
+            ],
+            state=str(r.state),
+            warnings=list(r.warnings),
+        )
+
+
+class PartOut(Schema):
+    """One GPU serial: where it is now and how much history it has (``parts list``)."""
+
+    serial: str
+    host: str | None = Field(description="Where it was seen last.")
+    index: int | None = Field(description="Its GPU index there.")
+    hosts: int = Field(description="How many hosts it has been in.")
+    events: int = Field(description="Recorded part events.")
+
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> PartOut:
+        return cls(
+            serial=str(row["serial"]),
+            host=row["host"],
+            index=row["index"],
+            hosts=int(row["hosts"]),
+            events=int(row["events"]),
+        )
+
+
+class PartHistoryOut(Schema):
+    serial: str
+    model: str | None
+    hosts: list[str]
+    locations: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, h: Any) -> PartHistoryOut:
+        return cls(
+            serial=h.serial,
+            model=h.model,
+            hosts=h.hosts,
+            locations=[_jsonable(x) for x in h.locations],
+            events=[_jsonable(x) for x in h.events],
+        )
+
+
+class BmcStatusOut(Schema):
+    host: str
+    outcome: str
+    reason: str | None = None
+    power_state: str | None = None
+    health: str | None = None
+    identity: dict[str, Any] | None = None
+    gpus: list[dict[str, Any]] | None = None
+    sel_new: list[dict[str, Any]]
+    ssh: str | None = None
+    diagnosis: str | None = None
+    alarms: list[str]
+
+    @classmethod
+    def of(cls, b: Any) -> BmcStatusOut:
+        return cls(
+            host=b.host,
+            outcome=str(b.outcome),
+            reason=b.reason,
+            power_state=b.power_state,
+            health=b.health,
+            identity=_jsonable(b.identity) if b.identity is not None else None,
+            gpus=[_jsonable(g) for g in b.gpus] if b.gpus is not None else None,
+            sel_new=[_jsonable(e) for e in b.sel_new],
+            ssh=b.ssh,
+            diagnosis=b.diagnosis,
+            alarms=list(b.alarms),
+        )
+
+
+class PowerIn(Schema):
+    action: Literal["on", "off", "cycle", "reset"]
+    force: bool = Field(False, description="Also for an allocated host.")
+
+
+class BmcActionOut(Schema):
+    host: str
+    action: str
+    ok: bool
+    power_state: str | None = None
+    reason: str | None = None
+    notes: list[str]
+    state: str | None = None
+
+
+class FailureImportIn(Schema):
+    text: str = Field(max_length=10_000_000, description="JSON lines, or CSV with a header.")
+    format: Literal["jsonl", "csv"] | None = Field(
+        None, description="Default: JSON lines when the first line starts with '{'."
+    )
+
+
+class FailureImportOut(Schema):
+    recorded: int
+    errors: list[str] = Field(description="'LINE: why' for every refused line.")
+
+
+def _jsonable(value: Any) -> Any:
+    """Dict values made JSON-safe (times as ISO 8601 text); keys as text."""
+    from datetime import datetime
+
+    from gpufleet.api.schemas import _iso
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return _iso(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)

@@ -1,0 +1,111 @@
+"""The health routes through the real ASGI app on SQLite and PostgreSQL: one inspection sweep,
+remediation (admin), GPU parts, BMC status/power, bulk failure import; each for the right
+role, 403 for the wrong one, 404/422 in the one error shape."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from gpufleet.service.fleet import Fleet
+from tests.api.conftest import auth
+from tests.api.test_api import V1, error
+
+
+def test_inspect_sweep_is_operator_and_reports_every_selected_host(client: TestClient) -> None:
+    error(client.post(f"{V1}/inspect", json={}, headers=auth("viewer")), 403, "forbidden")
+    r = client.post(f"{V1}/inspect", json={"selector": "gpu-01,gpu-02"}, headers=auth("operator"))
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert sorted(h["host"] for h in body["hosts"]) == ["gpu-01", "gpu-02"]
+    assert all(h["outcome"] for h in body["hosts"]) and body["guard_tripped"] is False
+    assert body["policy_version"]
+    msg = error(client.post(f"{V1}/inspect", json={"forks": 0}, headers=auth("admin")), 422,
+                "config")
+    assert "forks" in msg
+    error(client.post(f"{V1}/inspect", json={"selector": "nope-9"}, headers=auth("operator")),
+          404, "not_found")
+
+
+def test_remediation_is_admin_only(client: TestClient) -> None:
+    body = {"action": "service-request", "ticket": "RMA-1", "reason": "fan"}
+    error(client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("operator")),
+          403, "forbidden")
+    error(client.post(f"{V1}/hosts/gpu-99/remediate", json=body, headers=auth("admin")),
+          404, "not_found")
+    msg = error(
+        client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "pray"}, headers=auth("admin")),
+        422,
+        "config",
+    )
+    assert "action" in msg
+    r = client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("admin"))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["host"] == "gpu-01" and out["action"] == "service-request"
+    assert out["state"] == "maintenance" and out["steps"]
+    host = client.get(f"{V1}/hosts/gpu-01", headers=auth("viewer")).json()
+    assert host["host"]["state"] == "maintenance"
+
+
+def test_parts_list_and_show_for_viewers(client: TestClient) -> None:
+    error(client.get(f"{V1}/parts", headers={}), 401, "unauthorized")
+    rows = client.get(f"{V1}/parts", headers=auth("viewer")).json()
+    assert len(rows) == 6 * 8 and all(r["host"] and r["hosts"] == 1 for r in rows)
+    serial = rows[0]["serial"]
+    one = client.get(f"{V1}/parts/{serial}", headers=auth("viewer")).json()
+    assert one["serial"] == serial and one["hosts"] == [rows[0]["host"]]
+    assert one["locations"] and isinstance(one["locations"][0], dict)
+    error(client.get(f"{V1}/parts/NOPE", headers=auth("viewer")), 404, "not_found")
+
+
+def test_bmc_status_viewer_and_power_admin(client: TestClient) -> None:
+    r = client.get(f"{V1}/bmc", params={"selector": "gpu-01"}, headers=auth("viewer"))
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert [x["host"] for x in rows] in ([], ["gpu-01"])  # lab hosts have no BMC address
+    error(client.post(f"{V1}/hosts/gpu-01/power", json={"action": "off"},
+                      headers=auth("operator")), 403, "forbidden")
+    error(client.post(f"{V1}/hosts/gpu-01/power", json={"action": "explode"},
+                      headers=auth("admin")), 422, "config")
+    error(client.post(f"{V1}/hosts/gpu-99/power", json={"action": "off"},
+                      headers=auth("admin")), 404, "not_found")
+    r = client.post(f"{V1}/hosts/gpu-01/power", json={"action": "off"}, headers=auth("admin"))
+    assert r.status_code in (409, 422), r.text  # no BMC configured: refused, in the one shape
+    assert set(r.json()["error"]) == {"code", "message", "retryable"}
+    assert "gpu-01" in r.json()["error"]["message"]
+
+
+def test_failures_import_jsonl_and_csv(client: TestClient, lab_fleet: Fleet) -> None:
+    at = lab_fleet.now().isoformat()
+    good = {"job": "j1", "host": "gpu-02", "gpu": "1", "time": at,
+            "message": "Xid 79: GPU has fallen off the bus"}
+    text = "\n".join([json.dumps(good), "{broken", json.dumps({**good, "host": "gpu-99"})])
+    error(client.post(f"{V1}/failures/import", json={"text": text}, headers=auth("viewer")),
+          403, "forbidden")
+    r = client.post(f"{V1}/failures/import", json={"text": text}, headers=auth("operator"))
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["recorded"] == 1 and len(out["errors"]) == 2
+    assert out["errors"][0].startswith("line 2:") and "gpu-99" in out["errors"][1]
+    csv_text = f"job,host,gpu,time,message\nj2,gpu-03,0,{at},NCCL timeout\n"
+    r = client.post(f"{V1}/failures/import", json={"text": csv_text, "format": "csv"},
+                    headers=auth("operator"))
+    assert r.json() == {"recorded": 1, "errors": []}
+    jobs = {f["job"] for f in client.get(f"{V1}/failures", headers=auth("viewer")).json()}
+    assert {"j1", "j2"} <= jobs
+    error(client.post(f"{V1}/failures/import", json={"text": 3}, headers=auth("operator")),
+          422, "config")
+
+
+def test_two_sweeps_in_one_clock_tick_keep_the_first_sample(client: TestClient) -> None:
+    """Regression (schemathesis): a second sweep at the same instant (frozen clock) was a
+    unique-key 500; now its result is discarded and said so."""
+    body = {"selector": "gpu-04"}
+    first = client.post(f"{V1}/inspect", json=body, headers=auth("operator"))
+    assert first.status_code == 200, first.text
+    second = client.post(f"{V1}/inspect", json=body, headers=auth("operator"))
+    assert second.status_code == 200, second.text
+    (h,) = second.json()["hosts"]
+    assert any("result discarded" in a for a in h["actions"])
