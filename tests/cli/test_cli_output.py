@@ -14,13 +14,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from gpufleet.cli.main import app
+from gpufleet.cli.main import COMMANDS, app
 
 ACTOR = "cli-output-test"
 POOL = "train-h100"
@@ -206,10 +207,12 @@ def test_hosts_show_never_cuts_an_identifier(tmp_path: Path, columns: int) -> No
 def test_help_is_readable_at_80_columns() -> None:
     runner = CliRunner()
 
-    def walk(cmd: object, path: list[str]) -> Iterator[list[str]]:
+    def walk(cmd: Any, path: list[str]) -> Iterator[list[str]]:
         yield path
-        for name, sub in getattr(cmd, "commands", {}).items():
-            yield from walk(sub, [*path, name])
+        if hasattr(cmd, "list_commands"):  # a group (the top one loads its modules lazily)
+            ctx = cmd.context_class(cmd, info_name="gpufleet")
+            for name in cmd.list_commands(ctx):
+                yield from walk(cmd.get_command(ctx, name), [*path, name])
 
     paths = list(walk(get_command(app), []))
     assert len(paths) > 25
@@ -220,3 +223,34 @@ def test_help_is_readable_at_80_columns() -> None:
             assert len(line) <= 80, (path, line)
             assert "…" not in line, (path, line)  # a flag or value cut short
             assert "--no-no" not in line, (path, line)
+
+
+def test_the_lazy_command_table_matches_the_commands() -> None:
+    """``gpufleet --help`` lists COMMANDS without importing the command modules: each entry's
+    one-line help is the start of the loaded command's own help, and every command is listed."""
+    root = get_command(app)
+    ctx = root.context_class(root, info_name="gpufleet")
+    for name, (_, one_line) in COMMANDS.items():
+        cmd = root.get_command(ctx, name)
+        assert cmd is not None and cmd.name == name, name
+        own = " ".join((cmd.short_help or cmd.help or "").split())
+        assert own.startswith(" ".join(one_line.split())), (name, one_line, own)
+    r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}, terminal_width=80)
+    listed = {line.split()[0] for line in r.output.split("Commands:")[1].splitlines() if
+              line.startswith("  ") and not line.startswith("    ")}
+    assert listed == {*COMMANDS, "lab"}
+
+
+def test_help_imports_no_command_module_nor_the_store() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['gpufleet', '--help']\n"
+        "from gpufleet.cli.main import app\n"
+        "try:\n    app()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', *sorted(m for m in sys.modules if m.startswith(('sqlalchemy', 'rich', "
+        "'pydantic', 'gpufleet.cli.', 'gpufleet.service', 'gpufleet.store', 'gpufleet.lab'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "hosts" in out.stdout  # the help was printed
+    loaded = out.stdout.rsplit("LOADED", 1)[1].split()
+    assert loaded == ["gpufleet.cli.main", "gpufleet.cli.plugins"], loaded

@@ -8,13 +8,15 @@ product CLI never imports a plugin (the lab stays off the product's import path)
 
 from __future__ import annotations
 
-from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperGroup
 
 from gpufleet.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
 
 # Context and Command are click's (vendored inside newer Typer releases): typed as Any here so
 # this module does not depend on where a given Typer version keeps click.
@@ -22,7 +24,10 @@ from gpufleet.errors import ConfigError, UsageError
 ENTRY_POINT_GROUP = "gpufleet.cli"
 
 
-def _plugins() -> dict[str, EntryPoint]:
+def plugins() -> dict[str, EntryPoint]:
+    """The plugin entry points by command name (read when a plugin may be needed)."""
+    from importlib.metadata import entry_points
+
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
@@ -92,14 +97,14 @@ class PluginGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         """Built-in commands in their order, then plugins not shadowing one, by name."""
         own = super().list_commands(ctx)
-        return own + sorted(n for n in _plugins() if n not in own)
+        return own + sorted(n for n in plugins() if n not in own)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         """A built-in command, else a plugin (loaded now, once)."""
         found = super().get_command(ctx, cmd_name)
         if found is not None:
             return found
-        ep = _plugins().get(cmd_name)
+        ep = plugins().get(cmd_name)
         if ep is None:
             return None
         cmd = load_plugin(ep)
