@@ -228,7 +228,7 @@ def test_help_is_readable_at_80_columns() -> None:
 def test_the_lazy_command_table_matches_the_commands() -> None:
     """``gpufleet --help`` lists COMMANDS without importing the command modules: each entry's
     one-line help is the start of the loaded command's own help, and every command is listed."""
-    root = get_command(app)
+    root: Any = get_command(app)
     ctx = root.context_class(root, info_name="gpufleet")
     for name, (_, one_line) in COMMANDS.items():
         cmd = root.get_command(ctx, name)
