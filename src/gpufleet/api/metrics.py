@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.health_metrics import health_metrics
+from gpufleet.service.inspect import GUARD_KIND
 from gpufleet.service.overview import fleet_metrics
 
 
@@ -91,6 +93,7 @@ def registry_for(fleet: Callable[[], Fleet]) -> CollectorRegistry:
     """A registry of this server's own (not the process-global one)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(FleetCollector(fleet))
+    reg.register(HealthCollector(fleet))
     return reg
 
 
@@ -111,3 +114,129 @@ class JobQueueCollector(Collector):
         for (queue, status), n in sorted(self.depth().items()):
             g.add_metric([queue, status], n)
         yield g
+
+
+#: Buckets (seconds) of the time-to-act histograms: a sweep's probe to hours of a held guard.
+ACT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0)
+#: Buckets (seconds) of the run-duration histogram.
+RUN_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
+
+
+def _go(b: float) -> str:
+    """A bucket bound as Prometheus' clients write it (``1.0``, ``300.0``)."""
+    return repr(float(b))
+
+
+def _histogram(
+    name: str,
+    doc: str,
+    buckets: tuple[float, ...],
+    series: dict[tuple[str, ...], list[float]],
+    labels: list[str],
+) -> HistogramMetricFamily:
+    h = HistogramMetricFamily(name, doc, labels=labels)
+    for key, values in sorted(series.items()):
+        cum = [(_go(b), float(sum(1 for v in values if v <= b))) for b in buckets]
+        cum.append(("+Inf", float(len(values))))
+        h.add_metric(list(key), cum, sum_value=float(sum(values)))
+    return h
+
+
+class HealthCollector(Collector):
+    """Per-GPU readings of the latest inspection sample, inspection age per host, the
+    blast-radius guard, time to act and run durations (``service/health_metrics.py``).
+    Labels: host, gpu index, model, run kind, fleet-alarm kind; all bounded by the fleet."""
+
+    def __init__(self, fleet: Callable[[], Fleet]) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        m = health_metrics(self.fleet())
+        gl = ["host", "gpu", "model"]
+        temp = GaugeMetricFamily(
+            "gpufleet_gpu_temperature_celsius", "GPU temperature, latest inspection.", labels=gl
+        )
+        power = GaugeMetricFamily(
+            "gpufleet_gpu_power_watts", "GPU power draw, latest inspection.", labels=gl
+        )
+        ecc_vol = GaugeMetricFamily(
+            "gpufleet_gpu_ecc_volatile_uncorrected",
+            "Uncorrected ECC errors since the driver loaded, latest inspection.",
+            labels=gl,
+        )
+        ecc_unc = GaugeMetricFamily(
+            "gpufleet_gpu_ecc_aggregate_uncorrected",
+            "Uncorrected ECC errors over the GPU's life, latest inspection.",
+            labels=gl,
+        )
+        ecc_corr = GaugeMetricFamily(
+            "gpufleet_gpu_ecc_aggregate_corrected",
+            "Corrected ECC errors over the GPU's life, latest inspection.",
+            labels=gl,
+        )
+        hw = GaugeMetricFamily(
+            "gpufleet_gpu_hw_throttled",
+            "1 when the latest inspection saw a hardware clock slowdown (hw, thermal, power "
+            "brake).",
+            labels=gl,
+        )
+        sw = GaugeMetricFamily(
+            "gpufleet_gpu_sw_throttled",
+            "1 when the latest inspection saw a software slowdown (thermal or power cap).",
+            labels=gl,
+        )
+        for g in m.gpus:
+            key = [g.host, str(g.gpu), g.model]
+            for fam, value in (
+                (temp, g.temperature_c),
+                (power, g.power_w),
+                (ecc_vol, g.ecc_volatile_uncorrected),
+                (ecc_unc, g.ecc_aggregate_uncorrected),
+                (ecc_corr, g.ecc_aggregate_corrected),
+            ):
+                if value is not None:
+                    fam.add_metric(key, float(value))
+            hw.add_metric(key, float(g.hw_throttled))
+            sw.add_metric(key, float(g.sw_throttled))
+        yield from (temp, power, ecc_vol, ecc_unc, ecc_corr, hw, sw)
+        age = GaugeMetricFamily(
+            "gpufleet_inspection_age_seconds",
+            "Seconds since the host's latest inspection sample (hosts not retired).",
+            labels=["host"],
+        )
+        for host, s in sorted(m.inspection_age_s.items()):
+            age.add_metric([host], s)
+        yield age
+        guard = GaugeMetricFamily(
+            "gpufleet_fleet_alarms_open",
+            "Open fleet alarms by kind (inspect-guard: the blast-radius guard tripped).",
+            labels=["kind"],
+        )
+        guard.add_metric([GUARD_KIND], float(m.fleet_alarms.get(GUARD_KIND, 0)))
+        for kind, n in sorted(m.fleet_alarms.items()):
+            if kind != GUARD_KIND:
+                guard.add_metric([kind], float(n))
+        yield guard
+        yield _histogram(
+            "gpufleet_time_to_alarm_seconds",
+            "Inspection alarms opened in the last 7 days: seconds from the sample that saw "
+            "the fault to the alarm.",
+            ACT_BUCKETS,
+            {(): m.seen_to_alarm_s},
+            [],
+        )
+        yield _histogram(
+            "gpufleet_time_to_quarantine_seconds",
+            "Critical inspection alarms opened in the last 7 days: seconds from the sample "
+            "that saw the fault to the host leaving allocation (quarantined).",
+            ACT_BUCKETS,
+            {(): m.seen_to_quarantine_s},
+            [],
+        )
+        yield _histogram(
+            "gpufleet_run_duration_seconds",
+            "Background runs finished in the last 7 days: seconds from queued to finished.",
+            RUN_BUCKETS,
+            {(k,): v for k, v in m.run_durations_s.items()},
+            ["kind"],
+        )
