@@ -21,19 +21,29 @@ def test_inspect_sweep_is_operator_and_reports_every_selected_host(client: TestC
     assert sorted(h["host"] for h in body["hosts"]) == ["gpu-01", "gpu-02"]
     assert all(h["outcome"] for h in body["hosts"]) and body["guard_tripped"] is False
     assert body["policy_version"]
-    msg = error(client.post(f"{V1}/inspect", json={"forks": 0}, headers=auth("admin")), 422,
-                "config")
+    msg = error(
+        client.post(f"{V1}/inspect", json={"forks": 0}, headers=auth("admin")), 422, "config"
+    )
     assert "forks" in msg
-    error(client.post(f"{V1}/inspect", json={"selector": "nope-9"}, headers=auth("operator")),
-          404, "not_found")
+    error(
+        client.post(f"{V1}/inspect", json={"selector": "nope-9"}, headers=auth("operator")),
+        404,
+        "not_found",
+    )
 
 
 def test_remediation_is_admin_only(client: TestClient) -> None:
     body = {"action": "service-request", "ticket": "RMA-1", "reason": "fan"}
-    error(client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("operator")),
-          403, "forbidden")
-    error(client.post(f"{V1}/hosts/gpu-99/remediate", json=body, headers=auth("admin")),
-          404, "not_found")
+    error(
+        client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("operator")),
+        403,
+        "forbidden",
+    )
+    error(
+        client.post(f"{V1}/hosts/gpu-99/remediate", json=body, headers=auth("admin")),
+        404,
+        "not_found",
+    )
     msg = error(
         client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "pray"}, headers=auth("admin")),
         422,
@@ -65,12 +75,21 @@ def test_bmc_status_viewer_and_power_admin(client: TestClient) -> None:
     assert r.status_code == 200, r.text
     rows = r.json()
     assert [x["host"] for x in rows] in ([], ["gpu-01"])  # lab hosts have no BMC address
-    error(client.post(f"{V1}/hosts/gpu-01/power", json={"action": "off"},
-                      headers=auth("operator")), 403, "forbidden")
-    error(client.post(f"{V1}/hosts/gpu-01/power", json={"action": "explode"},
-                      headers=auth("admin")), 422, "config")
-    error(client.post(f"{V1}/hosts/gpu-99/power", json={"action": "off"},
-                      headers=auth("admin")), 404, "not_found")
+    error(
+        client.post(f"{V1}/hosts/gpu-01/power", json={"action": "off"}, headers=auth("operator")),
+        403,
+        "forbidden",
+    )
+    error(
+        client.post(f"{V1}/hosts/gpu-01/power", json={"action": "explode"}, headers=auth("admin")),
+        422,
+        "config",
+    )
+    error(
+        client.post(f"{V1}/hosts/gpu-99/power", json={"action": "off"}, headers=auth("admin")),
+        404,
+        "not_found",
+    )
     r = client.post(f"{V1}/hosts/gpu-01/power", json={"action": "off"}, headers=auth("admin"))
     assert r.status_code in (409, 422), r.text  # no BMC configured: refused, in the one shape
     assert set(r.json()["error"]) == {"code", "message", "retryable"}
@@ -79,24 +98,36 @@ def test_bmc_status_viewer_and_power_admin(client: TestClient) -> None:
 
 def test_failures_import_jsonl_and_csv(client: TestClient, lab_fleet: Fleet) -> None:
     at = lab_fleet.now().isoformat()
-    good = {"job": "j1", "host": "gpu-02", "gpu": "1", "time": at,
-            "message": "Xid 79: GPU has fallen off the bus"}
+    good = {
+        "job": "j1",
+        "host": "gpu-02",
+        "gpu": "1",
+        "time": at,
+        "message": "Xid 79: GPU has fallen off the bus",
+    }
     text = "\n".join([json.dumps(good), "{broken", json.dumps({**good, "host": "gpu-99"})])
-    error(client.post(f"{V1}/failures/import", json={"text": text}, headers=auth("viewer")),
-          403, "forbidden")
+    error(
+        client.post(f"{V1}/failures/import", json={"text": text}, headers=auth("viewer")),
+        403,
+        "forbidden",
+    )
     r = client.post(f"{V1}/failures/import", json={"text": text}, headers=auth("operator"))
     assert r.status_code == 200, r.text
     out = r.json()
     assert out["recorded"] == 1 and len(out["errors"]) == 2
     assert out["errors"][0].startswith("line 2:") and "gpu-99" in out["errors"][1]
     csv_text = f"job,host,gpu,time,message\nj2,gpu-03,0,{at},NCCL timeout\n"
-    r = client.post(f"{V1}/failures/import", json={"text": csv_text, "format": "csv"},
-                    headers=auth("operator"))
+    r = client.post(
+        f"{V1}/failures/import", json={"text": csv_text, "format": "csv"}, headers=auth("operator")
+    )
     assert r.json() == {"recorded": 1, "errors": []}
     jobs = {f["job"] for f in client.get(f"{V1}/failures", headers=auth("viewer")).json()}
     assert {"j1", "j2"} <= jobs
-    error(client.post(f"{V1}/failures/import", json={"text": 3}, headers=auth("operator")),
-          422, "config")
+    error(
+        client.post(f"{V1}/failures/import", json={"text": 3}, headers=auth("operator")),
+        422,
+        "config",
+    )
 
 
 def test_two_sweeps_in_one_clock_tick_keep_the_first_sample(client: TestClient) -> None:
@@ -109,3 +140,25 @@ def test_two_sweeps_in_one_clock_tick_keep_the_first_sample(client: TestClient) 
     assert second.status_code == 200, second.text
     (h,) = second.json()["hosts"]
     assert any("result discarded" in a for a in h["actions"])
+
+
+def test_evidence_run_is_operator_and_stores_the_result(client: TestClient) -> None:
+    body = {"selector": "gpu-05", "kind": "dcgm"}
+    error(client.post(f"{V1}/evidence", json=body, headers=auth("viewer")), 403, "forbidden")
+    msg = error(
+        client.post(f"{V1}/evidence", json={**body, "kind": "x"}, headers=auth("operator")),
+        422,
+        "config",
+    )
+    assert "kind" in msg
+    error(
+        client.post(f"{V1}/evidence", json={**body, "selector": "nope"}, headers=auth("operator")),
+        404,
+        "not_found",
+    )
+    r = client.post(f"{V1}/evidence", json=body, headers=auth("operator"))
+    assert r.status_code == 200, r.text
+    (run,) = r.json()
+    assert run["host"] == "gpu-05" and run["ok"] is True and run["result"]
+    page = client.get(f"{V1}/hosts/gpu-05", headers=auth("viewer")).json()
+    assert any(e["kind"] == "dcgm" for e in page["evidence"]), page["evidence"]

@@ -234,3 +234,19 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
     return str(value)
+
+
+class EvidenceRunIn(Schema):
+    selector: str = Field(min_length=1, description="Hosts to test (allocated/retired skipped).")
+    kind: Literal["dcgm", "nccl", "gpu-burn"]
+    level: int = Field(1, ge=1, le=4, description="DCGM diag level.")
+    seconds: int = Field(60, ge=1, le=86400, description="gpu-burn duration.")
+    timeout_s: float | None = Field(None, gt=0, le=86400, description="Per host.")
+    forks: int | None = Field(None, ge=1, le=1000)
+
+
+class EvidenceRunOut(Schema):
+    host: str
+    ok: bool
+    summary: str
+    result: dict[str, Any] | None = None

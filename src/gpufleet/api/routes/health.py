@@ -13,6 +13,8 @@ from gpufleet.api.routes import ERRORS
 from gpufleet.api.schemas_health import (
     BmcActionOut,
     BmcStatusOut,
+    EvidenceRunIn,
+    EvidenceRunOut,
     FailureImportIn,
     FailureImportOut,
     InspectIn,
@@ -26,6 +28,7 @@ from gpufleet.api.schemas_health import (
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
 from gpufleet.service import bmc, failures, parts
+from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.service.remediation import remediate
@@ -40,6 +43,24 @@ router = APIRouter(responses=ERRORS)
 )
 def inspect_now(body: InspectIn, fleet: Fleet = Depends(as_operator)) -> SweepOut:
     return SweepOut.of(inspect(fleet, body.selector, forks=body.forks, timeout_s=body.timeout_s))
+
+
+@router.post(
+    "/evidence",
+    summary="Run an active test (dcgm, nccl, gpu-burn) on the selected hosts; waits for it",
+    tags=["evidence"],
+)
+def evidence_run(body: EvidenceRunIn, fleet: Fleet = Depends(as_operator)) -> list[EvidenceRunOut]:
+    runs = run_active(
+        fleet,
+        body.selector,
+        body.kind,
+        level=body.level,
+        seconds=body.seconds,
+        timeout_s=body.timeout_s,
+        forks=body.forks,
+    )
+    return [EvidenceRunOut(host=r.host, ok=r.ok, summary=r.summary, result=r.result) for r in runs]
 
 
 @router.post(
