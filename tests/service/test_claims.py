@@ -131,11 +131,33 @@ def test_claim_lasts_in_proportion_to_the_work(fleet: Fleet, tmp_path: Path) -> 
             leases.extend(u - start for h in s.scalars(select(Host)) if (u := _until(h)))
 
     collect(fleet, forks=3, timeout_s=20, on_start=look)
-    # 10 hosts, 3 at once: 4 waves of up to 20 + 5 s each, plus a minute of slack.
-    assert leases and set(leases) == {timedelta(seconds=4 * 25 + 60)}
+    # 10 hosts, 3 at once: claimed in batches of 3 as slots free up (the other 7 stay free
+    # for other workers), each batch one wave of up to 20 + 5 s plus a minute of slack.
+    assert leases == [timedelta(seconds=25 + 60)] * 3
     leases.clear()
     collect(fleet, forks=50, timeout_s=20, on_start=look)
-    assert set(leases) == {timedelta(seconds=25 + 60)}
+    assert leases == [timedelta(seconds=25 + 60)] * 10
+
+
+def test_collection_claims_in_batches_so_workers_split_it(fleet: Fleet, tmp_path: Path) -> None:
+    """Hosts are claimed `forks` at a time as the run goes: another worker that claims hosts
+    after this run started gets them, and this run skips them (each host collected once)."""
+    lab(fleet, tmp_path, n=6)
+    other: list[list[str]] = []
+
+    def another_worker_claims(_r: RawResult) -> None:
+        if not other:  # the first result: gpu-01/02 claimed and running, the rest still free
+            _run, held, _busy = claim(fleet, "gpu-05,gpu-06", None, timedelta(minutes=5))
+            other.append(sorted(c.target.name for c in held))
+
+    rep = collect(fleet, forks=2, on_result=another_worker_claims)
+    assert other == [["gpu-05", "gpu-06"]]
+    assert sorted(r.host for r in rep.results) == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    assert all(r.outcome is Outcome.OK for r in rep.results)
+    assert rep.skipped_locked == ["gpu-05", "gpu-06"] and not rep.all_held_elsewhere
+    with fleet.db.session() as s:
+        held = {h.name: _token(h) for h in s.scalars(select(Host))}
+    assert [n for n, t in held.items() if t is not None] == ["gpu-05", "gpu-06"]  # theirs
 
 
 def test_running_collection_renews_its_claims(fleet: Fleet, tmp_path: Path) -> None:

@@ -147,8 +147,10 @@ def claim_for_collection(
     selector: str | None,
     transport: str | None,
     lease: Callable[[int], timedelta],
+    limit: int | None = None,
 ) -> Claim:
-    """Create the collection run and claim the selected hosts (not retired) for it."""
+    """Create the collection run and claim the selected hosts (not retired) for it: all of
+    them, or the first ``limit`` free ones (the pipeline claims the rest as it goes)."""
     return claim_hosts(
         fleet,
         selector,
@@ -156,6 +158,7 @@ def claim_for_collection(
         lease,
         start_run=_start_run(fleet, selector, transport),
         refuse=_refuse(fleet),
+        limit=limit,
     )
 
 
@@ -202,12 +205,13 @@ def collect_claimed(
     policies: Policies,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[RawResult], None] | None = None,
+    more: Callable[[int, str], Claim] | None = None,
 ) -> list[HostResult]:
-    """Collect the hosts ``got`` holds and store each result into run ``run_id`` (hosts
-    refused before claiming are errors of the run); the claims are released as results land."""
+    """Collect the hosts ``got`` holds (and those ``more`` claims as the run goes, see
+    :attr:`Pipeline.more`) and store each result into run ``run_id`` (hosts refused before
+    claiming are errors of the run); the claims are released as results land."""
     script = remote_script(tool_timeout_s=max(5, int(timeout_s * 0.6)))
-    results: list[HostResult] = [HostResult(h, Outcome.ERROR, why) for h, why in got.refused]
-    results += Pipeline(
+    results = Pipeline(
         fleet,
         got,
         command=lambda _c: script,
@@ -216,8 +220,9 @@ def collect_claimed(
         timeout_s=timeout_s,
         on_start=on_start,
         on_result=on_result,
+        more=more,
     ).run()
-    return results
+    return [HostResult(h, Outcome.ERROR, why) for h, why in got.refused] + results
 
 
 def collect(
@@ -251,9 +256,26 @@ def collect(
     def lease(n: int) -> timedelta:
         return claim_lease(n, forks, timeout_s, connect_s)
 
-    got = claim_for_collection(fleet, selector, transport, lease)
+    # Claimed in batches of `forks` as the run frees slots (FOR UPDATE SKIP LOCKED LIMIT n),
+    # so collectors started together on one database split the hosts between them.
+    got = claim_for_collection(fleet, selector, transport, lease, limit=forks)
     run_id = got.run_id
     assert run_id is not None
+
+    def more(n: int, after: str) -> Claim:
+        return claim_hosts(
+            fleet,
+            selector,
+            transport,
+            lease,
+            start_run=lambda _s: run_id,
+            refuse=_refuse(fleet),
+            token=got.token,
+            limit=n,
+            after=after,
+            follow_up=True,
+        )
+
     results = collect_claimed(
         fleet,
         run_id,
@@ -263,6 +285,7 @@ def collect(
         policies=policies,
         on_start=on_start,
         on_result=on_result,
+        more=more,
     )
     with fleet.db.session() as s:
         run = s.get(CollectionRun, run_id)

@@ -101,6 +101,9 @@ class Claim:
     hosts: list[Claimed]
     busy: list[str]
     refused: list[tuple[str, str]] = field(default_factory=list)
+    #: The last host name the claim read, in the database's order (its collation): where the
+    #: next batch of an incremental claim starts.
+    last: str | None = None
 
 
 def claim_hosts(
@@ -114,6 +117,9 @@ def claim_hosts(
     refuse: Callable[[Session, int | None, Host, str], None] | None = None,
     token: str | None = None,
     take_over: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    follow_up: bool = False,
 ) -> Claim:
     """Claim the selected hosts (not in ``skip_states``) for ``lease(number claimed)``.
 
@@ -123,6 +129,11 @@ def claim_hosts(
     :class:`NotFound`. ``token`` (default: a new UUID) is the claim token; claims whose token
     starts with ``take_over`` are taken even while running: a queue job's retry takes back
     what its killed earlier attempt held (``gpufleet.domain.runs.claim_prefix``).
+
+    ``limit``: claim at most that many hosts, in name order (only names after ``after``), the
+    rest left free for other workers; ``busy`` then also lists the selected hosts not claimed
+    yet, which the pipeline's later batches (``follow_up``: no selection check, ``busy``
+    empty) take off (:attr:`Pipeline.more`).
     """
     now = fleet.now()
     token = token or str(uuid.uuid4())
@@ -134,17 +145,22 @@ def claim_hosts(
     refused: list[tuple[str, str]] = []
     with fleet.db.session() as s:
         run_id = start_run(s) if start_run else None
-        wanted = [h.name for h in s.scalars(select_hosts(selector))]
-        if selector and not wanted:
+        wanted = [] if follow_up else [h.name for h in s.scalars(select_hosts(selector))]
+        if selector and not wanted and not follow_up:
             raise NotFound(f"no hosts match selector '{selector}'")
         stmt = (
             select_hosts(selector)
             .where(Host.state.not_in(skipped))
             .where(free)
+            .limit(limit)
             .with_for_update(skip_locked=True)
         )
+        if after is not None:
+            stmt = stmt.where(Host.name > after)
         rows: list[Host] = []
+        last: str | None = None
         for h in s.scalars(stmt):
+            last = h.name
             kind = transport or h.vars.get("gpufleet_transport", "ssh")
             password: str | None = None
             reason: str | None = None
@@ -181,11 +197,13 @@ def claim_hosts(
             h.claim_token = token
             h.claimed_until = until
         got = {c.target.name for c in claimed} | {name for name, _ in refused}
-        left_out = {
-            h.name for h in s.scalars(select_hosts(selector).where(Host.state.in_(skipped)))
-        }
+        left_out = (
+            set()
+            if follow_up
+            else {h.name for h in s.scalars(select_hosts(selector).where(Host.state.in_(skipped)))}
+        )
         busy = [n for n in wanted if n not in got and n not in left_out]
-    return Claim(run_id, token, claimed, busy, refused)
+    return Claim(run_id, token, claimed, busy, refused, last)
 
 
 def release_claims(fleet: Fleet, token: str) -> int:
@@ -295,7 +313,7 @@ BACKLOG_PER_FORK = 2
 
 
 async def _run_all(
-    jobs: list[tuple[Transport, Target, str]],
+    jobs: Iterable[tuple[Transport, Target, str]],
     forks: int,
     timeout_s: float,
     on_result: Callable[[RawResult], None],
@@ -313,7 +331,8 @@ async def _run_all(
             res = (await run_many(tr, [target], command, forks=1, timeout_s=timeout_s))[0]
             on_result(res)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(forks, len(jobs))))))
+    n = forks if not isinstance(jobs, list) else min(forks, len(jobs))
+    await asyncio.gather(*(worker() for _ in range(max(1, n))))
 
 
 @dataclass
@@ -333,6 +352,14 @@ class Pipeline(Generic[R]):
     #: Transports kept by the caller between runs (``inspect --every``: SSH connections stay
     #: open between sweeps); None: a fresh transport per key for this run.
     open_transport: Callable[[TransportKey], Transport] | None = None
+    #: Incremental claiming (several collector processes split a collection): ``more(n,
+    #: after)`` claims up to ``n`` more hosts named after ``after`` under the same token
+    #: (``claim_hosts(limit=n, after=after, follow_up=True)``: a host is never claimed twice
+    #: by one run, even once its claim is released), called each time every host claimed so
+    #: far has started; None: the claim is all there is.
+    more: Callable[[int, str], Claim] | None = None
+    #: Hosts per batch of :attr:`more` (default: ``forks``).
+    batch: int | None = None
 
     def lease(self, hosts: int) -> timedelta:
         """The claim a batch of ``hosts`` needs (renewed to the hosts still left)."""
@@ -361,8 +388,8 @@ class Pipeline(Generic[R]):
         try:
             with sigterm_as_exit():
                 renewer.start()
-                if self.on_start:
-                    self.on_start(len(claimed))
+                if self.on_start:  # with `more`: the hosts not claimed yet may come too
+                    self.on_start(len(claimed) + (len(self.claim.busy) if self.more else 0))
                 by_key, broken = _transports(claimed, self.fleet, self.open_transport)
 
                 # Results are stored by a second thread while slower hosts are still
@@ -390,9 +417,12 @@ class Pipeline(Generic[R]):
                 for c in claimed:
                     if c.key in broken:
                         arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
-                jobs = [
+                first = [
                     (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
                 ]
+                jobs: Iterable[tuple[Transport, Target, str]] = first
+                if self.more is not None:
+                    jobs = self._batches(first, by_key, broken, by_name, arrived)
 
                 async def run_jobs() -> None:
                     loop = asyncio.get_running_loop()
@@ -423,3 +453,35 @@ class Pipeline(Generic[R]):
         if failure:
             raise failure[0]
         return results
+
+    def _batches(
+        self,
+        first: list[tuple[Transport, Target, str]],
+        by_key: dict[TransportKey, Transport],
+        broken: dict[TransportKey, str],
+        by_name: dict[str, Claimed],
+        arrived: Callable[[RawResult], None],
+    ) -> Iterator[tuple[Transport, Target, str]]:
+        """The jobs of the first claim, then of each further batch :attr:`more` claims once
+        every job so far has started (the workers pull from this one iterator), until a batch
+        gets nothing: the hosts left are held by another worker (or there are none)."""
+        assert self.more is not None
+        yield from first
+        after = self.claim.last
+        while after is not None:  # None: the last batch got nothing, the rest is held
+            got = self.more(max(1, self.batch or self.forks), after)
+            names = {c.target.name for c in got.hosts} | {n for n, _ in got.refused}
+            after = got.last
+            self.claim.busy = [n for n in self.claim.busy if n not in names]
+            self.claim.refused += got.refused
+            self.claim.hosts.extend(got.hosts)
+            by_name.update((c.target.name, c) for c in got.hosts)
+            fresh = [c for c in got.hosts if c.key not in by_key and c.key not in broken]
+            more_keys, more_broken = _transports(fresh, self.fleet, self.open_transport)
+            by_key.update(more_keys)
+            broken.update(more_broken)
+            for c in got.hosts:
+                if c.key in broken:
+                    arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
+                else:
+                    yield by_key[c.key], c.target, self.command(c)
