@@ -23,13 +23,16 @@ from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host, snapshot_count
+from gpufleet.testing import FakeClock
 
 pytestmark = pytest.mark.sshlab
 
 MODES = {"gpu-03": "wrong-key", "gpu-04": "stopped", "gpu-05": "hang"}
 
 
-def test_ssh_fleet_collection(fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path) -> None:
+def test_ssh_fleet_collection(
+    fleet: Fleet, clock: FakeClock, sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
     lab_fleet = create_fleet(22, models=["a100-8x", "h100-8x"], faults={"gpu-06": ["truncated"]})
     lab = sshlab_factory()
     targets = {}
@@ -63,6 +66,9 @@ def test_ssh_fleet_collection(fleet: Fleet, sshlab_factory: SshLabFactory, tmp_p
     good = show_host(fleet, "gpu-08").facts
     assert good is not None and len(good.gpus) == 8
 
+    first_seen = show_host(fleet, "gpu-09").view.last_collected_at
+    assert first_seen is not None
+    clock.advance(minutes=5)
     # Host key changes on gpu-07; gpu-08 starts answering truncated XML.
     lab.rotate_host_key("gpu-07")
     h8 = apply_change(lab_fleet, "gpu-08", add_faults=["truncated"]).host("gpu-08")
@@ -74,7 +80,12 @@ def test_ssh_fleet_collection(fleet: Fleet, sshlab_factory: SshLabFactory, tmp_p
     assert show_host(fleet, "gpu-08").facts == good
     assert snapshot_count(fleet, "gpu-08") == 1
     assert snapshot_count(fleet, "gpu-07") == 1
-    assert snapshot_count(fleet, "gpu-09") == 2
+    # gpu-09 answered the same facts again: seen at the second collection, no new snapshot
+    # (issue 8: history only when the facts change)
+    assert second["gpu-09"].outcome is Outcome.OK
+    assert snapshot_count(fleet, "gpu-09") == 1
+    seen = show_host(fleet, "gpu-09").view.last_collected_at
+    assert seen is not None and seen > first_seen
     assert any(e["kind"] == "alarm" for e in show_host(fleet, "gpu-07").events)
 
 

@@ -2,7 +2,7 @@
 
 Issue 6 B.11: an operator's ``maintenance on`` must never be undone by a validation that read
 the host's state before the operator wrote it. The deterministic test holds the validating
-process between its read and its write (a pause inside ``evaluate``, which runs between the
+process between its read and its write (a pause inside ``gpu_health.judge``, which runs between the
 two) while a second process puts the host in maintenance; the stress test just runs both in
 loops. Both run on SQLite and PostgreSQL (the ``fleet`` fixture).
 """
@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service import operations
+from gpufleet.service import gpu_health, operations
 from gpufleet.service import validate as validate_mod
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
@@ -44,7 +44,7 @@ def _open(url: str, home: str) -> Fleet:
 def _validate_paused(url: str, home: str, read_done: MpEvent, maint_done: MpEvent) -> None:
     """Validate gpu-01, pausing after the host was read until the operator has written."""
     fleet = _open(url, home)
-    real = validate_mod.evaluate
+    real = gpu_health.judge
 
     def paused(*args: Any, **kwargs: Any) -> Any:
         out = real(*args, **kwargs)
@@ -54,7 +54,7 @@ def _validate_paused(url: str, home: str, read_done: MpEvent, maint_done: MpEven
             maint_done.wait(5)
         return out
 
-    validate_mod.evaluate = paused  # type: ignore[assignment]
+    gpu_health.judge = paused  # type: ignore[assignment]
     validate_mod.validate(fleet, "gpu-01", collect_first=False)
     fleet.db.dispose()
 
