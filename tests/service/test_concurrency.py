@@ -54,7 +54,7 @@ def _validate_paused(url: str, home: str, read_done: MpEvent, maint_done: MpEven
             maint_done.wait(5)
         return out
 
-    gpu_health.judge = paused  # type: ignore[assignment]
+    gpu_health.judge = paused
     validate_mod.validate(fleet, "gpu-01", collect_first=False)
     fleet.db.dispose()
 
