@@ -30,6 +30,11 @@ def test_a_moved_gpu_keeps_its_history_and_is_recognised(cli: Cli, tmp_path: Pat
     pool = fl.host("gpu-01").spec.pool
     policy = cli.json("pool", "health-policy", pool, "--gpu-fault", "partial")
     assert policy["gpu_fault"] == "partial" and policy["holders"] == "refuse"
+    assert policy["fallback_reboot"] is True
+    off = cli.json("pool", "health-policy", pool, "--fallback-reboot", "off")
+    assert off["fallback_reboot"] is False and off["gpu_fault"] == "partial"
+    cli.run("pool", "health-policy", pool, "--fallback-reboot", "maybe", code=2)
+    assert cli.json("pool", "health-policy", pool, "--fallback-reboot", "on")["fallback_reboot"]
 
     # GPU i of gpu-01 shows uncorrectable ECC: unusable, the host stays available with 7
     apply_change(LabFleet.load(d), "gpu-01", add_faults=["ecc-uncorrectable"]).save(d)

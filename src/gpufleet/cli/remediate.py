@@ -9,6 +9,7 @@ import typer
 from gpufleet.cli.alloc import _time as parse_time
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.remediation import Action
+from gpufleet.errors import UsageError
 from gpufleet.service import gpu_health, remediation
 
 
@@ -55,8 +56,8 @@ def pool_health_policy_cmd(
     pool: str = typer.Argument(..., help="Pool name."),
     gpu_fault: str | None = typer.Option(None, "--gpu-fault", help="host (default) or partial."),
     holders: str | None = typer.Option(None, "--holders", help="refuse (default) or stop."),
-    fallback_reboot: bool | None = typer.Option(
-        None, "--fallback-reboot/--no-fallback-reboot", help="Reboot when a GPU reset fails."
+    fallback_reboot: str | None = typer.Option(
+        None, "--fallback-reboot", help="on (default) or off: reboot when a GPU reset fails."
     ),
     auto_remediate: list[str] | None = typer.Option(
         None, "--auto-remediate", help="A rule whose alarm runs reset-gpu (repeatable)."
@@ -64,12 +65,14 @@ def pool_health_policy_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Show or set a pool's health policy."""
+    if fallback_reboot not in (None, "on", "off"):
+        raise UsageError(f"--fallback-reboot: 'on' or 'off', not {fallback_reboot!r}")
     policy = gpu_health.set_pool_health_policy(
         open_fleet(),
         pool,
         gpu_fault=gpu_fault,
         holders=holders,
-        fallback_reboot=fallback_reboot,
+        fallback_reboot=None if fallback_reboot is None else fallback_reboot == "on",
         auto_remediate=auto_remediate or None,
     )
     if as_json:
