@@ -162,3 +162,58 @@ def test_evidence_run_is_operator_and_stores_the_result(client: TestClient) -> N
     assert run["host"] == "gpu-05" and run["ok"] is True and run["result"]
     page = client.get(f"{V1}/hosts/gpu-05", headers=auth("viewer")).json()
     assert any(e["kind"] == "dcgm" for e in page["evidence"]), page["evidence"]
+
+
+def test_admin_manages_baselines_pools_retirement_and_quarantine(client: TestClient) -> None:
+    body = {"name": "h100-gold", "host": "gpu-01", "pools": ["train-h100"]}
+    error(client.post(f"{V1}/baselines", json=body, headers=auth("operator")), 403, "forbidden")
+    error(
+        client.post(f"{V1}/baselines", json={**body, "host": "gpu-99"}, headers=auth("admin")),
+        404,
+        "not_found",
+    )
+    r = client.post(f"{V1}/baselines", json=body, headers=auth("admin"))
+    assert r.status_code == 200, r.text
+    assert r.json()["name"] == "h100-gold"
+    got = client.get(f"{V1}/baselines/h100-gold", headers=auth("viewer")).json()
+    assert got["pools"] == ["train-h100"]
+    pool = client.put(f"{V1}/pools/train-h100", json={"baseline": None}, headers=auth("admin"))
+    assert pool.status_code == 200 and pool.json()["baseline"] is None, pool.text
+    error(
+        client.put(f"{V1}/pools/train-h100", json={"baseline": "x"}, headers=auth("operator")),
+        403,
+        "forbidden",
+    )
+    error(
+        client.put(f"{V1}/pools/nope", json={"baseline": "h100-gold"}, headers=auth("admin")),
+        404,
+        "not_found",
+    )
+    ret = {"selector": "gpu-06", "reason": "end of life"}
+    error(client.post(f"{V1}/retire", json=ret, headers=auth("operator")), 403, "forbidden")
+    r = client.post(f"{V1}/retire", json=ret, headers=auth("admin"))
+    assert r.json() == [{"host": "gpu-06", "state": "retired", "error": None}], r.text
+    r = client.post(f"{V1}/unquarantine", json=ret, headers=auth("admin"))
+    (out,) = r.json()
+    assert out["host"] == "gpu-06" and out["state"] is None and out["error"]["code"]
+    error(
+        client.post(f"{V1}/retire", json={"selector": "gpu-01"}, headers=auth("admin")),
+        422,
+        "config",
+    )
+
+
+def test_bmc_sel_ack_is_operator(client: TestClient) -> None:
+    body = {"reason": "DIMM replaced"}
+    error(
+        client.post(f"{V1}/hosts/gpu-01/bmc/sel-ack", json=body, headers=auth("viewer")),
+        403,
+        "forbidden",
+    )
+    error(
+        client.post(f"{V1}/hosts/gpu-99/bmc/sel-ack", json=body, headers=auth("operator")),
+        404,
+        "not_found",
+    )
+    r = client.post(f"{V1}/hosts/gpu-01/bmc/sel-ack", json=body, headers=auth("operator"))
+    assert r.json() == {"host": "gpu-01", "closed": 0}, r.text

@@ -250,3 +250,30 @@ class EvidenceRunOut(Schema):
     ok: bool
     summary: str
     result: dict[str, Any] | None = None
+
+
+class ReasonSelectorIn(Schema):
+    selector: str = Field(min_length=1, description="Hosts (the CLI's selectors).")
+    reason: str = Field(min_length=1, max_length=1024)
+
+
+class ReasonIn(Schema):
+    reason: str = Field(min_length=1, max_length=1024)
+
+
+class SelAckOut(Schema):
+    host: str
+    closed: int = Field(description="bmc-sel alarms closed.")
+
+
+class BaselineFromHostIn(Schema):
+    name: str = Field(min_length=1, max_length=128)
+    host: str = Field(min_length=1, description="A known-good host whose latest facts are pinned.")
+    purpose: str = ""
+    replace: bool = False
+    pools: list[str] = Field(default_factory=list, description="Pools to point at it.")
+
+
+class PoolBaselineIn(Schema):
+    baseline: str | None = Field(description="The baseline's name; null unsets it.")
+    create: bool = Field(False, description="Create the pool when no host names it yet.")

@@ -10,7 +10,9 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
+from gpufleet.api.schemas import BaselineOut, HostOutcomeOut, PoolOut
 from gpufleet.api.schemas_health import (
+    BaselineFromHostIn,
     BmcActionOut,
     BmcStatusOut,
     EvidenceRunIn,
@@ -20,14 +22,18 @@ from gpufleet.api.schemas_health import (
     InspectIn,
     PartHistoryOut,
     PartOut,
+    PoolBaselineIn,
     PowerIn,
+    ReasonIn,
+    ReasonSelectorIn,
     RemediateIn,
     RemediationOut,
+    SelAckOut,
     SweepOut,
 )
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
-from gpufleet.service import bmc, failures, parts
+from gpufleet.service import baselines, bmc, failures, operations, parts
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
@@ -133,3 +139,54 @@ def failures_import(body: FailureImportIn, fleet: Fleet = Depends(as_operator)) 
     rep = failures.import_failures_text(fleet, Path(f"request.{fmt}"), body.text)
     errors = [e.removeprefix("request.jsonl:").removeprefix("request.csv:") for e in rep.errors]
     return FailureImportOut(recorded=rep.recorded, errors=[f"line {e}" for e in errors])
+
+
+@router.post(
+    "/hosts/{name}/bmc/sel-ack",
+    summary="Acknowledge a host's BMC event-log fault (closes its bmc-sel alarms)",
+    tags=["bmc"],
+)
+def bmc_sel_ack(name: str, body: ReasonIn, fleet: Fleet = Depends(as_operator)) -> SelAckOut:
+    return SelAckOut(host=name, closed=bmc.sel_ack(fleet, name, body.reason))
+
+
+@router.post("/retire", summary="Retire hosts for good (admin)", tags=["maintenance"])
+def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each(
+        fleet, body.selector, lambda n: operations.retire(fleet, n, body.reason)
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.post(
+    "/unquarantine",
+    summary="Send quarantined hosts back to validating (admin)",
+    tags=["maintenance"],
+)
+def unquarantine(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each(
+        fleet, body.selector, lambda n: operations.unquarantine(fleet, n, body.reason)
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.post(
+    "/baselines",
+    summary="Save a baseline from a known-good host's latest facts (admin)",
+    tags=["baselines"],
+)
+def baselines_create(body: BaselineFromHostIn, fleet: Fleet = Depends(as_admin)) -> BaselineOut:
+    b = baselines.baseline_from_host(fleet, body.host, body.name, body.purpose)
+    saved = baselines.save_baseline(fleet, b, replace=body.replace)
+    for p in body.pools:
+        baselines.set_pool_baseline(fleet, p, saved.name, create=True)
+    return BaselineOut.of(saved, list(body.pools))
+
+
+@router.put("/pools/{name}", summary="Point a pool at a baseline (admin)", tags=["baselines"])
+def pools_set(name: str, body: PoolBaselineIn, fleet: Fleet = Depends(as_admin)) -> PoolOut:
+    baselines.set_pool_baseline(fleet, name, body.baseline, create=body.create)
+    p = next((x for x in baselines.list_pools(fleet) if x.name == name), None)
+    if p is None:  # a pool created here that no host names yet
+        return PoolOut(name=name, baseline=body.baseline, hosts=0)
+    return PoolOut(name=p.name, baseline=p.baseline, hosts=p.hosts)
