@@ -16,6 +16,7 @@ from rich.table import Table
 from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
 from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import reference_hosts as reference_hosts
+from gpufleet.lab.faults import FAULT_KINDS
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 
 app = typer.Typer(
@@ -68,18 +69,19 @@ def create_cmd(
     fault: list[str] = typer.Option(
         [],
         "--fault",
-        help="HOST=FAULT[,FAULT]; repeatable. "
-        "Faults: gpu-missing, driver-drift, ecc-uncorrectable, "
-        "remap-pending, remap-failure, ib-down, ib-polling, xid:CODE, "
-        "nvidia-smi-missing, garbage, truncated, unreachable, hang, "
-        "wrong-key, host-key-changed.",
+        metavar="HOST=FAULT,...",
+        help="Faults of one host; repeatable. Faults: "
+        + ", ".join("xid:CODE" if k == "xid" else k for k in FAULT_KINDS)
+        + ".",
     ),
     model: list[str] = typer.Option(
         [],
         "--model",
         help="Only these models (a100-8x, h100-8x, v100s-8x, a10g-1x, l40s-1x); repeatable.",
     ),
-    no_default_faults: bool = typer.Option(False, help="Do not inject the demo faults."),
+    no_default_faults: bool = typer.Option(
+        False, "--no-default-faults", help="Do not inject the demo faults."
+    ),
     seed: int = typer.Option(0, help="Seed for the model mix and serials."),
     directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab hosts as JSON."),
