@@ -3,6 +3,8 @@
 1. *claim* (one short transaction): the selected hosts, ``FOR UPDATE SKIP LOCKED``, those
    whose claim (``claimed_until``) is still running skipped as held elsewhere; each gets the
    run's ``claim_token`` and a ``claimed_until`` sized to the batch (:func:`claim_lease`).
+   With :attr:`Pipeline.more` (``collect``) the claim is taken in batches as slots free up,
+   so several collector processes split a collection.
 2. *run* (no transaction open): one command per host over its transport, at most ``forks``
    at once, each within ``timeout_s``; the claims are renewed while it runs.
 3. *apply* (the caller's short transaction per host, in a second thread while slower hosts
