@@ -217,3 +217,24 @@ def test_bmc_sel_ack_is_operator(client: TestClient) -> None:
     )
     r = client.post(f"{V1}/hosts/gpu-01/bmc/sel-ack", json=body, headers=auth("operator"))
     assert r.json() == {"host": "gpu-01", "closed": 0}, r.text
+
+
+def test_inspect_report_for_viewers(client: TestClient, lab_fleet: Fleet) -> None:
+    r = client.post(f"{V1}/inspect", json={"selector": "gpu-01,gpu-02"}, headers=auth("operator"))
+    assert r.status_code == 200, r.text
+    rep = client.get(f"{V1}/inspect/report", params={"since": "1h"}, headers=auth("viewer")).json()
+    sampled = {h["host"]: h for h in rep["hosts"] if h["samples"]}
+    assert set(sampled) == {"gpu-01", "gpu-02"}
+    assert sampled["gpu-01"]["gpus"] == 8 and sampled["gpu-01"]["temperature_max"] > 0
+    assert rep["models"] and rep["models"][0]["samples"] >= 16
+    msg = error(
+        client.get(f"{V1}/inspect/report", params={"since": "soon"}, headers=auth("viewer")),
+        422,
+        "config",
+    )
+    assert "since" in msg
+    error(
+        client.get(f"{V1}/inspect/report", params={"selector": "nope"}, headers=auth("viewer")),
+        404,
+        "not_found",
+    )

@@ -277,3 +277,80 @@ class BaselineFromHostIn(Schema):
 class PoolBaselineIn(Schema):
     baseline: str | None = Field(description="The baseline's name; null unsets it.")
     create: bool = Field(False, description="Create the pool when no host names it yet.")
+
+
+class InspectHostRowOut(Schema):
+    host: str
+    model: str
+    gpus: int
+    samples: int
+    temperature_max: float | None
+    ecc_uncorrectable_max: int | None
+    throttled_samples: int
+    findings: int
+    worst: str
+    rules: list[str]
+
+
+class HourlyPeakOut(Schema):
+    hour: Time
+    temperature_max: float
+
+
+class InspectModelRowOut(Schema):
+    model: str
+    gpus: int
+    samples: int
+    temperature_avg: float | None
+    temperature_max: float | None
+    ecc_uncorrectable_max: int | None
+    throttled_share: float
+    hourly_peak: list[HourlyPeakOut]
+
+
+class InspectReportOut(Schema):
+    since: Time
+    until: Time
+    hosts: list[InspectHostRowOut]
+    models: list[InspectModelRowOut]
+    findings_by_rule: dict[str, int]
+    top_offenders: list[str] = Field(description="Hosts with findings, worst first (10).")
+
+    @classmethod
+    def of(cls, r: Any) -> InspectReportOut:
+        return cls(
+            since=r.since,
+            until=r.until,
+            hosts=[
+                InspectHostRowOut(
+                    host=h.host,
+                    model=h.model,
+                    gpus=h.gpus,
+                    samples=h.samples,
+                    temperature_max=h.temperature_max,
+                    ecc_uncorrectable_max=h.ecc_uncorrectable_max,
+                    throttled_samples=h.throttled_samples,
+                    findings=h.findings,
+                    worst=h.worst,
+                    rules=list(h.rules),
+                )
+                for h in r.hosts
+            ],
+            models=[
+                InspectModelRowOut(
+                    model=m.model,
+                    gpus=m.gpus,
+                    samples=m.samples,
+                    temperature_avg=m.temperature_avg,
+                    temperature_max=m.temperature_max,
+                    ecc_uncorrectable_max=m.ecc_uncorrectable_max,
+                    throttled_share=m.throttled_share,
+                    hourly_peak=[
+                        HourlyPeakOut(hour=h, temperature_max=t) for h, t in m.hourly_peak
+                    ],
+                )
+                for m in r.models
+            ],
+            findings_by_rule=dict(r.findings_by_rule),
+            top_offenders=[h.host for h in r.top_offenders],
+        )

@@ -20,6 +20,7 @@ from gpufleet.api.schemas_health import (
     FailureImportIn,
     FailureImportOut,
     InspectIn,
+    InspectReportOut,
     PartHistoryOut,
     PartOut,
     PoolBaselineIn,
@@ -37,6 +38,7 @@ from gpufleet.service import baselines, bmc, failures, operations, parts
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
+from gpufleet.service.inspect_report import build_report, parse_since
 from gpufleet.service.remediation import remediate
 
 router = APIRouter(responses=ERRORS)
@@ -49,6 +51,19 @@ router = APIRouter(responses=ERRORS)
 )
 def inspect_now(body: InspectIn, fleet: Fleet = Depends(as_operator)) -> SweepOut:
     return SweepOut.of(inspect(fleet, body.selector, forks=body.forks, timeout_s=body.timeout_s))
+
+
+@router.get(
+    "/inspect/report",
+    summary="What the inspections saw over a period (read only)",
+    tags=["inspect"],
+)
+def inspect_report(
+    selector: str | None = Query(None, description="Hosts (the CLI's selectors)."),
+    since: str = Query("24h", max_length=32, description="Period: 30m, 24h, 7d."),
+    fleet: Fleet = Depends(as_viewer),
+) -> InspectReportOut:
+    return InspectReportOut.of(build_report(fleet, selector, parse_since(since)))
 
 
 @router.post(
