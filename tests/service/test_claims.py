@@ -157,7 +157,7 @@ def test_collection_claims_in_batches_so_workers_split_it(fleet: Fleet, tmp_path
     assert rep.skipped_locked == ["gpu-05", "gpu-06"] and not rep.all_held_elsewhere
     with fleet.db.session() as s:
         held = {h.name: _token(h) for h in s.scalars(select(Host))}
-    assert [n for n, t in held.items() if t is not None] == ["gpu-05", "gpu-06"]  # theirs
+    assert sorted(n for n, t in held.items() if t is not None) == ["gpu-05", "gpu-06"]  # theirs
 
 
 def test_running_collection_renews_its_claims(fleet: Fleet, tmp_path: Path) -> None:
