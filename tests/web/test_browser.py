@@ -165,6 +165,16 @@ def _shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
 
 
+def _signed_in(page: Page, served: Served) -> None:
+    """Each test stands alone (xdist may give it a worker of its own): sign in unless the
+    module's page already holds the cookie from the sign-in test."""
+    page.goto(served.url + "/")
+    if "/login" in page.url:
+        page.fill("#token", served.token)
+        page.keyboard.press("Enter")
+        expect(page).to_have_url(served.url + "/")
+
+
 def test_sign_in_and_the_overview_counts_match_summary(page: Page, served: Served) -> None:
     page.goto(served.url + "/")
     expect(page).to_have_url(f"{served.url}/login?next=/")
@@ -192,6 +202,7 @@ def test_sign_in_and_the_overview_counts_match_summary(page: Page, served: Serve
 
 
 def test_slash_focuses_search_and_the_host_list_filters(page: Page, served: Served) -> None:
+    _signed_in(page, served)
     page.goto(served.url + "/hosts")
     rows = page.locator("[data-testid=host-table] tbody tr")
     expect(rows).to_have_count(14)
@@ -214,6 +225,7 @@ def test_slash_focuses_search_and_the_host_list_filters(page: Page, served: Serv
 
 
 def test_a_host_page_shows_its_timeline(page: Page, served: Served) -> None:
+    _signed_in(page, served)
     page.goto(served.url + "/hosts")
     page.get_by_role("link", name="gpu-01", exact=True).first.focus()
     page.keyboard.press("Enter")
@@ -235,6 +247,7 @@ def test_a_host_page_shows_its_timeline(page: Page, served: Served) -> None:
 
 
 def test_leases_alarms_drift_pages(page: Page, served: Served) -> None:
+    _signed_in(page, served)
     for name in ("leases", "alarms", "drift"):
         page.goto(f"{served.url}/{name}")
         expect(page.locator("h1")).to_be_visible()
