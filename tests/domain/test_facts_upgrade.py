@@ -70,13 +70,15 @@ def test_a_missing_upgrader_or_a_bad_version_is_refused() -> None:
 def test_host_facts_reads_a_renamed_field_through_a_registered_upgrader(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Simulated format 3 renames ``hostname`` (stored by version 2 as ``host_name``)."""
+    """A simulated next format renames ``hostname`` (stored by the current one as
+    ``host_name``)."""
     clean = make_facts()
     stored = clean.model_dump(mode="json")
     stored["host_name"] = stored.pop("hostname")
-    assert stored["facts_version"] == FACTS_VERSION == 2
-    monkeypatch.setattr(facts_mod, "FACTS_VERSION", 3)
-    with pytest.raises(ValidationError, match="facts_version 2: no upgrader to version 3"):
+    cur = FACTS_VERSION
+    assert stored["facts_version"] == cur == 3
+    monkeypatch.setattr(facts_mod, "FACTS_VERSION", cur + 1)
+    with pytest.raises(ValidationError, match=f"facts_version {cur}: no upgrader to version 4"):
         HostFacts.model_validate(stored)  # no upgrader yet: refused, never half-read
 
     def rename(d: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +86,7 @@ def test_host_facts_reads_a_renamed_field_through_a_registered_upgrader(
             d["hostname"] = d.pop("host_name")
         return d
 
-    monkeypatch.setitem(UPGRADERS, 2, rename)
+    monkeypatch.setitem(UPGRADERS, cur, rename)
     f = HostFacts.model_validate(stored)
-    assert f.hostname == clean.hostname == "gpu-node-01" and f.facts_version == 3
+    assert f.hostname == clean.hostname == "gpu-node-01" and f.facts_version == cur + 1
     assert f.gpus == clean.gpus

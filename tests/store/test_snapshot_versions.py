@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from gpufleet.domain import facts as facts_mod
+from gpufleet.domain.facts import FACTS_VERSION
 from gpufleet.domain.facts_upgrade import UPGRADERS
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
@@ -52,14 +53,14 @@ def _stored(fleet: Fleet, host: str) -> dict[str, Any]:
 def test_a_version_one_snapshot_is_read_fail_closed(fleet: Fleet, tmp_path: Path) -> None:
     _collected(fleet, tmp_path)
     good = show_host(fleet, "gpu-01").facts
-    assert good is not None and good.xids == [] and good.facts_version == 2
+    assert good is not None and good.xids == [] and good.facts_version == FACTS_VERSION
     # As gpufleet wrote it before facts_version: no version key, a failed dmesg stored as [].
     old = _stored(fleet, "gpu-01")
     del old["facts_version"]
     _store_as_old_code(fleet, "gpu-01", old)
 
     read = show_host(fleet, "gpu-01").facts
-    assert read is not None and read.facts_version == 2
+    assert read is not None and read.facts_version == FACTS_VERSION
     assert read.xids is None  # [] may have been a failed dmesg: not collected
     assert read.gpus == good.gpus and read.hostname == good.hostname
     assert "facts_version" not in _stored(fleet, "gpu-01")  # history is not rewritten
@@ -76,8 +77,8 @@ def test_a_renamed_field_is_read_through_its_upgrader(
     before = show_host(fleet, "gpu-02").facts
     assert before is not None and before.hostname
     version2 = _stored(fleet, "gpu-02")
-    # Simulated: format 3 calls version 2's ``host_name`` ``hostname``. Version-2 history, as
-    # this gpufleet would have written it under the old name:
+    # Simulated: the next format calls the current one's ``host_name`` ``hostname``. Current
+    # history, as this gpufleet would have written it under the old name:
     version2["host_name"] = version2.pop("hostname")
     _store_as_old_code(fleet, "gpu-02", version2)
 
@@ -86,10 +87,10 @@ def test_a_renamed_field_is_read_through_its_upgrader(
             d["hostname"] = d.pop("host_name")
         return d
 
-    monkeypatch.setattr(facts_mod, "FACTS_VERSION", 3)
-    monkeypatch.setitem(UPGRADERS, 2, rename)
+    monkeypatch.setattr(facts_mod, "FACTS_VERSION", FACTS_VERSION + 1)
+    monkeypatch.setitem(UPGRADERS, FACTS_VERSION, rename)
     read = show_host(fleet, "gpu-02").facts
-    assert read is not None and read.facts_version == 3
+    assert read is not None and read.facts_version == FACTS_VERSION + 1
     assert read.hostname == before.hostname and read.gpus == before.gpus
     assert _stored(fleet, "gpu-02")["host_name"] == before.hostname  # stored as it was
     verdicts = {v.host: v.state for v in validate(fleet, collect_first=False).verdicts}

@@ -4,8 +4,10 @@ Pure domain: no I/O, no store. A vendor plugin (``gpufleet.collect.vendors.<vend
 turns its tools' output into these records; checks and labels read only these records,
 so the rest of gpufleet never needs to know which tool produced a value.
 
-NVIDIA is not yet expressed through this model: its facts still live in
-``gpufleet.domain.facts`` (see docs/architecture.md, "Accelerator vendors").
+Host facts carry these records (``HostFacts.accelerators``, ``accelerator_versions``,
+``accelerator_errors``); NVIDIA's still come from ``nvidia-smi`` (``HostFacts.nvidia_smi``)
+and are mapped onto the same records by :func:`accelerators_of`, so consumers read one
+shape for every vendor (see docs/architecture.md, "Accelerator facts").
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpufleet.domain.ansible import gpu_model, group_name
-from gpufleet.domain.facts import PciDevice
+if TYPE_CHECKING:  # facts.py imports this module: no runtime import back
+    from gpufleet.domain.facts import Gpu, HostFacts, PciDevice
 
 
 class Vendor(StrEnum):
@@ -249,6 +251,8 @@ def inventory_group(inventory: AcceleratorInventory) -> str | None:
     """The Ansible group of a host by vendor and model: ``npu_910b`` (Ascend 910B1-4),
     ``npu_910a``, ``npu_310p``; ``gpu_mi300x``/``gpu_mi100`` (AMD), ``gpu_h800`` (NVIDIA);
     None when the host has none or mixed models."""
+    from gpufleet.domain.ansible import gpu_model, group_name  # ansible imports the facts
+
     models = inventory.models()
     if len(models) != 1 or models[0] == UNKNOWN_MODEL:
         return None
@@ -272,4 +276,73 @@ def temperature_check(inventory: AcceleratorInventory, limit_c: float) -> CheckR
         "accelerator_temperature",
         False,
         ", ".join(f"#{a.index} {a.temperature_c:g} C > {limit_c:g} C" for a in hot),
+    )
+
+
+# ---- the accelerators of a host, whatever the vendor (reads host facts) ----
+
+
+def _nvidia_accelerator(gpu: Gpu) -> Accelerator:
+    """One NVIDIA GPU of ``nvidia-smi`` as an :class:`Accelerator` record."""
+    counters: list[ErrorCounter] = []
+    for name, ecc in (("ecc_volatile", gpu.ecc_volatile), ("ecc_aggregate", gpu.ecc_aggregate)):
+        if ecc is not None:
+            if ecc.correctable is not None:
+                counters.append(ErrorCounter(f"{name}_correctable", ecc.correctable))
+            if ecc.uncorrectable is not None:
+                counters.append(ErrorCounter(f"{name}_uncorrectable", ecc.uncorrectable))
+    firmware = {"VBIOS": gpu.vbios_version} if gpu.vbios_version else {}
+    return Accelerator(
+        vendor=Vendor.NVIDIA,
+        index=gpu.index,
+        model=gpu.product_name or UNKNOWN_MODEL,
+        bus_id=gpu.pci_bus_id,
+        serial=gpu.serial,
+        uuid=gpu.uuid,
+        memory_total_mib=gpu.memory_total_mib,
+        memory_used_mib=gpu.memory_used_mib,
+        # nvidia-smi states no health word; a GPU in an error state is an alarm
+        health=Health.ALARM if gpu.error else Health.UNKNOWN,
+        error_codes=(gpu.error,) if gpu.error else (),
+        error_counters=tuple(counters),
+        temperature_c=gpu.temperature_c,
+        power_w=gpu.power_draw_w,
+        power_limit_w=gpu.power_limit_w,
+        firmware=firmware,
+    )
+
+
+def accelerators_of(facts: HostFacts) -> tuple[Accelerator, ...]:
+    """Every accelerator of a host as one record shape: NVIDIA GPUs mapped from
+    ``nvidia-smi`` (``facts.gpus``), then the records vendor plugins reported
+    (``facts.accelerators``: Ascend NPUs, AMD Instinct GPUs ...), in vendor then index order."""
+    nvidia = tuple(_nvidia_accelerator(g) for g in facts.gpus)
+    others = tuple(sorted(facts.accelerators, key=lambda a: (a.vendor.value, a.index)))
+    return nvidia + others
+
+
+def accelerator_versions(facts: HostFacts) -> dict[Vendor, SoftwareVersions]:
+    """The host's software stack per vendor present: NVIDIA's driver/CUDA from
+    ``nvidia-smi``, the others as their plugin reported them (driver, firmware, CANN/ROCm)."""
+    out: dict[Vendor, SoftwareVersions] = {}
+    if facts.nvidia_smi is not None and (facts.gpus or facts.driver_version):
+        out[Vendor.NVIDIA] = SoftwareVersions(
+            driver=facts.driver_version, runtime=facts.cuda_version
+        )
+    out.update(facts.accelerator_versions)
+    return out
+
+
+def inventories_of(facts: HostFacts) -> tuple[AcceleratorInventory, ...]:
+    """The host's accelerators grouped per vendor (a host may carry several vendors)."""
+    accs = accelerators_of(facts)
+    versions = accelerator_versions(facts)
+    vendors = sorted({a.vendor for a in accs} | set(versions), key=lambda v: v.value)
+    return tuple(
+        AcceleratorInventory(
+            vendor=v,
+            accelerators=tuple(a for a in accs if a.vendor is v),
+            versions=versions.get(v, SoftwareVersions()),
+        )
+        for v in vendors
     )

@@ -20,6 +20,15 @@ version 2 did not distinguish "not collected" from "none": a failed ``dmesg``/``
 ``lspci``/``lsblk`` was stored as ``[]``. Reading such a snapshot (no ``facts_version``) turns
 those empty lists into ``None`` (fail closed): an old snapshot never vouches for "no Xid".
 A non-empty list was a complete parse then too and is kept.
+
+*Accelerators of other vendors* (version 3): ``accelerators`` holds the vendor-neutral records
+(:class:`gpufleet.domain.accelerators.Accelerator`) that vendor plugins report (Ascend NPUs,
+AMD Instinct GPUs), ``accelerator_versions`` their software stacks, ``accelerator_errors`` a
+vendor whose accelerators ``lspci`` lists but whose tool was missing or unreadable (fail
+closed). NVIDIA GPUs stay in ``nvidia_smi``; :func:`gpufleet.domain.accelerators.accelerators_of`
+gives every vendor's accelerators as one shape. A version-2 snapshot never ran vendor tools:
+its upgrader leaves ``accelerators`` empty and records an error for each non-NVIDIA
+accelerator vendor its ``lspci`` listed, so history never vouches for an unread NPU.
 """
 
 from __future__ import annotations
@@ -29,11 +38,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gpufleet.domain.accelerators import Accelerator, SoftwareVersions, Vendor
 from gpufleet.domain.facts_upgrade import LEGACY_FACTS_VERSION, upgrade_facts
 
 #: Version of the facts layout written by this code (see the module docstring). Raising it
 #: needs an upgrader from the previous version in ``facts_upgrade.UPGRADERS``.
-FACTS_VERSION = 2
+FACTS_VERSION = 3
 
 # Bounds (see the module docstring). Linux caps a release and a hostname at 64 characters
 # (__NEW_UTS_LEN), a module name at 56; the rest stay inside the store's columns.
@@ -348,6 +358,29 @@ class BlockDevice(Fact):
 # --------------------------------------------------------------------- whole host
 
 
+def _accelerator_fits(a: Accelerator) -> None:
+    """The bounds of the module docstring for a vendor plugin's record (a dataclass, so its
+    fields carry no pydantic constraints): ValueError naming the device and field."""
+    where = f"{a.vendor} #{a.index}"
+    if not 0 <= a.index < 1 << 16:
+        raise ValueError(f"{where}: index out of range")
+    for name, value, limit in (("model", a.model, SHORT), ("bus_id", a.bus_id, 32),
+                               ("pci_device_id", a.pci_device_id, 8),
+                               ("serial", a.serial, SHORT), ("uuid", a.uuid, SHORT)):
+        if value is not None and len(value) > limit:
+            raise ValueError(f"{where}: {name} longer than {limit} characters")
+    for name, mib in (("memory_total_mib", a.memory_total_mib),
+                      ("memory_used_mib", a.memory_used_mib)):
+        if mib is not None and not 0 <= mib <= MAX_GPU_MEMORY_MIB:
+            raise ValueError(f"{where}: {name} {mib} out of range")
+    if len(a.error_codes) > 256 or any(len(c) > NAME for c in a.error_codes):
+        raise ValueError(f"{where}: error codes too many or too long")
+    if len(a.error_counters) > 256 or len(a.links) > 1024 or len(a.firmware) > 64:
+        raise ValueError(f"{where}: too many counters, links or firmware entries")
+    if any(len(k) > SHORT or len(v) > SHORT for k, v in a.firmware.items()):
+        raise ValueError(f"{where}: firmware entry longer than {SHORT} characters")
+
+
 class HostFacts(Fact):
     """Everything one collection learned about one host.
 
@@ -386,6 +419,11 @@ class HostFacts(Fact):
     fabricmanager_active: bool | None = None
     fabricmanager_version: str | None = Field(default=None, max_length=SHORT)
     container_toolkit: str | None = Field(default=None, max_length=SHORT)  # nvidia-ctk
+    #: Accelerators reported by vendor plugins other than nvidia-smi (module docstring).
+    accelerators: tuple[Accelerator, ...] = Field(default=(), max_length=MAX_GPUS)
+    accelerator_versions: dict[Vendor, SoftwareVersions] = Field(default_factory=dict)
+    #: vendor -> why its tool could not vouch for the accelerators lspci lists
+    accelerator_errors: dict[Vendor, str] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
 
     @model_validator(mode="before")
@@ -404,6 +442,13 @@ class HostFacts(Fact):
         models = sorted({g.product_name for g in self.gpus if g.product_name})
         if len(", ".join(models)) > NAME:
             raise ValueError(f"{len(models)} distinct GPU models: too many to record")
+        for a in self.accelerators:
+            _accelerator_fits(a)
+        for vendor, v in self.accelerator_versions.items():
+            for what, value in (("driver", v.driver), ("firmware", v.firmware),
+                                ("runtime", v.runtime), ("tool", v.tool)):
+                if value is not None and len(value) > SHORT:
+                    raise ValueError(f"{vendor} {what} version longer than {SHORT} characters")
         return self
 
     @property

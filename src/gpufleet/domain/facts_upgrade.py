@@ -31,9 +31,32 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {k: (None if k in _NONE_IF_LEGACY_EMPTY and v == [] else v) for k, v in data.items()}
 
 
+# What version 3 knew of accelerator vendors besides NVIDIA (PCI vendor id -> vendor as
+# stored in ``accelerator_errors``) and of accelerator PCI classes; frozen here on purpose:
+# history is what it was when version 3 was written.
+_V3_OTHER_VENDORS = {"19e5": "huawei", "1002": "amd"}
+_V3_ACCELERATOR_CLASSES = frozenset({"0300", "0302", "0380", "1200"})
+
+
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 adds the vendor-neutral accelerator section. Version 2 never ran a vendor
+    tool besides nvidia-smi (its NVIDIA facts are kept as they are: ``nvidia_smi``): no
+    records, and for each other accelerator vendor its ``lspci`` listed, an error saying the
+    tool was not run, so an old snapshot never vouches for an NPU it did not read."""
+    errors: dict[str, str] = {}
+    for dev in data.get("pci_devices") or []:
+        if not isinstance(dev, dict) or dev.get("class_id") not in _V3_ACCELERATOR_CLASSES:
+            continue
+        vendor = _V3_OTHER_VENDORS.get(str(dev.get("vendor_id")))
+        if vendor is not None:
+            errors[vendor] = "not collected (snapshot written before facts version 3)"
+    return {**data, "accelerators": [], "accelerator_versions": {}, "accelerator_errors": errors}
+
+
 #: ``UPGRADERS[n]``: a version ``n`` snapshot -> a version ``n + 1`` one.
 UPGRADERS: dict[int, Upgrader] = {
     1: _v1_to_v2,
+    2: _v2_to_v3,
 }
 
 
