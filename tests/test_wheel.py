@@ -132,6 +132,20 @@ def test_installed_package_is_the_wheel_not_the_checkout(installed: Installed,
     assert not Path(captures).is_symlink() and (Path(captures) / "ib").is_dir()
 
 
+def test_the_offline_install_can_run_playbook_campaigns(installed: Installed,
+                                                        tmp_path: Path) -> None:
+    """ansible-core is a runtime dependency: ``ansible-playbook`` is installed next to the
+    venv's python, where ``campaign --playbook`` looks first (PATH holds no other here)."""
+    bin_dir = installed.venv / "bin"
+    out = _run([str(bin_dir / "python"), "-c",
+                "from gpufleet.service.campaign_actions import ansible_playbook as a; "
+                "print(a())"], cwd=installed.work, env=installed.env(tmp_path))
+    assert Path(out.strip()) == bin_dir / "ansible-playbook"
+    version = _run([str(bin_dir / "ansible-playbook"), "--version"], cwd=installed.work,
+                   env=installed.env(tmp_path))
+    assert version.startswith("ansible-playbook [core 2."), version
+
+
 def test_help_from_the_offline_install(installed: Installed, tmp_path: Path) -> None:
     out = installed.gpufleet("--help", home=tmp_path)
     for cmd in ("collect", "validate", "hosts", "lab"):

@@ -84,6 +84,16 @@ def test_reimage_campaign_inserts_the_target_image_and_sends_the_host_to_validat
     back = next(i for i, e in enumerate(events) if e["kind"] == "transition"
                 and e["data"]["to"] == "validating")
     assert events.index(into) < reimaged < change < back, msgs
+    # every change the campaign made to the host carries the ticket (Deliver 4): the BMC
+    # action, the reimage change the BMC recorded, the key cleared, the moves, the baseline
+    changes = [e for e in events[events.index(into):] if e["kind"] in (
+        "transition", "change-declared", "bmc", "host-key-rekeyed", "updated")]
+    assert {e["kind"] for e in changes} == {
+        "transition", "change-declared", "bmc", "host-key-rekeyed", "updated"}, changes
+    untagged = [(e["kind"], e["message"]) for e in changes if e["data"].get("ticket") != "RE-7"]
+    assert not untagged, untagged
+    declared = [e["message"] for e in changes if e["kind"] == "change-declared"]
+    assert f"reimage declared (ticket RE-7): by virtual media: {url}" in declared, declared
     bmc = [e["message"] for e in gf.json("events", "--kind", "bmc")]
     assert any(m.startswith(f"reimage: {url} ") for m in bmc), bmc
     # it cannot re-collect here: the campaign records it and halts after the canary

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
+from gpufleet.domain.campaign import progress_bar
+
 ACTOR = "cli-campaign-test"
 POOL = "train-h100"
 
@@ -86,3 +88,33 @@ def test_approve_pause_and_abort_are_recorded(gf: Cli) -> None:
     assert any(f"approved by {ACTOR}" in m for m in messages)
     assert any(m.endswith("aborted") for m in messages)
     assert all(e["actor"] == ACTOR for e in events)
+
+
+def test_status_shows_a_progress_bar_per_wave_and_every_command_has_json(gf: Cli) -> None:
+    """Progress bars per wave in ``status``/``report`` (empty at plan time, the canary's full
+    after it ran), and ``--json`` on run, status, report, pause and abort."""
+    args = ["campaign", "create", "c3", "--target-baseline", "b-new", "--selector", "gpu-*",
+            "--command", "true", "--ticket", "BUILD-9", "--waves", "50%,100%"]
+    plan = gf.json(*args)
+    sizes = [len(w["hosts"]) for w in plan["waves"]]
+    assert sizes[0] == 1 and sum(sizes) == 8 and len(sizes) >= 3
+    lines = flat(gf.run("campaign", "status", "c3").stdout)
+    assert f"canary [{'.' * 20}] 0/1" in lines, lines
+    assert f"wave 1 [{'.' * 20}] 0/{sizes[1]}" in lines, lines
+    # the lab's simulated hosts cannot run a command: the canary fails, the campaign halts
+    run = gf.run("campaign", "run", "c3", "--json", code=1)
+    assert '"status": "halted"' in run.stdout
+    out = flat(gf.run("campaign", "status", "c3").stdout)
+    assert f"canary [{'#' * 20}] 1/1 1 failed" in out, out
+    assert f"wave 1 [{'.' * 20}] 0/{sizes[1]}" in out, out
+    report = flat(gf.run("campaign", "report", "c3").stdout)
+    assert f"hosts: failed 1, pending {8 - 1}; skipped before the run: 0" in report, report
+    assert gf.json("campaign", "report", "c3")["counts"] == {"failed": 1, "pending": 7}
+    listed = flat(gf.run("campaign", "list").stdout)
+    assert f"{progress_bar(1, 8)} 1/8 -> b-new" in listed and "##" in listed, listed
+    aborted = gf.json("campaign", "abort", "c3")
+    assert aborted["status"] == "aborted" and aborted["name"] == "c3"
+
+    gf.json(*[a if a != "c3" else "c4" for a in args])
+    paused = gf.json("campaign", "pause", "c4")
+    assert paused["status"] == "paused" and paused["counts"] == {"pending": 8}

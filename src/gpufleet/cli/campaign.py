@@ -51,7 +51,7 @@ def show_plan(v: CampaignView) -> None:
         done = sum(1 for h in wave if h.step in _FINISHED)
         failed = sum(1 for h in wave if h.step in (HostStep.FAILED, HostStep.ROLLED_BACK))
         console.print(
-            f"  {label:<8} {progress_bar(done, len(wave))} {done}/{len(wave)}"
+            f"  {label:<8} {escape(progress_bar(done, len(wave)))} {done}/{len(wave)}"
             + (f" [red]{failed} failed[/]" if failed else "")
         )
         for h in wave:
@@ -203,16 +203,28 @@ def report_cmd(
 
 
 @boundary
-def pause_cmd(name: str = typer.Argument(..., help="Campaign name.")) -> None:
+def pause_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
+) -> None:
     """Pause after the wave in progress."""
     v = pause_campaign(open_fleet(), name)
+    if as_json:
+        print_json(_json(v))
+        return
     console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
 
 
 @boundary
-def abort_cmd(name: str = typer.Argument(..., help="Campaign name.")) -> None:
+def abort_cmd(
+    name: str = typer.Argument(..., help="Campaign name."),
+    as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
+) -> None:
     """Stop for good; hosts the campaign holds and has not acted on are released."""
-    v = abort_campaign(open_fleet(), name, _say)
+    v = abort_campaign(open_fleet(), name, None if as_json else _say)
+    if as_json:
+        print_json(_json(v))
+        return
     console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
 
 
@@ -228,7 +240,7 @@ def list_cmd(
     for v in vs:
         done = sum(1 for h in v.hosts if h.step in _FINISHED)
         console.print(f"{lit(v.name):<24} {lit(v.status):<18} {lit(v.ticket):<14} "
-                      f"{progress_bar(done, len(v.hosts))} {done}/{len(v.hosts)} "
+                      f"{escape(progress_bar(done, len(v.hosts)))} {done}/{len(v.hosts)} "
                       f"-> {lit(v.target_baseline)}")
 
 

@@ -467,10 +467,11 @@ def image_for(fleet: Fleet, name: str, image: str | None, baseline: str | None) 
 
 
 def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str | None = None,
-            settle_s: float | None = None) -> BmcAction:
+            settle_s: float | None = None, ticket: str | None = None) -> BmcAction:
     """Insert the image as virtual media, one-time boot from it, power-cycle, record a
     ``reimage`` change (the host goes back to validation; its SSH host key will change:
-    ``hosts rekey``). Refused for allocated hosts."""
+    ``hosts rekey``). Refused for allocated hosts. ``ticket`` (a campaign's) is carried by
+    the ``bmc`` event and the change."""
     url = image_for(fleet, name, image, baseline)
     target, host_id = _target_for(fleet, name, force=False, verb="reimage", forceable=False)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
@@ -478,12 +479,14 @@ def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str 
         res: MediaResult = call(target, lambda t: boot_from_media(t, url, settle_s=settle))
     except BmcFailure as exc:
         _record(fleet, host_id, f"reimage failed: BMC {exc.outcome}: {exc.reason}",
-                {"action": "reimage", "ok": False, "image": url, "outcome": exc.outcome.value})
+                {"action": "reimage", "ok": False, "image": url, "outcome": exc.outcome.value,
+                 "ticket": ticket})
         return BmcAction(name, "reimage", False, reason=str(exc))
     _record(fleet, host_id, f"reimage: {url} on {res.device}, one-time boot, power cycled "
             f"({res.power_state})", {"action": "reimage", "ok": True, "image": url,
-                                     "device": res.device, "notes": res.notes})
-    state = record_change(fleet, name, DeclaredChangeKind.REIMAGE, None,
+                                     "device": res.device, "notes": res.notes,
+                                     "ticket": ticket})
+    state = record_change(fleet, name, DeclaredChangeKind.REIMAGE, ticket,
                           f"by virtual media: {url}")
     return BmcAction(name, "reimage", True, power_state=res.power_state,
                      notes=[*res.notes, REIMAGE_HINT], state=str(state))

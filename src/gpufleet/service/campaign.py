@@ -54,7 +54,7 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition
-from gpufleet.service.campaign_actions import PLAYBOOKS_DIR
+from gpufleet.service.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
 from gpufleet.service.campaign_run import (
     Progress,
     Runner,
@@ -248,6 +248,8 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
         rollback = str(_playbook(rollback, "--rollback-playbook"))
     if spec.auto_rollback and rollback is None:
         raise ConfigError("--auto-rollback needs --rollback-playbook")
+    if spec.action_kind is ActionKind.PLAYBOOK or rollback is not None:
+        ansible_playbook()  # fail closed now, not at the first wave
     marker = campaign_marker(spec.name, spec.ticket)
     with fleet.db.session() as s:
         baseline_named(s, spec.target_baseline)
@@ -465,6 +467,8 @@ def run_campaign(fleet: Fleet, name: str, progress: Progress | None = None) -> C
                                                             "completed with deferred hosts"])
         if st is CampaignStatus.RUNNING and _owner_alive(camp, fleet):
             raise Conflict(what=f"campaign {name} (driven by {camp.owner})")
+        if ActionKind(camp.action_kind) is ActionKind.PLAYBOOK or camp.rollback:
+            ansible_playbook()  # before the campaign is taken: it stays as it was
         resumed = st is not CampaignStatus.PLANNED
         camp.status = CampaignStatus.RUNNING
         camp.owner = _me()

@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 import tempfile
 from importlib import resources
@@ -20,7 +21,7 @@ from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.pipeline import Claimed, Pipeline, claim_hosts, claim_lease, holds_claim
 from gpufleet.store.tables import BaselineRow, CampaignRow, Host
@@ -37,6 +38,25 @@ _RC_MARK = "gpufleet-campaign-rc="
 def host_list(names: Any) -> str:
     """Host names as one selector (a comma is a union)."""
     return ",".join(sorted(set(names)))
+
+
+def ansible_playbook(python: str | None = None, path: str | None = None) -> Path:
+    """The ``ansible-playbook`` a playbook campaign runs: the one installed next to this
+    Python (ansible-core, a dependency of gpufleet), else the first on ``PATH`` (``path``).
+    None: a :class:`ConfigError` (exit 2) naming what to install; ``campaign create`` and
+    ``run`` check it before anything is stored or touched (fail closed)."""
+    here = Path(python or sys.executable).with_name("ansible-playbook")
+    if here.is_file() and os.access(here, os.X_OK):
+        return here
+    found = shutil.which("ansible-playbook", path=path)
+    if found:
+        return Path(found)
+    raise ConfigError(
+        setting="ansible-playbook",
+        cause=f"not found next to {python or sys.executable} nor on PATH: a --playbook "
+        "campaign needs ansible-core (pip install 'ansible-core>=2.17', a dependency of "
+        "gpufleet); nothing was run",
+    )
 
 
 def _target(fleet: Fleet, name: str) -> dict[str, Any]:
@@ -103,7 +123,7 @@ def run_playbook(
         inv.chmod(0o700)
         known = d / "known_hosts"
         _known_hosts(fleet, names, known)
-        binary = Path(sys.executable).with_name("ansible-playbook")
+        binary = ansible_playbook()
         forks = int(camp.options.get("forks", 10))
         env = {
             "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
@@ -218,11 +238,12 @@ def _reimage(fleet: Fleet, camp: CampaignRow, names: list[str]) -> dict[str, tup
     out: dict[str, tuple[bool, str]] = {}
     for name in names:
         try:
-            res = reimage(fleet, name, baseline=camp.target_baseline)
+            res = reimage(fleet, name, baseline=camp.target_baseline, ticket=camp.ticket)
         except GpufleetError as exc:
             out[name] = (False, str(exc))
             continue
         if res.ok:
-            rekey(fleet, name, f"reimaged by campaign {camp.name} ({camp.ticket})")
+            rekey(fleet, name, f"reimaged by campaign {camp.name} ({camp.ticket})",
+                  ticket=camp.ticket)
         out[name] = (res.ok, "reimaged by virtual media" if res.ok else res.reason or "failed")
     return out

@@ -156,6 +156,7 @@ def record_change(
             h,
             Event.CHANGE_DECLARED,
             msg,
+            data={"ticket": ticket} if ticket else None,
             fault=None if clear else KEEP,
             fault_reason=None if clear else KEEP,
         )
@@ -227,7 +228,8 @@ class Rekeyed:
     error: GpufleetError | None = None
 
 
-def rekey(fleet: Fleet, name: str, reason: str, fingerprint: str | None = None) -> Rekeyed:
+def rekey(fleet: Fleet, name: str, reason: str, fingerprint: str | None = None, *,
+          ticket: str | None = None) -> Rekeyed:
     """Accept a new SSH host key for ``name`` (after a reimage).
 
     Without ``fingerprint`` the pinned key is cleared: the next collection trusts the key it is
@@ -235,8 +237,9 @@ def rekey(fleet: Fleet, name: str, reason: str, fingerprint: str | None = None) 
     is accepted from now on (checked during key exchange, so nothing runs on a host offering
     another; that is a host-key change, with its alarm); the first match pins the full key.
     Either way a ``host-key-rekeyed`` event records actor, old and expected fingerprints and
-    ``reason``. The host's state is left alone: a host quarantined for a changed key stays
-    quarantined until an operator lifts it (``unquarantine``)."""
+    ``reason`` (and ``ticket``, a campaign's). The host's state is left alone: a host
+    quarantined for a changed key stays quarantined until an operator lifts it
+    (``unquarantine``)."""
     expected = check_fingerprint(fingerprint) if fingerprint is not None else None
     with fleet.db.session() as s:
         h = _host(s, name)
@@ -255,7 +258,8 @@ def rekey(fleet: Fleet, name: str, reason: str, fingerprint: str | None = None) 
             EventKind.HOST_KEY_REKEYED,
             f"host key re-pinned ({reason}): was {old or 'none'}; {then}",
             host=h,
-            data={"old": old, "expected": expected, "reason": reason},
+            data={"old": old, "expected": expected, "reason": reason}
+            | ({"ticket": ticket} if ticket else {}),
         )
         return Rekeyed(h.name, old, expected, h.state, h.fault)
 
