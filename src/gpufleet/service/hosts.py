@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, desc, func, select
+from sqlalchemy import Row, Select, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.states import HostState
@@ -23,7 +23,7 @@ from gpufleet.service.select import (
     select_hosts,
 )
 from gpufleet.service.summary import host_labels
-from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
+from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import (
     CollectionResult,
     Event,
@@ -105,6 +105,91 @@ def _view(h: Host, snap: FactSnapshot | None) -> HostView:
     )
 
 
+#: What a listed host is read from: the host's own columns a row shows and its latest
+#: snapshot's derived columns; never the facts document or the host's other JSON columns.
+LIST_COLUMNS = (
+    Host.name,
+    Host.address,
+    Host.state,
+    Host.health,
+    Host.fault,
+    Host.pool,
+    Host.groups,
+    Host.profiles,
+    Host.last_collected_at,
+    Host.last_outcome,
+    Host.last_reason,
+    Host.status_reason,
+    Host.eta,
+    FactSnapshot.gpu_count,
+    FactSnapshot.gpu_model,
+    FactSnapshot.driver,
+    FactSnapshot.cuda,
+)
+
+
+def list_query(
+    selector: str | None = None,
+    *,
+    group: str | None = None,
+    model: str | None = None,
+    state: str | None = None,
+    pool: str | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+) -> Select[*tuple[Any, ...]]:
+    """The statement :func:`list_hosts` runs (also for its plan): the hosts ``selector``
+    selects AND every given filter, :data:`LIST_COLUMNS`, by name, after ``after`` (keyset),
+    at most ``limit``. On PostgreSQL a filtered page walks the name index and stops after
+    ``limit`` rows (the model filter is an ``ILIKE``, whose selectivity the planner takes from
+    the column's statistics; ``lower(...) LIKE`` has none and was planned as a sort of every
+    match)."""
+    stmt = (
+        select(*LIST_COLUMNS)
+        .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .order_by(Host.name)
+    )
+    if is_explicit(selector):
+        stmt = stmt.where(Host.id.in_(select_hosts(selector).with_only_columns(Host.id)))
+    if after is not None:
+        stmt = stmt.where(Host.name > after)
+    if group:
+        stmt = stmt.where(group_clause(group))
+    if model:
+        stmt = stmt.where(model_clause(model))
+    if state:
+        stmt = stmt.where(Host.state == check_state(state))
+    if pool:
+        stmt = stmt.where(Host.pool == pool)
+    return stmt if limit is None else stmt.limit(limit)
+
+
+def _row_view(r: Row[*tuple[Any, ...]]) -> HostView:
+    """A :data:`LIST_COLUMNS` row as :class:`HostView` (what :func:`_view` gives); unpacked
+    by position (a Row's attribute lookup by name costs more than the rest of the row)."""
+    (name, address, state, health, fault, pool, groups, profiles, collected, outcome, reason,
+     status, eta, gpu_count, gpu_model, driver, cuda) = r  # fmt: skip
+    return HostView(
+        name=name,
+        address=address,
+        state=state,
+        health=health,
+        fault=fault,
+        pool=pool,
+        groups=list(groups),
+        gpu_count=gpu_count,
+        gpu_model=gpu_model,
+        driver=driver,
+        cuda=cuda,
+        profiles=list(profiles),
+        last_collected_at=collected,
+        last_outcome=outcome,
+        last_reason=reason,
+        status_reason=status,
+        eta=eta if state in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
+    )
+
+
 def list_hosts(
     fleet: Fleet,
     selector: str | None = None,
@@ -118,24 +203,11 @@ def list_hosts(
 ) -> list[HostView]:
     """Hosts matching the selector AND every given filter, by name; ``after`` and ``limit``
     page through them (keyset on the name: the hosts after that name, at most ``limit``)."""
-    where: list[ColumnElement[bool]] = []
-    if after is not None:
-        where.append(Host.name > after)
-    if group:
-        where.append(group_clause(group))
-    if model:
-        where.append(model_clause(model))
-    if state:
-        where.append(Host.state == check_state(state))
-    if pool:
-        where.append(Host.pool == pool)
+    stmt = list_query(
+        selector, group=group, model=model, state=state, pool=pool, after=after, limit=limit
+    )
     with fleet.db.session() as s:
-        rows = [
-            _view(h, snap)
-            for h, snap in hosts_with_latest_facts(
-                s, select_hosts(selector), *where, limit=limit, facts=False
-            )
-        ]
+        rows = [_row_view(r) for r in s.execute(stmt)]
     if not rows and after is None and (is_explicit(selector) or group or model or state or pool):
         filters = [
             f"{k}:{v}"

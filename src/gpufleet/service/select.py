@@ -64,8 +64,10 @@ def group_clause(group: str) -> ColumnElement[bool]:
 
 
 def model_clause(model: str) -> ColumnElement[bool]:
-    """Hosts whose latest facts name a GPU model containing ``model`` (case-insensitive)."""
-    return func.lower(FactSnapshot.gpu_model).like(f"%{like_literal(model.lower())}%", escape="\\")
+    """Hosts whose latest facts name a GPU model containing ``model`` (case-insensitive).
+    ``ILIKE`` on PostgreSQL (``lower() LIKE lower()`` on SQLite): the planner estimates it
+    from the column's statistics, which ``lower(column)`` has none of."""
+    return FactSnapshot.gpu_model.ilike(f"%{like_literal(model)}%", escape="\\")
 
 
 def select_hosts(selector: str | None) -> Select[Host]:
