@@ -463,6 +463,53 @@ REGISTRY: tuple[SectionSpec, ...] = (
 )
 
 
+# --------------------------------------------------------------------------- accelerator vendors
+
+#: The section that reads every vendor's sections into the facts' accelerator fields
+#: (``collect/accelerators.py``); it runs nothing itself (``true``, a shell builtin).
+ACCELERATORS = "accelerators"
+
+
+def _accelerators(r: Read) -> dict[str, Any]:
+    from gpufleet.collect.accelerators import read_accelerators
+
+    if ACCELERATORS not in r.sections:  # the output ended before the last section
+        r.problems.append(f"{ACCELERATORS}: section missing from collection output")
+    return read_accelerators(r.sections, r.facts.get("pci_devices"), r.host, r.problems)
+
+
+def _accelerator_sections() -> tuple[SectionSpec, ...]:
+    """The vendor plugins' sections (``collect/vendors``), read together by one entry after
+    ``lspci`` (the reader compares with the bus); a vendor's tool missing is rc 127."""
+    from gpufleet.collect.accelerators import FIELDS, empty
+    from gpufleet.collect.vendors.registry import COLLECTORS
+
+    specs = [
+        SectionSpec(
+            s.name,
+            s.command,
+            (),
+            None,
+            read_with=ACCELERATORS,
+            tool=s.tool,
+            args=s.args,
+            files=s.files,
+            functions=s.functions,
+            # the per-chip loops run each tool under $TO inside their function
+            timed=s.command.startswith("$TO ") or "$TO " in s.functions,
+        )
+        for c in COLLECTORS
+        for s in c.sections
+    ]
+    reader = SectionSpec(
+        ACCELERATORS, "true", FIELDS, _accelerators, raw=True, tool="true", when_missing=empty
+    )
+    return (*specs, reader)
+
+
+REGISTRY = REGISTRY + _accelerator_sections()
+
+
 def field_sections(registry: Sequence[SectionSpec] | None = None) -> dict[str, str]:
     """HostFacts field -> the section it comes from (to name the source of a bad value)."""
     return {

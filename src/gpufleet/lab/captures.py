@@ -19,11 +19,19 @@ in one file, each framed by a banner::
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from gpufleet.errors import ParseError
 
-__all__ = ["captures_dir", "load_exporter_bundle", "split_exporter_bundle"]
+__all__ = [
+    "bundle_output",
+    "captures_dir",
+    "command_bundle",
+    "load_exporter_bundle",
+    "split_exporter_bundle",
+    "tool_output",
+]
 
 _BANNER = "#" * 80
 _ENV = "GPUFLEET_CAPTURES"
@@ -99,3 +107,38 @@ def split_exporter_bundle(text: str, source: str = "<bundle>") -> dict[str, str]
 def load_exporter_bundle(path: Path) -> dict[str, str]:
     """Read an nvidia_gpu_exporter capture bundle and split it into ``{title: output}``."""
     return split_exporter_bundle(path.read_text(encoding="utf-8"), source=str(path))
+
+
+# Ascend captures (issue 15): the gpustack ones end with the Huawei documentation URL they
+# were copied from, the ms-swift ones start with the shell prompt line, the mind-cluster ones
+# are bundles (each command echoed, then its output). These cut exactly that away.
+_ECHOED = re.compile(r"^(/?usr/\S+|cat |lspci|pip |npu-smi |hccn_tool |Datetime:)")
+
+
+def tool_output(path: Path) -> str:
+    """An Ascend capture without a leading shell prompt and a trailing doc URL line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines and "# " in lines[0] and "npu-smi" in lines[0]:
+        lines = lines[1:]
+    while lines and lines[-1].startswith("https://support.huawei.com/"):
+        lines = lines[:-1]
+    return "\n".join(lines) + "\n"
+
+
+def command_bundle(path: Path) -> list[tuple[str, str]]:
+    """A mind-cluster bundle as (echoed command, its output) pairs, in file order."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if _ECHOED.match(line):
+            sections.append((line.strip(), []))
+        elif sections:
+            sections[-1][1].append(line)
+    return [(cmd, "\n".join(body).strip("\n") + "\n") for cmd, body in sections]
+
+
+def bundle_output(path: Path, command_suffix: str) -> str:
+    """The output of the first echoed command ending with ``command_suffix``."""
+    for cmd, out in command_bundle(path):
+        if cmd.endswith(command_suffix):
+            return out
+    raise ParseError(str(path), f"no command ending with {command_suffix!r}")

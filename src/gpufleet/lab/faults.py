@@ -29,6 +29,10 @@ PROBE_FAULTS: frozenset[str] = frozenset(
 #: What ``gpufleet remediate`` meets on the host (lab/remedy.py; issue 10): a GPU reset that
 #: fails (nvidia-smi -r exits non-zero).
 REMEDY_FAULTS: frozenset[str] = frozenset({"reset-fails"})
+#: Faults of Ascend NPU hosts (issue 15; lab/accelerators.py), each ``KIND[:<npu id>]``: an
+#: NPU missing from npu-smi (lspci still lists it), an NPU in health Alarm (the real Alarm
+#: capture: error codes and information), the NPU's RoCE port down (the real DOWN capture).
+NPU_FAULTS: frozenset[str] = frozenset({"npu-missing", "npu-alarm", "npu-link-down"})
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (
@@ -47,6 +51,7 @@ FAULT_KINDS: tuple[str, ...] = (
     *sorted(RECLAIM_FAULTS),
     *sorted(PROBE_FAULTS),
     *sorted(REMEDY_FAULTS),
+    *sorted(NPU_FAULTS),
 )
 
 
@@ -66,6 +71,16 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
         if kind not in FAULT_KINDS:
             raise ConfigError(f"unknown lab fault {fault!r} (known: {', '.join(FAULT_KINDS)})")
         why: str | None = None
+        if kind in NPU_FAULTS or spec.vendor != "nvidia":
+            if kind in TRANSPORT_FAULTS:
+                pass
+            elif kind not in NPU_FAULTS or spec.vendor != "huawei":
+                why = f"it is a {spec.vendor} accelerator fault or host"
+            elif arg is not None and not (arg.isdigit() and int(arg) < spec.gpu_count):
+                why = f"expected {kind}[:<npu id>]"
+            if why:
+                raise ConfigError(f"lab fault {fault!r} does not apply to a {model} host: {why}")
+            continue
         if kind == "xid":
             parts = (arg or "").split(":")
             if (

@@ -13,7 +13,14 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.errors import ConfigError, NotFound
-from gpufleet.lab.catalogue import _DEFAULT_MIX, _HOSTS_PER_RACK, MODELS, ModelSpec, model_spec
+from gpufleet.lab.catalogue import (
+    _DEFAULT_MIX,
+    _HOSTS_PER_RACK,
+    ALL_MODELS,
+    MODELS,
+    ModelSpec,
+    model_spec,
+)
 from gpufleet.lab.faults import _split_fault, validate_faults
 
 LAB_FILE = "lab.json"
@@ -269,7 +276,7 @@ def write_inventory(
         f"# gpufleet lab inventory: {len(fleet.hosts)} simulated hosts (seed {fleet.seed})",
         "",
     ]
-    for model in sorted(by_model, key=MODELS.index):
+    for model in sorted(by_model, key=ALL_MODELS.index):
         spec = model_spec(model)
         lines.append(f"[{spec.group}]")
         lines += [
@@ -294,7 +301,7 @@ def write_inventory(
         lines += [f"{k}={v}" for k, v in vars_.items()]
         lines.append("")
     lines.append("[lab:children]")
-    lines += [model_spec(m).group for m in sorted(by_model, key=MODELS.index)]
+    lines += [model_spec(m).group for m in sorted(by_model, key=ALL_MODELS.index)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 
 from gpufleet.collect.bundle import Section, render_bundle
-from gpufleet.collect.sections import names
+from gpufleet.collect.sections import ACCELERATORS, names
 from gpufleet.errors import ConfigError
+from gpufleet.lab.accelerators import vendor_answers, vendor_answers_names, vendor_lspci
 from gpufleet.lab.catalogue import ModelSpec
 from gpufleet.lab.faults import _ALT_DRIFT_DRIVER, DEFAULT_DRIFT_DRIVER, _split_fault
 from gpufleet.lab.fleet import LabHost
@@ -504,8 +505,60 @@ RENDERERS: dict[str, Callable[[_Render], tuple[str, str, int]]] = {
 }
 
 
+def _vendor_not_installed(name: str) -> Callable[[_Render], tuple[str, str, int]]:
+    return lambda r: vendor_answers(r.host, r.spec)[name]
+
+
+# The vendor sections (issue 15): an NVIDIA host has no Ascend/AMD tool (rc 127); the
+# reader section runs nothing (``true``).
+RENDERERS.update({name: _vendor_not_installed(name) for name in vendor_answers_names()})
+RENDERERS[ACCELERATORS] = lambda r: _ok("")
+
+_NVIDIA_SECTIONS = ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s")
+
+
+def _render_vendor_host(host: LabHost) -> dict[str, Section]:
+    """A host of another accelerator vendor (lab/accelerators.py): the OS files as every lab
+    host, no nvidia-smi, no RDMA tools, its vendor's captures."""
+    spec = host.spec
+    vendor = vendor_answers(host, spec)
+    modules = "".join(
+        line for line in _modules(spec).splitlines(keepends=True) if not line.startswith("nvidia")
+    )
+    lspci = vendor_lspci(spec) + list(spec.extra_pci)
+    answers: dict[str, tuple[str, str, int]] = {
+        "hostname": _ok(host.name),
+        "os-release": _ok(_OS_RELEASE),
+        "uname-r": _ok(_KERNEL),
+        "nproc": _ok(str(spec.nproc)),
+        "meminfo": _ok(_meminfo(spec)),
+        "dmi": _ok("".join(f"{k}={v}\n" for k, v in system_identity(host).items())),
+        "modules": _ok(modules),
+        "sysctl": _ok(_sysctl(spec)),
+        **{name: _not_found_out("nvidia-smi") for name in _NVIDIA_SECTIONS},
+        "ibstat": _not_found_out("ibstat"),
+        "lspci-nn": _ok("".join(line + "\n" for line in sorted(lspci))),
+        "kernel-xid": _ok(""),
+        "lsblk": _ok(_lsblk(spec)),
+        "fabricmanager": _ok("inactive"),
+        "fabricmanager-version": _not_found_out("nv-fabricmanager"),
+        "container-toolkit": _not_found_out("nvidia-ctk"),
+        ACCELERATORS: _ok(""),
+        **vendor,
+    }
+    missing = [n for n in SECTIONS if n not in answers]
+    if missing:
+        raise ConfigError(f"lab model {spec.name} does not answer section(s) {missing}")
+    return {
+        name: Section(name, _chomp(answers[name][0]), _chomp(answers[name][1]), answers[name][2])
+        for name in SECTIONS
+    }
+
+
 def render_sections(host: LabHost) -> dict[str, Section]:
     """Every registered section (:data:`SECTIONS`) as the host answers the collection script."""
+    if host.spec.vendor != "nvidia":
+        return _render_vendor_host(host)
     tpl = _template(host.model)
     spec = tpl.spec
     kinds = {_split_fault(f)[0] for f in host.faults}

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gpufleet.collect.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
+from gpufleet.collect.vendors.base import VendorCollector, VendorSection
 from gpufleet.domain.accelerators import (
     UNKNOWN_MODEL,
     Accelerator,
@@ -141,3 +142,19 @@ class AmdPlugin:
     ) -> Sequence[CheckResult]:
         # rocm-smi --json has no health verdict: only the count is checked
         return [count_check(inventory, expected_count)]
+
+
+COLLECTOR = VendorCollector(
+    vendor=Vendor.AMD,
+    tool="rocm-smi",
+    primary="rocm_smi_json",
+    sections=(
+        VendorSection(
+            "rocm_smi_json",
+            "$TO rocm-smi " + SECTIONS["rocm_smi_json"].removeprefix("rocm-smi "),
+            tool="rocm-smi",
+            args=SECTIONS["rocm_smi_json"].removeprefix("rocm-smi "),
+        ),
+    ),
+    read=parse_sections,
+)

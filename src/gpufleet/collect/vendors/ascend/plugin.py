@@ -11,16 +11,21 @@ convention for a model/count is not known no label is emitted rather than a gues
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+from gpufleet.collect.vendors.ascend.hccn import parse_link
 from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipHealth,
     ChipMapping,
     NpuSmiInfo,
+    parse_health_status,
     parse_npu_smi_info,
     parse_npu_smi_mapping,
 )
 from gpufleet.collect.vendors.ascend.versions import package_version
+from gpufleet.collect.vendors.base import VendorCollector, VendorSection
 from gpufleet.domain.accelerators import (
     Accelerator,
     AcceleratorInventory,
@@ -40,12 +45,67 @@ from gpufleet.errors import ParseError
 SECTIONS: Mapping[str, str] = {
     "npu_smi_info": "npu-smi info",
     "npu_smi_mapping": "npu-smi info -m",
+    "npu_smi_health": "npu-smi info -t health -i N -c C (per chip)",
+    "hccn_link": "hccn_tool -i L -link -g (per chip)",
     "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
     "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
     "ascend_cann_version": (
         "cat /usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"
     ),
 }
+#: Where the collection script finds the version files (``$GPUFLEET_SYSROOT`` prefixed; the
+#: CANN path is a glob over the architecture directory).
+VERSION_FILES: Mapping[str, str] = {
+    "ascend_driver_version": "usr/local/Ascend/driver/version.info",
+    "ascend_firmware_version": "usr/local/Ascend/firmware/version.info",
+    "ascend_cann_version": (
+        "usr/local/Ascend/ascend-toolkit/latest/aarch64-linux/ascend_toolkit_install.info"
+    ),
+}
+#: The per-chip sections frame each chip's answer with these lines (our framing, written by
+#: the collection script's ``npu_each``; the tool output between them is verbatim).
+_CHIP_HEAD = re.compile(r"^== npu (\d+) chip (\d+) logic (\d+) ==$")
+_CHIP_RC = re.compile(r"^== rc (\d+) ==$")
+
+
+@dataclass(frozen=True, slots=True)
+class ChipAnswer:
+    """One chip's answer inside a per-chip section."""
+
+    npu_id: int
+    chip_id: int
+    logic_id: int
+    rc: int
+    text: str
+
+
+def split_chip_answers(text: str, source: str) -> list[ChipAnswer]:
+    """The per-chip answers of an ``npu_each`` section (see :data:`_CHIP_HEAD`)."""
+    out: list[ChipAnswer] = []
+    head: tuple[int, int, int] | None = None
+    body: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        m = _CHIP_HEAD.match(line)
+        if m:
+            if head is not None:
+                raise ParseError(source, "chip answer without its rc line", line=lineno)
+            head, body = (int(m[1]), int(m[2]), int(m[3])), []
+            continue
+        r = _CHIP_RC.match(line)
+        if r:
+            if head is None:
+                raise ParseError(source, "rc line outside a chip answer", line=lineno)
+            out.append(ChipAnswer(*head, rc=int(r[1]), text="\n".join(body) + "\n"))
+            head = None
+            continue
+        if head is None:
+            if line.strip():
+                raise ParseError(source, f"text outside a chip answer: {line[:80]!r}", line=lineno)
+            continue
+        body.append(line)
+    if head is not None:
+        raise ParseError(source, "last chip answer truncated (no rc line)")
+    return out
 CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
 
 
@@ -133,12 +193,25 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         text = outputs.get(section)
         return package_version(text, SECTIONS[section]) if text else None
 
+    health: dict[int, ChipHealth] = {}
+    for a in split_chip_answers(outputs.get("npu_smi_health", ""), SECTIONS["npu_smi_health"]):
+        where = f"npu-smi info -t health -i {a.npu_id} -c {a.chip_id}"
+        if a.rc != 0:
+            raise ParseError(where, f"exited {a.rc}: {a.text.strip()[:120]}")
+        health[a.logic_id] = parse_health_status(a.text, where)
+    ports: dict[int, LinkState] = {}
+    for a in split_chip_answers(outputs.get("hccn_link", ""), SECTIONS["hccn_link"]):
+        where = f"hccn_tool -i {a.logic_id} -link -g"
+        # a chip without a RoCE port (310/310P cards) answers with an error: unknown state
+        ports[a.logic_id] = parse_link(a.text, where) if a.rc == 0 else LinkState.UNKNOWN
     return to_inventory(
         info,
         mapping,
         driver=version("ascend_driver_version"),
         firmware=version("ascend_firmware_version"),
         cann=version("ascend_cann_version"),
+        health=health or None,
+        ports=ports or None,
     )
 
 
@@ -194,3 +267,61 @@ class AscendPlugin:
         self, inventory: AcceleratorInventory, *, expected_count: int | None
     ) -> Sequence[CheckResult]:
         return [count_check(inventory, expected_count), health_check(inventory)]
+
+
+# ---- the collection: what the script runs on every host (missing tools are rc 127) ----
+
+_FUNCTIONS = """\
+npu_each() {
+  # $1: health (npu-smi info -t health) or an hccn_tool query (-link) for every NPU chip of
+  # npu-smi info -m (board MCUs have no logic id and are skipped); each answer framed.
+  m=$($TO npu-smi info -m) || return $?
+  printf '%s\\n' "$m" | while read -r n c l rest; do
+    case "$n$c$l" in ''|*[!0-9]*) continue ;; esac
+    printf '== npu %s chip %s logic %s ==\\n' "$n" "$c" "$l"
+    if [ "$1" = health ]; then $TO npu-smi info -t health -i "$n" -c "$c"
+    else $TO hccn_tool -i "$l" "$1" -g; fi
+    printf '\\n== rc %s ==\\n' "$?"
+  done
+  return 0
+}
+ascend_ver() {
+  # $1: a version file under the sysroot (CANN: a glob over the architecture directory)
+  for f in "$R"/$1; do [ -r "$f" ] && { readf "$f"; return; }; done
+  return 127
+}"""
+_CANN_GLOB = "usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"
+
+COLLECTOR = VendorCollector(
+    vendor=Vendor.HUAWEI,
+    tool="npu-smi",
+    primary="npu_smi_info",
+    sections=(
+        VendorSection("npu_smi_info", "$TO npu-smi info", tool="npu-smi", args="info"),
+        VendorSection("npu_smi_mapping", "$TO npu-smi info -m", tool="npu-smi", args="info -m"),
+        VendorSection(
+            "npu_smi_health",
+            "npu_each health",
+            tool="npu-smi",
+            args="info -t health",
+            functions=_FUNCTIONS,
+        ),
+        VendorSection("hccn_link", "npu_each -link", tool="hccn_tool", args="-link -g"),
+        VendorSection(
+            "ascend_driver_version",
+            f"ascend_ver {VERSION_FILES['ascend_driver_version']}",
+            files=(VERSION_FILES["ascend_driver_version"],),
+        ),
+        VendorSection(
+            "ascend_firmware_version",
+            f"ascend_ver {VERSION_FILES['ascend_firmware_version']}",
+            files=(VERSION_FILES["ascend_firmware_version"],),
+        ),
+        VendorSection(
+            "ascend_cann_version",
+            f"ascend_ver '{_CANN_GLOB}'",
+            files=(VERSION_FILES["ascend_cann_version"],),
+        ),
+    ),
+    read=parse_sections,
+)

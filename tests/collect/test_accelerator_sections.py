@@ -1,0 +1,96 @@
+"""The vendor sections of the collection (issue 15): lab hosts of each vendor replaying real
+captures, read into the facts' accelerator section; a missing or unreadable vendor tool fails
+closed only where lspci lists the vendor's accelerators."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+from gpufleet.collect.assemble import assemble_facts
+from gpufleet.collect.bundle import Section, split_bundle
+from gpufleet.collect.script import remote_script
+from gpufleet.domain.accelerators import Health, LinkState, Vendor, accelerators_of
+from gpufleet.domain.facts import HostFacts
+from gpufleet.lab.fleet import LabHost
+from gpufleet.lab.renderers import render_output, render_sections
+
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def _facts(sections: dict[str, Section], host: str = "h1") -> HostFacts:
+    return assemble_facts(sections, NOW, host)
+
+
+def _host(model: str, faults: list[str] | None = None) -> LabHost:
+    return LabHost(name="h1", model=model, serial_salt=7, faults=faults or [])
+
+
+def test_the_script_runs_every_vendor_tool_and_its_per_chip_loops() -> None:
+    script = remote_script()
+    for line in ("sec npu_smi_info $TO npu-smi info", "sec npu_smi_health npu_each health",
+                 "sec hccn_link npu_each -link", "sec accelerators true"):
+        assert line in script
+    assert "$TO npu-smi info -t health -i \"$n\" -c \"$c\"" in script
+    assert "$TO hccn_tool -i \"$l\" \"$1\" -g" in script
+    assert "sec rocm_smi_json $TO rocm-smi " in script
+
+
+def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
+    f = _facts(split_bundle(render_output(_host("ascend-910b3-8x"))))
+    assert f.problems == [] and f.accelerator_errors == {} and f.gpus == []
+    npus = accelerators_of(f)
+    assert [a.index for a in npus] == list(range(8))
+    assert {a.model for a in npus} == {"910B3"} and {a.vendor for a in npus} == {Vendor.HUAWEI}
+    assert npus[0].bus_id == "0000:c1:00.0" and npus[0].memory_total_mib == 65536
+    assert npus[0].temperature_c == 43.0 and all(a.health is Health.OK for a in npus)
+    assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.kind == "roce")
+    v = f.accelerator_versions[Vendor.HUAWEI]
+    assert (v.driver, v.firmware, v.runtime, v.tool) == (
+        "23.0.7", "7.1.0.11.220", "7.0.T10", "24.1.rc1.b030")
+    assert len([d for d in f.pci_devices or [] if d.vendor_id == "19e5"]) == 8
+
+
+def test_ascend_faults_show_on_the_named_npu() -> None:
+    h = _host("ascend-910b3-8x", ["npu-missing:3", "npu-alarm:5", "npu-link-down:1"])
+    npus = {a.index: a for a in accelerators_of(_facts(render_sections(h)))}
+    assert sorted(npus) == [0, 1, 2, 4, 5, 6, 7]  # lspci still lists 8
+    assert npus[5].health is Health.ALARM
+    assert npus[5].error_codes == ("A4025021", "8C03A000", "8C084E00")
+    assert [ln.state for ln in npus[1].links] == [LinkState.DOWN]
+    assert npus[0].health is Health.OK
+
+
+def test_an_amd_host_reads_four_mi100s() -> None:
+    f = _facts(render_sections(_host("mi100-4x")))
+    cards = accelerators_of(f)
+    assert f.problems == [] and f.accelerator_errors == {}
+    assert [(a.vendor, a.model, a.memory_total_mib) for a in cards] == [
+        (Vendor.AMD, "Instinct MI100", 32752)] * 4
+    assert cards[0].bus_id == "0000:83:00.0" and cards[0].pci_device_id == "738c"
+    assert f.accelerator_versions[Vendor.AMD].driver == "6.3.6"
+
+
+def test_an_nvidia_host_has_no_vendor_error_and_no_problem() -> None:
+    f = _facts(render_sections(_host("a100-8x")))
+    assert f.problems == [] and f.accelerators == () and f.accelerator_errors == {}
+    assert {a.vendor for a in accelerators_of(f)} == {Vendor.NVIDIA}
+
+
+def test_npus_on_the_bus_without_npu_smi_fail_closed() -> None:
+    sections = render_sections(_host("ascend-910b3-8x"))
+    sections["npu_smi_info"] = Section("npu_smi_info", "", "sh: 1: npu-smi: not found", 127)
+    f = _facts(sections)
+    assert f.accelerators == ()
+    assert f.accelerator_errors == {
+        Vendor.HUAWEI: "npu-smi not found (driver not installed?); "
+        "lspci lists 8 19e5 accelerators"}
+
+
+def test_unparseable_npu_smi_output_fails_closed_naming_the_host() -> None:
+    sections = render_sections(_host("ascend-910b3-8x"))
+    sections["npu_smi_info"] = dataclasses.replace(
+        sections["npu_smi_info"], stdout="| npu-smi garbage\nrandom noise\n")
+    f = _facts(sections)
+    assert f.accelerators == ()
+    assert f.accelerator_errors[Vendor.HUAWEI].startswith("h1:npu-smi info")
