@@ -11,6 +11,7 @@ import typer
 
 from gpufleet.cli.baseline import app as baseline_app
 from gpufleet.collect.ib import parse_ibstat
+from gpufleet.domain.accelerators import SoftwareVersions, Vendor
 from gpufleet.domain.checks import CHECK_PARAMS, CHECKS, DRIFT_CHECKS, CheckContext, CheckStatus
 from gpufleet.domain.drift import DRIFT_FIELDS, DriftItem, diff_against_baseline
 from gpufleet.domain.facts import FACTS_VERSION, HostFacts
@@ -23,9 +24,16 @@ IDS = [p.field for p in PINS]
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
 
 
+#: The Ascend stack of a real 910B3 host (mind-cluster kg_parse capture: driver and firmware
+#: version.info, ascend_toolkit_install.info), as the Ascend plugin reads it.
+ASCEND_STACK = SoftwareVersions(driver="23.0.7", firmware="7.1.0.11.220", runtime="7.0.T10")
+
+
 def clean() -> HostFacts:
-    """The clean host, with every pinned fact collected."""
-    return make_facts(container_toolkit="1.16.2", fabricmanager_version=DRIVER)
+    """The clean host, with every pinned fact collected (the accelerator firmware and
+    runtime pins read a second vendor's stack: an Ascend one here)."""
+    facts = make_facts(container_toolkit="1.16.2", fabricmanager_version=DRIVER)
+    return facts.model_copy(update={"accelerator_versions": {Vendor.HUAWEI: ASCEND_STACK}})
 
 
 def from_host(facts: HostFacts) -> Baseline:

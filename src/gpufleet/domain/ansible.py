@@ -5,6 +5,10 @@ built from these. Groups: ``state_<state>`` (every host, quarantined and mainten
 included, so a playbook can still reach them), ``gpu_<model>`` (from the product name:
 ``NVIDIA A100-SXM4-80GB`` -> ``gpu_a100``), ``pool_<pool>``, ``fabric_<ib|roce|none>``,
 ``profile_<profile>`` (validated profiles of available/allocated hosts), ``rack_<rack>``.
+Accelerator groups by vendor and model (issue 15: ``npu_910b``, ``gpu_mi250``, ``gpu_h800``)
+carry as group variables what every host of the group reports alike
+(:data:`ACCELERATOR_VARS`: vendor, driver, firmware, runtime and its version: CANN, ROCm,
+CUDA); a host keeps as host variables the ones its group does not share.
 Host variables: how to reach the host (``ansible_host/port/user``), the non-secret inventory
 variables, the pinned values of its baseline (one variable per pin of
 :data:`gpufleet.domain.pins.PINS`: ``gpu_driver_version``, ``cuda_version`` ...) and the GPU
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.domain.facts import HostFacts
@@ -37,6 +41,14 @@ PIN_VARS: Mapping[str, str] = {
     "hca_firmware": "hca_firmware_versions",
     "sysctls": "sysctls",
 }
+#: The variables of an accelerator group (issue 15): what its hosts' tools report.
+ACCELERATOR_VARS = (
+    "accelerator_vendor",
+    "accelerator_driver_version",
+    "accelerator_firmware_version",
+    "accelerator_runtime",
+    "accelerator_runtime_version",
+)
 #: Words of a product name that name the vendor or the brand, not the model.
 _BRAND = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO", "RTX", "GRID"}
 _MODEL_TOKEN = re.compile(r"^[A-Z]{1,3}\d{1,4}[A-Z]*$")
@@ -87,6 +99,11 @@ class InventoryHost:
     spec: ExpectedSpec | None = None
     health: str | None = None
     fault: str | None = None
+    #: Accelerator group (``npu_910b``) -> this host's :data:`ACCELERATOR_VARS` for it.
+    accelerators: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Accelerators of every vendor the tools report, and their model (None: several).
+    accelerator_count: int | None = None
+    accelerator_model: str | None = None
 
 
 def host_groups(h: InventoryHost) -> list[str]:
@@ -102,9 +119,37 @@ def host_groups(h: InventoryHost) -> list[str]:
         for model in {gpu_model(g.product_name) for g in h.facts.gpus}:
             if model:
                 groups.add(group_name("gpu", model))
+    groups.update(h.accelerators)
     if h.state in _IN_SERVICE:
         groups.update(group_name("profile", p) for p in h.profiles)
     return sorted(groups)
+
+
+def accelerator_host_vars(h: InventoryHost) -> dict[str, Any]:
+    """The host's own :data:`ACCELERATOR_VARS` (one vendor's; none for a host carrying
+    several vendors, whose values live in each group) and its accelerator count/model."""
+    out: dict[str, Any] = {}
+    if h.accelerator_count is not None:
+        out["accelerator_count"] = h.accelerator_count
+    if h.accelerator_model:
+        out["accelerator_model"] = h.accelerator_model
+    vendors = {v.get("accelerator_vendor") for v in h.accelerators.values()}
+    if len(vendors) == 1:
+        for own in h.accelerators.values():
+            out.update({k: v for k, v in own.items() if k in ACCELERATOR_VARS})
+    return out
+
+
+def shared_vars(members: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The :data:`ACCELERATOR_VARS` every member reports alike (one that a member does not
+    report, or that members disagree on, is not shared)."""
+    per_host = list(members)
+    out: dict[str, Any] = {}
+    for key in ACCELERATOR_VARS:
+        values = [m.get(key) for m in per_host]
+        if values and values[0] is not None and all(v == values[0] for v in values):
+            out[key] = values[0]
+    return out
 
 
 def baseline_vars(baseline: Baseline | None) -> dict[str, Any]:
@@ -140,6 +185,7 @@ def host_vars(h: InventoryHost) -> dict[str, Any]:
         out["gpufleet_baseline"] = h.baseline_name
     out["gpufleet_profiles"] = sorted(h.profiles) if h.state in _IN_SERVICE else []
     out.update(baseline_vars(h.baseline))
+    out.update(accelerator_host_vars(h))
     if h.facts is not None and h.facts.gpus:
         first = h.facts.gpus[0]
         out["gpu_count"] = len(h.facts.gpus)
@@ -156,11 +202,25 @@ def inventory(hosts: Iterable[InventoryHost]) -> dict[str, Any]:
     ``_meta.hostvars`` (so Ansible does not call ``--host`` once per host)."""
     groups: dict[str, list[str]] = {}
     hostvars: dict[str, dict[str, Any]] = {}
-    for h in hosts:
+    members: dict[str, list[Mapping[str, Any]]] = {}
+    listed = list(hosts)
+    for h in listed:
         hostvars[h.name] = host_vars(h)
         for g in host_groups(h):
             groups.setdefault(g, []).append(h.name)
-    out: dict[str, Any] = {g: {"hosts": sorted(names)} for g, names in sorted(groups.items())}
+        for g, own in h.accelerators.items():
+            members.setdefault(g, []).append(own)
+    shared = {g: shared_vars(m) for g, m in members.items()}
+    for h in listed:  # what the host's group says is not repeated as a host variable
+        for g in h.accelerators:
+            for key, value in shared[g].items():
+                if hostvars[h.name].get(key) == value:
+                    del hostvars[h.name][key]
+    out: dict[str, Any] = {}
+    for g, names in sorted(groups.items()):
+        out[g] = {"hosts": sorted(names)}
+        if shared.get(g):
+            out[g]["vars"] = shared[g]
     out["all"] = {"children": [*sorted(groups), "ungrouped"]}
     out["_meta"] = {"hostvars": hostvars}
     return out

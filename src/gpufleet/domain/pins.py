@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpufleet.domain.accelerators import SoftwareVersions, Vendor
 from gpufleet.domain.facts import HostFacts, OsRelease
 from gpufleet.domain.spec import Baseline
 
@@ -186,6 +187,31 @@ def _vbios_owners(f: HostFacts) -> list[tuple[str, str]]:
     return [(str(g.index), g.vbios_version) for g in f.gpus if g.vbios_version]
 
 
+def _vendor_versions(f: HostFacts) -> SoftwareVersions | None:
+    """The software stack of the host's accelerator vendor other than NVIDIA (issue 15:
+    Ascend driver/firmware/CANN, AMD driver/ROCm); None when there is none, or several."""
+    others = [v for vendor, v in f.accelerator_versions.items() if vendor is not Vendor.NVIDIA]
+    return others[0] if len(others) == 1 else None
+
+
+def _driver(f: HostFacts) -> PinValue:
+    """The NVIDIA driver (nvidia-smi); on a host without one, the other vendor's driver."""
+    if f.driver_version:
+        return f.driver_version
+    v = _vendor_versions(f)
+    return v.driver if v else None
+
+
+def _accelerator_firmware(f: HostFacts) -> PinValue:
+    v = _vendor_versions(f)
+    return v.firmware if v else None
+
+
+def _runtime(f: HostFacts) -> PinValue:
+    v = _vendor_versions(f)
+    return v.runtime if v else None
+
+
 def _hca_firmware(f: HostFacts) -> PinValue:
     return [fw for _, fw in _hca_owners(f)]
 
@@ -228,10 +254,11 @@ PINS: tuple[Pin, ...] = (
         check="driver_version",
         label="driver version",
         drift_field="driver",
-        fact=lambda f: f.driver_version,
-        doc="NVIDIA driver version equals the baseline's.",
+        fact=_driver,
+        doc="Accelerator driver version (NVIDIA's; else the Ascend/AMD one) equals the "
+        "baseline's.",
         flag="--driver",
-        help="NVIDIA driver version.",
+        help="Accelerator driver version (NVIDIA; Ascend or AMD on their hosts).",
     ),
     Pin(
         field="cuda",
@@ -242,6 +269,26 @@ PINS: tuple[Pin, ...] = (
         doc="CUDA version (as nvidia-smi reports it) equals the baseline's.",
         flag="--cuda",
         help="CUDA version nvidia-smi reports.",
+    ),
+    Pin(
+        field="accelerator_firmware",
+        check="accelerator_firmware",
+        label="accelerator firmware version",
+        drift_field="accelerator_firmware",
+        fact=_accelerator_firmware,
+        doc="The Ascend/AMD accelerator firmware package version equals the baseline's.",
+        flag="--accel-firmware",
+        help="Accelerator firmware package (Ascend firmware version.info).",
+    ),
+    Pin(
+        field="runtime",
+        check="runtime_version",
+        label="accelerator runtime version",
+        drift_field="runtime",
+        fact=_runtime,
+        doc="The Ascend/AMD runtime version (CANN toolkit, ROCm) equals the baseline's.",
+        flag="--runtime",
+        help="Accelerator runtime version: CANN (Ascend) or ROCm (AMD).",
     ),
     Pin(
         field="vbios",

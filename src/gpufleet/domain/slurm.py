@@ -85,8 +85,25 @@ def gres_type(product_name: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class Gres:
+    """One GRES of a node other than its NVIDIA GPUs (issue 15): ``name:type:count`` in
+    slurm.conf (``npu:910b3:8``, ``gpu:mi250:2``), a ``Name= Type= File=`` line in gres.conf
+    (``File`` None: the device files are left to Slurm)."""
+
+    name: str
+    type: str | None
+    count: int
+    files: str | None = None
+
+    def spec(self) -> str:
+        """``npu:910b3:8`` (``gpu:2`` without a type)."""
+        return f"{self.name}:{self.type}:{self.count}" if self.type else f"{self.name}:{self.count}"
+
+
+@dataclass(frozen=True)
 class NodeDef:
-    """One Slurm node as gpufleet describes it."""
+    """One Slurm node as gpufleet describes it: its NVIDIA GPUs (``gpu_type``, ``gpus``) and
+    the other vendors' accelerators as :class:`Gres` (``gres``)."""
 
     name: str
     cpus: int | None
@@ -94,15 +111,20 @@ class NodeDef:
     gpu_type: str | None
     gpus: int
     features: tuple[str, ...] = ()
+    gres: tuple[Gres, ...] = ()
 
 
-def node_features(labels: Mapping[str, str], gpu_type: str | None) -> tuple[str, ...]:
-    """Features from gpufleet's labels: the GPU model, the fabric that is up (``ib``/``roce``),
-    ``nvlink``, one ``validated_<profile>`` per profile passed, ``pool_<pool>``,
-    ``rack_<rack>``; each sanitised, empty ones dropped, duplicates removed, order kept."""
+def node_features(
+    labels: Mapping[str, str], gpu_type: str | None, gres: Sequence[Gres] = ()
+) -> tuple[str, ...]:
+    """Features from gpufleet's labels: the GPU model (and each other GRES's model: ``910b3``,
+    ``mi250``), the fabric that is up (``ib``/``roce``), ``nvlink``, one
+    ``validated_<profile>`` per profile passed, ``pool_<pool>``, ``rack_<rack>``; each
+    sanitised, empty ones dropped, duplicates removed, order kept."""
     raw: list[str] = []
     if gpu_type:
         raw.append(gpu_type)
+    raw.extend(g.type for g in gres if g.type)
     fabric = labels.get("gpufleet.io/fabric")
     if fabric and fabric != "none":
         raw.append(fabric)
@@ -126,16 +148,20 @@ def node_features(labels: Mapping[str, str], gpu_type: str | None) -> tuple[str,
 
 
 def node_line(node: NodeDef) -> str:
-    """``NodeName=... CPUs=... RealMemory=... Gres=gpu:<type>:<n> Features=...``; values
-    gpufleet does not know are left out (Slurm then uses what slurmd reports)."""
+    """``NodeName=... CPUs=... RealMemory=... Gres=gpu:<type>:<n>[,npu:<type>:<n>]
+    Features=...``; values gpufleet does not know are left out (Slurm then uses what slurmd
+    reports)."""
     parts = [f"NodeName={node.name}"]
     if node.cpus:
         parts.append(f"CPUs={node.cpus}")
     if node.real_memory_mib:
         parts.append(f"RealMemory={node.real_memory_mib}")
+    gres: list[str] = []
     if node.gpus:
-        parts.append(f"Gres=gpu:{node.gpu_type}:{node.gpus}" if node.gpu_type
-                     else f"Gres=gpu:{node.gpus}")
+        gres.append(f"gpu:{node.gpu_type}:{node.gpus}" if node.gpu_type else f"gpu:{node.gpus}")
+    gres.extend(g.spec() for g in node.gres)
+    if gres:
+        parts.append(f"Gres={','.join(gres)}")
     if node.features:
         parts.append(f"Features={','.join(node.features)}")
     return " ".join(parts)
@@ -151,16 +177,41 @@ def gres_line(node: NodeDef, files_template: str) -> str | None:
     return f"NodeName={node.name} Name=gpu{kind} File={files}"
 
 
+def other_gres_lines(node: NodeDef) -> list[str]:
+    """``NodeName=<n> Name=npu Type=910b3 File=/dev/davinci[0-7]``: one line per other GRES
+    (no ``File=`` when gpufleet does not know the device files)."""
+    out = []
+    for g in node.gres:
+        kind = f" Type={g.type}" if g.type else ""
+        files = f" File={g.files}" if g.files else f" Count={g.count}"
+        out.append(f"NodeName={node.name} Name={g.name}{kind}{files}")
+    return out
+
+
+def gres_types(nodes: Sequence[NodeDef]) -> list[str]:
+    """The GRES names the nodes use (``GresTypes=`` of slurm.conf): ``gpu``, ``npu`` ..."""
+    names = {"gpu"} if any(n.gpus for n in nodes) else set()
+    names.update(g.name for n in nodes for g in n.gres)
+    return sorted(names)
+
+
 def render_slurm_conf(nodes: Sequence[NodeDef]) -> str:
-    """The ``NodeName=`` lines to put into ``slurm.conf`` (needs ``GresTypes=gpu``)."""
+    """The ``NodeName=`` lines to put into ``slurm.conf`` (needs ``GresTypes=`` naming every
+    GRES used: ``gpu``, and ``npu`` with Ascend nodes; the header says which)."""
     head = "# Written by `gpufleet slurm export`: node definitions from gpufleet's facts.\n"
+    types = gres_types(nodes)
+    if types:
+        head += f"# Needs GresTypes={','.join(types)}\n"
     return head + "".join(node_line(n) + "\n" for n in nodes)
 
 
 def render_gres_conf(nodes: Sequence[NodeDef], files_template: str) -> str:
     """``gres.conf`` for ``nodes`` (``AutoDetect=off``: the files are what gpufleet says)."""
     lines = ["# Written by `gpufleet slurm export`.", "AutoDetect=off"]
-    lines.extend(line for n in nodes if (line := gres_line(n, files_template)))
+    for n in nodes:
+        if line := gres_line(n, files_template):
+            lines.append(line)
+        lines.extend(other_gres_lines(n))
     return "\n".join(lines) + "\n"
 
 

@@ -57,6 +57,9 @@ class Baseline(BaseModel):
     kernel: str | None = None
     driver: str | None = None
     cuda: str | None = None
+    #: issue 15: the Ascend/AMD firmware package and runtime (CANN, ROCm) versions.
+    accelerator_firmware: str | None = None
+    runtime: str | None = None
     container_toolkit: str | None = None
     vbios: list[str] = Field(default_factory=list)
     fabric_manager: str | None = None

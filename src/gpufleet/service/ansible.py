@@ -15,6 +15,8 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from gpufleet.domain.accelerator_exports import accelerator_vars, short_model
+from gpufleet.domain.accelerators import inventories_of, inventory_group
 from gpufleet.domain.ansible import InventoryHost, host_vars, inventory
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import ExpectedSpec
@@ -23,6 +25,7 @@ from gpufleet.errors import ConfigError, LocalIOError
 from gpufleet.secrets import SEALED_PREFIX, is_secret_var
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import (
     baseline_for_host,
     baseline_name_for_host,
@@ -61,6 +64,23 @@ def inventory_hosts(fleet: Fleet, selector: str | None = None) -> list[Inventory
     return out
 
 
+def _accelerators(facts: HostFacts | None) -> dict[str, Any]:
+    """The accelerator fields of :class:`InventoryHost`: group -> the host's variables for
+    it, the count of every vendor's accelerators and their one model."""
+    if facts is None:
+        return {}
+    inventories = [inv for inv in inventories_of(facts) if inv.count]
+    groups = {
+        g: accelerator_vars(inv, EXPORTS) for inv in inventories if (g := inventory_group(inv))
+    }
+    models = {short_model(m) for inv in inventories for m in inv.models()}
+    return {
+        "accelerators": groups,
+        "accelerator_count": sum(inv.count for inv in inventories),
+        "accelerator_model": models.pop() if len(models) == 1 else None,
+    }
+
+
 def _inventory_host(
     h: Host, facts: HostFacts | None, baseline_name: str | None, baseline: Any
 ) -> InventoryHost:
@@ -81,6 +101,7 @@ def _inventory_host(
         spec=ExpectedSpec.model_validate(h.expected),
         health=str(h.health) if h.health else None,
         fault=str(h.fault) if h.fault else None,
+        **_accelerators(facts),
     )
 
 

@@ -17,6 +17,8 @@ from sqlalchemy import select
 
 from gpufleet.collect.sacct import parse_sacct_json
 from gpufleet.collect.slurm import SlurmClient
+from gpufleet.domain.accelerator_exports import gres_of
+from gpufleet.domain.accelerators import Vendor, inventories_of
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.slurm import (
@@ -37,6 +39,7 @@ from gpufleet.service.failures import _store as store_failure
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.summary import host_labels
+from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Alarm, FailureRow, Host
 
@@ -46,7 +49,9 @@ DEFAULT_GPU_FILES = "/dev/nvidia[0-{last}]"
 
 def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
     """One Slurm node per selected host: CPUs, memory (MiB) and GPUs from its latest facts,
-    features from its labels. Retired hosts are left out."""
+    the other vendors' accelerators as their GRES (``npu:910b3:8``, ``gpu:mi250:2``: see
+    :mod:`gpufleet.service.vendor_exports`), features from its labels. Retired hosts are
+    left out."""
     with fleet.db.session() as s:
         rows = hosts_with_latest_facts(s, select_hosts(selector))
     if not rows and is_explicit(selector):
@@ -60,6 +65,11 @@ def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
         gpus = facts.gpus if facts is not None else None
         model = gres_type(gpus[0].product_name if gpus else None)
         mem = facts.memory_total_kib if facts else None
+        others = (
+            tuple(gres_of(inventories_of(facts), EXPORTS, skip=(Vendor.NVIDIA,)))
+            if facts is not None
+            else ()
+        )
         out.append(
             NodeDef(
                 name=h.name,
@@ -69,7 +79,8 @@ def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
                 real_memory_mib=int(mem * 0.97) // 1024 if mem else None,
                 gpu_type=model,
                 gpus=len(gpus or []),
-                features=node_features(labels.get(h.name, {}), model),
+                features=node_features(labels.get(h.name, {}), model, others),
+                gres=others,
             )
         )
     return out
