@@ -311,3 +311,23 @@ def test_a_rule_the_pool_names_runs_the_first_rung(
     assert st["gpu-01"] == "quarantined"
     assert st["gpu-02"] == "validating"  # reset, then validation decides: never straight back
     assert "gpu-02" not in allocatable(fleet)
+
+
+def test_the_copy_rows_equal_the_orm_rows() -> None:
+    """The PostgreSQL path writes ``gpu_samples`` from value tuples (no dict per sample): the
+    same values, in the same columns, as :func:`gpu_row` (the SQLite path), for every GPU of
+    a real capture with a fault (reasons, ECC) in it."""
+    from gpufleet.collect.inspect import parse_probe
+    from gpufleet.lab.probe import render_probe
+    from gpufleet.service import inspect_store as st
+
+    host = create_fleet(1, models=["h100-8x"], faults={}).hosts[0]
+    host = host.model_copy(update={"faults": ["power-brake:1", "ecc-uncorrectable"]})
+    at = FakeClock().now
+    res = parse_probe(render_probe(host), at)
+    assert res.sample.gpus is not None and len(res.sample.gpus) == 8
+    assert set(st._GPU_VALUE_ORDER) == set(st._GPU_COLUMNS)
+    for g in res.sample.gpus:
+        row = st.gpu_row(7, at, g)
+        assert dict(zip(st._GPU_VALUE_ORDER, st._gpu_values(7, at, g), strict=True)) == row
+    assert any(st.gpu_row(7, at, g)["reasons"] for g in res.sample.gpus)
