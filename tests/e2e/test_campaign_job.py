@@ -6,12 +6,17 @@ transport on real sshd lab hosts."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select, text
 from tests.api.conftest import auth, write_tokens
 from tests.e2e.test_campaign_ssh import NEW, SWITCH, _driver, _setup, _spec, _states, _switches
 from tests.service.test_jobs_api import empty_queue
@@ -19,10 +24,12 @@ from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.domain.campaign import ActionKind
-from gpufleet.service.campaign import create_campaign
-from gpufleet.service.fleet import Fleet
+from gpufleet.domain.campaign import ActionKind, CampaignStatus, HostStep
+from gpufleet.service.campaign import create_campaign, show_campaign
+from gpufleet.service.fleet import Fleet, utcnow
+from gpufleet.service.hosts import list_events
 from gpufleet.service.tasks import JobQueue
+from gpufleet.store.tables import CampaignHost
 
 pytestmark = pytest.mark.sshlab
 
@@ -123,3 +130,72 @@ def test_abort_through_the_api_while_a_worker_job_drives_the_campaign(
     assert _driver(fleet, canary) == NEW
     untouched = [h.name for h in lf.hosts if h.name != canary]
     assert all(_switches(lab, n) == [] for n in untouched)
+
+
+@pytest.mark.parametrize("fleet", ["postgres"], indirect=True)
+def test_a_killed_worker_campaign_job_is_resumed_by_another_worker(
+    fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
+    """``kill -9`` of a ``gpufleet worker`` process (and its ansible children) in the middle of
+    wave 1; the stalled-job recovery of another worker queues the job again and its second
+    attempt takes the campaign over and finishes it: no host's action runs twice, no host is
+    left in maintenance. PostgreSQL only: the queue shared between workers lives there (on
+    SQLite the queue is in the server's memory and dies with it: ``campaign resume``)."""
+    fleet.clock = utcnow  # two processes take part: one clock for both
+    empty_queue(fleet)
+    lab, lf = _setup(fleet, sshlab_factory, tmp_path, 6)
+    create_campaign(fleet, _spec(tmp_path, "jk", waves="50%,100%", max_failures=0))
+    job = JobQueue(fleet).defer_campaign("jk", "ci")
+    env = {**os.environ, "GPUFLEET_ACTOR": "ci", "GPUFLEET_WORKER_HEARTBEAT": "0.5",
+           "GPUFLEET_SCHEDULE_SWEEP": ""}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.cli.main", "--home", str(fleet.home), "--db",
+         fleet.settings.db_url(), "worker", "--queue", "runs"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:  # wait until wave 1's action has started
+            with fleet.db.session() as s:
+                started = s.scalars(select(CampaignHost).where(
+                    CampaignHost.wave == 1,
+                    CampaignHost.step == HostStep.ACTION_STARTED)).all()
+            if started:
+                break
+            assert proc.poll() is None, "the worker ended before wave 1 started"
+            time.sleep(0.05)
+        else:
+            pytest.fail("wave 1 never started")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its ansible children
+        proc.wait()
+    killed = show_campaign(fleet, "jk")
+    assert killed.status == CampaignStatus.RUNNING
+    assert "maintenance" in _states(fleet).values()  # wave 1 held when the worker died
+
+    fleet.settings.worker_stalled_s = 2.0
+    fleet.settings.worker_heartbeat_s = 0.5
+    fleet.settings.schedule_sweep = ""
+    q = JobQueue(fleet)
+    q.start_in_process()
+    try:
+        end = time.monotonic() + 240
+        while time.monotonic() < end:
+            v = show_campaign(fleet, "jk")
+            if v.status != CampaignStatus.RUNNING:
+                break
+            time.sleep(0.5)
+    finally:
+        q.stop_in_process()
+    assert v.status == CampaignStatus.COMPLETED, v.as_json()
+    states = _states(fleet)
+    assert set(states.values()) == {"available"}, states
+    for h in lf.hosts:
+        assert _driver(fleet, h.name) == NEW
+        assert len(_switches(lab, h.name)) == 1, (h.name, lab.calls(h.name))
+    with fleet.db.session() as s:
+        attempts = s.execute(text("SELECT attempts, status FROM procrastinate_jobs "
+                                  "WHERE id = :id"), {"id": job}).one()
+    assert attempts.status == "succeeded" and attempts.attempts >= 1  # the job, run again
+    resumed = [e for e in list_events(fleet, kind="campaign") if "resumed" in e["message"]]
+    assert resumed and resumed[0]["actor"] == "ci"

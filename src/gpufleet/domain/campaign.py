@@ -9,8 +9,9 @@ The plan (:func:`plan_campaign`):
   their lease (they are put in the last wave and taken if free by then; still allocated then,
   they are *deferred*: a later ``campaign run`` takes them) or are skipped, by policy
   (``--allocated wait|skip``). Quarantined hosts are skipped; so are hosts someone else put
-  in maintenance (never taken over), and every other state (enrolled, validating,
-  reclaiming, retired): the skip reason says which.
+  in maintenance (never taken over), hosts whose node someone else cordoned (Kubernetes)
+  or drained (Slurm), as the last sync saw it (``external-hold`` events), and every other
+  state (enrolled, validating, reclaiming, retired): the skip reason says which.
 * **Canary first.** ``canary`` hosts, from different racks, form wave 0.
 * **Waves by percentage.** ``10%,25%,100%`` are cumulative shares of the remaining hosts;
   wave *i* takes up to ``ceil(share_i x n)`` minus what earlier waves took (a bare number
@@ -168,6 +169,8 @@ class Candidate:
     pool: str | None = None
     status_reason: str | None = None
     fault: str | None = None
+    #: Why the host's node is held by someone else (cordoned, drained), as last synced.
+    held: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,8 @@ class Limits:
 
 def _skip_reason(c: Candidate, policy: AllocatedPolicy, marker: str) -> str | None:
     st = c.state
+    if c.held and st in (HostState.AVAILABLE, HostState.ALLOCATED):
+        return f"{c.held}: skipped, not taken over"
     if st is HostState.AVAILABLE:
         return None
     if st is HostState.ALLOCATED:

@@ -97,6 +97,12 @@ class EventKind(StrEnum):
     """``gpufleet k8s sync`` changed the host's Kubernetes node; ``data`` has the node and
     the changes (labels set/removed, taints added/removed, cordon)."""
 
+    EXTERNAL_HOLD = "external-hold"
+    """A sync saw the host's node held by someone else (Kubernetes: cordoned without
+    gpufleet's record; Slurm: drained with a reason that is not gpufleet's), or no longer
+    held; recorded on a change only. ``data``: system, node, held, detail. Campaigns skip
+    hosts whose last observation is held (not taken over)."""
+
     SLURM = "slurm"
     """``gpufleet slurm sync`` drained or resumed the host's Slurm node; ``data`` has the
     action, the reason and Slurm's state before."""

@@ -64,6 +64,7 @@ from gpufleet.service.campaign_run import (
     set_status,
 )
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.holds import held
 from gpufleet.service.select import selected_names
 from gpufleet.store.tables import CampaignHost, CampaignRow, Host
 
@@ -257,6 +258,7 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
             raise ConfigError(f"a campaign named '{spec.name}' exists; pick another name")
         names = selected_names(s, spec.selector)
         hosts = list(s.scalars(select(Host).where(Host.name.in_(names))))
+        holds = held(s, [h.id for h in hosts])
         plan = plan_campaign(
             [
                 Candidate(
@@ -266,6 +268,7 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
                     h.pool,
                     h.status_reason,
                     str(h.fault) if h.fault else None,
+                    holds.get(h.id),
                 )
                 for h in hosts
             ],
@@ -373,10 +376,15 @@ def _me() -> str:
 _DRIVING: set[str] = set()
 
 
+def _job_owner(job: int) -> str:
+    """The owner of a campaign driven by worker job ``job``: ``job7@HOST:PID``."""
+    return f"job{job}@{_me()}"
+
+
 def _owner_alive(camp: CampaignRow, fleet: Fleet) -> bool:
     if not camp.owner:
         return False
-    host, _, pid = camp.owner.rpartition(":")
+    host, _, pid = camp.owner.split("@", 1)[-1].rpartition(":")
     if host == socket.gethostname() and pid.isdigit():
         if int(pid) == os.getpid():
             # ourselves: alive only while a thread of ours drives it (else a previous call
@@ -449,11 +457,16 @@ def abort_campaign(fleet: Fleet, name: str, progress: Progress | None = None) ->
 # --------------------------------------------------------------------------- running
 
 
-def run_campaign(fleet: Fleet, name: str, progress: Progress | None = None) -> CampaignView:
+def run_campaign(
+    fleet: Fleet, name: str, progress: Progress | None = None, *, job: int | None = None
+) -> CampaignView:
     """Run (or resume) ``name`` until it completes, halts, waits for approval or is paused.
 
     A completed campaign with deferred hosts (allocated when their wave came) runs again for
-    them. Refused (Conflict, exit 6) while another live process drives it."""
+    them. Refused (Conflict, exit 6) while another live process drives it. ``job``: the
+    worker job driving it; a later attempt of the same job takes over from the attempt
+    before without waiting (the queue runs an attempt again only when the one before died
+    or failed), on any machine."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name, for_update=True)
         st = CampaignStatus(camp.status)
@@ -465,13 +478,14 @@ def run_campaign(fleet: Fleet, name: str, progress: Progress | None = None) -> C
             raise InvalidTransition(name, st.value, "run", ["planned", "running (crashed)",
                                                             "paused", "awaiting-approval",
                                                             "completed with deferred hosts"])
-        if st is CampaignStatus.RUNNING and _owner_alive(camp, fleet):
+        same_job = job is not None and (camp.owner or "").startswith(f"job{job}@")
+        if st is CampaignStatus.RUNNING and not same_job and _owner_alive(camp, fleet):
             raise Conflict(what=f"campaign {name} (driven by {camp.owner})")
         if ActionKind(camp.action_kind) is ActionKind.PLAYBOOK or camp.rollback:
             ansible_playbook()  # before the campaign is taken: it stays as it was
         resumed = st is not CampaignStatus.PLANNED
         camp.status = CampaignStatus.RUNNING
-        camp.owner = _me()
+        camp.owner = _me() if job is None else _job_owner(job)
         camp.updated_at = fleet.now()
         record_event(
             s,

@@ -29,6 +29,7 @@ from gpufleet.errors import NotFound
 from gpufleet.service.campaign_actions import host_list, run_action
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.holds import held
 from gpufleet.service.lifecycle import retrying, transition
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name
@@ -207,6 +208,11 @@ class Runner:
                 why = f": {h.status_reason}" if h.status_reason else ""
                 self._step_in(s, name, HostStep.SKIPPED,
                               f"{st.value}{why} when its wave came: skipped, not taken over")
+                return
+            hold = held(s, [h.id]).get(h.id)
+            if hold:  # cordoned/drained by someone else since the plan (last sync)
+                self._step_in(s, name, HostStep.SKIPPED,
+                              f"{hold} when its wave came: skipped, not taken over")
                 return
             driver = None
             if h.latest_snapshot_id:

@@ -17,17 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpufleet.domain.accelerator_exports import extended_resources
-from gpufleet.domain.accelerators import inventories_of
 from gpufleet.domain.events import AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.k8s import (
     CROSS_CHECK_KINDS,
-    NVIDIA_PREFIX,
-    OWN_PREFIX,
     DesiredNode,
     NodeFinding,
     NodePatch,
+    cordoned_by_someone_else,
     cross_check,
     kubectl_script,
     node_name,
@@ -37,10 +34,11 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
 from gpufleet.service.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.holds import record_holds
 from gpufleet.service.select import select_hosts
 from gpufleet.service.summary import host_labels
-from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
+from gpufleet.store.tables import Host
 
 FIELD_MANAGER = "gpufleet"
 
@@ -125,8 +123,6 @@ class _HostRow:
     address: str
     state: HostState
     gpus: int | None
-    #: Extended resource -> accelerators of the host (issue 15: every vendor's).
-    resources: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -139,6 +135,8 @@ class NodeResult:
     patch: NodePatch | None = None  # None: no such node
     findings: list[NodeFinding] = field(default_factory=list)
     error: str | None = None
+    #: Why the node is held by someone else (a cordon gpufleet did not set), else None.
+    held: str | None = None
 
     @property
     def missing(self) -> bool:
@@ -168,17 +166,8 @@ def _hosts(fleet: Fleet, selector: str | None) -> list[_HostRow]:
         for h, snap in rows:
             facts = HostFacts.model_validate(snap.facts) if snap else None
             gpus = len(facts.gpus) if facts is not None and facts.nvidia_smi else None
-            resources = (
-                extended_resources(inventories_of(facts), EXPORTS) if facts is not None else {}
-            )
-            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus, resources))
+            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus))
         return out
-
-
-def vendor_keys(labels: dict[str, str]) -> frozenset[str]:
-    """The labels in a vendor's own conventions (issue 15): the keys :func:`host_labels`
-    gives that are neither gpufleet's nor NVIDIA's GFD ones."""
-    return frozenset(k for k in labels if not k.startswith((OWN_PREFIX, NVIDIA_PREFIX)))
 
 
 def desired_nodes(
@@ -201,7 +190,6 @@ def desired_nodes(
                     labels=hl.labels,
                     taints=hl.taints,
                     cordon=cordon and row.state is HostState.QUARANTINED,
-                    vendor_keys=vendor_keys(hl.labels),
                 ),
                 row,
             )
@@ -232,15 +220,10 @@ def k8s_sync(
         node = nodes.get(desired.node)
         if node is None:
             continue
-        res.patch = plan_node(
-            desired,
-            node,
-            own_nvidia=settings.k8s_own_nvidia_labels,
-            own_vendor=settings.k8s_own_vendor_labels,
-        )
-        res.findings = cross_check(
-            desired.host, desired.node, row.state, row.gpus, node, row.resources
-        )
+        res.patch = plan_node(desired, node, own_nvidia=settings.k8s_own_nvidia_labels)
+        res.findings = cross_check(desired.host, desired.node, row.state, row.gpus, node)
+        if cordoned_by_someone_else(node):
+            res.held = f"node {desired.node} cordoned in Kubernetes by someone else"
         if dry_run or res.patch.empty:
             continue
         try:
@@ -254,12 +237,15 @@ def k8s_sync(
 
 
 def _record(fleet: Fleet, report: SyncReport) -> None:
-    """Events for changed nodes, cross-check alarms opened and closed (one transaction)."""
+    """Events for changed nodes, cross-check alarms opened and closed, cordons by someone
+    else seen or gone (``external-hold`` events), in one transaction."""
     with fleet.db.session() as s:
+        holds: dict[str, tuple[Host, str, str | None]] = {}
         for r in report.results:
             if r.missing:
                 continue
             host = host_by_name(s, r.host)
+            holds[r.host] = (host, r.node, r.held)
             if r.patch is not None and not r.patch.empty and r.error is None:
                 p = r.patch
                 record_event(
@@ -286,6 +272,7 @@ def _record(fleet: Fleet, report: SyncReport) -> None:
             for kind in CROSS_CHECK_KINDS:
                 if kind not in seen:
                     close_alarms(s, fleet, host, kind, f"node {r.node} agrees again")
+        record_holds(s, fleet, "k8s", holds)
 
 
 def k8s_export(
@@ -294,7 +281,5 @@ def k8s_export(
     """A kubectl script applying the same labels and taints (for unreachable clusters)."""
     wanted = desired_nodes(fleet, selector, cordon_quarantined=cordon_quarantined)
     return kubectl_script(
-        [d for d, _ in wanted],
-        own_nvidia=fleet.settings.k8s_own_nvidia_labels,
-        own_vendor=fleet.settings.k8s_own_vendor_labels,
+        [d for d, _ in wanted], own_nvidia=fleet.settings.k8s_own_nvidia_labels
     )

@@ -37,6 +37,7 @@ from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.failures import ImportReport, failure_rules
 from gpufleet.service.failures import _store as store_failure
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.holds import record_holds
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.summary import host_labels
 from gpufleet.service.vendor_exports import EXPORTS
@@ -203,6 +204,13 @@ def slurm_sync(
                             {"slurm_state": d.slurm_state, "slurm_reason": d.slurm_reason})
             else:
                 close_alarms(s, fleet, host, AlarmKind.SLURM_NODE, "slurm sees the node healthy")
+        # drains by someone else, seen or gone: campaigns skip those hosts (not taken over)
+        record_holds(s, fleet, "slurm", {
+            n.name: (rows[n.name], n.name, f"node {n.name} drained in Slurm by someone else "
+                     f"({n.reason or 'no reason'})"
+                     if n.drained and not n.drained_by_gpufleet else None)
+            for n in nodes if n.name in rows
+        })
     return report
 
 

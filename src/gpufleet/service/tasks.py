@@ -51,7 +51,7 @@ from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.service import jobs
-from gpufleet.service.campaign import run_campaign
+from gpufleet.service.campaign import run_campaign, show_campaign
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.sync import enabled_targets, sync_round
 from gpufleet.service.validate import sweep
@@ -159,11 +159,31 @@ def sync_task(context: JobContext, timestamp: int) -> None:
             log.warning("sync round had errors: %s", r)
 
 
+class CampaignRetry(BaseRetryStrategy):
+    """Retry a campaign job whose attempt failed on a passing error (the database away:
+    a retryable error, a conflict excepted), doubling the wait up to a minute, 5 attempts.
+    A job whose worker died is queued again by the stalled-job recovery, whatever this says."""
+
+    def get_retry_decision(self, *, exception: BaseException, job: Job) -> RetryDecision | None:
+        if job.attempts >= 4 or not isinstance(exception, GpufleetError):
+            return None
+        if not exception.retryable or exception.code == "conflict":
+            return None
+        return RetryDecision(retry_in={"seconds": min(60, 2 ** (job.attempts + 1))})
+
+
 def campaign_run_task(context: JobContext, name: str, actor: str) -> None:
     """Run (or resume) campaign ``name`` as ``actor``
     (:func:`gpufleet.service.campaign.run_campaign`, what ``campaign run`` calls)."""
     fleet = dataclasses.replace(fleet_of(context), actor=actor)
-    v = run_campaign(fleet, name, lambda m: log.info("campaign %s: %s", name, m))
+    job = context.job
+    if job.attempts > 0:
+        status = show_campaign(fleet, name).status
+        if status not in ("running", "planned"):
+            log.info("campaign %s: %s; attempt %d of job %s has nothing to do", name, status,
+                     job.attempts + 1, job.id)
+            return
+    v = run_campaign(fleet, name, lambda m: log.info("campaign %s: %s", name, m), job=job.id)
     log.info("campaign %s: %s", name, v.status)
 
 
@@ -211,7 +231,7 @@ RUN_CHUNK = "gpufleet.run_chunk"
 register_task(TaskSpec(RUN_CHUNK, run_chunk_task, RUNS_QUEUE, ChunkRetry()))
 register_task(TaskSpec("gpufleet.scheduled_run", scheduled_run_task))
 CAMPAIGN_RUN = "gpufleet.campaign_run"
-register_task(TaskSpec(CAMPAIGN_RUN, campaign_run_task, RUNS_QUEUE))
+register_task(TaskSpec(CAMPAIGN_RUN, campaign_run_task, RUNS_QUEUE, CampaignRetry()))
 register_task(TaskSpec("gpufleet.sweep", sweep_task, queueing_lock="gpufleet.sweep"))
 register_task(TaskSpec("gpufleet.sync", sync_task, queueing_lock="gpufleet.sync"))
 register_schedule(Schedule("sweep", "gpufleet.sweep", lambda s: s.schedule_sweep))
