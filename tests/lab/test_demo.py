@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
-from gpufleet.lab.demo import STEPS, DemoReport, reference_hosts, run_demo
+from gpufleet.lab.demo import STEPS, DemoReport, build_lab, reference_hosts, run_demo
 from gpufleet.service.fleet import Fleet
 
 
@@ -43,3 +43,14 @@ def test_lab_demo_cli_prints_each_step(cli: Cli) -> None:
                   "baselines: one reference build per pool", "4. validate", "fleet summary"):
         assert title in out, title
     assert "4 added, 0 updated, 0 unchanged" in out
+
+
+def test_the_demo_fleet_is_mixed_from_eight_hosts(tmp_path: Path) -> None:
+    """``make demo`` (32 hosts) shows Ascend and AMD hosts beside the NVIDIA pools, one NPU in
+    Alarm; a small demo stays NVIDIA only."""
+    lab = build_lab(tmp_path / "lab", 32)
+    assert [h.model for h in lab.hosts[-3:]] == ["ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x"]
+    assert lab.hosts[-2].faults == ["npu-alarm"] and lab.hosts[-3].faults == []
+    assert reference_hosts(lab)["train-910b"] == lab.hosts[-3].name
+    small = build_lab(tmp_path / "small", 6)
+    assert all(h.spec.vendor == "nvidia" for h in small.hosts)

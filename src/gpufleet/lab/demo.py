@@ -14,7 +14,7 @@ from typing import Protocol
 from gpufleet.collect.transport import RawResult
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.lab.fleet import LabFleet, _mix, apply_change, create_fleet, write_inventory
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.enroll import EnrollReport, enroll
@@ -74,10 +74,29 @@ def build_lab(
     """Build a lab fleet of ``n`` hosts in ``directory``: its files and a ``sim`` inventory.
     ``faults`` None: the lab's default faults."""
     directory.mkdir(parents=True, exist_ok=True)
+    mixed = not models and n >= MIXED_FROM
+    if mixed:
+        models = mixed_models(n)
     fl = create_fleet(n, models=models or None, faults=faults, seed=seed, now=datetime.now(UTC))
+    if mixed and faults is None:
+        # the second Ascend host carries an NPU in Alarm (the real capture): quarantined
+        npu_hosts = [h.name for h in fl.hosts if h.model == "ascend-910b3-8x"]
+        fl = apply_change(fl, npu_hosts[1], add_faults=["npu-alarm"])
     fl.save(directory)
     write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
     return fl
+
+
+#: From this many hosts on the demo fleet is mixed (issue 15): the last hosts are two Ascend
+#: 910B3 hosts and one AMD MI100 host beside the NVIDIA pools.
+MIXED_FROM = 8
+_VENDOR_HOSTS = ("ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x")
+
+
+def mixed_models(n: int) -> list[str]:
+    """The model of each of ``n`` demo hosts: the lab's default NVIDIA mix, then the
+    other vendors' hosts."""
+    return _mix(n - len(_VENDOR_HOSTS), None) + list(_VENDOR_HOSTS)
 
 
 def reference_hosts(fl: LabFleet) -> dict[str, str]:
