@@ -28,19 +28,19 @@ from datetime import UTC, datetime
 from enum import Enum
 from functools import wraps
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console, ConsoleOptions, RenderableType
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.segment import Segment
-from rich.text import Text
 
 from gpufleet.config import Settings, load_settings, unknown_variables
 from gpufleet.errors import GpufleetError, LocalIOError, StoreError, StoreUnavailable
-from gpufleet.service.fleet import Fleet
-from gpufleet.store.db import PERMANENT_MARKERS, UNAVAILABLE_MARKERS
+
+if TYPE_CHECKING:
+    from gpufleet.cli.console import SafeConsole
+    from gpufleet.service.fleet import Fleet
+
+    console: SafeConsole
+    err_console: SafeConsole
 
 #: Terminal control characters: C0 except tab and newline, DEL, C1, and the bidi overrides.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -62,31 +62,28 @@ def lit(value: object) -> str:
     markup characters escaped, control characters made visible; None as ``-``."""
     if value is None:
         return "-"
+    from rich.markup import escape
+
     return escape(printable(str(value)))
 
 
-class SafeConsole(Console):
-    """A Rich console that never writes a control character taken from data (create it with
-    ``emoji=False`` so that ``:name:`` stays text): strings are
-    cleaned before markup is parsed and every text segment again before it is written
-    (Rich's own control segments, e.g. the progress bar's cursor moves, pass)."""
+def __getattr__(name: str) -> Any:
+    """``console``, ``err_console`` (:class:`~gpufleet.cli.console.SafeConsole`) and the class
+    itself, made on first use: Rich costs ~100 ms of start-up, and a command printing JSON
+    or plain text needs none of it (issue 8)."""
+    if name in ("console", "err_console", "SafeConsole"):
+        from gpufleet.cli import console as made
 
-    def render_str(self, text: str, **kwargs: Any) -> Text:
-        return super().render_str(printable(text), **kwargs)
-
-    def render(
-        self, renderable: RenderableType, options: ConsoleOptions | None = None
-    ) -> Iterator[Segment]:
-        for seg in super().render(renderable, options):
-            if seg.control or not _CONTROL.search(seg.text):
-                yield seg
-            else:
-                yield Segment(printable(seg.text), seg.style, seg.control)
+        globals().update(
+            console=made.console, err_console=made.err_console, SafeConsole=made.SafeConsole
+        )
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-# emoji=False: ``:end:`` in a message is text, not an emoji code
-console = SafeConsole(emoji=False)
-err_console = SafeConsole(stderr=True, emoji=False)
+def _err_console() -> SafeConsole:
+    return __getattr__("err_console")  # type: ignore[no-any-return]
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,7 +113,7 @@ def current_settings() -> Settings:
     if OPTIONS.settings is None:
         OPTIONS.settings = load_settings(home=OPTIONS.home, database_url=OPTIONS.db_url)
         for line in unknown_variables():
-            err_console.print(f"[yellow]warning:[/] {lit(line)}", soft_wrap=True)
+            _err_console().print(f"[yellow]warning:[/] {lit(line)}", soft_wrap=True)
     return OPTIONS.settings
 
 
@@ -124,6 +121,8 @@ def open_fleet() -> Fleet:
     """The fleet selected by the global options / environment (one per process and target)."""
     key = (OPTIONS.home, OPTIONS.db_url)
     if key not in _OPEN:
+        from gpufleet.service.fleet import Fleet
+
         _OPEN[key] = Fleet.open(settings=current_settings())
         if _OPEN[key].settings.webhook_url:  # lease events go to the webhook too (issue 10)
             from gpufleet.service.webhooks import install
@@ -196,26 +195,25 @@ def _redacted_url() -> str:
     return make_url(settings.db_url()).render_as_string(hide_password=True)
 
 
-# What makes a database failure retryable: one list, in store/db.py.
-_UNAVAILABLE = UNAVAILABLE_MARKERS
-_PERMANENT = PERMANENT_MARKERS
-
-
 def infrastructure_error(exc: BaseException) -> GpufleetError | None:
     """The gpufleet error for a database or local I/O failure that escaped a service (None:
     not one of those, a bug: let it show its traceback)."""
-    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+    sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")  # not imported: not from the store
+    if sqlalchemy_exc is not None and isinstance(exc, sqlalchemy_exc.SQLAlchemyError):
+        from sqlalchemy.exc import DBAPIError
 
-    if isinstance(exc, SQLAlchemyError):
+        # What makes a database failure retryable: one list, in store/db.py.
+        from gpufleet.store.db import PERMANENT_MARKERS, UNAVAILABLE_MARKERS
+
         orig = exc.orig if isinstance(exc, DBAPIError) else None
         text = str(orig if orig is not None else exc).strip()
         cause = text.splitlines()[0].strip() if text else type(exc).__name__
         lowered = text.lower()
-        permanent = any(m in lowered for m in _PERMANENT)
+        permanent = any(m in lowered for m in PERMANENT_MARKERS)
         if (
             isinstance(exc, DBAPIError)
             and not permanent
-            and any(m in lowered for m in _UNAVAILABLE)
+            and any(m in lowered for m in UNAVAILABLE_MARKERS)
         ):
             return StoreUnavailable(url=_redacted_url(), cause=cause)
         if "disk is full" in lowered or "no space left" in lowered:
@@ -236,12 +234,12 @@ def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     """Report ``exc`` the one way (a line on stderr, or the JSON shape on stdout) and return
     the exit to raise. Call it inside the ``except`` block (``--debug`` prints the traceback)."""
     if OPTIONS.debug:
-        err_console.print_exception()
+        _err_console().print_exception()
     if as_json:
         print_json(exc.as_json())
     else:
         message = " ".join(str(exc).split("\n"))
-        err_console.print(f"[bold red]error:[/] {lit(message)}", soft_wrap=True)
+        _err_console().print(f"[bold red]error:[/] {lit(message)}", soft_wrap=True)
     return typer.Exit(exc.exit_code)
 
 
@@ -281,13 +279,15 @@ class HostProgress:
 @contextmanager
 def host_progress(label: str, *, quiet: bool) -> Iterator[HostProgress]:
     """A progress bar over hosts (hidden with ``quiet``, e.g. under ``--json``)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     progress = Progress(
         TextColumn(f"[bold]{label}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
-        console=console,
+        console=__getattr__("console"),
         transient=True,
         disable=quiet,
     )
