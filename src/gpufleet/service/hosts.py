@@ -9,11 +9,12 @@ from typing import Any
 from sqlalchemy import Row, Select, desc, func, select
 
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.leases import HOLDING
 from gpufleet.domain.states import HostState
 from gpufleet.service import remediation
 from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.leases import LeaseView, list_leases
+from gpufleet.service.leases import LeaseView, lease_view
 from gpufleet.service.select import (
     check_state,
     group_clause,
@@ -30,6 +31,8 @@ from gpufleet.store.tables import (
     EvidenceRow,
     FactSnapshot,
     Host,
+    Lease,
+    LeaseHost,
     Validation,
 )
 
@@ -224,11 +227,7 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
     for hl in host_labels(fleet, detail.view.name):
         if hl.host == detail.view.name:
             detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
-    detail.leases = list_leases(fleet, detail.view.name)
     detail.remediations = remediation.ladder(fleet, detail.view.name)
-    with fleet.db.session() as s:
-        h = host_by_name(s, detail.view.name)
-        detail.usable_gpus, detail.unusable_gpus = h.usable_gpus, list(h.unusable_gpus or [])
     return detail
 
 
@@ -260,7 +259,19 @@ def _show_host(fleet: Fleet, name: str, events: int) -> HostDetail:
             .order_by(desc(Validation.at), desc(Validation.id))
             .limit(1)
         )
+        # its holding leases by its id (a selector by name would scan every host's name)
+        leases = s.scalars(
+            select(Lease)
+            .where(
+                Lease.state.in_(sorted(HOLDING)),
+                Lease.id.in_(select(LeaseHost.lease_id).where(LeaseHost.host_id == h.id)),
+            )
+            .order_by(Lease.starts_at, Lease.id)
+        )
         return HostDetail(
+            leases=[lease_view(lease) for lease in leases],
+            usable_gpus=h.usable_gpus,
+            unusable_gpus=list(h.unusable_gpus or []),
             validation=None
             if val is None
             else {
