@@ -244,7 +244,7 @@ class _XmlView:
         return None, f"<{self._label}/{path}>" if path else f"<{self._label}>"
 
 
-@dataclass
+@dataclass(slots=True)
 class _TextNode:
     """One ``Key : Value`` (or bare ``Key``) line of ``nvidia-smi -q`` and its children."""
 

@@ -486,8 +486,24 @@ def _own_int(ctx: _Ctx, view: _View, raw: str | None, what: str) -> int:
 
 def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     values: dict[str, Any] = {"index": index}
+    error: str | None = None
+    # One read of each path serves both the value (the first present one, converted, as
+    # _read does) and the error state (every path is looked at for a "GPU is lost").
     for f in _GPU_FIELDS:
-        values[f.attr] = _read(ctx, view, f.xml if ctx.is_xml else f.text, f.convert, f.attr)
+        value: Any = None
+        found = False
+        for path in f.xml if ctx.is_xml else f.text:
+            raw = view.raw(path)
+            error = error or _error_state(f.attr, raw)
+            if found or (clean := _clean(raw)) is None:
+                continue
+            found = True
+            try:
+                value = f.convert(clean)
+            except _BadValue as exc:
+                line, place = view.where(path)
+                raise ParseError(ctx.source, f"{place} ({f.attr}): {exc}", line=line) from None
+        values[f.attr] = value
     if values["pci_bus_id"] is None and header_bus_id:
         # Minimal old schemas omit <pci_bus_id>; the GPU's id attribute / header has it.
         try:
@@ -514,9 +530,7 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     values["fabric"] = GpuFabric(**fabric) if fabric else None
     values["mig_devices"] = _mig_devices(ctx, view)
     values["processes"] = _processes(ctx, view)
-    for f in _GPU_FIELDS:
-        for path in f.xml if ctx.is_xml else f.text:
-            values["error"] = values.get("error") or _error_state(f.attr, view.raw(path))
+    values["error"] = error
     try:
         return Gpu(**values)
     except ValidationError as exc:  # a value that parses but does not fit the bounds
