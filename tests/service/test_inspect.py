@@ -331,3 +331,30 @@ def test_the_copy_rows_equal_the_orm_rows() -> None:
         row = st.gpu_row(7, at, g)
         assert dict(zip(st._GPU_VALUE_ORDER, st._gpu_values(7, at, g), strict=True)) == row
     assert any(st.gpu_row(7, at, g)["reasons"] for g in res.sample.gpus)
+
+
+def test_a_value_the_binary_copy_refuses_falls_back_to_text(fleet: Fleet, tmp_path: Path) -> None:
+    """PostgreSQL stores GPU samples with the binary COPY; a value of another type than its
+    column (here a count as the string "3") is refused by the binary dumpers, and the rows go
+    in with the text format after a rollback to the savepoint: nothing lost, nothing doubled.
+    (SQLite: executemany, the same result.)"""
+    from dataclasses import replace
+
+    from gpufleet.collect.inspect import parse_probe
+    from gpufleet.lab.probe import render_probe
+    from gpufleet.service.inspect_store import store_samples
+
+    lab(fleet, tmp_path, 1)
+    with fleet.db.session() as s:
+        hid = s.scalars(select(Host.id)).one()
+    host = create_fleet(1, models=["h100-8x"], faults={}).hosts[0]
+    at = fleet.now()
+    res = parse_probe(render_probe(host), at)
+    assert res.sample.gpus is not None
+    odd = replace(res.sample.gpus[0], retired_single_bit="3")  # type: ignore[arg-type]
+    res = replace(res, sample=replace(res.sample, gpus=(odd, *res.sample.gpus[1:])))
+    assert store_samples(fleet, at, {hid: res}) == {hid}
+    with fleet.db.session() as s:
+        rows = s.scalars(select(GpuSampleRow).order_by(GpuSampleRow.gpu_index)).all()
+        assert len(rows) == 8 and rows[0].retired_sbe == 3
+        assert len(s.scalars(select(HostSampleRow)).all()) == 1

@@ -4,11 +4,13 @@ rules, and the hourly roll-up of samples past the retention (``sample_rollups``)
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, insert, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult
@@ -130,15 +132,47 @@ def _jsonb(value: Any) -> Any:
 
 
 def copy_rows(
-    s: Session, table: Any, columns: Sequence[str], rows: Iterable[Sequence[Any]]
+    s: Session,
+    table: Any,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    *,
+    binary: bool = False,
 ) -> None:
     """``COPY table (columns) FROM STDIN`` of value rows in ``columns`` order (PostgreSQL);
-    JSON columns are wrapped as ``jsonb`` here."""
-    conn = s.connection()
+    JSON columns are wrapped as ``jsonb`` here. ``binary``: the binary COPY format with the
+    columns' types read from the catalog (half the client CPU of the text format); a row
+    the binary dumpers refuse (a value of another type than its column) makes it fall back
+    to the text format, rolled back to a savepoint first, so a sample is never lost to it."""
+    if not binary:
+        _copy(s, table.__tablename__, columns, rows, None)
+        return
+    rows = list(rows)
+    types = _pg_types(s, table.__tablename__, columns)
+    try:
+        with s.begin_nested():
+            _copy(s, table.__tablename__, columns, rows, types)
+    except (TypeError, ValueError, OverflowError, struct.error, DBAPIError) as exc:
+        import psycopg
+
+        if isinstance(exc, DBAPIError) and not isinstance(exc.orig, psycopg.DataError):
+            raise
+        _copy(s, table.__tablename__, columns, rows, None)
+
+
+def _copy(
+    s: Session,
+    name: str,
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    types: Sequence[str] | None,
+) -> None:
+    raw: Any = s.connection().connection.driver_connection
     json_at = [i for i, c in enumerate(columns) if c in _JSON_COLUMNS]
-    raw: Any = conn.connection.driver_connection
-    name = table.__tablename__
-    with raw.cursor() as cur, cur.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN") as cp:
+    fmt = " (FORMAT BINARY)" if types is not None else ""
+    with raw.cursor() as cur, cur.copy(f"COPY {name} ({', '.join(columns)}) FROM STDIN{fmt}") as cp:
+        if types is not None:
+            cp.set_types(list(types))
         write = cp.write_row
         if not json_at:
             for values in rows:
@@ -149,6 +183,22 @@ def copy_rows(
             for i in json_at:
                 values[i] = _jsonb(values[i])
             write(values)
+
+
+#: Each COPY target's column types by table and columns (the schema is this gpufleet's).
+_PG_TYPES: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+
+
+def _pg_types(s: Session, name: str, columns: Sequence[str]) -> list[str]:
+    key = (name, tuple(columns))
+    if key not in _PG_TYPES:
+        query = text(
+            "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute "
+            "WHERE attrelid = CAST(:t AS regclass) AND attnum > 0 AND NOT attisdropped"
+        )
+        got = {str(a): str(b) for a, b in s.execute(query, {"t": name})}
+        _PG_TYPES[key] = [str(got[c]) for c in columns]
+    return _PG_TYPES[key]
 
 
 def _gpu_values(host_id: int, at: datetime, g: GpuSample) -> tuple[Any, ...]:
@@ -217,6 +267,7 @@ def store_samples(
                 GpuSampleRow,
                 _GPU_VALUE_ORDER,
                 (_gpu_values(h, at, g) for h in ids for g in parsed[h].sample.gpus or ()),
+                binary=True,
             )
         else:
             bulk_insert(
