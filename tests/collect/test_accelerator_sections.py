@@ -7,11 +7,14 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
+import pytest
+
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section, split_bundle
 from gpufleet.collect.script import remote_script
 from gpufleet.domain.accelerators import Health, LinkState, Vendor, accelerators_of
 from gpufleet.domain.facts import HostFacts
+from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_output, render_sections
 
@@ -94,3 +97,20 @@ def test_unparseable_npu_smi_output_fails_closed_naming_the_host() -> None:
     f = _facts(sections)
     assert f.accelerators == ()
     assert f.accelerator_errors[Vendor.HUAWEI].startswith("h1:npu-smi info")
+
+
+def test_lab_faults_must_fit_the_vendor() -> None:
+    with pytest.raises(ConfigError, match=r"ascend-910b3-8x host: it has no NVIDIA GPUs"):
+        _host("ascend-910b3-8x", ["xid:79"])
+    with pytest.raises(ConfigError, match="a100-8x host: it has no Ascend NPUs"):
+        _host("a100-8x", ["npu-alarm"])
+    with pytest.raises(ConfigError, match=r"expected npu-alarm\[:<npu id>\]"):
+        _host("ascend-910b3-8x", ["npu-alarm:8"])
+    assert _host("mi100-4x", ["unreachable"]).faults == ["unreachable"]
+
+
+def test_a_lab_driver_change_reaches_the_vendor_versions() -> None:
+    h = _host("ascend-910b3-8x").model_copy(update={"driver": "24.1.0"})
+    assert _facts(render_sections(h)).accelerator_versions[Vendor.HUAWEI].driver == "24.1.0"
+    a = _host("mi100-4x").model_copy(update={"driver": "6.7.0"})
+    assert _facts(render_sections(a)).accelerator_versions[Vendor.AMD].driver == "6.7.0"

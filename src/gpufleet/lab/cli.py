@@ -15,6 +15,7 @@ from rich.table import Table
 
 from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
 from gpufleet.errors import ConfigError
+from gpufleet.lab.catalogue import ALL_MODELS
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import FAULT_KINDS
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
@@ -77,7 +78,7 @@ def create_cmd(
     model: list[str] = typer.Option(
         [],
         "--model",
-        help="Only these models (a100-8x, h100-8x, v100s-8x, a10g-1x, l40s-1x); repeatable.",
+        help="Only these models (" + ", ".join(ALL_MODELS) + "); repeatable.",
     ),
     no_default_faults: bool = typer.Option(
         False, "--no-default-faults", help="Do not inject the demo faults."

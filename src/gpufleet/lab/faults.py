@@ -74,8 +74,10 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
         if kind in NPU_FAULTS or spec.vendor != "nvidia":
             if kind in TRANSPORT_FAULTS:
                 pass
-            elif kind not in NPU_FAULTS or spec.vendor != "huawei":
-                why = f"it is a {spec.vendor} accelerator fault or host"
+            elif kind not in NPU_FAULTS:
+                why = f"it has no NVIDIA GPUs ({spec.vendor} accelerators)"
+            elif spec.vendor != "huawei":
+                why = "it has no Ascend NPUs"
             elif arg is not None and not (arg.isdigit() and int(arg) < spec.gpu_count):
                 why = f"expected {kind}[:<npu id>]"
             if why:
