@@ -262,13 +262,18 @@ _SERIAL_PREFIX = {
 }
 
 
+def _prefix(model: str) -> str:
+    """The model's serial prefix (a model added without one gets a neutral one)."""
+    return _SERIAL_PREFIX.get(model, "9000")
+
+
 def _identity(host: LabHost, index: int) -> dict[str, str]:
     if host.moved_in is not None and index == fault_gpu_index(host):
         return {**host.moved_in}
     generation = host.gpu_swap if index == fault_gpu_index(host) else 0
     h = _digest("gpu", host.model, host.serial_salt, index, generation).hex()
     # Serial = prefix + salt + index + swap generation: unique for unique salts (13 digits).
-    serial = f"{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}{index}{generation % 100:02d}"
+    serial = f"{_prefix(host.model)}{host.serial_salt:06d}{index}{generation % 100:02d}"
     return {
         "serial": serial,
         "uuid": f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
@@ -304,9 +309,9 @@ def system_identity(host: LabHost) -> dict[str, str]:
     return {
         "sys_vendor": vendor,
         "product_name": product,
-        "product_serial": f"GFL{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}",
+        "product_serial": f"GFL{_prefix(host.model)}{host.serial_salt:06d}",
         "product_uuid": f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}",
-        "board_serial": f"GFB{_SERIAL_PREFIX[host.model]}{host.serial_salt:06d}",
+        "board_serial": f"GFB{_prefix(host.model)}{host.serial_salt:06d}",
         "bios_version": "2.1.0",
     }
 
