@@ -246,6 +246,13 @@ class Settings(BaseSettings):
         group="k8s",
         doc="Also manage nvidia.com/ labels (clusters without GPU Feature Discovery).",
     )
+    k8s_own_vendor_labels: bool = _setting(
+        False,
+        env="GPUFLEET_KUBE_OWN_VENDOR_LABELS",
+        group="k8s",
+        doc="Also manage other vendors' labels (Ascend accelerator, accelerator-type, "
+        "node.kubernetes.io/npu.chip.name; amd.com/gpu.*).",
+    )
     k8s_cordon_quarantined: bool = _setting(
         False,
         env="GPUFLEET_KUBE_CORDON_QUARANTINED",

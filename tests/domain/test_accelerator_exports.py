@@ -23,6 +23,13 @@ from gpufleet.domain.accelerators import AcceleratorInventory, Vendor, inventori
 from gpufleet.domain.ansible import InventoryHost, host_vars, inventory
 from gpufleet.domain.drift import DriftItem, diff_against_baseline
 from gpufleet.domain.facts import FACTS_VERSION, HostFacts
+from gpufleet.domain.k8s import (
+    MANAGED_ANNOTATION,
+    DesiredNode,
+    cross_check,
+    kubectl_script,
+    plan_node,
+)
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.slurm import NodeDef, node_features, node_line, render_gres_conf
 from gpufleet.domain.spec import Baseline
@@ -223,3 +230,56 @@ def test_drift_of_the_ascend_stack_against_a_baseline() -> None:
     mi = host_facts(amd_inventory(MI100))
     assert diff_against_baseline(mi, Baseline(name="mi", driver="6.3.6", runtime="6.1")) == [
         DriftItem("driver", "6.3.6", "6.2.4")]
+
+
+def _node(labels: dict[str, str], allocatable: dict[str, str]) -> dict[str, object]:
+    return {"metadata": {"name": "npu-01", "labels": labels},
+            "status": {"allocatable": allocatable,
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_k8s_sync_owns_vendor_labels_only_when_told_and_removes_only_its_own() -> None:
+    invs = inventories_of(host_facts(ascend_910b3()))
+    labels = {"gpufleet.io/state": "available", **accelerator_labels(invs, EXPORTS)}
+    desired = DesiredNode("npu-01", "npu-01", labels, [],
+                          vendor_keys=vendor_label_keys(invs, EXPORTS))
+    # an admin labelled the node by hand, as Volcano's docs say, with a stale type
+    node = _node({"accelerator": "huawei-Ascend910", "accelerator-type": "card"}, {})
+    p = plan_node(desired, node, own_nvidia=False)  # vendor labels not owned: left alone
+    assert not any(k in p.set_labels for k in ("accelerator", "accelerator-type"))
+    assert p.set_labels["gpufleet.io/accelerator.model"] == "910b3"
+    p = plan_node(desired, node, own_nvidia=False, own_vendor=True)
+    assert {k: v for k, v in p.set_labels.items() if not k.startswith("gpufleet.io/")} == {
+        "accelerator-type": "module-910b-8",
+        "node.kubernetes.io/npu.chip.name": "910B3",
+    }
+    node["metadata"]["labels"] |= p.set_labels  # type: ignore[index]
+    node["metadata"]["annotations"] = {MANAGED_ANNOTATION: p.managed}  # type: ignore[index]
+    assert plan_node(desired, node, own_nvidia=False, own_vendor=True).empty
+    # the host's NPUs are gone from the facts: gpufleet removes the vendor labels it set,
+    # and no one else's
+    node["metadata"]["labels"]["team"] = "npu"  # type: ignore[index]
+    gone = DesiredNode("npu-01", "npu-01", {"gpufleet.io/state": "available"}, [])
+    r = plan_node(gone, node, own_nvidia=False, own_vendor=True)
+    assert set(r.remove_labels) >= {"accelerator", "accelerator-type",
+                                    "node.kubernetes.io/npu.chip.name"}
+    assert "team" not in r.remove_labels
+    script = kubectl_script([desired], own_nvidia=False, own_vendor=True)
+    assert "accelerator-type=module-910b-8" in script
+
+
+def test_k8s_cross_check_per_vendor_resource() -> None:
+    invs = inventories_of(host_facts(ascend_910b3()))
+    res = extended_resources(invs, EXPORTS)
+    ok = _node({}, {"huawei.com/Ascend910": "8"})
+    assert cross_check("npu-01", "npu-01", HostState.AVAILABLE, None, ok, res) == []
+    short = _node({}, {"huawei.com/Ascend910": "7", "nvidia.com/gpu": "0"})
+    [f] = cross_check("npu-01", "npu-01", HostState.AVAILABLE, None, short, res)
+    assert f.message == ("node npu-01: allocatable huawei.com/Ascend910 is 7, gpufleet "
+                         "validated 8 accelerators on npu-01")
+    assert f.data == {"allocatable": "7", "validated": 8, "resource": "huawei.com/Ascend910"}
+    # an NVIDIA host is checked as before
+    nv = extended_resources(inventories_of(make_facts()), EXPORTS)
+    [g] = cross_check("gpu-01", "gpu-01", HostState.AVAILABLE, 8, _node({}, {}), nv)
+    assert g.message == ("node gpu-01: allocatable nvidia.com/gpu is absent, gpufleet "
+                         "validated 8 GPUs on gpu-01")

@@ -72,7 +72,8 @@ def test_registry_and_hardware_faults() -> None:
     } <= set(CHECKS)
     assert set(CHECK_PARAMS) == set(CHECKS)
     assert {
-        Fault.GPU_LOST, Fault.ECC_UNCORRECTABLE, Fault.ROW_REMAP_FAILURE, Fault.FATAL_XID
+        Fault.GPU_LOST, Fault.ECC_UNCORRECTABLE, Fault.ROW_REMAP_FAILURE, Fault.FATAL_XID,
+        Fault.ACCELERATOR_ALARM,  # an Ascend NPU in health Alarm (issue 15)
     } == HARDWARE_FAULTS
 
 

@@ -51,12 +51,20 @@ class Fault(StrEnum):
     """The host's SSH key changed: possibly reimaged, possibly not the same machine."""
     UNREACHABLE = "unreachable"
     """Collection could not reach the host."""
+    ACCELERATOR_ALARM = "accelerator_alarm"
+    """An accelerator of another vendor reports health Alarm (Ascend npu-smi; issue 15)."""
 
 
 #: Faults that quarantine a host whatever its profiles say. Others fail checks (and may cost
 #: profiles) but leave the host usable for what it still passes.
 HARDWARE_FAULTS: frozenset[Fault] = frozenset(
-    {Fault.GPU_LOST, Fault.ECC_UNCORRECTABLE, Fault.ROW_REMAP_FAILURE, Fault.FATAL_XID}
+    {
+        Fault.GPU_LOST,
+        Fault.ECC_UNCORRECTABLE,
+        Fault.ROW_REMAP_FAILURE,
+        Fault.FATAL_XID,
+        Fault.ACCELERATOR_ALARM,
+    }
 )
 
 

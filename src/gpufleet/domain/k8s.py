@@ -3,17 +3,20 @@
 gpufleet touches only what it owns on a node:
 
 * labels under ``gpufleet.io/`` (and ``nvidia.com/`` only when configured to own them, for
-  clusters without GPU Feature Discovery); every other label is left alone;
+  clusters without GPU Feature Discovery; the other vendors' own labels, issue 15: Ascend's
+  ``accelerator``/``accelerator-type``/``node.kubernetes.io/npu.chip.name``, AMD's
+  ``amd.com/gpu.*``, only when configured to own those: :attr:`DesiredNode.vendor_keys`);
+  every other label is left alone;
 * taints whose key is under ``gpufleet.io/`` (``gpufleet.io/quarantined`` ...); other
   controllers' and people's taints stay, in their order;
 * ``spec.unschedulable`` (cordon) only when cordoning quarantined hosts is enabled, and it
   uncordons only a node it cordoned itself.
 
 What it set is recorded in the annotation :data:`MANAGED_ANNOTATION` (JSON: label keys, taint
-keys, cordoned). A ``nvidia.com/`` label is removed only when that record says gpufleet set it;
-a cordon is lifted only when the record says gpufleet cordoned. Label values are sanitised one
-by one: a value that cannot be made valid (or an invalid key) is skipped and reported, never
-rejecting the other labels. A second plan against the patched node is empty.
+keys, cordoned). A ``nvidia.com/`` or vendor label is removed only when that record says
+gpufleet set it; a cordon is lifted only when the record says gpufleet cordoned. Label values
+are sanitised one by one: a value that cannot be made valid (or an invalid key) is skipped and
+reported, never rejecting the other labels. A second plan against the patched node is empty.
 
 Nodes are the API's plain JSON (``metadata.labels``, ``spec.taints``, ``status.allocatable``).
 """
@@ -117,6 +120,19 @@ class DesiredNode:
     labels: Mapping[str, str]
     taints: Sequence[Taint]
     cordon: bool = False
+    #: The keys of ``labels`` in a non-NVIDIA vendor's own conventions (issue 15), owned
+    #: only when the sync manages vendor labels.
+    vendor_keys: frozenset[str] = frozenset()
+
+
+def _owned(
+    key: str, desired: DesiredNode, recorded: Iterable[str], own_nvidia: bool, own_vendor: bool
+) -> bool:
+    """gpufleet's key on this node: its own prefix, ``nvidia.com/`` when owned, and a vendor
+    label it wants or recorded setting when vendor labels are owned."""
+    if key.startswith((OWN_PREFIX, NVIDIA_PREFIX)):
+        return owns_label(key, own_nvidia)
+    return own_vendor and (key in desired.vendor_keys or key in recorded)
 
 
 @dataclass(frozen=True)
@@ -207,7 +223,13 @@ def _taint_of(d: Mapping[str, Any]) -> Taint:
     return Taint(str(d.get("key", "")), str(d.get("value") or ""), str(d.get("effect", "")))
 
 
-def plan_node(desired: DesiredNode, node: Mapping[str, Any], *, own_nvidia: bool) -> NodePatch:
+def plan_node(
+    desired: DesiredNode,
+    node: Mapping[str, Any],
+    *,
+    own_nvidia: bool,
+    own_vendor: bool = False,
+) -> NodePatch:
     """The patch that brings ``node`` (the API's JSON) to ``desired``, touching only what
     gpufleet owns (see the module docstring)."""
     meta = node.get("metadata") or {}
@@ -217,13 +239,17 @@ def plan_node(desired: DesiredNode, node: Mapping[str, Any], *, own_nvidia: bool
     before = Managed.parse(annotations.get(MANAGED_ANNOTATION))
 
     wanted, skipped = clean_labels(
-        {k: v for k, v in desired.labels.items() if owns_label(k, own_nvidia)}
+        {
+            k: v
+            for k, v in desired.labels.items()
+            if _owned(k, desired, before.labels, own_nvidia, own_vendor)
+        }
     )
     set_labels = {k: v for k, v in wanted.items() if current.get(k) != v}
     remove_labels = sorted(
         k
         for k in current
-        if owns_label(k, own_nvidia)
+        if _owned(k, desired, before.labels, own_nvidia, own_vendor)
         and k not in wanted
         and (k.startswith(OWN_PREFIX) or k in before.labels)
     )
@@ -301,29 +327,41 @@ def cross_check(
     state: HostState,
     validated_gpus: int | None,
     node: Mapping[str, Any],
+    resources: Mapping[str, int] | None = None,
 ) -> list[NodeFinding]:
     """Findings on a node whose host gpufleet sees healthy (available/allocated): allocatable
     ``nvidia.com/gpu`` below the GPUs gpufleet validated (absent or unreadable counts as 0:
-    the device plugin is not advertising them), or not ``Ready``."""
+    the device plugin is not advertising them), or not ``Ready``.
+
+    ``resources`` (issue 15: extended resource -> accelerators the host has, e.g.
+    ``{"huawei.com/Ascend910": 8}``) checks each vendor's resource the same way, instead of
+    ``nvidia.com/gpu`` against ``validated_gpus``."""
     if state not in HEALTHY_STATES:
         return []
     out: list[NodeFinding] = []
-    if validated_gpus:
-        raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE)
+    wanted = dict(resources) if resources is not None else {GPU_RESOURCE: validated_gpus or 0}
+    for resource, count in sorted(wanted.items()):
+        if not count:
+            continue
+        raw = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
         try:
             allocatable = int(str(raw))
         except ValueError:
             allocatable = 0
-        if allocatable < validated_gpus:
+        if allocatable < count:
+            what = "GPUs" if resource == GPU_RESOURCE else "accelerators"
+            data: dict[str, Any] = {"allocatable": raw, "validated": count}
+            if resource != GPU_RESOURCE:
+                data["resource"] = resource
             out.append(
                 NodeFinding(
                     host,
                     node_name_,
                     AlarmKind.K8S_GPUS_MISSING,
-                    f"node {node_name_}: allocatable {GPU_RESOURCE} is "
+                    f"node {node_name_}: allocatable {resource} is "
                     f"{raw if raw is not None else 'absent'}, gpufleet validated "
-                    f"{validated_gpus} GPUs on {host}",
-                    {"allocatable": raw, "validated": validated_gpus},
+                    f"{count} {what} on {host}",
+                    data,
                 )
             )
     ready = _ready(node)
@@ -344,11 +382,14 @@ def cross_check(
 # --------------------------------------------------------------------------- kubectl script
 
 
-def kubectl_script(nodes: Iterable[DesiredNode], *, own_nvidia: bool) -> str:
+def kubectl_script(
+    nodes: Iterable[DesiredNode], *, own_nvidia: bool, own_vendor: bool = False
+) -> str:
     """A POSIX sh script of ``kubectl`` commands bringing each node to its desired state,
     for clusters gpufleet cannot reach. It reads each node first so that it removes only
     gpufleet's stale ``gpufleet.io/`` labels and taints and uncordons only a node whose
-    :data:`MANAGED_ANNOTATION` says gpufleet cordoned it."""
+    :data:`MANAGED_ANNOTATION` says gpufleet cordoned it (owned ``nvidia.com/`` and vendor
+    labels are set and recorded, not removed, by the script)."""
     lines = [
         "#!/bin/sh",
         "# gpufleet k8s export: apply with  sh THIS_FILE  (kubectl on PATH, context selected).",
@@ -358,7 +399,7 @@ def kubectl_script(nodes: Iterable[DesiredNode], *, own_nvidia: bool) -> str:
     ]
     for d in nodes:
         wanted, skipped = clean_labels(
-            {k: v for k, v in d.labels.items() if owns_label(k, own_nvidia)}
+            {k: v for k, v in d.labels.items() if _owned(k, d, (), own_nvidia, own_vendor)}
         )
         want_taints = [t for t in d.taints if owns_taint(t.key)]
         n = shlex.quote(d.node)

@@ -19,7 +19,9 @@ installed (rc 127). Captures served (tests/fixtures/captured, PROVENANCE.md ther
 Faults (``lab/faults.NPU_FAULTS``, ``KIND[:<npu id>]``): ``npu-missing`` drops the NPU's
 rows from ``npu-smi info`` and ``-m`` (lspci still lists it), ``npu-alarm`` writes
 ``Alarm`` into its table row and serves the Alarm capture for it, ``npu-link-down`` serves
-the DOWN capture for its port. Edits are textual; untouched bytes are as captured.
+the DOWN capture for its port. A lab change's driver (``LabHost.driver``) replaces the
+driver version (Ascend ``version.info``, rocm-smi's ``Driver version``). Edits are textual;
+untouched bytes are as captured.
 """
 
 from __future__ import annotations
@@ -145,14 +147,26 @@ def _ascend(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
         "npu_smi_mapping": (mapping, "", 0),
         "npu_smi_health": (_framed(rows, health), "", 0),
         "hccn_link": (_framed(rows, link), "", 0),
-        "ascend_driver_version": (cap["driver"], "", 0),
+        "ascend_driver_version": (_driver(cap["driver"], r"(?m)^(Version=)(\S+)$", host), "", 0),
         "ascend_firmware_version": (cap["firmware"], "", 0),
         "ascend_cann_version": (cap["cann"], "", 0),
     }
 
 
 def _amd(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
-    return {"rocm_smi_json": (_amd_capture(spec.smi_file), "", 0)}
+    text = _driver(_amd_capture(spec.smi_file), r'("Driver version": ")([^"]+)', host)
+    return {"rocm_smi_json": (text, "", 0)}
+
+
+def _driver(text: str, pattern: str, host: LabHost) -> str:
+    """The captured driver version replaced by the one a lab change installed
+    (``LabHost.driver``, ``gpufleet lab change --driver``)."""
+    if host.driver is None:
+        return text
+    out, n = re.subn(pattern, lambda m: m[1] + str(host.driver), text, count=1)
+    if n != 1:
+        raise ValueError(f"{host.name}: no driver version in the capture to replace")
+    return out
 
 
 @cache

@@ -17,10 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpufleet.domain.accelerator_exports import extended_resources
+from gpufleet.domain.accelerators import inventories_of
 from gpufleet.domain.events import AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.k8s import (
     CROSS_CHECK_KINDS,
+    NVIDIA_PREFIX,
+    OWN_PREFIX,
     DesiredNode,
     NodeFinding,
     NodePatch,
@@ -37,6 +41,7 @@ from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.holds import record_holds
 from gpufleet.service.select import select_hosts
 from gpufleet.service.summary import host_labels
+from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Host
 
@@ -123,6 +128,8 @@ class _HostRow:
     address: str
     state: HostState
     gpus: int | None
+    #: Extended resource -> accelerators of the host (issue 15: every vendor's).
+    resources: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,8 +173,17 @@ def _hosts(fleet: Fleet, selector: str | None) -> list[_HostRow]:
         for h, snap in rows:
             facts = HostFacts.model_validate(snap.facts) if snap else None
             gpus = len(facts.gpus) if facts is not None and facts.nvidia_smi else None
-            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus))
+            resources = (
+                extended_resources(inventories_of(facts), EXPORTS) if facts is not None else {}
+            )
+            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus, resources))
         return out
+
+
+def vendor_keys(labels: dict[str, str]) -> frozenset[str]:
+    """The labels in a vendor's own conventions (issue 15): the keys :func:`host_labels`
+    gives that are neither gpufleet's nor NVIDIA's GFD ones."""
+    return frozenset(k for k in labels if not k.startswith((OWN_PREFIX, NVIDIA_PREFIX)))
 
 
 def desired_nodes(
@@ -190,6 +206,7 @@ def desired_nodes(
                     labels=hl.labels,
                     taints=hl.taints,
                     cordon=cordon and row.state is HostState.QUARANTINED,
+                    vendor_keys=vendor_keys(hl.labels),
                 ),
                 row,
             )
@@ -220,8 +237,15 @@ def k8s_sync(
         node = nodes.get(desired.node)
         if node is None:
             continue
-        res.patch = plan_node(desired, node, own_nvidia=settings.k8s_own_nvidia_labels)
-        res.findings = cross_check(desired.host, desired.node, row.state, row.gpus, node)
+        res.patch = plan_node(
+            desired,
+            node,
+            own_nvidia=settings.k8s_own_nvidia_labels,
+            own_vendor=settings.k8s_own_vendor_labels,
+        )
+        res.findings = cross_check(
+            desired.host, desired.node, row.state, row.gpus, node, row.resources
+        )
         if cordoned_by_someone_else(node):
             res.held = f"node {desired.node} cordoned in Kubernetes by someone else"
         if dry_run or res.patch.empty:
@@ -281,5 +305,7 @@ def k8s_export(
     """A kubectl script applying the same labels and taints (for unreachable clusters)."""
     wanted = desired_nodes(fleet, selector, cordon_quarantined=cordon_quarantined)
     return kubectl_script(
-        [d for d, _ in wanted], own_nvidia=fleet.settings.k8s_own_nvidia_labels
+        [d for d, _ in wanted],
+        own_nvidia=fleet.settings.k8s_own_nvidia_labels,
+        own_vendor=fleet.settings.k8s_own_vendor_labels,
     )

@@ -166,11 +166,12 @@ def _k8s_status(fleet: Fleet, systems: Systems) -> list[Disagreement]:
     nodes = systems.kube(fleet).list_nodes()
     out: list[Disagreement] = []
     own_nvidia = fleet.settings.k8s_own_nvidia_labels
+    own_vendor = fleet.settings.k8s_own_vendor_labels
     for desired, row in wanted:
         node = nodes.get(desired.node)
         if node is None:
             continue
-        patch = plan_node(desired, node, own_nvidia=own_nvidia)
+        patch = plan_node(desired, node, own_nvidia=own_nvidia, own_vendor=own_vendor)
         out += k8s_disagreements(patch, node, str(row.state))
     return out
 

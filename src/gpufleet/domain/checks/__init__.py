@@ -5,7 +5,9 @@ Every check has the signature ``(facts, ctx, params) -> CheckResult`` (see
 parameters it accepts (:data:`CHECK_PARAMS`, used to validate profiles). The checks live by
 concern: ``gpu`` (inventory), ``memory`` (ECC, row remapping, retired pages), ``xid``,
 ``fabric`` (NVLink, fabric manager, IB/RoCE), ``fabric_ready`` (NVSwitch fabric state),
-``host`` (persistence, nouveau, PCIe), ``drift`` (generated from :mod:`gpufleet.domain.pins`)
+``host`` (persistence, nouveau, PCIe), ``accelerator`` (other vendors' accelerators:
+health, network ports, temperature; inventory of other-vendor hosts), ``drift`` (generated
+from :mod:`gpufleet.domain.pins`)
 and ``active`` (DCGM, NCCL, gpu-burn evidence).
 
 A ``fail`` with a fault in :data:`~gpufleet.domain.health.HARDWARE_FAULTS` quarantines; other
@@ -15,7 +17,16 @@ faults (``ib_down``, ``nvlink_down`` ...) only cost the profiles that run the ch
 from __future__ import annotations
 
 # Importing the concern modules registers their checks.
-from gpufleet.domain.checks import active, fabric, fabric_ready, gpu, host, memory, xid
+from gpufleet.domain.checks import (
+    accelerator,
+    active,
+    fabric,
+    fabric_ready,
+    gpu,
+    host,
+    memory,
+    xid,
+)
 from gpufleet.domain.checks.base import (
     CHECK_PARAMS,
     CHECKS,
@@ -38,6 +49,7 @@ __all__ = [
     "CheckFn",
     "CheckResult",
     "CheckStatus",
+    "accelerator",
     "active",
     "fabric",
     "fabric_ready",

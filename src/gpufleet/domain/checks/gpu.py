@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.domain.checks import accelerator
 from gpufleet.domain.checks.base import (
     NUMBER,
     CheckContext,
@@ -41,6 +42,8 @@ def gpu_count(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) ->
     or gone from both while its siblings remain.
     """
     name = "gpu_count"
+    if accelerator.other_vendor_host(facts):  # Ascend / AMD host: its accelerators count
+        return accelerator.count(facts, ctx, name)
     lspci_seen = facts.pci_devices is not None  # None: lspci failed or was not collected
     pci = facts.pci_gpus
     expected = ctx.spec.gpu_count
@@ -111,6 +114,8 @@ def gpu_count(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) ->
 def single_gpu_model(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -> CheckResult:
     """All GPUs of the host are the same model."""
     name = "single_gpu_model"
+    if accelerator.other_vendor_host(facts):
+        return accelerator.single_model(facts, name)
     models = Counter(g.product_name for g in facts.gpus if g.product_name)
     if not models:
         return res(name, CheckStatus.SKIP, "no GPU models reported")
@@ -125,6 +130,8 @@ def single_gpu_model(facts: HostFacts, ctx: CheckContext, params: Mapping[str, A
 def gpu_model(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -> CheckResult:
     """Every GPU's product name contains ``ctx.spec.gpu_model`` (case-insensitive)."""
     name = "gpu_model"
+    if accelerator.other_vendor_host(facts):
+        return accelerator.model(facts, ctx, name)
     if not ctx.spec.gpu_model:
         return res(name, CheckStatus.SKIP, "no GPU model expected")
     if not facts.gpus:
@@ -147,6 +154,8 @@ def gpu_memory(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -
     The driver reports usable memory (81559 MiB on an "80 GB" H100), hence the tolerance.
     """
     name = "gpu_memory"
+    if accelerator.other_vendor_host(facts):
+        return accelerator.memory(facts, ctx, params, name)
     expected = ctx.spec.gpu_memory_mib
     if not expected:
         return res(name, CheckStatus.SKIP, "no GPU memory expected")

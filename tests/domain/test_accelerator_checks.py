@@ -1,0 +1,116 @@
+"""Validation of other vendors' hosts (issue 15), on facts read from lab hosts replaying real
+Ascend and AMD captures: the same profiles judge them, the inventory checks apply to the
+host's vendor, a faulty NPU quarantines naming the NPU and the check, NVIDIA is unchanged."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from gpufleet.collect.assemble import assemble_facts
+from gpufleet.collect.bundle import Section
+from gpufleet.domain.checks import CHECKS, CheckContext, CheckStatus
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import Fault
+from gpufleet.domain.profiles import Decision, evaluate, load_profiles
+from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.lab.fleet import LabHost
+from gpufleet.lab.renderers import render_sections
+
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+NPU_SPEC = ExpectedSpec(gpu_count=8, gpu_model="910B3", gpu_memory_mib=65536)
+MI100_SPEC = ExpectedSpec(gpu_count=4, gpu_model="MI100", gpu_memory_mib=32752)
+
+
+def _facts(model: str, faults: list[str] | None = None,
+           edit: dict[str, Section] | None = None) -> HostFacts:
+    sections = render_sections(LabHost(name="n1", model=model, serial_salt=2, faults=faults or []))
+    return assemble_facts({**sections, **(edit or {})}, NOW, "n1")
+
+
+def _run(name: str, facts: HostFacts, spec: ExpectedSpec, **params: object) -> tuple[str, str]:
+    r = CHECKS[name](facts, CheckContext(now=NOW, spec=spec), params)
+    return r.status.value, r.message
+
+
+def _decide(facts: HostFacts, spec: ExpectedSpec) -> tuple[Decision, list[str], list[str]]:
+    out = evaluate(facts, spec, None, load_profiles(), None, NOW)
+    return out.decision, out.reasons, sorted(out.profiles_passed)
+
+
+def test_a_healthy_ascend_host_passes_the_same_profiles() -> None:
+    f = _facts("ascend-910b3-8x")
+    assert _run("gpu_count", f, NPU_SPEC) == (
+        "pass", "8 huawei accelerators (tool and PCI bus agree)")
+    assert _run("gpu_model", f, NPU_SPEC)[0] == "pass"
+    assert _run("gpu_memory", f, NPU_SPEC)[0] == "pass"
+    assert _run("single_gpu_model", f, NPU_SPEC) == ("pass", "all accelerators are huawei 910B3")
+    assert _run("accelerator_health", f, NPU_SPEC) == (
+        "pass", "8 accelerators report health OK")
+    assert _run("accelerator_links", f, NPU_SPEC) == ("pass", "8 accelerator ports up")
+    assert _run("accelerator_temperature", f, NPU_SPEC, max_c=44)[0] == "fail"  # 45 C NPUs
+    decision, reasons, passed = _decide(f, NPU_SPEC)
+    assert decision is Decision.AVAILABLE and reasons == []
+    assert passed == ["inference", "test", "training-single"]  # no IB fabric: not multinode
+
+
+def test_an_npu_in_alarm_quarantines_naming_it_and_the_check() -> None:
+    f = _facts("ascend-910b3-8x", ["npu-alarm:5"])
+    r = CHECKS["accelerator_health"](f, CheckContext(now=NOW, spec=NPU_SPEC), {})
+    assert r.status is CheckStatus.FAIL and r.fault is Fault.ACCELERATOR_ALARM
+    decision, reasons, _ = _decide(f, NPU_SPEC)
+    assert decision is Decision.QUARANTINE
+    assert reasons == [
+        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]"]
+
+
+def test_an_npu_missing_from_the_tool_but_on_the_bus_is_lost() -> None:
+    f = _facts("ascend-910b3-8x", ["npu-missing:3"])
+    decision, reasons, _ = _decide(f, NPU_SPEC)
+    assert decision is Decision.QUARANTINE
+    assert reasons == ["gpu_count: huawei tool sees 7 of 8 accelerators on the PCI bus "
+                       "(missing from the tool: 0000:82:00.0)"]
+
+
+def test_a_port_down_costs_multinode_training_only() -> None:
+    f = _facts("ascend-910b3-8x", ["npu-link-down:1"])
+    assert _run("accelerator_links", f, NPU_SPEC) == (
+        "fail", "roce port of huawei #1 (0000:c2:00.0) down")
+    decision, _, passed = _decide(f, NPU_SPEC)
+    assert decision is Decision.AVAILABLE and "training-multinode" not in passed
+
+
+def test_npus_on_the_bus_and_no_npu_smi_never_validate() -> None:
+    gone = Section("npu_smi_info", "", "sh: 1: npu-smi: not found", 127)
+    f = _facts("ascend-910b3-8x", edit={"npu_smi_info": gone})
+    status, message = _run("gpu_count", f, NPU_SPEC)
+    assert status == "fail" and "npu-smi not found" in message
+    decision, _, passed = _decide(f, NPU_SPEC)
+    assert decision is Decision.STAY_VALIDATING and passed == []
+
+
+def test_wrong_npu_count_or_memory_against_the_spec() -> None:
+    f = _facts("ascend-910b3-8x")
+    assert _run("gpu_count", f, NPU_SPEC.model_copy(update={"gpu_count": 16}))[1] == (
+        "huawei tool sees 8 accelerators, expected 16")
+    status, msg = _run("gpu_memory", f, NPU_SPEC.model_copy(update={"gpu_memory_mib": 32768}))
+    assert status == "fail" and msg.startswith("huawei #0 (0000:c1:00.0): 65536 MiB")
+
+
+def test_an_amd_host_is_judged_on_its_cards() -> None:
+    f = _facts("mi100-4x")
+    assert _run("gpu_count", f, MI100_SPEC) == (
+        "pass", "4 amd accelerators (tool and PCI bus agree)")
+    assert _run("gpu_model", f, MI100_SPEC)[0] == "pass"
+    assert _run("gpu_memory", f, MI100_SPEC)[0] == "pass"
+    assert _run("accelerator_health", f, MI100_SPEC)[0] == "skip"  # rocm-smi states none
+    assert _run("accelerator_temperature", f, MI100_SPEC)[0] == "pass"
+    decision, _, passed = _decide(f, MI100_SPEC)
+    assert decision is Decision.AVAILABLE and "test" in passed
+
+
+def test_nvidia_hosts_skip_the_vendor_checks() -> None:
+    f = _facts("a100-8x")
+    spec = ExpectedSpec(gpu_count=8, gpu_model="A100")
+    for name in ("accelerator_health", "accelerator_links", "accelerator_temperature"):
+        assert _run(name, f, spec)[0] == "skip"
+    assert _run("gpu_count", f, spec)[1] == "8 GPUs (driver and PCI bus agree)"

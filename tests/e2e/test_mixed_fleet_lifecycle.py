@@ -1,0 +1,104 @@
+"""A mixed lab fleet (NVIDIA, Ascend, AMD) through one lifecycle run (issue 15), on SQLite and
+PostgreSQL: enroll, collect (the lab hosts replay the real captures), validate with the same
+profiles (a faulty NPU host is quarantined with the reason naming the NPU and the check, a host
+with an NPU missing from npu-smi but on the PCI bus too), drift against a pool baseline
+(a driver change on an Ascend host shows), and labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.collect.vendors.amd.plugin import AmdPlugin
+from gpufleet.collect.vendors.ascend.plugin import AscendPlugin
+from gpufleet.domain.accelerators import Vendor, VendorPlugin, accelerators_of, inventories_of
+from gpufleet.domain.k8s import is_valid_label_key, is_valid_label_value
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
+from gpufleet.service.collect import collect
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.hosts import show_host
+from gpufleet.service.summary import host_labels
+from gpufleet.service.validate import validate
+
+MODELS = ["h100-8x", "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "ascend-910b3-8x"]
+PLUGINS: dict[Vendor, VendorPlugin] = {Vendor.HUAWEI: AscendPlugin(), Vendor.AMD: AmdPlugin()}
+FAULTS = {"gpu-03": ["npu-alarm:5"], "gpu-05": ["npu-missing:3"]}
+
+
+def test_mixed_fleet_enrolls_collects_validates_drifts_and_labels(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    d = tmp_path / "lab"
+    d.mkdir()
+    lab = create_fleet(5, models=MODELS, faults=FAULTS, now=fleet.now())
+    lab.save(d)
+    write_inventory(lab, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+
+    outcomes = {r.host: r.outcome.value for r in collect(fleet).results}
+    assert outcomes == dict.fromkeys(["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"], "ok")
+    vendors = {}
+    for name in outcomes:
+        facts = show_host(fleet, name).facts
+        assert facts is not None and facts.problems == []
+        vendors[name] = sorted({(a.vendor, a.model) for a in accelerators_of(facts)})
+    assert vendors == {
+        "gpu-01": [(Vendor.NVIDIA, "NVIDIA H100 80GB HBM3")],
+        "gpu-02": [(Vendor.HUAWEI, "910B3")],
+        "gpu-03": [(Vendor.HUAWEI, "910B3")],
+        "gpu-04": [(Vendor.AMD, "Instinct MI100")],
+        "gpu-05": [(Vendor.HUAWEI, "910B3")],
+    }
+
+    verdicts = {v.host: v for v in validate(fleet, collect_first=False).verdicts}
+    assert {h: v.state for h, v in verdicts.items()} == {
+        "gpu-01": "available", "gpu-02": "available", "gpu-03": "quarantined",
+        "gpu-04": "available", "gpu-05": "quarantined",
+    }
+    assert verdicts["gpu-03"].reasons == [
+        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]"]
+    assert verdicts["gpu-05"].reasons == [
+        "gpu_count: huawei tool sees 7 of 8 accelerators on the PCI bus "
+        "(missing from the tool: 0000:82:00.0)"]
+    for name in ("gpu-02", "gpu-04"):
+        assert {"inference", "test", "training-single"} <= set(verdicts[name].profiles)
+    faulty = show_host(fleet, "gpu-03").view
+    assert faulty.state == "quarantined" and faulty.fault == "accelerator_alarm"
+
+    # Drift: the 910B pool pinned to gpu-02's stack; a driver upgrade on gpu-02 shows.
+    save_baseline(fleet, baseline_from_host(fleet, "gpu-02", "ascend-2026"))
+    set_pool_baseline(fleet, "train-910b", "ascend-2026")
+    assert "gpu-02" not in drift(fleet).by_host
+    lab = apply_change(LabFleet.load(d), "gpu-02", driver="24.1.0")
+    lab.save(d)
+    collect(fleet, "gpu-02")
+    items = {i.field: (i.expected, i.actual) for i in drift(fleet).by_host["gpu-02"]}
+    assert ("23.0.7", "24.1.0") in items.values(), items
+
+    # Labels: gpufleet's own on every host (state, fault, validated profiles), and the vendors'
+    # conventions from the stored facts (the Ascend device plugin / Volcano, AMD's labeller).
+    labels = {hl.host: hl for hl in host_labels(fleet)}
+    for hl in labels.values():
+        for key, value in hl.labels.items():
+            assert is_valid_label_key(key) and is_valid_label_value(value), (hl.host, key, value)
+    assert labels["gpu-02"].labels["gpufleet.io/validated.training-single"] == "true"
+    assert labels["gpu-03"].labels["gpufleet.io/fault"] == "accelerator_alarm"
+    assert labels["gpu-05"].labels["gpufleet.io/fault"] == "gpu_lost"
+    assert labels["gpu-01"].labels["nvidia.com/gpu.count"] == "8"
+    assert any(t.value == "accelerator_alarm" for t in labels["gpu-03"].taints)
+    vendor_labels = {}
+    for name in ("gpu-02", "gpu-04"):
+        facts = show_host(fleet, name).facts
+        assert facts is not None
+        (inv,) = inventories_of(facts)
+        vendor_labels[name] = PLUGINS[inv.vendor].labels(inv)
+    assert vendor_labels["gpu-02"] == {
+        "accelerator": "huawei-Ascend910", "accelerator-type": "module-910b-8",
+        "node.kubernetes.io/npu.chip.name": "910B3"}
+    assert vendor_labels["gpu-04"] == {
+        "amd.com/gpu.device-id": "738c", "amd.com/gpu.product-name": "Instinct_MI100",
+        "amd.com/gpu.vram": "32G", "amd.com/gpu.driver-version": "6.3.6"}
+    for got in vendor_labels.values():
+        assert all(is_valid_label_key(k) and is_valid_label_value(v) for k, v in got.items())

@@ -1,0 +1,96 @@
+"""A mixed lab fleet (8x H100, 8x Ascend 910B3, 4x AMD MI100: hosts replaying real captures)
+collected through the real pipeline, then read back by the exports side by side (issue 15),
+on SQLite and PostgreSQL: Slurm GRES per vendor, Ansible groups by vendor and model with their
+versions, drift of the Ascend stack against a pinned baseline, summary and capacity per
+vendor and model (Kubernetes: tests/service/test_mixed_fleet_k8s.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpufleet.domain.drift import DriftItem
+from gpufleet.domain.spec import Baseline
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service.ansible import inventory_list
+from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.slurm import slurm_config
+from gpufleet.service.validate import validate
+
+MODELS = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]  # gpu-01, gpu-02, gpu-03
+
+
+def mixed_fleet(fleet: Fleet, d: Path) -> Fleet:
+    """The three lab hosts (lab files in ``d``) enrolled, collected and validated."""
+    d.mkdir()
+    lf = create_fleet(3, models=MODELS, faults={}, now=fleet.now())
+    lf.save(d)
+    write_inventory(lf, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    validate(fleet)
+    return fleet
+
+
+@pytest.fixture
+def mixed(fleet: Fleet, tmp_path: Path) -> Fleet:
+    return mixed_fleet(fleet, tmp_path / "lab")
+
+
+def test_slurm_gres_per_vendor_from_the_store(mixed: Fleet) -> None:
+    conf, gres = slurm_config(mixed)
+    nodes = {ln.split()[0]: ln for ln in conf.splitlines() if ln.startswith("NodeName=")}
+    assert "# Needs GresTypes=gpu,npu" in conf.splitlines()
+    assert " Gres=gpu:h100:8 " in nodes["NodeName=gpu-01"]
+    assert " Gres=npu:910b3:8 Features=910b3," in nodes["NodeName=gpu-02"]
+    assert " Gres=gpu:mi100:4 Features=mi100," in nodes["NodeName=gpu-03"]
+    assert gres.splitlines()[2:] == [
+        "NodeName=gpu-01 Name=gpu Type=h100 File=/dev/nvidia[0-7]",
+        "NodeName=gpu-02 Name=npu Type=910b3 File=/dev/davinci[0-7]",
+        "NodeName=gpu-03 Name=gpu Type=mi100 Count=4",
+    ]
+
+
+def test_ansible_groups_by_vendor_and_model_with_versions(mixed: Fleet) -> None:
+    inv = inventory_list(mixed)
+    assert inv["npu_910b"] == {
+        "hosts": ["gpu-02"],
+        "vars": {
+            "accelerator_vendor": "huawei",
+            "accelerator_driver_version": "23.0.7",
+            "accelerator_firmware_version": "7.1.0.11.220",
+            "accelerator_runtime": "cann",
+            "accelerator_runtime_version": "7.0.T10",
+        },
+    }
+    assert inv["gpu_mi100"] == {
+        "hosts": ["gpu-03"],
+        "vars": {"accelerator_vendor": "amd", "accelerator_driver_version": "6.3.6"},
+    }
+    assert inv["gpu_h100"]["hosts"] == ["gpu-01"]
+    assert inv["gpu_h100"]["vars"]["accelerator_runtime"] == "cuda"
+    hv = inv["_meta"]["hostvars"]
+    assert (hv["gpu-02"]["accelerator_count"], hv["gpu-02"]["accelerator_model"]) == (8, "910b3")
+    assert (hv["gpu-03"]["accelerator_count"], hv["gpu-03"]["accelerator_model"]) == (4, "mi100")
+
+
+def test_drift_compares_the_ascend_stack_with_its_pools_baseline(mixed: Fleet) -> None:
+    save_baseline(mixed, Baseline(name="npu-2024", driver="23.0.7",
+                                  accelerator_firmware="7.1.0.11.220", runtime="8.0.RC3"))
+    set_pool_baseline(mixed, "train-910b", "npu-2024")
+    save_baseline(mixed, Baseline(name="mi-2024", driver="6.2.4"))
+    set_pool_baseline(mixed, "train-mi100", "mi-2024")
+    rep = drift(mixed)
+    assert rep.by_host == {
+        "gpu-02": [DriftItem("runtime", "8.0.RC3", "7.0.T10")],
+        "gpu-03": [DriftItem("driver", "6.2.4", "6.3.6")],
+    }
+    assert [s.describe() for s in rep.summary] == [
+        "driver 6.3.6 on 1 host, baseline 6.2.4",
+        "runtime 7.0.T10 on 1 host, baseline 8.0.RC3",
+    ]
+    assert rep.no_baseline == ["gpu-01"]
+
