@@ -48,6 +48,9 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     assert npus[0].bus_id == "0000:c1:00.0" and npus[0].memory_total_mib == 65536
     assert npus[0].temperature_c == 43.0 and all(a.health is Health.OK for a in npus)
     assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.kind == "roce")
+    # the HCCS full mesh of npu-smi info -t topo: 7 peers each, no state
+    hccs = [(ln.peer, ln.state) for ln in npus[2].links if ln.kind == "hccs"]
+    assert hccs == [(p, LinkState.UNKNOWN) for p in ("0", "1", "3", "4", "5", "6", "7")]
     v = f.accelerator_versions[Vendor.HUAWEI]
     assert (v.driver, v.firmware, v.runtime, v.tool) == (
         "23.0.7", "7.1.0.11.220", "7.0.T10", "24.1.rc1.b030")
@@ -60,7 +63,7 @@ def test_ascend_faults_show_on_the_named_npu() -> None:
     assert sorted(npus) == [0, 1, 2, 4, 5, 6, 7]  # lspci still lists 8
     assert npus[5].health is Health.ALARM
     assert npus[5].error_codes == ("A4025021", "8C03A000", "8C084E00")
-    assert [ln.state for ln in npus[1].links] == [LinkState.DOWN]
+    assert [ln.state for ln in npus[1].links if ln.kind == "roce"] == [LinkState.DOWN]
     assert npus[0].health is Health.OK
 
 

@@ -10,7 +10,8 @@ installed (rc 127). Captures served (tests/fixtures/captured, PROVENANCE.md ther
     ``npu-smi info -t health``: the mind-cluster chip answers, ``OK`` (before) and ``Alarm``
     with its error codes and information (after); ``hccn_tool -link -g``: gpustack's
     ``link status: DOWN`` capture, and for a port that is up the same line with ``UP`` (no
-    capture of an UP answer exists); driver/firmware ``version.info`` and the CANN toolkit
+    capture of an UP answer exists); ``npu-smi info -t topo``: the ms-swift 8x 910B3 HCCS
+    matrix (same host as the table); driver/firmware ``version.info`` and the CANN toolkit
     ``ascend_toolkit_install.info`` of the mind-cluster bundle.
 ``mi100-4x``
     telegraf's ``rocm-smi --json`` of 4x MI100 on ROCm 6.0.2 (a superset of the keys the
@@ -72,6 +73,7 @@ def _ascend_captures() -> dict[str, str]:
         "ok": bundle_output(d / _KG_BEFORE, "-c 0 -t health"),
         "alarm": bundle_output(d / _KG_AFTER, "-c 0 -t health"),
         "down": tool_output(d / _LINK_DOWN),
+        "topo": tool_output(d / "ascend/ms-swift_NPU-support_npu-smi_info_-t_topo_8x910B3.txt"),
         "driver": bundle_output(d / _KG_AFTER, "driver/version.info"),
         "firmware": bundle_output(d / _KG_AFTER, "firmware/version.info"),
         "cann": bundle_output(d / _KG_AFTER, "ascend_toolkit_install.info"),
@@ -147,6 +149,7 @@ def _ascend(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
         "npu_smi_mapping": (mapping, "", 0),
         "npu_smi_health": (_framed(rows, health), "", 0),
         "hccn_link": (_framed(rows, link), "", 0),
+        "npu_smi_topo": (cap["topo"], "", 0),
         "ascend_driver_version": (_driver(cap["driver"], r"(?m)^(Version=)(\S+)$", host), "", 0),
         "ascend_firmware_version": (cap["firmware"], "", 0),
         "ascend_cann_version": (cap["cann"], "", 0),

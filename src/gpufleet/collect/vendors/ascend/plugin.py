@@ -20,9 +20,11 @@ from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipHealth,
     ChipMapping,
     NpuSmiInfo,
+    TopoMatrix,
     parse_health_status,
     parse_npu_smi_info,
     parse_npu_smi_mapping,
+    parse_npu_smi_topo,
 )
 from gpufleet.collect.vendors.ascend.versions import package_version
 from gpufleet.collect.vendors.base import VendorCollector, VendorSection
@@ -47,6 +49,7 @@ SECTIONS: Mapping[str, str] = {
     "npu_smi_mapping": "npu-smi info -m",
     "npu_smi_health": "npu-smi info -t health -i N -c C (per chip)",
     "hccn_link": "hccn_tool -i L -link -g (per chip)",
+    "npu_smi_topo": "npu-smi info -t topo",
     "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
     "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
     "ascend_cann_version": (
@@ -136,13 +139,19 @@ def to_inventory(
     health: Mapping[int, ChipHealth] | None = None,
     ports: Mapping[int, LinkState] | None = None,
     source: str = "npu-smi info",
+    topo: TopoMatrix | None = None,
 ) -> AcceleratorInventory:
     """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
     device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
     else ``npu-smi info -m``'s Chip Logic ID, else the NPU ID (one chip per NPU).
     ``health`` (logic id -> ``-t health``) replaces the table's health word and adds the
     error codes; ``ports`` (logic id -> ``hccn_tool -i N -link -g``) adds the NPU's RoCE
-    port as a ``roce`` :class:`Link`."""
+    port as a ``roce`` :class:`Link`; ``topo`` (``-t topo``) adds a link to each peer NPU
+    of the kind the matrix names (``hccs``, ``pix`` ...; no state: the matrix states none)."""
+    peers: dict[int, list[Link]] = {}
+    for (a, b), kind in (topo.links if topo else {}).items():
+        if a.startswith("NPU") and b.startswith("NPU") and a[3:].isdigit() and b[3:].isdigit():
+            peers.setdefault(int(a[3:]), []).append(Link(kind=kind.lower(), peer=b[3:]))
     logic = {(m.npu_id, m.chip_id): m.logic_id for m in mapping if m.logic_id is not None}
     accs: list[Accelerator] = []
     for chip in info.chips:
@@ -165,7 +174,8 @@ def to_inventory(
                 error_codes=detail.error_codes if detail else (),
                 temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
                 power_w=chip.power_w,
-                links=() if port is None else (Link(kind="roce", peer=None, state=port),),
+                links=(() if port is None else (Link(kind="roce", peer=None, state=port),))
+                + tuple(peers.get(index, ())),
             )
         )
     indexes = [a.index for a in accs]
@@ -204,9 +214,13 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         where = f"hccn_tool -i {a.logic_id} -link -g"
         # a chip without a RoCE port (310/310P cards) answers with an error: unknown state
         ports[a.logic_id] = parse_link(a.text, where) if a.rc == 0 else LinkState.UNKNOWN
+    topo = (
+        parse_npu_smi_topo(outputs["npu_smi_topo"]) if outputs.get("npu_smi_topo") else None
+    )
     return to_inventory(
         info,
         mapping,
+        topo=topo,
         driver=version("ascend_driver_version"),
         firmware=version("ascend_firmware_version"),
         cann=version("ascend_cann_version"),
@@ -307,6 +321,9 @@ COLLECTOR = VendorCollector(
             functions=_FUNCTIONS,
         ),
         VendorSection("hccn_link", "npu_each -link", tool="hccn_tool", args="-link -g"),
+        VendorSection(
+            "npu_smi_topo", "$TO npu-smi info -t topo", tool="npu-smi", args="info -t topo"
+        ),
         VendorSection(
             "ascend_driver_version",
             f"ascend_ver {VERSION_FILES['ascend_driver_version']}",
