@@ -377,11 +377,18 @@ class Settings(BaseSettings):
         group="worker",
         doc="Cron expression of scheduled validate runs; empty: none.",
     )
+    schedule_inspect: str = _setting(
+        "",
+        env="GPUFLEET_SCHEDULE_INSPECT",
+        group="worker",
+        doc="Cron expression of scheduled inspection runs (e.g. */5 * * * *: every 5 "
+        "minutes); empty: none.",
+    )
     schedule_selector: str = _setting(
         "",
         env="GPUFLEET_SCHEDULE_SELECTOR",
         group="worker",
-        doc="Hosts of the scheduled collect and validate runs (a selector; empty: all).",
+        doc="Hosts of the scheduled collect, validate and inspect runs (a selector; empty: all).",
     )
     schedule_sweep: str = _setting(
         "* * * * *",
@@ -398,7 +405,11 @@ class Settings(BaseSettings):
     )
 
     @field_validator(
-        "schedule_collect", "schedule_validate", "schedule_sweep", "schedule_sync"
+        "schedule_collect",
+        "schedule_validate",
+        "schedule_sweep",
+        "schedule_sync",
+        "schedule_inspect",
     )
     @classmethod
     def _cron(cls, v: str) -> str:

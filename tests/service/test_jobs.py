@@ -1,5 +1,6 @@
-"""Runs as queue jobs (issue 12 workers): chunks, exactly-once per run, retries that take back
-their own claims, hosts held elsewhere, schedules once per period; on SQLite and PostgreSQL.
+"""Runs as queue jobs (issue 12 workers): chunks (of host ids), exactly-once per run, retries
+that take back their own claims, hosts held elsewhere, schedules once per period; collect,
+validate, inspect and evidence runs; on SQLite and PostgreSQL.
 
 The chunk function is called here as a worker calls it; the in-process worker (procrastinate
 on its in-memory connector) and the API run in ``test_jobs_api.py``; several worker processes
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.runs import RunKind, RunState, claim_token
 from gpufleet.errors import ConfigError, NotFound, StoreUnavailable
 from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
 from gpufleet.service import jobs
 from gpufleet.service.collect import claim_into_run, collect_claimed
 from gpufleet.service.enroll import enroll
@@ -29,7 +30,7 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.pipeline import Claim, claim_hosts
 from gpufleet.service.policies import Policies
 from gpufleet.service.tasks import MAX_ATTEMPTS, ChunkRetry
-from gpufleet.store.tables import CollectionResult, Host, JobChunk
+from gpufleet.store.tables import CollectionResult, EvidenceRow, Host, HostSampleRow, JobChunk
 
 
 class Recorder:
@@ -49,11 +50,15 @@ class Recorder:
 
 
 def make_lab(
-    fleet: Fleet, tmp_path: Path, n: int, faults: dict[str, list[str]] | None = None
+    fleet: Fleet,
+    tmp_path: Path,
+    n: int,
+    faults: dict[str, list[str]] | None = None,
+    model: str = "a100-8x",
 ) -> None:
     d = tmp_path / "lab"
     d.mkdir()
-    fl = create_fleet(n, models=["a100-8x"], faults=faults or {})
+    fl = create_fleet(n, models=[model], faults=faults or {})
     fl.save(d)
     write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
     enroll(fleet, load_inventory(d / "inventory.ini"))
@@ -239,3 +244,183 @@ def test_chunk_retry_policy() -> None:
     assert wait_s(busy, MAX_ATTEMPTS - 1) is None
     assert [wait_s(StoreUnavailable("db restarting"), n) for n in (0, 2, 9)] == [2, 8, 60]
     assert wait_s(ConfigError("bad profiles file"), 0) is None
+
+
+def samples_per_host(fleet: Fleet) -> Counter[str]:
+    with fleet.db.session() as s:
+        rows = s.execute(
+            select(Host.name, func.count())
+            .join(HostSampleRow, HostSampleRow.host_id == Host.id)
+            .group_by(Host.name)
+        )
+        return Counter({name: int(n) for name, n in rows})
+
+
+def run_host_rows(fleet: Fleet, run_id: int) -> dict[str, str]:
+    return {h.host: h.outcome for h in jobs.run_hosts(fleet, run_id)}
+
+
+def test_chunks_carry_host_ids_and_a_renamed_host_is_still_collected(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    make_lab(fleet, tmp_path, 3)
+    fleet.settings.run_chunk = 3
+    q = Recorder()
+    run = jobs.start_run(fleet, RunKind.COLLECT, None, q)
+    assert run is not None and run.collection_run is not None
+    with fleet.db.session() as s:
+        ids = {h.name: h.id for h in s.scalars(select(Host))}
+        chunk = s.scalars(select(JobChunk).where(JobChunk.run_id == run.id)).one()
+        assert chunk.hosts == [ids["gpu-01"], ids["gpu-02"], ids["gpu-03"]]
+        # renamed after the run started: same host, same address
+        s.get(Host, ids["gpu-02"]).name = "gpu-02-renamed"  # type: ignore[union-attr]
+    jobs.run_chunk(fleet, run.id, 0, worker="w1", final=False)
+    assert results_per_host(fleet, run.collection_run) == Counter(
+        {"gpu-01": 1, "gpu-02-renamed": 1, "gpu-03": 1}
+    )
+    # (the sim lab knows the host by its old name: the new one does not answer there)
+    assert run_host_rows(fleet, run.id) == {
+        "gpu-01": "ok",
+        "gpu-02-renamed": "unreachable",
+        "gpu-03": "ok",
+    }
+
+
+def test_inspect_run_inspects_every_host_once_and_records_findings(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    make_lab(fleet, tmp_path, 5, {"gpu-05": ["unreachable"]}, model="h100-8x")
+    fleet.settings.run_chunk = 2
+    q = Recorder()
+
+    def inspect_run() -> jobs.RunView:
+        q.deferred.clear()
+        run = jobs.start_run(fleet, RunKind.INSPECT, None, q)
+        assert run is not None
+        assert (run.kind, run.hosts, run.chunks, run.collection_run) == (
+            RunKind.INSPECT,
+            5,
+            3,
+            None,
+        )
+        for run_id, seq in q.deferred:
+            jobs.run_chunk(fleet, run_id, seq, worker="w1", final=False)
+            jobs.run_chunk(fleet, run_id, seq, worker="w2", final=False)  # a duplicate: nothing
+        return jobs.show_run(fleet, run.id)
+
+    first = inspect_run()
+    assert first.state is RunState.SUCCEEDED
+    assert first.counts == {"ok": 4, "unreachable": 1}
+    assert (first.hosts_done, first.chunks_done, first.findings) == (5, 3, 0)
+    assert samples_per_host(fleet) == Counter({f"gpu-0{i}": 1 for i in range(1, 5)})
+    # uncorrectable ECC errors appear on gpu-02: the next inspection finds them and acts
+    fl = LabFleet.load(tmp_path / "lab")
+    fl.model_copy(
+        update={
+            "hosts": [
+                h.model_copy(update={"faults": ["ecc-uncorrectable"]}) if h.name == "gpu-02" else h
+                for h in fl.hosts
+            ]
+        }
+    ).save(tmp_path / "lab")
+    fleet.clock.advance(minutes=5)  # type: ignore[attr-defined]
+    second = inspect_run()
+    assert second.counts == {"ok": 4, "unreachable": 1} and second.findings >= 1
+    assert samples_per_host(fleet) == Counter({f"gpu-0{i}": 2 for i in range(1, 5)})
+    hosts = {h.host: h for h in jobs.run_hosts(fleet, second.id)}
+    assert "finding" in (hosts["gpu-02"].detail or "")
+    assert "finding" not in (hosts["gpu-01"].detail or "")
+    with fleet.db.session() as s:
+        assert s.scalars(select(Host.state).where(Host.name == "gpu-02")).one().value == (
+            "quarantined"
+        )
+
+
+def test_a_retried_inspect_chunk_keeps_what_the_killed_attempt_stored(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The killed first attempt stored the samples of two hosts (at the chunk's start time)
+    and died before the run recorded them; the retry counts those, inspects the third, and no
+    host gets a second sample."""
+    make_lab(fleet, tmp_path, 3)
+    fleet.settings.run_chunk = 3
+    q = Recorder()
+    run = jobs.start_run(fleet, RunKind.INSPECT, None, q)
+    assert run is not None
+    at = fleet.now()
+    with fleet.db.session() as s:
+        chunk = s.scalars(select(JobChunk).where(JobChunk.run_id == run.id)).one()
+        chunk.attempts, chunk.state, chunk.started_at = 1, RunState.RUNNING, at
+    from gpufleet.service.inspect import inspect
+
+    inspect(fleet, "gpu-01,gpu-02", at=at, token=claim_token(run.id, 0, 1))
+    # and it still holds gpu-03 (claimed, never probed)
+    held = claim_hosts(
+        fleet, "gpu-03", None, lambda _n: timedelta(hours=1), token=claim_token(run.id, 0, 1)
+    )
+    assert [c.target.name for c in held.hosts] == ["gpu-03"]
+    fleet.clock.advance(minutes=1)  # type: ignore[attr-defined]
+    jobs.run_chunk(fleet, run.id, 0, worker="w2", final=False)
+    done = jobs.show_run(fleet, run.id)
+    assert done.state is RunState.SUCCEEDED and done.chunk_list[0].attempts == 2
+    assert samples_per_host(fleet) == Counter({"gpu-01": 1, "gpu-02": 1, "gpu-03": 1})
+    hosts = {h.host: h for h in jobs.run_hosts(fleet, run.id)}
+    assert {n: h.outcome for n, h in hosts.items()} == {n: "ok" for n in hosts}
+    assert hosts["gpu-01"].detail == "stored by an earlier attempt"
+    assert len(hosts) == 3
+    with fleet.db.session() as s:  # every sample at the chunk's first start; nothing claimed
+        assert set(s.scalars(select(HostSampleRow.at))) == {at}
+        assert s.scalar(select(func.count(Host.id)).where(Host.claim_token.is_not(None))) == 0
+
+
+def test_evidence_run_tests_every_host_once_and_skips_allocated(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    make_lab(fleet, tmp_path, 3)
+    fleet.settings.run_chunk = 2
+    q = Recorder()
+    run = jobs.start_run(
+        fleet, RunKind.EVIDENCE, None, q, params={"test": "dcgm", "level": 3, "seconds": None}
+    )
+    assert run is not None and run.params == {"test": "dcgm", "level": 3, "seconds": 60}
+    with fleet.db.session() as s:  # allocated after the run started: not tested
+        from gpufleet.domain.states import HostState
+
+        s.get(Host, 3).state = HostState.ALLOCATED  # type: ignore[union-attr]
+    for run_id, seq in q.deferred:
+        jobs.run_chunk(fleet, run_id, seq, worker="w1", final=False)
+    done = jobs.show_run(fleet, run.id)
+    assert done.state is RunState.SUCCEEDED
+    assert done.counts == {"passed": 2, "skipped": 1}
+    assert run_host_rows(fleet, run.id) == {
+        "gpu-01": "passed",
+        "gpu-02": "passed",
+        "gpu-03": "skipped",
+    }
+    with fleet.db.session() as s:
+        rows = s.execute(select(EvidenceRow.host_id, EvidenceRow.kind)).all()
+    assert sorted((h, str(k)) for h, k in rows) == [(1, "dcgm"), (2, "dcgm")]
+
+
+def test_run_parameters_are_checked(fleet: Fleet, tmp_path: Path) -> None:
+    make_lab(fleet, tmp_path, 1)
+    q = Recorder()
+    with pytest.raises(ConfigError, match="needs 'test'"):
+        jobs.start_run(fleet, RunKind.EVIDENCE, None, q)
+    with pytest.raises(ConfigError, match="unknown active test"):
+        jobs.start_run(fleet, RunKind.EVIDENCE, None, q, params={"test": "memtest"})
+    with pytest.raises(ConfigError, match="'level' must be 1 to 4"):
+        jobs.start_run(fleet, RunKind.EVIDENCE, None, q, params={"test": "dcgm", "level": 9})
+    with pytest.raises(ConfigError, match="a collect run takes no test"):
+        jobs.start_run(fleet, RunKind.COLLECT, None, q, params={"test": "dcgm"})
+    assert q.deferred == []
+
+
+def test_a_schedule_starts_one_inspection_per_period(fleet: Fleet, tmp_path: Path) -> None:
+    make_lab(fleet, tmp_path, 2)
+    q = Recorder()
+    first = jobs.start_run(fleet, RunKind.INSPECT, None, q, schedule="inspect", period=300)
+    assert first is not None
+    assert jobs.start_run(fleet, RunKind.INSPECT, None, q, schedule="inspect", period=300) is None
+    # another schedule's run is not held up by it
+    assert jobs.start_run(fleet, RunKind.COLLECT, None, q, schedule="collect", period=300)

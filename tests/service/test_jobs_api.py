@@ -54,7 +54,7 @@ def empty_queue(fleet: Fleet) -> None:
 
 @pytest.fixture
 def worker(fleet: Fleet, tmp_path: Path) -> Iterator[JobQueue]:
-    make_lab(fleet, tmp_path, 5, {"gpu-04": ["unreachable"]})
+    make_lab(fleet, tmp_path, 5, {"gpu-04": ["unreachable"]}, model="h100-8x")
     empty_queue(fleet)
     fleet.settings.run_chunk = 2
     fleet.settings.schedule_sweep = ""  # only the runs of this test
@@ -128,6 +128,52 @@ def test_a_run_started_through_the_api_runs_on_the_worker(
         assert c.get(f"{V1}/jobs").status_code == 401
         metrics = c.get("/metrics").text
         assert 'gpufleet_jobs{queue="runs",status="todo"} 0.0' in metrics
+
+
+def test_inspect_and_evidence_runs_through_the_api(
+    fleet: Fleet, worker: JobQueue, tmp_path: Path
+) -> None:
+    """start -> job id -> progress -> result, for an inspection sweep and an active test."""
+    app = create_app(fleet, TokenStore(write_tokens(tmp_path / "tokens.yaml")), jobs=worker)
+    with TestClient(app) as c:
+        r = c.post(f"{V1}/runs", json={"kind": "inspect"}, headers=auth("operator"))
+        assert r.status_code == 202, r.text
+        started = r.json()
+        assert (started["kind"], started["hosts"], started["chunks"]) == ("inspect", 5, 3)
+        assert all(ch["job_id"] is not None for ch in started["chunk_list"])
+        done = wait_finished(c, started["id"])
+        assert done["state"] == "succeeded", done
+        assert done["counts"] == {"ok": 4, "unreachable": 1} and done["hosts_done"] == 5
+        hosts = c.get(f"{V1}/runs/{started['id']}/hosts", headers=auth("viewer")).json()
+        assert [h["host"] for h in hosts] == [f"gpu-0{i}" for i in range(1, 6)]
+        assert hosts[3]["outcome"] == "unreachable"
+
+        for body, field in [
+            ({"kind": "evidence"}, "test"),
+            ({"kind": "evidence", "test": "memtest"}, "test"),
+            ({"kind": "evidence", "test": "dcgm", "level": 7}, "level"),
+            ({"kind": "collect", "test": "dcgm"}, "test"),
+        ]:
+            bad = c.post(f"{V1}/runs", json=body, headers=auth("operator"))
+            assert bad.status_code == 422, (body, bad.text)
+            assert field in bad.json()["error"]["message"], bad.json()
+        e = c.post(
+            f"{V1}/runs",
+            json={
+                "kind": "evidence",
+                "test": "gpu-burn",
+                "seconds": 5,
+                "selector": "gpu-01,gpu-02",
+            },
+            headers=auth("operator"),
+        )
+        assert e.status_code == 202, e.text
+        assert e.json()["params"] == {"test": "gpu-burn", "level": 1, "seconds": 5}
+        edone = wait_finished(c, e.json()["id"])
+        assert edone["state"] == "succeeded" and edone["counts"] == {"passed": 2}, edone
+        ehosts = c.get(f"{V1}/runs/{e.json()['id']}/hosts", headers=auth("viewer")).json()
+        assert {h["host"]: h["outcome"] for h in ehosts} == {"gpu-01": "passed", "gpu-02": "passed"}
+        assert c.get(f"{V1}/runs/999/hosts", headers=auth("viewer")).status_code == 404
 
 
 def test_the_queue_needs_db_upgrade_on_postgres_and_the_server_worker_on_sqlite(

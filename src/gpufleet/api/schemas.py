@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -722,10 +722,30 @@ class TokenIn(Schema):
 
 
 class RunIn(Schema):
-    kind: RunKind = Field(description="collect or validate")
+    kind: RunKind = Field(description="collect, validate, inspect (one sweep) or evidence")
     selector: str | None = Field(
         None, description="Hosts (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R); none: all."
     )
+    test: Literal["dcgm", "nccl", "gpu-burn"] | None = Field(
+        None, description="Evidence runs: the active test (required there, refused elsewhere)."
+    )
+    level: int | None = Field(None, ge=1, le=4, description="Evidence dcgm: diag level (1).")
+    seconds: int | None = Field(
+        None, ge=1, le=86400, description="Evidence gpu-burn: duration (60)."
+    )
+
+    def params(self) -> dict[str, Any]:
+        """The run's parameters (checked by ``service.jobs.run_params``)."""
+        return {"test": self.test, "level": self.level, "seconds": self.seconds}
+
+
+class RunHostOut(Schema):
+    host: str
+    outcome: str = Field(
+        description="collect/validate: the collection outcome; inspect: the probe outcome; "
+        "evidence: passed, failed or skipped (allocated/retired)."
+    )
+    detail: str | None = Field(description="Reason, findings and actions, or the test summary.")
 
 
 class RunChunkOut(Schema):
@@ -762,6 +782,8 @@ class RunOut(Schema):
     skipped: list[str] = Field(description="Hosts held by another worker until the end.")
     error: str | None
     chunk_list: list[RunChunkOut]
+    params: dict[str, Any] = Field(description="Evidence runs: test, level, seconds.")
+    findings: int = Field(description="Inspect runs: health findings in the finished chunks.")
 
     @classmethod
     def of(cls, r: Any) -> RunOut:
@@ -798,6 +820,8 @@ class RunOut(Schema):
                 )
                 for c in r.chunk_list
             ],
+            params=dict(r.params),
+            findings=r.findings,
         )
 
 

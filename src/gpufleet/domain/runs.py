@@ -1,4 +1,5 @@
-"""Runs of background work (collect, validate) started from the API or a schedule.
+"""Runs of background work (collect, validate, inspect, evidence) started from the API or a
+schedule.
 
 A run is split into chunks of hosts; each chunk is one job on the job queue (procrastinate on
 PostgreSQL, in-process on SQLite), so several workers share one run and a killed worker's
@@ -8,6 +9,9 @@ chunk is retried by another. These are the persisted values of ``job_runs`` / ``
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class RunKind(StrEnum):
@@ -15,6 +19,14 @@ class RunKind(StrEnum):
 
     COLLECT = "collect"
     VALIDATE = "validate"
+    INSPECT = "inspect"  # one inspection sweep (``gpufleet inspect``), chunk by chunk
+    EVIDENCE = "evidence"  # an active test (``gpufleet evidence run``), chunk by chunk
+
+    @property
+    def collects(self) -> bool:
+        """Whether the run stores a collection result per host (``collection_runs``); the
+        others record one ``job_run_hosts`` row per host."""
+        return self in (RunKind.COLLECT, RunKind.VALIDATE)
 
 
 class RunState(StrEnum):
@@ -30,10 +42,10 @@ class RunState(StrEnum):
         return self in (RunState.SUCCEEDED, RunState.FAILED)
 
 
-def chunked(names: list[str], size: int) -> list[list[str]]:
-    """``names`` in consecutive chunks of at most ``size`` (at least one per chunk)."""
+def chunked(items: list[T], size: int) -> list[list[T]]:
+    """``items`` in consecutive chunks of at most ``size`` (at least one per chunk)."""
     size = max(1, size)
-    return [names[i : i + size] for i in range(0, len(names), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def claim_prefix(run_id: int, chunk: int) -> str:

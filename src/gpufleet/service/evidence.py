@@ -120,6 +120,8 @@ def run_active(
     forks: int | None = None,
     on_start: Callable[[int], None] | None = None,
     on_result: Callable[[RawResult], None] | None = None,
+    token: str | None = None,
+    take_over: str | None = None,
 ) -> list[ActiveRun]:
     """Run an active test on the selected hosts over their transport and store the results.
     ``timeout_s`` / ``forks`` default to the settings (GPUFLEET_EVIDENCE_TIMEOUT / _FORKS).
@@ -128,7 +130,8 @@ def run_active(
     hosts are claimed (a host another worker holds is reported, not tested twice), up to
     ``forks`` tests run at once with no database transaction open (they take minutes), and
     each result is stored in its own short transaction while the claim still holds.
-    Allocated and retired hosts are not tested.
+    Allocated and retired hosts are not tested. ``token`` / ``take_over``: a run chunk's
+    claim token and its earlier attempts' prefix (:mod:`gpufleet.service.jobs`).
     """
     test = active_test(kind)
     timeout_s = check_timeout(
@@ -146,6 +149,8 @@ def run_active(
         None,
         lease,
         skip_states=(HostState.RETIRED, HostState.ALLOCATED),
+        token=token,
+        take_over=take_over,
     )
     if selector and not (got.hosts or got.busy or got.refused):
         raise NotFound(f"no hosts match selector '{selector}' (allocated/retired are skipped)")

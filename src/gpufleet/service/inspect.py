@@ -179,19 +179,28 @@ def inspect(
     forks: int = 50,
     timeout_s: float = 30.0,
     transports: Callable[[TransportKey], Transport] | None = None,
+    at: datetime | None = None,
+    token: str | None = None,
+    take_over: str | None = None,
 ) -> SweepReport:
-    """Run one sweep over the selected hosts (every host but retired ones without one)."""
+    """Run one sweep over the selected hosts (every host but retired ones without one).
+    ``at``: the samples' time (default now); a retried run chunk passes its first attempt's,
+    so a host that attempt stored is not stored twice (:mod:`gpufleet.service.jobs`);
+    ``token`` / ``take_over``: its claim token and its earlier attempts' prefix
+    (:func:`gpufleet.service.pipeline.claim_hosts`)."""
     forks = check_forks(forks)
     timeout_s = check_timeout(timeout_s)
     policy = load_policy(fleet)
     xids = Policies(fleet).xid
-    at = fleet.now()
+    at = at or fleet.now()
     connect_s = fleet.settings.connect_timeout_s
     claim = claim_hosts(
         fleet,
         selector,
         transport,
         lambda n: claim_lease(n, forks, timeout_s, connect_s),
+        token=token,
+        take_over=take_over,
     )
     with fleet.db.session() as s:
         cursors = _cursors(s, [c.host_id for c in claim.hosts])

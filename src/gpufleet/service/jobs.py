@@ -1,24 +1,32 @@
 """Runs of background work: start one (split into chunks, one queue job each), run a chunk,
 read its progress, and the depth of the job queue.
 
-A run (``job_runs``) is a collection or a validation of the hosts a selector matched when it
-started. Its hosts are split into chunks of ``GPUFLEET_RUN_CHUNK`` (``job_chunks``); each
-chunk is one job on the queue (:mod:`gpufleet.service.tasks`), so any number of workers share
-one run. The run owns one ``collection_runs`` row: every host gets exactly one
-``collection_results`` row in it.
+A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
+(evidence) of the hosts a selector matched when it started. Its hosts (by id: a host renamed
+meanwhile is still the same host) are split into chunks of ``GPUFLEET_RUN_CHUNK``
+(``job_chunks``); each chunk is one job on the queue (:mod:`gpufleet.service.tasks`), so any
+number of workers share one run. Every host gets exactly one result in the run: a collect or
+validate run owns one ``collection_runs`` row (one ``collection_results`` row per host); an
+inspect or evidence run records one ``job_run_hosts`` row per host (its samples or evidence
+are stored as ``gpufleet inspect`` / ``evidence run`` store them).
 
 Claimed once: a chunk claims its hosts through the claim -> run -> apply engine
 (:mod:`gpufleet.service.pipeline`) under a token of its own (``run<id>-<chunk>-<attempt>``).
 A retried chunk (its worker was killed) skips the hosts that already have a result in the
 run and takes back the claims its earlier attempts still hold; hosts held by somebody else
-(another run, a CLI ``collect``) make the chunk retry later rather than skip them.
+(another run, a CLI ``collect``) make the chunk retry later rather than skip them. An
+inspection chunk stores its samples at the time its first attempt started, so a sample the
+killed attempt stored counts as its result and is never stored twice. (An evidence chunk's
+host whose result was stored just before its worker was killed, before the run recorded it,
+is tested again.) The straggler rules of an inspection compare a host with the medians of
+its chunk.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -30,16 +38,26 @@ from sqlalchemy.orm import Session
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.runs import RunKind, RunState, chunked, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
-from gpufleet.errors import Conflict, NotFound
+from gpufleet.errors import ConfigError, Conflict, NotFound
 from gpufleet.service.collect import claim_into_run, collect_claimed
+from gpufleet.service.evidence import HELD_ELSEWHERE, active_test, run_active
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.inspect import inspect, load_policy
+from gpufleet.service.inspect_store import roll_up_and_prune
 from gpufleet.service.lifecycle import retrying
 from gpufleet.service.pipeline import Claim, check_forks, check_timeout, claim_lease
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts, selected_names
 from gpufleet.service.validate import HostVerdict, judge_host, sweep
-from gpufleet.store.repo import host_by_name
-from gpufleet.store.tables import CollectionResult, CollectionRun, Host, JobChunk, JobRun
+from gpufleet.store.tables import (
+    CollectionResult,
+    CollectionRun,
+    Host,
+    HostSampleRow,
+    JobChunk,
+    JobRun,
+    JobRunHost,
+)
 
 
 class HostsBusy(Exception):
@@ -83,7 +101,9 @@ class ChunkView:
 
 @dataclass
 class RunView:
-    """A run and its progress: hosts done, outcomes so far, the verdicts of a validation."""
+    """A run and its progress: hosts done, outcomes so far (collection outcomes; inspect:
+    probe outcomes; evidence: passed / failed / skipped), the verdicts of a validation, the
+    findings of an inspection."""
 
     id: int
     kind: RunKind
@@ -105,9 +125,45 @@ class RunView:
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
     chunk_list: list[ChunkView] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    findings: int = 0
+
+
+@dataclass
+class RunHostView:
+    """One host's result in a run."""
+
+    host: str
+    outcome: str
+    detail: str | None
 
 
 # --- starting a run ------------------------------------------------------------------------
+
+
+def run_params(kind: RunKind, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The checked parameters of a run: an evidence run names its ``test`` (dcgm, nccl,
+    gpu-burn) and may give ``level`` (DCGM, 1-4) and ``seconds`` (gpu-burn); the other kinds
+    take none. :class:`ConfigError` names the field that is wrong."""
+    given = {k: v for k, v in (params or {}).items() if v is not None}
+    if kind is not RunKind.EVIDENCE:
+        if given:
+            raise ConfigError(
+                f"a {kind.value} run takes no {', '.join(sorted(given))} (only evidence runs do)"
+            )
+        return None
+    unknown = sorted(set(given) - {"test", "level", "seconds"})
+    if unknown:
+        raise ConfigError(f"unknown evidence run parameter(s): {', '.join(unknown)}")
+    if "test" not in given:
+        raise ConfigError("an evidence run needs 'test' (dcgm, nccl or gpu-burn)")
+    test = active_test(str(given["test"])).kind
+    level, seconds = given.get("level", 1), given.get("seconds", 60)
+    if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= 4:
+        raise ConfigError(f"evidence run 'level' must be 1 to 4, not {level!r}")
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= 86400:
+        raise ConfigError(f"evidence run 'seconds' must be 1 to 86400, not {seconds!r}")
+    return {"test": test.value, "level": level, "seconds": seconds}
 
 
 def start_run(
@@ -118,6 +174,7 @@ def start_run(
     *,
     schedule: str | None = None,
     period: int | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> RunView | None:
     """Create a run over the hosts ``selector`` matches now and queue its chunks, in one
     transaction (on PostgreSQL the queue's jobs are inserted in it too).
@@ -125,26 +182,33 @@ def start_run(
     An explicit selector matching nothing is :class:`NotFound`; so is a fleet without hosts.
     A scheduled run (``schedule`` and ``period`` given) is started once per period fleet-wide
     (a unique index): a second start for the same period, or one while the schedule's previous
-    run is still unfinished, returns None.
+    run is still unfinished, returns None. ``params``: see :func:`run_params`.
     """
     settings = fleet.settings
+    checked = run_params(kind, params)
     queue.check_ready()
-    check_timeout(settings.collect_timeout_s, "GPUFLEET_COLLECT_TIMEOUT")
-    check_forks(settings.forks, "GPUFLEET_FORKS")
+    if kind is RunKind.EVIDENCE:
+        check_timeout(settings.evidence_timeout_s, "GPUFLEET_EVIDENCE_TIMEOUT")
+        check_forks(settings.evidence_forks, "GPUFLEET_EVIDENCE_FORKS")
+    else:
+        check_timeout(settings.collect_timeout_s, "GPUFLEET_COLLECT_TIMEOUT")
+        check_forks(settings.forks, "GPUFLEET_FORKS")
     if kind is RunKind.VALIDATE:
         Policies(fleet).load()  # a bad profiles file refuses the run before anything is queued
+    if kind is RunKind.INSPECT:
+        load_policy(fleet)  # so does a bad health-rules overlay
     now = fleet.now()
     try:
         with fleet.db.session() as s:
             selected_names(s, selector)  # an explicit selector matching nothing: NotFound
-            names = list(
+            ids = list(
                 s.scalars(
                     select_hosts(selector)
                     .where(Host.state != HostState.RETIRED)
-                    .with_only_columns(Host.name)
+                    .with_only_columns(Host.id)
                 )
             )
-            if not names:
+            if not ids:
                 if schedule is not None:
                     return None
                 raise NotFound(
@@ -159,16 +223,19 @@ def start_run(
                 )
                 if busy:
                     return None
-            coll = CollectionRun(
-                started_at=now,
-                transport="auto",
-                selector=selector,
-                actor=fleet.actor,
-                counts={},
-            )
-            s.add(coll)
-            s.flush()
-            parts = chunked(names, settings.run_chunk)
+            coll_id: int | None = None
+            if kind.collects:
+                coll = CollectionRun(
+                    started_at=now,
+                    transport="auto",
+                    selector=selector,
+                    actor=fleet.actor,
+                    counts={},
+                )
+                s.add(coll)
+                s.flush()
+                coll_id = coll.id
+            parts = chunked(ids, settings.run_chunk)
             run = JobRun(
                 kind=kind,
                 selector=selector,
@@ -177,9 +244,10 @@ def start_run(
                 schedule=schedule,
                 period=period,
                 created_at=now,
-                collection_run_id=coll.id,
-                hosts=len(names),
+                collection_run_id=coll_id,
+                hosts=len(ids),
                 chunks=len(parts),
+                params=checked,
             )
             s.add(run)
             s.flush()
@@ -219,23 +287,66 @@ def _lock_chunk(s: Session, run_id: int, seq: int) -> JobChunk | None:
     ).one_or_none()
 
 
-def _collected(s: Session, coll_id: int | None, names: Sequence[str]) -> dict[str, RawResult]:
-    """The outcome each of ``names`` already has in the run's collection (one per host)."""
-    if coll_id is None or not names:
+def _collected(s: Session, coll_id: int | None, ids: Sequence[int]) -> dict[int, RawResult]:
+    """The outcome each of hosts ``ids`` already has in the run's collection (one per host)."""
+    if coll_id is None or not ids:
         return {}
     rows = s.execute(
-        select(Host.name, CollectionResult.outcome, CollectionResult.reason)
+        select(Host.id, Host.name, CollectionResult.outcome, CollectionResult.reason)
         .join(Host, Host.id == CollectionResult.host_id)
-        .where(CollectionResult.run_id == coll_id, Host.name.in_(list(names)))
+        .where(CollectionResult.run_id == coll_id, Host.id.in_(list(ids)))
     )
-    return {name: RawResult(name, Outcome(outcome), reason or "") for name, outcome, reason in rows}
+    return {
+        hid: RawResult(name, Outcome(outcome), reason or "") for hid, name, outcome, reason in rows
+    }
+
+
+def _recorded(s: Session, run_id: int, ids: Sequence[int]) -> set[int]:
+    """The hosts of ``ids`` that have their ``job_run_hosts`` row in the run."""
+    if not ids:
+        return set()
+    return set(
+        s.scalars(
+            select(JobRunHost.host_id).where(
+                JobRunHost.run_id == run_id, JobRunHost.host_id.in_(list(ids))
+            )
+        )
+    )
+
+
+@dataclass
+class _Chunk:
+    """What one attempt of a chunk works on (read under the chunk's row lock)."""
+
+    run_id: int
+    seq: int
+    attempt: int
+    kind: RunKind
+    coll_id: int | None
+    params: dict[str, Any]
+    at: datetime  # when the chunk's first attempt started
+    ids: list[int]
+    names: dict[int, str]  # the hosts' names now (removed hosts absent)
+    states: dict[int, HostState]
+
+    @property
+    def token(self) -> str:
+        return claim_token(self.run_id, self.seq, self.attempt)
+
+    @property
+    def take_over(self) -> str:
+        return claim_prefix(self.run_id, self.seq)
+
+    def selector(self, ids: Sequence[int]) -> str:
+        return ",".join(self.names[i] for i in ids if i in self.names)
 
 
 def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) -> None:
-    """Run one chunk of a run (a queue job): collect its hosts that have no result in the run
-    yet, under claims only this chunk's attempts share; a validation then judges every host of
-    the chunk. Raises :class:`HostsBusy` (the queue retries the job) while hosts are held by
-    somebody else, unless this is the ``final`` attempt: those are then reported as skipped."""
+    """Run one chunk of a run (a queue job): collect (inspect, test) its hosts that have no
+    result in the run yet, under claims only this chunk's attempts share; a validation then
+    judges every host of the chunk. Raises :class:`HostsBusy` (the queue retries the job)
+    while hosts are held by somebody else, unless this is the ``final`` attempt: those are
+    then reported as skipped."""
     with fleet.db.session() as s:
         run = _lock_run(s, run_id)
         chunk = _lock_chunk(s, run_id, seq)
@@ -245,21 +356,57 @@ def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) 
         chunk.attempts += 1
         chunk.state = RunState.RUNNING
         chunk.worker = worker
-        chunk.started_at = now
+        if chunk.started_at is None:
+            chunk.started_at = now
         if run.state is RunState.QUEUED:
             run.state = RunState.RUNNING
             run.started_at = now
-        attempt, kind, coll_id, actor = chunk.attempts, run.kind, run.collection_run_id, run.actor
-        names = list(chunk.hosts)
-        done = _collected(s, coll_id, names)
+        ids = [int(h) for h in chunk.hosts]
+        hosts = s.execute(select(Host.id, Host.name, Host.state).where(Host.id.in_(ids))).all()
+        c = _Chunk(
+            run_id=run_id,
+            seq=seq,
+            attempt=chunk.attempts,
+            kind=run.kind,
+            coll_id=run.collection_run_id,
+            params=dict(run.params or {}),
+            at=chunk.started_at,
+            ids=ids,
+            names={hid: name for hid, name, _st in hosts},
+            states={hid: HostState(st) for hid, _n, st in hosts},
+        )
+        actor = run.actor
     fleet = dataclasses.replace(fleet, actor=actor)
+    if c.kind.collects:
+        busy, result = _collect_chunk(fleet, c, final=final)
+    elif c.kind is RunKind.INSPECT:
+        busy, result = _inspect_chunk(fleet, c, final=final)
+    else:
+        busy, result = _evidence_chunk(fleet, c, final=final)
+    _finish_chunk(fleet, run_id, seq, RunState.SUCCEEDED, {"skipped": busy, **result})
+
+
+def _lost(c: _Chunk, done: set[int], busy: Sequence[str], skip: Sequence[HostState]) -> list[str]:
+    """Hosts of the chunk with no result that were neither held elsewhere nor removed nor in
+    a state the work skips: renamed between reading the chunk and claiming (the retry reads
+    their new names)."""
+    return [
+        c.names[i]
+        for i in c.ids
+        if i in c.names and i not in done and c.states[i] not in skip and c.names[i] not in busy
+    ]
+
+
+def _collect_chunk(fleet: Fleet, c: _Chunk, *, final: bool) -> tuple[list[str], dict[str, Any]]:
     settings = fleet.settings
     policies = Policies(fleet).load()
-    if kind is RunKind.VALIDATE and seq == 0 and attempt == 1:
+    if c.kind is RunKind.VALIDATE and c.seq == 0 and c.attempt == 1:
         sweep(fleet)  # deadlines and expiries first, as `gpufleet validate` does
-    remaining = [n for n in names if n not in done]
+    with fleet.db.session() as s:
+        done = _collected(s, c.coll_id, c.ids)
+    remaining = [i for i in c.ids if i not in done and i in c.names]
     busy: list[str] = []
-    if remaining and coll_id is not None:
+    if remaining and c.coll_id is not None:
         timeout_s, forks = settings.collect_timeout_s, settings.forks
 
         def lease(n: int) -> timedelta:
@@ -267,36 +414,163 @@ def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) 
 
         try:
             got = claim_into_run(
-                fleet,
-                coll_id,
-                ",".join(remaining),
-                lease,
-                token=claim_token(run_id, seq, attempt),
-                take_over=claim_prefix(run_id, seq),
+                fleet, c.coll_id, c.selector(remaining), lease, token=c.token, take_over=c.take_over
             )
         except NotFound:  # every remaining host was removed meanwhile
             got = None
         if got is not None:
-            got = _drop_collected(fleet, coll_id, got)
+            got = _drop_collected(fleet, c.coll_id, got)
             collect_claimed(
-                fleet, coll_id, got, forks=forks, timeout_s=timeout_s, policies=policies
+                fleet, c.coll_id, got, forks=forks, timeout_s=timeout_s, policies=policies
             )
             busy = list(got.busy)
-    if busy and not final:
-        raise HostsBusy(busy)
+    with fleet.db.session() as s:
+        raw = _collected(s, c.coll_id, c.ids)
+    lost = _lost(c, set(raw), busy, (HostState.RETIRED,))
+    if (busy or lost) and not final:
+        raise HostsBusy(busy + lost)
     verdicts: Counter[str] = Counter()
-    if kind is RunKind.VALIDATE:
-        with fleet.db.session() as s:
-            raw = _collected(s, coll_id, names)
-        for name in names:
+    if c.kind is RunKind.VALIDATE:
+        for hid in c.ids:
             try:
-                v = _judge(fleet, name, policies, raw.get(name))
+                v = _judge(fleet, hid, policies, raw.get(hid))
             except Conflict:  # changed under us five times in a row: left as it is
                 verdicts["skipped"] += 1
                 continue
             if v is not None:
                 verdicts[v.decision or "skipped"] += 1
-    _finish_chunk(fleet, run_id, seq, RunState.SUCCEEDED, {"skipped": busy, "verdicts": verdicts})
+    return busy + lost, {"verdicts": verdicts}
+
+
+def _record(fleet: Fleet, c: _Chunk, rows: Mapping[int, tuple[str, str | None]]) -> None:
+    """One ``job_run_hosts`` row per host of ``rows`` (host id -> outcome, detail) that has
+    none yet in the run."""
+    if not rows:
+        return
+    with fleet.db.session() as s:
+        have = _recorded(s, c.run_id, list(rows))
+        now = fleet.now()
+        s.add_all(
+            JobRunHost(run_id=c.run_id, host_id=hid, outcome=outcome, detail=detail, at=now)
+            for hid, (outcome, detail) in rows.items()
+            if hid not in have
+        )
+
+
+def _inspect_chunk(fleet: Fleet, c: _Chunk, *, final: bool) -> tuple[list[str], dict[str, Any]]:
+    settings = fleet.settings
+    if c.seq == 0 and c.attempt == 1:
+        roll_up_and_prune(fleet)  # raw samples past the retention, as `inspect --every` does
+    with fleet.db.session() as s:
+        done = _recorded(s, c.run_id, c.ids)
+        # samples an earlier (killed) attempt stored at this chunk's time are its results
+        stored = set(
+            s.scalars(
+                select(HostSampleRow.host_id).where(
+                    HostSampleRow.host_id.in_([i for i in c.ids if i not in done]),
+                    HostSampleRow.at == c.at,
+                )
+            )
+        )
+    _record(fleet, c, {i: ("ok", "stored by an earlier attempt") for i in stored})
+    done |= stored
+    remaining = [i for i in c.ids if i not in done and i in c.names]
+    busy: list[str] = []
+    findings = 0
+    if remaining:
+        try:
+            report = inspect(
+                fleet,
+                c.selector(remaining),
+                forks=settings.forks,
+                timeout_s=settings.collect_timeout_s,
+                at=c.at,
+                token=c.token,
+                take_over=c.take_over,
+            )
+        except NotFound:  # every remaining host was removed meanwhile
+            report = None
+        if report is not None:
+            by_name = {name: hid for hid, name in c.names.items()}
+            with fleet.db.session() as s:
+                kept = set(
+                    s.scalars(
+                        select(HostSampleRow.host_id).where(
+                            HostSampleRow.host_id.in_(remaining), HostSampleRow.at == c.at
+                        )
+                    )
+                )
+            rows: dict[int, tuple[str, str | None]] = {}
+            for h in report.hosts:
+                hid = by_name.get(h.host)
+                if hid is None:
+                    continue
+                outcome = h.outcome
+                if outcome == Outcome.OK.value and hid not in kept:
+                    continue  # the claim ran out before it was stored: inspected again
+                findings += len(h.findings)
+                detail = "; ".join(
+                    [f"{len(h.findings)} finding(s)"] * bool(h.findings)
+                    + h.actions
+                    + ([h.reason] if h.reason else [])
+                )
+                rows[hid] = (outcome, detail or None)
+            _record(fleet, c, rows)
+            done |= set(rows)
+            busy = list(report.busy)
+    lost = _lost(c, done, busy, (HostState.RETIRED,))
+    if (busy or lost) and not final:
+        raise HostsBusy(busy + lost)
+    return busy + lost, {"findings": findings}
+
+
+def _evidence_chunk(fleet: Fleet, c: _Chunk, *, final: bool) -> tuple[list[str], dict[str, Any]]:
+    skip = (HostState.RETIRED, HostState.ALLOCATED)
+    with fleet.db.session() as s:
+        done = _recorded(s, c.run_id, c.ids)
+    remaining = [i for i in c.ids if i not in done and i in c.names]
+    busy: list[str] = []
+    if remaining:
+        try:
+            results = run_active(
+                fleet,
+                c.selector(remaining),
+                str(c.params["test"]),
+                level=int(c.params.get("level", 1)),
+                seconds=int(c.params.get("seconds", 60)),
+                token=c.token,
+                take_over=c.take_over,
+            )
+        except NotFound:  # every remaining host was removed, retired or allocated meanwhile
+            results = []
+        by_name = {name: hid for hid, name in c.names.items()}
+        rows: dict[int, tuple[str, str | None]] = {}
+        for r in results:
+            hid = by_name.get(r.host)
+            if hid is None:
+                continue
+            if r.summary == HELD_ELSEWHERE:
+                busy.append(r.host)
+                continue
+            rows[hid] = ("passed" if r.ok else "failed", r.summary)
+        _record(fleet, c, rows)
+        done |= set(rows)
+    with fleet.db.session() as s:  # allocated or retired since the run started: not tested
+        states = {
+            int(hid): HostState(st)
+            for hid, st in s.execute(select(Host.id, Host.state).where(Host.id.in_(remaining)))
+        }
+    skipped = {
+        i: ("skipped", f"{states[i].value}: not tested")
+        for i in remaining
+        if i not in done and i in states and states[i] in skip
+    }
+    _record(fleet, c, skipped)
+    done |= set(skipped)
+    lost = _lost(c, done, busy, skip)
+    if (busy or lost) and not final:
+        raise HostsBusy(busy + lost)
+    return busy + lost, {}
 
 
 def _drop_collected(fleet: Fleet, coll_id: int, got: Claim) -> Claim:
@@ -304,28 +578,27 @@ def _drop_collected(fleet: Fleet, coll_id: int, got: Claim) -> Claim:
     attempt, wrongly thought dead, stored it just before this attempt's claim took the host:
     from the claim on, that attempt's results are discarded), so none is collected twice."""
     with fleet.db.session() as s:
-        done = set(_collected(s, coll_id, [c.target.name for c in got.hosts]))
+        done = set(_collected(s, coll_id, [c.host_id for c in got.hosts]))
         if not done:
             return got
         s.execute(
             update(Host)
-            .where(Host.claim_token == got.token, Host.name.in_(sorted(done)))
+            .where(Host.claim_token == got.token, Host.id.in_(sorted(done)))
             .values(claim_token=None, claimed_until=None)
             .execution_options(synchronize_session=False)
         )
-    return dataclasses.replace(got, hosts=[c for c in got.hosts if c.target.name not in done])
+    return dataclasses.replace(got, hosts=[c for c in got.hosts if c.host_id not in done])
 
 
 @retrying
 def _judge(
-    fleet: Fleet, name: str, policies: Policies, collected: RawResult | None
+    fleet: Fleet, host_id: int, policies: Policies, collected: RawResult | None
 ) -> HostVerdict | None:
     """Judge one host in its own transaction (as ``gpufleet validate`` does); a lost race
     (:class:`Conflict`) re-reads and judges again."""
     with fleet.db.session() as s:
-        try:
-            host = host_by_name(s, name, for_update=True)
-        except NotFound:  # removed meanwhile
+        host = s.get(Host, host_id, with_for_update=True)
+        if host is None:  # removed meanwhile
             return None
         return judge_host(fleet, s, host, policies, collected, must_be_collected=True)
 
@@ -398,12 +671,24 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
     chunks = list(
         s.scalars(select(JobChunk).where(JobChunk.run_id == run.id).order_by(JobChunk.seq))
     )
-    counts = _counts(s, run.collection_run_id) if run.collection_run_id is not None else {}
+    if run.kind.collects:
+        counts = _counts(s, run.collection_run_id) if run.collection_run_id is not None else {}
+    else:
+        counts = {
+            str(outcome): int(n)
+            for outcome, n in s.execute(
+                select(JobRunHost.outcome, func.count())
+                .where(JobRunHost.run_id == run.id)
+                .group_by(JobRunHost.outcome)
+            )
+        }
     verdicts: Counter[str] = Counter()
     skipped: list[str] = []
+    findings = 0
     for c in chunks:
         verdicts.update(c.result.get("verdicts") or {})
         skipped += c.result.get("skipped") or []
+        findings += int(c.result.get("findings") or 0)
     return RunView(
         id=run.id,
         kind=run.kind,
@@ -430,6 +715,8 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
         ]
         if with_chunks
         else [],
+        params=dict(run.params or {}),
+        findings=findings,
     )
 
 
@@ -440,6 +727,32 @@ def show_run(fleet: Fleet, run_id: int) -> RunView:
         if run is None:
             raise NotFound(f"no run {run_id}")
         return _view(s, run, with_chunks=True)
+
+
+def run_hosts(fleet: Fleet, run_id: int) -> list[RunHostView]:
+    """Each host's result in run ``run_id``, by host name (collect/validate: the collection
+    outcome and reason; inspect/evidence: the recorded outcome); :class:`NotFound` for an
+    unknown id."""
+    with fleet.db.session() as s:
+        run = s.get(JobRun, run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id}")
+        rows: Sequence[Any]
+        if run.kind.collects:
+            rows = s.execute(
+                select(Host.name, CollectionResult.outcome, CollectionResult.reason)
+                .join(Host, Host.id == CollectionResult.host_id)
+                .where(CollectionResult.run_id == run.collection_run_id)
+                .order_by(Host.name)
+            ).all()
+        else:
+            rows = s.execute(
+                select(Host.name, JobRunHost.outcome, JobRunHost.detail)
+                .join(Host, Host.id == JobRunHost.host_id)
+                .where(JobRunHost.run_id == run_id)
+                .order_by(Host.name)
+            ).all()
+        return [RunHostView(str(n), str(o), d or None) for n, o, d in rows]
 
 
 def list_runs(fleet: Fleet, *, limit: int = 50, state: RunState | None = None) -> list[RunView]:

@@ -12,7 +12,12 @@ On the embedded SQLite default the same tasks run in the server process
 (``gpufleet serve --with-worker``) on procrastinate's in-memory connector; the runs and their
 chunks are in the database, so unfinished chunks are queued again when the server restarts.
 
-Adding background work (inspection every N minutes, campaign steps): write the use case in
+Scheduled runs (``GPUFLEET_SCHEDULE_COLLECT``, ``_VALIDATE``, ``_INSPECT``: inspection every N
+minutes) start one run per period fleet-wide: the periodic job is deferred once per period
+(procrastinate's periodic-defer key) and the run is created once per schedule and period
+(``job_runs``' unique index), whatever number of workers deferred it.
+
+Adding background work (campaign steps, ...): write the use case in
 its service module, register a task here with :func:`register_task` (a function taking the
 :class:`~procrastinate.JobContext` first: :func:`fleet_of` gives the fleet) and, for periodic
 work, a :class:`Schedule` with :func:`register_schedule` whose cron comes from a setting.
@@ -252,6 +257,14 @@ register_schedule(
         "gpufleet.scheduled_run",
         lambda s: s.schedule_validate,
         {"kind": RunKind.VALIDATE.value},
+    )
+)
+register_schedule(
+    Schedule(
+        "inspect",
+        "gpufleet.scheduled_run",
+        lambda s: s.schedule_inspect,
+        {"kind": RunKind.INSPECT.value},
     )
 )
 

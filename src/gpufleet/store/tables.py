@@ -521,6 +521,8 @@ class JobRun(Base):
     hosts: Mapped[int] = mapped_column(Integer, default=0)
     chunks: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text)
+    #: What the run does besides its kind (evidence: the test, level, seconds).
+    params: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
 
 
 class JobChunk(Base):
@@ -532,7 +534,8 @@ class JobChunk(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("job_runs.id", ondelete="CASCADE"))
     seq: Mapped[int] = mapped_column(Integer)  # 0, 1, ... within the run
-    hosts: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    #: Host ids (a host renamed meanwhile is still the same host).
+    hosts: Mapped[list[int]] = mapped_column(JsonType, default=list)
     state: Mapped[RunState] = mapped_column(StrEnumType(RunState, 20))
     job_id: Mapped[int | None] = mapped_column(BigInteger)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -542,6 +545,23 @@ class JobChunk(Base):
     #: What the chunk did: verdict counts (validate), hosts skipped as held elsewhere.
     result: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
     error: Mapped[str | None] = mapped_column(Text)
+
+
+class JobRunHost(Base):
+    """One host's result in an inspect or evidence run (collect and validate runs store theirs
+    as ``collection_results``): one row per host and run, written by the chunk that did it."""
+
+    __tablename__ = "job_run_hosts"
+
+    run_id: Mapped[int] = mapped_column(
+        ForeignKey("job_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    host_id: Mapped[int] = mapped_column(
+        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
+    )
+    outcome: Mapped[str] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
 # --- issue 10 (health, items 2/3/4/6): inspection samples, roll-ups, auto-quarantines, -------

@@ -1,5 +1,5 @@
-"""``/api/v1/runs`` (collect and validate runs as background jobs) and ``/api/v1/jobs``
-(queue depth)."""
+"""``/api/v1/runs`` (collect, validate, inspect and evidence runs as background jobs) and
+``/api/v1/jobs`` (queue depth)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from gpufleet.api.deps import as_operator, as_viewer
 from gpufleet.api.routes import ERRORS, RowId
-from gpufleet.api.schemas import QueueDepthOut, RunIn, RunOut
+from gpufleet.api.schemas import QueueDepthOut, RunHostOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
 from gpufleet.service import jobs
 from gpufleet.service.fleet import Fleet
@@ -34,7 +34,8 @@ def job_queue(request: Request) -> JobQueue:
 @router.post(
     "/runs",
     status_code=202,
-    summary="Start a collect or validate run (workers run it; poll GET /runs/{id})",
+    summary="Start a collect, validate, inspect or evidence run (workers run it; poll "
+    "GET /runs/{id})",
     tags=["runs"],
 )
 def runs_start(
@@ -42,7 +43,7 @@ def runs_start(
     fleet: Fleet = Depends(as_operator),
     queue: JobQueue = Depends(job_queue),
 ) -> RunOut:
-    run = jobs.start_run(fleet, body.kind, body.selector, queue)
+    run = jobs.start_run(fleet, body.kind, body.selector, queue, params=body.params())
     assert run is not None  # only a scheduled start returns None
     return RunOut.of(run)
 
@@ -59,6 +60,14 @@ def runs_list(
 @router.get("/runs/{run_id}", summary="One run: progress, outcomes, its chunks", tags=["runs"])
 def runs_show(run_id: RowId, fleet: Fleet = Depends(as_viewer)) -> RunOut:
     return RunOut.of(jobs.show_run(fleet, run_id))
+
+
+@router.get("/runs/{run_id}/hosts", summary="Each host's result in a run", tags=["runs"])
+def runs_hosts(run_id: RowId, fleet: Fleet = Depends(as_viewer)) -> list[RunHostOut]:
+    return [
+        RunHostOut(host=h.host, outcome=h.outcome, detail=h.detail)
+        for h in jobs.run_hosts(fleet, run_id)
+    ]
 
 
 @router.get("/jobs", summary="Queue depth: jobs waiting and running per queue", tags=["runs"])
