@@ -114,3 +114,11 @@ def test_nvidia_hosts_skip_the_vendor_checks() -> None:
     for name in ("accelerator_health", "accelerator_links", "accelerator_temperature"):
         assert _run(name, f, spec)[0] == "skip"
     assert _run("gpu_count", f, spec)[1] == "8 GPUs (driver and PCI bus agree)"
+
+
+def test_an_amd_card_missing_from_rocm_smi_is_lost() -> None:
+    f = _facts("mi100-4x", ["gpu-missing"])
+    decision, reasons, _ = _decide(f, MI100_SPEC)
+    assert decision is Decision.QUARANTINE
+    assert len(reasons) == 1 and reasons[0].startswith(
+        "gpu_count: amd tool sees 3 of 4 accelerators on the PCI bus (missing from the tool: ")

@@ -17,8 +17,9 @@ installed (rc 127). Captures served (tests/fixtures/captured, PROVENANCE.md ther
     telegraf's ``rocm-smi --json`` of 4x MI100 on ROCm 6.0.2 (a superset of the keys the
     collection asks for), as captured.
 
-Faults (``lab/faults.NPU_FAULTS``, ``KIND[:<npu id>]``): ``npu-missing`` drops the NPU's
-rows from ``npu-smi info`` and ``-m`` (lspci still lists it), ``npu-alarm`` writes
+Faults: ``gpu-missing`` on an AMD host drops one card from rocm-smi's JSON (lspci still lists
+it); the Ascend ones (``lab/faults.NPU_FAULTS``, ``KIND[:<npu id>]``): ``npu-missing``
+drops the NPU's rows from ``npu-smi info`` and ``-m`` (lspci still lists it), ``npu-alarm`` writes
 ``Alarm`` into its table row and serves the Alarm capture for it, ``npu-link-down`` serves
 the DOWN capture for its port. A lab change's driver (``LabHost.driver``) replaces the
 driver version (Ascend ``version.info``, rocm-smi's ``Driver version``). Edits are textual;
@@ -27,6 +28,7 @@ untouched bytes are as captured.
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 
@@ -158,6 +160,13 @@ def _ascend(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
 
 def _amd(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
     text = _driver(_amd_capture(spec.smi_file), r'("Driver version": ")([^"]+)', host)
+    if "gpu-missing" in host.faults:
+        # rocm-smi no longer lists one card (lspci still does); the capture is indent-4 JSON,
+        # so dropping the card's object and dumping again keeps every other byte
+        doc = json.loads(text)
+        card = _pick(spec.gpu_count, "amd", host.name, host.serial_salt)
+        del doc[f"card{card}"]
+        text = json.dumps(doc, indent=4) + "\n"
     return {"rocm_smi_json": (text, "", 0)}
 
 

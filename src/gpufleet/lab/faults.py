@@ -74,6 +74,8 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
         if kind in NPU_FAULTS or spec.vendor != "nvidia":
             if kind in TRANSPORT_FAULTS:
                 pass
+            elif kind == "gpu-missing" and spec.vendor == "amd":
+                why = "it takes no argument" if arg is not None else None
             elif kind not in NPU_FAULTS:
                 why = f"it has no NVIDIA GPUs ({spec.vendor} accelerators)"
             elif spec.vendor != "huawei":
