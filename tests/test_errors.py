@@ -20,6 +20,7 @@ from gpufleet.errors import (
     LocalIOError,
     NotFound,
     ParseError,
+    ServerUnavailable,
     StoreError,
     StoreUnavailable,
     Unauthorized,
@@ -67,6 +68,10 @@ EXAMPLES: dict[type[GpufleetError], tuple[GpufleetError, str]] = {
         StoreUnavailable(url="postgresql+psycopg://db/gf", cause="connection refused"),
         "database postgresql+psycopg://db/gf: connection refused",
     ),
+    ServerUnavailable: (
+        ServerUnavailable(url="http://fleet:8080", cause="connection refused"),
+        "gpufleet server http://fleet:8080: connection refused",
+    ),
     LocalIOError: (
         LocalIOError(path="/var/lib/gpufleet", cause="No space left on device"),
         "/var/lib/gpufleet: No space left on device",
@@ -96,6 +101,7 @@ CONTRACT: dict[type[GpufleetError], tuple[int, int, bool]] = {
     InvalidTransition: (5, 409, False),
     StoreError: (2, 503, False),
     StoreUnavailable: (2, 503, True),
+    ServerUnavailable: (2, 503, True),
     LocalIOError: (2, 500, False),
     Unauthorized: (2, 401, False),
     Forbidden: (2, 403, False),
@@ -159,6 +165,6 @@ def test_template_fields_are_required_and_reserved_names_refused() -> None:
 
 def test_retryable_tells_conflicts_and_outages_from_permanent_errors() -> None:
     retryable = {c for c in every_error_class() if c.retryable}
-    assert retryable == {Conflict, StoreUnavailable}
+    assert retryable == {Conflict, StoreUnavailable, ServerUnavailable}
     assert issubclass(StoreUnavailable, StoreError)  # callers catching StoreError get both
     assert errors.Conflict.exit_code == 6

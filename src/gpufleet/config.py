@@ -329,6 +329,18 @@ class Settings(BaseSettings):
         "admin) or {role, name}; tokens are never stored in clear. Unset: every API call "
         "is refused (401).",
     )
+    # -- remote (issue 12: the CLI through a gpufleet server instead of the database) ------
+    url: str | None = _setting(
+        env="GPUFLEET_URL",
+        group="remote",
+        doc="Base URL of a gpufleet server (gpufleet serve), e.g. https://fleet.example:8080; "
+        "set: the CLI calls its API instead of opening the database.",
+    )
+    token: SecretStr | None = _setting(
+        env="GPUFLEET_TOKEN",
+        group="remote",
+        doc="API token the CLI sends to GPUFLEET_URL (Authorization: Bearer); never printed.",
+    )
     # -- worker (issue 12: background jobs on the job queue, schedules) ----------------------
     run_chunk: int = _setting(
         50,
@@ -593,6 +605,17 @@ class Settings(BaseSettings):
             raise ValueError(f"not a file: {v}")
         if not os.access(v, os.R_OK):
             raise ValueError(f"not readable: {v}")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _server_url(cls, v: str | None) -> str | None:
+        if v is None or not v.strip():
+            return None
+        v = v.strip().rstrip("/")
+        scheme, sep, rest = v.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest or "@" in rest:
+            raise ValueError("expected http(s)://HOST[:PORT][/PREFIX], without credentials")
         return v
 
     @field_validator("captures_dir")

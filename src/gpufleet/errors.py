@@ -18,6 +18,7 @@ InventoryError                  2     422   no     fix the inventory file at fil
 ConfigError                     2     422   no     fix the setting / configuration file
 StoreError                      2     503   no     fix the database (URL, schema, disk)
 StoreUnavailable(StoreError)    2     503   yes    wait for the database, retry
+ServerUnavailable               2     503   yes    wait for the GPUFLEET_URL server, retry
 LocalIOError                    2     500   no     fix the local file / directory / disk
 Unauthorized                    2     401   no     authenticate (API)
 Forbidden                       2     403   no     ask for the permission (API)
@@ -206,6 +207,19 @@ class StoreUnavailable(StoreError):
 
     code = "store_unavailable"
     retryable = True
+
+
+class ServerUnavailable(GpufleetError):
+    """Remote mode: the gpufleet server at ``GPUFLEET_URL`` cannot be reached right now
+    (connection refused, timeout, a proxy's 502/503/504); the same call may succeed later.
+
+    ``ServerUnavailable(url="https://fleet:8080", cause="connection refused")``."""
+
+    exit_code = 2
+    http_status = 503
+    code = "server_unavailable"
+    retryable = True
+    template = "gpufleet server {url}: {cause}"
 
 
 class LocalIOError(GpufleetError):

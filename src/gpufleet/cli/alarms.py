@@ -28,7 +28,11 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Open alarms (with --all, closed ones too), oldest first."""
-    rows = list_alarms(open_fleet(), selector, include_closed=include_closed)
+    show_alarms(list_alarms(open_fleet(), selector, include_closed=include_closed), as_json)
+
+
+def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
+    """Print alarms (``alarms list``)."""
     if as_json:
         print_json([asdict(r) for r in rows])
         return
@@ -58,7 +62,11 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """One alarm, with its data."""
-    rec = show_alarm(open_fleet(), alarm_id)
+    show_one(show_alarm(open_fleet(), alarm_id), as_json)
+
+
+def show_one(rec: AlarmRecord, as_json: bool) -> None:
+    """Print one alarm (``alarms show``)."""
     if as_json:
         print_json(asdict(rec))
     else:
@@ -73,7 +81,11 @@ def ack_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Acknowledge an open alarm (seen, being handled); it stays open."""
-    rec = ack_alarm(open_fleet(), alarm_id, reason)
+    show_acked(ack_alarm(open_fleet(), alarm_id, reason), as_json)
+
+
+def show_acked(rec: AlarmRecord, as_json: bool) -> None:
+    """Print an acknowledged alarm (``alarms ack``)."""
     if as_json:
         print_json(asdict(rec))
     else:

@@ -122,6 +122,12 @@ def allocate_cmd(
         selector=selector,
         users=users,
     )
+    show_allocation(got, as_json)
+
+
+def show_allocation(got: allocation.Allocation, as_json: bool) -> None:
+    """Print what ``allocate`` did (the service's answer, or the API's in remote mode);
+    exit 1 when refused."""
     if as_json:
         if got.lease is not None:
             print_json({"granted": True, "lease": _lease_json(got.lease), "warnings": got.warnings})
@@ -176,7 +182,11 @@ def leases_show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """One lease with its hosts and GPU UUIDs."""
-    v = leases.show_lease(open_fleet(), lease_id)
+    show_lease(leases.show_lease(open_fleet(), lease_id), as_json)
+
+
+def show_lease(v: LeaseView, as_json: bool) -> None:
+    """Print one lease (``leases show``)."""
     if as_json:
         print_json(_lease_json(v))
         return
@@ -212,6 +222,11 @@ def leases_renew_cmd(
         until=_time(until, "--until"),
         owner=owner,
     )
+    show_renewed(v, as_json)
+
+
+def show_renewed(v: LeaseView, as_json: bool) -> None:
+    """Print a renewed lease (``leases renew``)."""
     if as_json:
         print_json(_lease_json(v))
     else:
@@ -230,7 +245,11 @@ def leases_release_cmd(
 ) -> None:
     """End a lease: its hosts go to reclaiming (a reservation is cancelled). Exit 4 unknown
     lease, 5 already ended, 6 another owner's."""
-    out = leases.release(open_fleet(), lease_id, reason, owner=owner)
+    show_released(leases.release(open_fleet(), lease_id, reason, owner=owner), as_json)
+
+
+def show_released(out: leases.Released, as_json: bool) -> None:
+    """Print a released lease (``leases release``)."""
     if as_json:
         print_json(
             {
@@ -335,6 +354,11 @@ def capacity_cmd(
         return
     rep = capacity.capacity(open_fleet(), selector, _time(at, "--at"))
     kube = k8s_capacity(open_fleet(), selector, kubeconfig=kubeconfig) if k8s else None
+    show_capacity(rep, kube, as_json)
+
+
+def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_json: bool) -> None:
+    """Print a capacity report (``capacity``)."""
     if as_json:
         print_json(
             {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
@@ -390,6 +414,11 @@ def capacity_check_cmd(
         headroom=parse_percent(headroom),
         selector=selector,
     )
+    show_check(r, as_json)
+
+
+def show_check(r: capacity.CapacityCheck, as_json: bool) -> None:
+    """Print the capacity gate's answer; exit 1 when there is not enough."""
     if as_json:
         print_json(CapacityCheckOut.of(r).json_dict())
     else:

@@ -143,7 +143,11 @@ app.command("create")(boundary(create_cmd))
 @boundary
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Baselines with status and the pools using them."""
-    rows = svc.list_baselines(open_fleet())
+    show_baselines(svc.list_baselines(open_fleet()), as_json)
+
+
+def show_baselines(rows: list[tuple[Baseline, list[str]]], as_json: bool) -> None:
+    """Print baselines with the pools using them (``baseline list``)."""
     if as_json:
         print_json([b.model_dump(mode="json") | {"pools": pools} for b, pools in rows])
         return
@@ -205,7 +209,11 @@ def diff_cmd(
 @boundary
 def pool_list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Pools with their baseline and size."""
-    rows = svc.list_pools(open_fleet())
+    show_pools(svc.list_pools(open_fleet()), as_json)
+
+
+def show_pools(rows: list[svc.PoolView], as_json: bool) -> None:
+    """Print pools (``pool list``)."""
     if as_json:
         print_json([asdict(p) for p in rows])
         return
@@ -236,7 +244,11 @@ def drift_cmd(
 ) -> None:
     """Every host that differs from its pool's baseline, field by field, with fleet-wide counts.
     Exit 1 when any host drifts."""
-    rep = svc.drift(open_fleet(), selector)
+    show_drift(svc.drift(open_fleet(), selector), as_json)
+
+
+def show_drift(rep: svc.DriftReport, as_json: bool) -> None:
+    """Print a drift report; exit 1 when any host drifts."""
     if as_json:
         print_json(
             {

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import typer
 
@@ -120,6 +120,10 @@ def current_settings() -> Settings:
 def open_fleet() -> Fleet:
     """The fleet selected by the global options / environment (one per process and target)."""
     key = (OPTIONS.home, OPTIONS.db_url)
+    if current_settings().url is not None:  # remote mode never opens the database
+        from gpufleet.cli.remote import not_available
+
+        raise not_available()
     if key not in _OPEN:
         from gpufleet.service.fleet import Fleet
 
@@ -253,7 +257,10 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
         as_json = bool(kwargs.get("as_json"))
         try:
             OPTIONS.settings = None
-            current_settings()
+            if current_settings().url is not None:  # remote mode: the API, never the database
+                from gpufleet.cli.remote import call_remote
+
+                return cast(R, call_remote(fn, kwargs))
             return fn(*args, **kwargs)
         except GpufleetError as exc:
             raise fail(exc, as_json=as_json) from None

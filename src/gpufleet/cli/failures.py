@@ -10,7 +10,13 @@ import typer
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
 from gpufleet.domain.leases import parse_duration
 from gpufleet.errors import ConfigError
-from gpufleet.service.failures import failure_report, import_failures, record_failure
+from gpufleet.service.failures import (
+    ImportReport,
+    Recorded,
+    failure_report,
+    import_failures,
+    record_failure,
+)
 from gpufleet.service.slurm import import_slurm_failures
 
 app = typer.Typer(no_args_is_help=True)
@@ -27,7 +33,14 @@ def record_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Record one job failure; its message is classified by the rule table."""
-    r = record_failure(open_fleet(), job=job, host=host, gpu=gpu, time=time, message=message)
+    show_recorded(
+        record_failure(open_fleet(), job=job, host=host, gpu=gpu, time=time, message=message),
+        as_json,
+    )
+
+
+def show_recorded(r: Recorded, as_json: bool) -> None:
+    """Print a recorded failure (``failures record``)."""
     if as_json:
         print_json(asdict(r))
     else:
@@ -57,6 +70,11 @@ def import_cmd(
         rep = import_slurm_failures(open_fleet(), parse_duration(since, "--since"))
     else:
         rep = import_failures(open_fleet(), file)
+    show_import(rep, as_json)
+
+
+def show_import(rep: ImportReport, as_json: bool) -> None:
+    """Print what an import stored and refused; exit 1 when a line was refused."""
     if as_json:
         print_json(asdict(rep))
     else:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import typer
 from rich import box
 from rich.markup import escape
@@ -19,7 +22,7 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.service import operations
-from gpufleet.service.hosts import list_events, list_hosts, show_host
+from gpufleet.service.hosts import HostView, list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -61,6 +64,11 @@ def list_cmd(
     if as_json:
         print_json([HostOut.of(r).json_dict() for r in rows])
         return
+    render_host_list(rows)
+
+
+def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
+    """The ``hosts list`` table (rows from the service, or from the API in remote mode)."""
     t = Table(
         title=f"{len(rows)} hosts",
         box=box.SIMPLE_HEAD,
@@ -224,6 +232,11 @@ def events_cmd(
     if as_json:
         print_json(rows)
         return
+    render_events(rows)
+
+
+def render_events(rows: list[dict[str, Any]]) -> None:
+    """The ``events`` table (``at`` a datetime)."""
     t = Table(title=f"{len(rows)} events", expand=True)
     t.add_column("at", overflow="fold", max_width=19)
     t.add_column("actor", overflow="fold", max_width=12)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from collections.abc import Sequence
 
 import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
-from gpufleet.service.summary import FleetSummary, fleet_summary, host_labels
+from gpufleet.service.summary import FleetSummary, HostLabels, fleet_summary, host_labels
 
 STATE_ORDER = [
     "available",
@@ -23,14 +23,10 @@ STATE_ORDER = [
 
 
 def summary_json(sm: FleetSummary) -> dict[str, object]:
-    """The summary as plain data."""
-    d = asdict(sm)
-    d["drift"] = {
-        "summary": [asdict(x) for x in sm.drift.summary],
-        "hosts": {h: [asdict(i) for i in items] for h, items in sm.drift.by_host.items()},
-        "no_baseline": sm.drift.no_baseline,
-    }
-    return d
+    """The summary as plain data: the API's ``SummaryOut`` (``GET /api/v1/summary``)."""
+    from gpufleet.api.schemas_summary import SummaryOut
+
+    return SummaryOut.of(sm).json_dict()
 
 
 def render_summary(sm: FleetSummary) -> None:
@@ -151,6 +147,11 @@ def labels_cmd(
             ]
         )
         return
+    render_labels(rows)
+
+
+def render_labels(rows: Sequence[HostLabels]) -> None:
+    """One table per host: its labels, then its taints."""
     for r in rows:
         t = Table(title=lit(r.host), show_header=False)
         t.add_column("key", no_wrap=True)

@@ -1,0 +1,76 @@
+"""The shapes of ``GET /api/v1/summary`` and ``GET /api/v1/labels``: the same JSON that
+``gpufleet summary --json`` and ``gpufleet labels --json`` print (remote mode prints these
+responses as they come)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import Field
+
+from gpufleet.api.schemas import DriftItemOut, DriftSummaryOut, Schema
+
+
+class SummaryDriftOut(Schema):
+    summary: list[DriftSummaryOut]
+    hosts: dict[str, list[DriftItemOut]] = Field(description="Host -> its differences.")
+    no_baseline: list[str]
+
+
+class SummaryOut(Schema):
+    """``gpufleet summary``: hosts per state, available GPUs per profile and model, the
+    hosts that need a look (each row ``host`` plus ``fault``/``reason``), drift."""
+
+    hosts: int
+    per_state: dict[str, int]
+    gpus_per_profile_model: dict[str, dict[str, int]] = Field(
+        description="Profile -> GPU model -> available GPUs."
+    )
+    hosts_per_profile: dict[str, int]
+    quarantined: list[dict[str, str | None]]
+    validating: list[dict[str, str | None]]
+    unreachable: list[dict[str, str | None]]
+    warnings: list[dict[str, str | None]]
+    drift: SummaryDriftOut
+    gpus_total: int
+    gpus_available: int
+    alarms: list[dict[str, str | None]]
+    extra: dict[str, Any]
+    back: list[dict[str, str | None]]
+
+    @classmethod
+    def of(cls, sm: Any) -> SummaryOut:
+        """From ``service.summary.FleetSummary`` (the API and ``summary --json``)."""
+        d = dataclasses.asdict(sm)
+        d["drift"] = {
+            "summary": [dataclasses.asdict(x) for x in sm.drift.summary],
+            "hosts": {
+                h: [dataclasses.asdict(i) for i in items] for h, items in sm.drift.by_host.items()
+            },
+            "no_baseline": list(sm.drift.no_baseline),
+        }
+        return cls.model_validate(d)
+
+
+class TaintOut(Schema):
+    key: str
+    value: str
+    effect: str
+
+
+class LabelsOut(Schema):
+    """One host's Kubernetes labels and taints (``gpufleet labels``)."""
+
+    host: str
+    labels: dict[str, str]
+    taints: list[TaintOut]
+
+    @classmethod
+    def of(cls, r: Any) -> LabelsOut:
+        """From ``service.summary.HostLabels`` (the API and ``labels --json``)."""
+        return cls(
+            host=r.host,
+            labels=dict(r.labels),
+            taints=[TaintOut(key=t.key, value=t.value, effect=t.effect) for t in r.taints],
+        )
