@@ -28,6 +28,7 @@ the wave validated, failed or released: none stays in ``maintenance``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
@@ -367,6 +368,14 @@ def _playbook(path: str, flag: str) -> Path:
 # --------------------------------------------------------------------------- control
 
 
+def _tagged(fleet: Fleet, name: str, ticket: str) -> Fleet:
+    """``fleet`` whose events all carry the campaign's ticket and name (Deliver 4): the
+    collections, validations and transitions a run causes, not only its own events."""
+    return dataclasses.replace(
+        fleet, event_data=fleet.event_data | {"ticket": ticket, "campaign": name}
+    )
+
+
 def _me() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -448,9 +457,11 @@ def abort_campaign(fleet: Fleet, name: str, progress: Progress | None = None) ->
         alive = CampaignStatus(camp.status) is CampaignStatus.RUNNING and _owner_alive(
             camp, fleet
         )
+        ticket = camp.ticket
     set_status(fleet, name, CampaignStatus.ABORTED, "aborted")
     if not alive:
-        Runner(fleet, name, progress or (lambda _m: None)).settle_held(release=True)
+        Runner(_tagged(fleet, name, ticket), name,
+               progress or (lambda _m: None)).settle_held(release=True)
     return show_campaign(fleet, name)
 
 
@@ -494,9 +505,10 @@ def run_campaign(
             f"campaign {name} {'resumed' if resumed else 'started'} ({camp.ticket})",
             data={"campaign": name, "ticket": camp.ticket, "from": st.value},
         )
+        ticket = camp.ticket
     _DRIVING.add(name)
     try:
-        Runner(fleet, name, progress or (lambda _m: None)).run()
+        Runner(_tagged(fleet, name, ticket), name, progress or (lambda _m: None)).run()
     finally:
         _DRIVING.discard(name)
     return show_campaign(fleet, name)

@@ -35,6 +35,9 @@ class Fleet:
     actor: str = field(default_factory=default_actor)
     clock: Callable[[], datetime] = utcnow
     settings: Settings = field(default_factory=load_settings)
+    #: Merged into the ``data`` of every event recorded through this fleet (an event's own
+    #: keys win): a campaign run tags everything it changes with its ticket and name.
+    event_data: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -89,7 +92,7 @@ def record_event(
         host_name=host.name if host is not None else None,
         kind=kind,
         message=message,
-        data=data or {},
+        data={**fleet.event_data, **(data or {})},
     )
     session.add(ev)
     return ev
