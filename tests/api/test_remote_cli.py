@@ -188,9 +188,7 @@ def test_remote_errors_use_the_exit_code_table_and_never_show_the_token(
     # a command without a remote implementation refuses, naming it; nothing opened locally
     operator = remote_cli(server, TOKENS["operator"], tmp_path)
     r = operator.run("hosts", "remove", "gpu-01", "--yes", code=2)
-    assert "gpufleet hosts remove is not available over GPUFLEET_URL" in " ".join(
-        r.stderr.split()
-    )
+    assert "gpufleet hosts remove is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
     err = operator.json("token", "list", code=2)["error"]
     assert err["code"] == "config" and "gpufleet token list" in err["message"]
     # an option the API does not offer is refused, not ignored
@@ -235,6 +233,14 @@ def test_remote_collect_and_validate_run_on_the_server(
     assert "available" in r.stdout and "succeeded" in r.stdout
     viewer = remote_cli(server, TOKENS["viewer"], tmp_path)
     assert viewer.json("collect", code=2)["error"]["code"] == "forbidden"
+    # an inspection sweep on the server, printed as the local sweep is
+    sweep = operator.json("inspect", "gpu-05,gpu-06")
+    assert [h["host"] for h in sweep["hosts"]] == ["gpu-05", "gpu-06"]
+    assert {h["outcome"] for h in sweep["hosts"]} == {"ok"} and not sweep["guard_tripped"]
+    assert set(sweep) == {"at", "policy_version", "guard_tripped", "guard_message", "busy", "hosts"}
+    assert "gpu-05" in operator.run("inspect", "gpu-05").stdout
+    r = operator.run("inspect", "gpu-05", "--every", "1m", code=2)
+    assert "--every is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
 
 
 def test_server_down_is_unavailable_and_retryable(tmp_path: Path) -> None:

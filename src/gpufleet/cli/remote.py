@@ -644,6 +644,54 @@ def pools_list(api: Client, as_json: bool) -> None:
     show_pools([PoolView(**p) for p in api.get("pools")], as_json)
 
 
+# --- inspect: one sweep, answered when it ends ------------------------------------------------
+
+
+@remote("inspect.run_cmd")
+def inspect_run(
+    api: Client,
+    selector: str | None,
+    every: str | None,
+    transport: str | None,
+    forks: int,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    from gpufleet.cli.inspect import _as_json, _print_sweep
+    from gpufleet.domain.rules import Action, Finding, Severity
+    from gpufleet.service.inspect import HostInspection, SweepReport
+
+    refuse_options(**{"--every": every, "--transport": transport})
+    d = api.post("inspect", {"selector": selector, "forks": forks, "timeout_s": timeout})
+    report = SweepReport(
+        at=_dt(d["at"]) or datetime.now().astimezone(),
+        policy_version=d["policy_version"],
+        hosts=[
+            HostInspection(
+                host=h["host"],
+                outcome=h["outcome"],
+                reason=h["reason"],
+                findings=[
+                    Finding(
+                        **(f | {"severity": Severity(f["severity"]), "action": Action(f["action"])})
+                    )
+                    for f in h["findings"]
+                ],
+                actions=h["actions"],
+                problems=h["problems"],
+            )
+            for h in d["hosts"]
+        ],
+        busy=d["busy"],
+        guard_tripped=d["guard_tripped"],
+        guard_message=d["guard_message"],
+    )
+    if as_json:
+        print_json(_as_json(report))
+    else:
+        _print_sweep(report)
+
+
 # --- collect and validate: background runs ----------------------------------------------------
 
 #: Outcomes (collect) and decisions (validate) that do not fail a run; a validate run's
