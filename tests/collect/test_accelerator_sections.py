@@ -47,7 +47,8 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     assert {a.model for a in npus} == {"910B3"} and {a.vendor for a in npus} == {Vendor.HUAWEI}
     assert npus[0].bus_id == "0000:c1:00.0" and npus[0].memory_total_mib == 65536
     assert npus[0].temperature_c == 43.0 and all(a.health is Health.OK for a in npus)
-    assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.kind == "roce")
+    assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.peer is None)
+    assert [ln.kind for ln in npus[0].links if ln.peer is None] == ["roce", "roce_net_health"]
     # the HCCS full mesh of npu-smi info -t topo: 7 peers each, no state
     hccs = [(ln.peer, ln.state) for ln in npus[2].links if ln.kind == "hccs"]
     assert hccs == [(p, LinkState.UNKNOWN) for p in ("0", "1", "3", "4", "5", "6", "7")]
@@ -58,13 +59,17 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
 
 
 def test_ascend_faults_show_on_the_named_npu() -> None:
-    h = _host("ascend-910b3-8x", ["npu-missing:3", "npu-alarm:5", "npu-link-down:1"])
+    h = _host("ascend-910b3-8x",
+              ["npu-missing:3", "npu-alarm:5", "npu-link-down:1", "npu-net-unhealthy:2"])
     npus = {a.index: a for a in accelerators_of(_facts(render_sections(h)))}
     assert sorted(npus) == [0, 1, 2, 4, 5, 6, 7]  # lspci still lists 8
     assert npus[5].health is Health.ALARM
     assert npus[5].error_codes == ("A4025021", "8C03A000", "8C084E00")
     assert [ln.state for ln in npus[1].links if ln.kind == "roce"] == [LinkState.DOWN]
     assert npus[0].health is Health.OK
+    # the real hccn_tool -net_health failure ("Socket failed") on NPU 2's port
+    assert [ln.state for ln in npus[2].links if ln.kind == "roce_net_health"] == [
+        LinkState.DOWN]
 
 
 def test_an_amd_host_reads_four_mi100s() -> None:

@@ -46,7 +46,8 @@ def test_a_healthy_ascend_host_passes_the_same_profiles() -> None:
     assert _run("single_gpu_model", f, NPU_SPEC) == ("pass", "all accelerators are huawei 910B3")
     assert _run("accelerator_health", f, NPU_SPEC) == (
         "pass", "8 accelerators report health OK")
-    assert _run("accelerator_links", f, NPU_SPEC) == ("pass", "8 accelerator ports up")
+    assert _run("accelerator_links", f, NPU_SPEC) == (
+        "pass", "16 accelerator port states up (roce, roce_net_health)")
     assert _run("accelerator_temperature", f, NPU_SPEC, max_c=44)[0] == "fail"  # 45 C NPUs
     decision, reasons, passed = _decide(f, NPU_SPEC)
     assert decision is Decision.AVAILABLE and reasons == []
@@ -122,3 +123,11 @@ def test_an_amd_card_missing_from_rocm_smi_is_lost() -> None:
     assert decision is Decision.QUARANTINE
     assert len(reasons) == 1 and reasons[0].startswith(
         "gpu_count: amd tool sees 3 of 4 accelerators on the PCI bus (missing from the tool: ")
+
+
+def test_an_npu_port_whose_network_health_fails_costs_multinode_training() -> None:
+    f = _facts("ascend-910b3-8x", ["npu-net-unhealthy:6"])
+    assert _run("accelerator_links", f, NPU_SPEC) == (
+        "fail", "roce_net_health port of huawei #6 (0000:41:00.0) down")
+    decision, _, passed = _decide(f, NPU_SPEC)
+    assert decision is Decision.AVAILABLE and "training-multinode" not in passed

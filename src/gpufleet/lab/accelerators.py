@@ -21,7 +21,9 @@ Faults: ``gpu-missing`` on an AMD host drops one card from rocm-smi's JSON (lspc
 it); the Ascend ones (``lab/faults.NPU_FAULTS``, ``KIND[:<npu id>]``): ``npu-missing``
 drops the NPU's rows from ``npu-smi info`` and ``-m`` (lspci still lists it), ``npu-alarm`` writes
 ``Alarm`` into its table row and serves the Alarm capture for it, ``npu-link-down`` serves
-the DOWN capture for its port. A lab change's driver (``LabHost.driver``) replaces the
+the DOWN capture for its port, ``npu-net-unhealthy`` the real ``hccn_tool -net_health``
+failure ("Socket failed"; a healthy port answers ``net health status: Success``, generated:
+no capture of a healthy answer exists). A lab change's driver (``LabHost.driver``) replaces the
 driver version (Ascend ``version.info``, rocm-smi's ``Driver version``). Edits are textual;
 untouched bytes are as captured.
 """
@@ -75,6 +77,7 @@ def _ascend_captures() -> dict[str, str]:
         "ok": bundle_output(d / _KG_BEFORE, "-c 0 -t health"),
         "alarm": bundle_output(d / _KG_AFTER, "-c 0 -t health"),
         "down": tool_output(d / _LINK_DOWN),
+        "net_down": bundle_output(d / _KG_BEFORE, "-net_health -g"),
         "topo": tool_output(d / "ascend/ms-swift_NPU-support_npu-smi_info_-t_topo_8x910B3.txt"),
         "driver": bundle_output(d / _KG_AFTER, "driver/version.info"),
         "firmware": bundle_output(d / _KG_AFTER, "firmware/version.info"),
@@ -146,11 +149,16 @@ def _ascend(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
     health = {n: cap["alarm"] if hit.get("npu-alarm") == n else cap["ok"] for n, _, _ in rows}
     up = cap["down"].replace("DOWN", "UP")
     link = {n: cap["down"] if hit.get("npu-link-down") == n else up for n, _, _ in rows}
+    # healthy: the tool's "net health status" line with "Success" (no capture of a healthy
+    # answer exists; the wording is the real failure capture's, the value Huawei's documented)
+    ok_net = "net health status: Success\n"
+    net = {n: cap["net_down"] if hit.get("npu-net-unhealthy") == n else ok_net for n, _, _ in rows}
     return {
         "npu_smi_info": (info, "", 0),
         "npu_smi_mapping": (mapping, "", 0),
         "npu_smi_health": (_framed(rows, health), "", 0),
         "hccn_link": (_framed(rows, link), "", 0),
+        "hccn_net_health": (_framed(rows, net), "", 0),
         "npu_smi_topo": (cap["topo"], "", 0),
         "ascend_driver_version": (_driver(cap["driver"], r"(?m)^(Version=)(\S+)$", host), "", 0),
         "ascend_firmware_version": (cap["firmware"], "", 0),

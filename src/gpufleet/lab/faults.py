@@ -31,8 +31,11 @@ PROBE_FAULTS: frozenset[str] = frozenset(
 REMEDY_FAULTS: frozenset[str] = frozenset({"reset-fails"})
 #: Faults of Ascend NPU hosts (issue 15; lab/accelerators.py), each ``KIND[:<npu id>]``: an
 #: NPU missing from npu-smi (lspci still lists it), an NPU in health Alarm (the real Alarm
-#: capture: error codes and information), the NPU's RoCE port down (the real DOWN capture).
-NPU_FAULTS: frozenset[str] = frozenset({"npu-missing", "npu-alarm", "npu-link-down"})
+#: capture: error codes and information), the NPU's RoCE port down (the real DOWN capture),
+#: its network health failing (the real hccn_tool -net_health failure).
+NPU_FAULTS: frozenset[str] = frozenset(
+    {"npu-missing", "npu-alarm", "npu-link-down", "npu-net-unhealthy"}
+)
 #: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
 #: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
 FAULT_KINDS: tuple[str, ...] = (

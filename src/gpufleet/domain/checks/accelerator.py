@@ -198,8 +198,9 @@ def accelerator_health(
 def accelerator_links(
     facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]
 ) -> CheckResult:
-    """Every accelerator network port (Ascend RoCE ports, ``hccn_tool -link``) is up; device
-    to device links without a state (HCCS, XGMI topology) are not judged."""
+    """Every accelerator network port is up (Ascend RoCE ports: ``hccn_tool -link`` and its
+    network health, ``-net_health``); device to device links without a state (HCCS, XGMI
+    topology) are not judged."""
     name = "accelerator_links"
     ports = [(a, ln) for a in facts.accelerators for ln in a.links if ln.peer is None]
     if not ports:
@@ -209,7 +210,8 @@ def accelerator_links(
     if down:
         msg = ", ".join(f"{ln.kind} port of {_name(a)} {ln.state}" for a, ln in down)
         return res(name, CheckStatus.FAIL, msg, Fault.IB_DOWN, **ev)
-    return res(name, CheckStatus.PASS, f"{len(ports)} accelerator ports up", **ev)
+    kinds = ", ".join(sorted({ln.kind for _, ln in ports}))
+    return res(name, CheckStatus.PASS, f"{len(ports)} accelerator port states up ({kinds})", **ev)
 
 
 @check("accelerator_temperature", max_c=NUMBER)

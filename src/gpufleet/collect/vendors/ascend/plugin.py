@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpufleet.collect.vendors.ascend.hccn import parse_link
+from gpufleet.collect.vendors.ascend.hccn import parse_link, parse_net_health
 from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipHealth,
     ChipMapping,
@@ -49,6 +49,7 @@ SECTIONS: Mapping[str, str] = {
     "npu_smi_mapping": "npu-smi info -m",
     "npu_smi_health": "npu-smi info -t health -i N -c C (per chip)",
     "hccn_link": "hccn_tool -i L -link -g (per chip)",
+    "hccn_net_health": "hccn_tool -i L -net_health -g (per chip)",
     "npu_smi_topo": "npu-smi info -t topo",
     "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
     "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
@@ -140,6 +141,7 @@ def to_inventory(
     ports: Mapping[int, LinkState] | None = None,
     source: str = "npu-smi info",
     topo: TopoMatrix | None = None,
+    net_health: Mapping[int, str] | None = None,
 ) -> AcceleratorInventory:
     """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
     device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
@@ -147,7 +149,9 @@ def to_inventory(
     ``health`` (logic id -> ``-t health``) replaces the table's health word and adds the
     error codes; ``ports`` (logic id -> ``hccn_tool -i N -link -g``) adds the NPU's RoCE
     port as a ``roce`` :class:`Link`; ``topo`` (``-t topo``) adds a link to each peer NPU
-    of the kind the matrix names (``hccs``, ``pix`` ...; no state: the matrix states none)."""
+    of the kind the matrix names (``hccs``, ``pix`` ...; no state: the matrix states none);
+    ``net_health`` (logic id -> ``hccn_tool -net_health``) adds the port's network health as
+    a ``roce_net_health`` :class:`Link`, up when the tool says ``Success``."""
     peers: dict[int, list[Link]] = {}
     for (a, b), kind in (topo.links if topo else {}).items():
         if a.startswith("NPU") and b.startswith("NPU") and a[3:].isdigit() and b[3:].isdigit():
@@ -175,6 +179,7 @@ def to_inventory(
                 temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
                 power_w=chip.power_w,
                 links=(() if port is None else (Link(kind="roce", peer=None, state=port),))
+                + _net_health_link((net_health or {}).get(index))
                 + tuple(peers.get(index, ())),
             )
         )
@@ -188,6 +193,13 @@ def to_inventory(
             driver=driver, firmware=firmware, runtime=cann, tool=info.version
         ),
     )
+
+
+def _net_health_link(status: str | None) -> tuple[Link, ...]:
+    if status is None:
+        return ()
+    state = LinkState.UP if status == "Success" else LinkState.DOWN
+    return (Link(kind="roce_net_health", peer=None, state=state),)
 
 
 def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
@@ -214,6 +226,12 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         where = f"hccn_tool -i {a.logic_id} -link -g"
         # a chip without a RoCE port (310/310P cards) answers with an error: unknown state
         ports[a.logic_id] = parse_link(a.text, where) if a.rc == 0 else LinkState.UNKNOWN
+    net: dict[int, str] = {}
+    for a in split_chip_answers(
+        outputs.get("hccn_net_health", ""), SECTIONS["hccn_net_health"]
+    ):
+        if a.rc == 0:
+            net[a.logic_id] = parse_net_health(a.text, f"hccn_tool -i {a.logic_id} -net_health -g")
     topo = (
         parse_npu_smi_topo(outputs["npu_smi_topo"]) if outputs.get("npu_smi_topo") else None
     )
@@ -221,6 +239,7 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         info,
         mapping,
         topo=topo,
+        net_health=net or None,
         driver=version("ascend_driver_version"),
         firmware=version("ascend_firmware_version"),
         cann=version("ascend_cann_version"),
@@ -321,6 +340,12 @@ COLLECTOR = VendorCollector(
             functions=_FUNCTIONS,
         ),
         VendorSection("hccn_link", "npu_each -link", tool="hccn_tool", args="-link -g"),
+        VendorSection(
+            "hccn_net_health",
+            "npu_each -net_health",
+            tool="hccn_tool",
+            args="-net_health -g",
+        ),
         VendorSection(
             "npu_smi_topo", "$TO npu-smi info -t topo", tool="npu-smi", args="info -t topo"
         ),
