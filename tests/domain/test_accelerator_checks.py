@@ -131,3 +131,15 @@ def test_an_npu_port_whose_network_health_fails_costs_multinode_training() -> No
         "fail", "roce_net_health port of huawei #6 (0000:41:00.0) down")
     decision, _, passed = _decide(f, NPU_SPEC)
     assert decision is Decision.AVAILABLE and "training-multinode" not in passed
+
+
+def test_temperature_limits_follow_the_reported_model() -> None:
+    npu, amd = _facts("ascend-910b3-8x"), _facts("mi100-4x")  # NPUs 39-45 C, MI100s 55-58 C
+    limits = {"by_model": {"910B3": 44, "mi100": 60}, "max_c": 30}
+    assert _run("accelerator_temperature", npu, NPU_SPEC, **limits) == (
+        "fail", "huawei #4 (0000:01:00.0) 45 C > 44 C, huawei #6 (0000:41:00.0) 45 C > 44 C")
+    assert _run("accelerator_temperature", amd, MI100_SPEC, **limits) == (
+        "pass", "4 accelerators at or under 60 C")
+    assert _run("accelerator_temperature", amd, MI100_SPEC, max_c=56)[0] == "fail"
+    status, msg = _run("accelerator_temperature", amd, MI100_SPEC, by_model={"mi100": "hot"})
+    assert status == "fail" and "is not a temperature" in msg

@@ -214,19 +214,38 @@ def accelerator_links(
     return res(name, CheckStatus.PASS, f"{len(ports)} accelerator port states up ({kinds})", **ev)
 
 
-@check("accelerator_temperature", max_c=NUMBER)
+@check("accelerator_temperature", max_c=NUMBER, by_model=dict)
 def accelerator_temperature(
     facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]
 ) -> CheckResult:
-    """No accelerator above ``max_c`` (default :data:`DEFAULT_MAX_C`)."""
+    """No accelerator above its limit: ``by_model`` (``{model substring: max C}``, matched
+    case-insensitively against ``"<vendor> <model>"``, first match wins: the threshold follows
+    what the host reports), else ``max_c`` (default :data:`DEFAULT_MAX_C`)."""
     name = "accelerator_temperature"
-    limit = float(params.get("max_c", DEFAULT_MAX_C))
+    default = float(params.get("max_c", DEFAULT_MAX_C))
+    by_model = dict(params.get("by_model") or {})
+    for key, value in by_model.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            msg = f"profile parameter by_model[{key!r}] is not a temperature: {value!r}"
+            return res(name, CheckStatus.FAIL, msg)
     temps = [a for a in facts.accelerators if a.temperature_c is not None]
     if not temps:
         return res(name, CheckStatus.SKIP, "no accelerator temperature reported")
-    hot = [a for a in temps if (a.temperature_c or 0) > limit]
-    ev: dict[str, Any] = {"max_c": limit, "hottest_c": max(a.temperature_c or 0 for a in temps)}
+
+    def limit(a: Accelerator) -> float:
+        label = f"{a.vendor} {a.model}".lower()
+        return next(
+            (float(v) for k, v in by_model.items() if str(k).lower() in label), default
+        )
+
+    hot = [a for a in temps if (a.temperature_c or 0) > limit(a)]
+    limits = sorted({limit(a) for a in temps})
+    ev: dict[str, Any] = {
+        "max_c": limits[0] if len(limits) == 1 else limits,
+        "hottest_c": max(a.temperature_c or 0 for a in temps),
+    }
     if hot:
-        msg = ", ".join(f"{_name(a)} {a.temperature_c:g} C > {limit:g} C" for a in hot)
+        msg = ", ".join(f"{_name(a)} {a.temperature_c:g} C > {limit(a):g} C" for a in hot)
         return res(name, CheckStatus.FAIL, msg, **ev)
-    return res(name, CheckStatus.PASS, f"{len(temps)} accelerators at or under {limit:g} C", **ev)
+    under = "/".join(f"{x:g}" for x in limits)
+    return res(name, CheckStatus.PASS, f"{len(temps)} accelerators at or under {under} C", **ev)
