@@ -4,14 +4,20 @@ closed only where lspci lists the vendor's accelerators."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from tests.sshlab import materialize_host
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section, split_bundle
+from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
+from gpufleet.collect.transport import Outcome, Target
+from gpufleet.collect.vendors.ascend.plugin import split_chip_answers
 from gpufleet.domain.accelerators import Health, LinkState, Vendor, accelerators_of
 from gpufleet.domain.facts import HostFacts
 from gpufleet.errors import ConfigError
@@ -122,3 +128,46 @@ def test_a_lab_driver_change_reaches_the_vendor_versions() -> None:
     assert _facts(render_sections(h)).accelerator_versions[Vendor.HUAWEI].driver == "24.1.0"
     a = _host("mi100-4x").model_copy(update={"driver": "6.7.0"})
     assert _facts(render_sections(a)).accelerator_versions[Vendor.AMD].driver == "6.7.0"
+
+
+def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
+    """The collection script itself (POSIX sh, ``npu_each``) on a host whose npu-smi and
+    hccn_tool answer per chip (fakes serving the lab host's captures, the NPU in Alarm and
+    the port down included) reads the same accelerators as the lab renders."""
+    host = _host("ascend-910b3-8x", ["npu-alarm:5", "npu-link-down:1"])
+    given = render_sections(host)
+    env = materialize_host(tmp_path / "host", given)
+    data = tmp_path / "host" / "chips"
+    data.mkdir()
+    for a in split_chip_answers(given["npu_smi_health"].stdout, "health"):
+        (data / f"health.{a.npu_id}.{a.chip_id}").write_text(a.text.rstrip("\n") + "\n")
+    for name, kind in (("hccn_link", "-link"), ("hccn_net_health", "-net_health")):
+        for a in split_chip_answers(given[name].stdout, name):
+            (data / f"{kind}.{a.logic_id}").write_text(a.text.rstrip("\n") + "\n")
+    for name in ("npu_smi_info", "npu_smi_mapping", "npu_smi_topo"):
+        (data / name).write_text(given[name].stdout + "\n")
+    bin_dir = tmp_path / "host" / "bin"
+    d = str(data)
+    (bin_dir / "npu-smi").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        f'  "info") cat {d}/npu_smi_info ;;\n'
+        f'  "info -m") cat {d}/npu_smi_mapping ;;\n'
+        f'  "info -t topo") cat {d}/npu_smi_topo ;;\n'
+        f'  "info -t health -i "*) cat {d}/health.$5.$7 ;;\n'
+        '  *) echo "npu-smi: unsupported $*" >&2; exit 2 ;;\n'
+        "esac\n")
+    (bin_dir / "hccn_tool").write_text(f'#!/bin/sh\ncat {d}/"$3.$2"\n')
+    for tool in ("npu-smi", "hccn_tool"):
+        (bin_dir / tool).chmod(0o755)
+    res = asyncio.run(LocalTransport(env).run(Target("local", "localhost"), remote_script(), 120.0))
+    assert res.outcome is Outcome.OK and res.output is not None, res.reason
+    got = split_bundle(res.output)
+    for name in ("npu_smi_health", "hccn_link", "hccn_net_health"):
+        assert got[name].rc == 0 and got[name].stdout.count("\n== rc 0 ==") == 8, name
+    assert "Alarm" in got["npu_smi_health"].stdout and "DOWN" in got["hccn_link"].stdout
+    real, lab = _facts(got), _facts(given)
+    assert real.accelerator_errors == {} and real.accelerators == lab.accelerators
+    assert real.accelerator_versions == lab.accelerator_versions
+    npus = {a.index: a for a in real.accelerators}
+    assert npus[5].health is Health.ALARM and len(npus) == 8
