@@ -123,7 +123,9 @@ def test_remote_reads_print_what_the_local_cli_prints(
     assert err["code"] == "not_found" and "gpu-99" in err["message"]
     shown = remote.json("hosts", "show", "gpu-01")
     assert shown == local.json("hosts", "show", "gpu-01")
-    assert "gpu-01" in remote.run("hosts", "show", "gpu-01").stdout
+    assert (
+        remote.run("hosts", "show", "gpu-01").stdout == local.run("hosts", "show", "gpu-01").stdout
+    )
     # a viewer's token reads; the database was never opened on this side
     assert not (tmp_path / "remote-home-never-used").exists()
 

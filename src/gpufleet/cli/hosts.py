@@ -22,7 +22,7 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.service import operations
-from gpufleet.service.hosts import HostView, list_events, list_hosts, show_host
+from gpufleet.service.hosts import HostDetail, HostView, list_events, list_hosts, show_host
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -108,6 +108,11 @@ def show_cmd(
     if as_json:
         print_json(HostDetailOut.of(d).json_dict())
         return
+    render_host(d)
+
+
+def render_host(d: HostDetail) -> None:
+    """The ``hosts show`` page (from the service, or rebuilt from the API in remote mode)."""
     v, f = d.view, d.facts
     console.print(
         f"[bold]{lit(v.name)}[/] ({lit(v.address)})  state [bold]{v.state}[/]  health {v.health}"

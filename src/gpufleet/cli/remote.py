@@ -260,27 +260,32 @@ def hosts_list(
 
 @remote("hosts.show_cmd")
 def hosts_show(api: Client, name: str, as_json: bool) -> None:
-    from gpufleet.cli.common import console, local_time
+    from types import SimpleNamespace
+
+    from gpufleet.api.schemas import AlarmOut, HostOut
+    from gpufleet.cli.hosts import render_host
+    from gpufleet.domain.facts import HostFacts
 
     d = api.get(f"hosts/{urllib.parse.quote(name, safe='')}")
     if as_json:
         print_json(d)
         return
-    h = d["host"]
-    console.print(
-        f"[bold]{lit(h.get('name'))}[/] ({lit(h.get('address'))})  state "
-        f"[bold]{lit(h.get('state'))}[/]  health {lit(h.get('health'))}"
+
+    def timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r | {"at": _dt(r.get("at"))} for r in rows]
+
+    detail: Any = SimpleNamespace(
+        view=HostOut.model_validate(d["host"]),
+        facts=None if d["facts"] is None else HostFacts.model_validate(d["facts"]),
+        usable_gpus=d["usable_gpus"],
+        unusable_gpus=d["unusable_gpus"],
+        collections=d["collections"],
+        alarms=[AlarmOut.model_validate(a) for a in d["alarms"]],
+        remediations=timed(d["remediations"]),
+        evidence=timed(d["evidence"]),
+        events=timed(d["events"]),
     )
-    if h.get("status_reason"):
-        console.print(f"  why: {lit(h['status_reason'])}")
-    for gpu in d.get("gpus") or []:
-        console.print(f"  GPU {gpu.get('index')}: {lit(gpu.get('model'))} {lit(gpu.get('uuid'))}")
-    for a in d.get("alarms") or []:
-        console.print(
-            f"  [red]alarm[/] {lit(a.get('kind'))} ({lit(a.get('severity'))}) since "
-            f"{local_time(_dt(a.get('opened_at')))}: {lit(a.get('message'))}"
-        )
-    console.print("[dim](remote mode: the whole record is in --json)[/]")
+    render_host(detail)
 
 
 @remote("hosts.events_cmd")
