@@ -6,7 +6,7 @@ Three measurements, each printed with a reference measured in the same run:
    lab's real H100 ``--query-gpu`` capture) stored by ``service.inspect.store_samples`` into
    SQLite and PostgreSQL (scratch database). Goal: 10,000 x 8 = 80,000 samples in under 5 s on
    PostgreSQL. Reference: the same rows through plain SQLAlchemy ``executemany`` (what
-   ``store_samples`` does on SQLite; on PostgreSQL it uses ``COPY``).
+   ``store_samples`` does on SQLite; on PostgreSQL it uses ``COPY``, binary for the GPU rows).
 2. **kept-open vs fresh**: ``--ssh-hosts`` real sshd lab hosts (tests/sshlab.py), three sweeps
    with a fresh SSH connection per host per sweep (the default transport) against three
    sweeps over connections kept open between sweeps (``inspect --every``'s transport); the
