@@ -251,6 +251,10 @@ def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))] if xs else float("nan")
@@ -300,6 +304,7 @@ def cpu_ms(pids: list[int]) -> float:
 class Servers:
     procs: list[subprocess.Popen[str]]
     bases: list[str]
+    logs: list[Path]
 
     @property
     def pids(self) -> list[int]:
@@ -322,22 +327,25 @@ def start_servers(url: str, n: int, home: Path, src: str | None = None) -> Serve
     env |= {"GPUFLEET_HOME": str(home), "GPUFLEET_ACTOR": "bench"}
     if src:
         env["PYTHONPATH"] = src
-    procs, bases = [], []
-    for _ in range(n):
+    procs, bases, logs = [], [], []
+    for k in range(n):
         port = free_port()
-        procs.append(
-            subprocess.Popen(
-                [GPUFLEET, "--db", url, "serve", "--port", str(port)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                text=True,
+        # stderr to a file (a pipe nobody reads fills up and blocks the server's logging)
+        logs.append(home.parent / f"serve-{n}-{k}.log")
+        with logs[-1].open("w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [GPUFLEET, "--db", url, "serve", "--port", str(port)],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    text=True,
+                )
             )
-        )
         bases.append(f"http://127.0.0.1:{port}")
-    servers = Servers(procs, bases)
+    servers = Servers(procs, bases, logs)
     deadline = time.monotonic() + 120
-    for p, base in zip(procs, bases, strict=True):
+    for p, base, log_path in zip(procs, bases, logs, strict=True):
         while True:
             try:
                 if httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200:
@@ -346,7 +354,7 @@ def start_servers(url: str, n: int, home: Path, src: str | None = None) -> Serve
                 pass
             if p.poll() is not None or time.monotonic() > deadline:
                 servers.stop()
-                raise SystemExit(f"gpufleet serve did not start: {p.communicate()[1]}")
+                raise SystemExit(f"gpufleet serve did not start: {log_path.read_text()}")
             time.sleep(0.2)
     return servers
 
@@ -375,8 +383,9 @@ async def drive(
     warmup: float,
 ) -> tuple[int, int, float, list[float], list[str]]:
     """Keep ``concurrency`` requests in flight for ``duration`` seconds (after ``warmup``
-    seconds not counted), servers taken round-robin. Returns (requests, errors, seconds,
-    wall ms of each counted request, the first few error descriptions)."""
+    seconds: requests answered before then are not counted), servers taken round-robin.
+    Returns (requests, errors, seconds, wall ms of each counted request, the first few error
+    descriptions)."""
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     clients = [
         httpx.AsyncClient(base_url=b, headers=headers, limits=limits, timeout=60) for b in bases
@@ -404,7 +413,9 @@ async def drive(
             except httpx.HTTPError as exc:
                 ok, why = False, repr(exc)
             t1 = time.perf_counter()
-            if t0 >= t_count:
+            # counted: answered after the warm-up and sent before the end (a request slower
+            # than the warm-up still counts)
+            if t1 >= t_count:
                 times.append((t1 - t0) * 1000)
                 if not ok:
                     errors.append(why)
@@ -432,6 +443,11 @@ def run_endpoint(
     client = (time.process_time() - c0) * 1000
     for w in why:
         print(f"    error ({name}): {w}", file=sys.stderr)
+    if errs:
+        for log_path in servers.logs:
+            tail = log_path.read_text()[-1500:]
+            if tail:
+                print(f"    {log_path.name} ends:\n{tail}", file=sys.stderr)
     # CPU is counted over warm-up and the run: divide by the requests of both (approximately:
     # the warm-up's share of the rate is the same as the run's).
     total = max(1, round(n * (args.warmup + args.duration) / args.duration))
@@ -455,7 +471,7 @@ def report(r: Result) -> None:
     print(
         f"  {r.procs} proc | {r.concurrency:2d} in flight | {r.endpoint:20s} | "
         f"{r.requests / r.seconds:7.1f} req/s | p50 "
-        f"{statistics.median(w) if w else float('nan'):7.1f} | p99 {pct(w, 99):7.1f} | max "
+        f"{median(w):7.1f} | p99 {pct(w, 99):7.1f} | max "
         f"{max(w) if w else float('nan'):7.1f} ms | errors {r.errors:4d}/{r.requests:<5d} | "
         f"server CPU {r.server_cpu_ms:5.1f} ms/req | client CPU {r.client_cpu_ms:4.1f} ms/req | "
         f"load {r.load_before} -> {r.load_after}",
@@ -553,7 +569,7 @@ def main() -> None:
                 print(
                     f"| {r.procs} | {r.concurrency} | {r.endpoint} | "
                     f"{r.requests / r.seconds:.1f} | "
-                    f"{statistics.median(r.wall_ms):.1f} | {pct(r.wall_ms, 99):.1f} | "
+                    f"{median(r.wall_ms):.1f} | {pct(r.wall_ms, 99):.1f} | "
                     f"{r.errors} | {r.server_cpu_ms:.1f} | {r.load_before} -> {r.load_after} |"
                 )
     finally:
