@@ -55,6 +55,9 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     assert npus[0].temperature_c == 43.0 and all(a.health is Health.OK for a in npus)
     assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.peer is None)
     assert [ln.kind for ln in npus[0].links if ln.peer is None] == ["roce", "roce_net_health"]
+    # hccn_tool -stat / -link_stat of the worker-0 capture: no RoCE error packets, 2 link-ups
+    assert [(c.name, c.count) for c in npus[3].error_counters] == [
+        ("roce_rx_err_pkt_num", 0), ("roce_tx_err_pkt_num", 0), ("roce_link_up_count", 2)]
     # the HCCS full mesh of npu-smi info -t topo: 7 peers each, no state
     hccs = [(ln.peer, ln.state) for ln in npus[2].links if ln.kind == "hccs"]
     assert hccs == [(p, LinkState.UNKNOWN) for p in ("0", "1", "3", "4", "5", "6", "7")]
@@ -141,7 +144,8 @@ def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
     data.mkdir()
     for a in split_chip_answers(given["npu_smi_health"].stdout, "health"):
         (data / f"health.{a.npu_id}.{a.chip_id}").write_text(a.text.rstrip("\n") + "\n")
-    for name, kind in (("hccn_link", "-link"), ("hccn_net_health", "-net_health")):
+    for name, kind in (("hccn_link", "-link"), ("hccn_net_health", "-net_health"),
+                       ("hccn_stat", "-stat"), ("hccn_link_stat", "-link_stat")):
         for a in split_chip_answers(given[name].stdout, name):
             (data / f"{kind}.{a.logic_id}").write_text(a.text.rstrip("\n") + "\n")
     for name in ("npu_smi_info", "npu_smi_mapping", "npu_smi_topo"):
@@ -163,7 +167,8 @@ def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
     res = asyncio.run(LocalTransport(env).run(Target("local", "localhost"), remote_script(), 120.0))
     assert res.outcome is Outcome.OK and res.output is not None, res.reason
     got = split_bundle(res.output)
-    for name in ("npu_smi_health", "hccn_link", "hccn_net_health"):
+    for name in ("npu_smi_health", "hccn_link", "hccn_net_health", "hccn_stat",
+                 "hccn_link_stat"):
         assert got[name].rc == 0 and got[name].stdout.count("\n== rc 0 ==") == 8, name
     assert "Alarm" in got["npu_smi_health"].stdout and "DOWN" in got["hccn_link"].stdout
     real, lab = _facts(got), _facts(given)

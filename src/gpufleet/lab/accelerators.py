@@ -11,8 +11,10 @@ installed (rc 127). Captures served (tests/fixtures/captured, PROVENANCE.md ther
     with its error codes and information (after); ``hccn_tool -link -g``: gpustack's
     ``link status: DOWN`` capture, and for a port that is up the same line with ``UP`` (no
     capture of an UP answer exists); ``npu-smi info -t topo``: the ms-swift 8x 910B3 HCCS
-    matrix (same host as the table); driver/firmware ``version.info`` and the CANN toolkit
-    ``ascend_toolkit_install.info`` of the mind-cluster bundle.
+    matrix (same host as the table); ``hccn_tool -stat`` / ``-link_stat`` of devices 0-7: the
+    mind-cluster worker-0 bundle (before its job: no RoCE error packets, 2 link-ups each);
+    driver/firmware ``version.info`` and the CANN toolkit ``ascend_toolkit_install.info`` of
+    the mind-cluster bundle.
 ``mi100-4x``
     telegraf's ``rocm-smi --json`` of 4x MI100 on ROCm 6.0.2 (a superset of the keys the
     collection asks for), as captured.
@@ -46,6 +48,7 @@ _NOT_FOUND_RC = 127
 
 _KG_BEFORE = "ascend/mind-cluster_kg_parse_npu_info_before.txt"
 _KG_AFTER = "ascend/mind-cluster_kg_parse_npu_info_after.txt"
+_W0_BEFORE = "ascend/mind-cluster_st_testcase_worker-0_npu_info_before.txt"
 _MAPPING_910B = "ascend/gpustack_test_npu_smi_910B_info-m.txt"
 _LINK_DOWN = "ascend/gpustack_test_npu_smi_910B_hccn_tool-link-g_DOWN.txt"
 
@@ -78,6 +81,11 @@ def _ascend_captures() -> dict[str, str]:
         "alarm": bundle_output(d / _KG_AFTER, "-c 0 -t health"),
         "down": tool_output(d / _LINK_DOWN),
         "net_down": bundle_output(d / _KG_BEFORE, "-net_health -g"),
+        **{f"stat{i}": bundle_output(d / _W0_BEFORE, f"-i {i} -stat -g") for i in range(8)},
+        **{
+            f"link_stat{i}": bundle_output(d / _W0_BEFORE, f"-i {i} -link_stat -g")
+            for i in range(8)
+        },
         "topo": tool_output(d / "ascend/ms-swift_NPU-support_npu-smi_info_-t_topo_8x910B3.txt"),
         "driver": bundle_output(d / _KG_AFTER, "driver/version.info"),
         "firmware": bundle_output(d / _KG_AFTER, "firmware/version.info"),
@@ -159,6 +167,12 @@ def _ascend(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
         "npu_smi_health": (_framed(rows, health), "", 0),
         "hccn_link": (_framed(rows, link), "", 0),
         "hccn_net_health": (_framed(rows, net), "", 0),
+        "hccn_stat": (_framed(rows, {n: cap[f"stat{lg}"] for n, _, lg in rows}), "", 0),
+        "hccn_link_stat": (
+            _framed(rows, {n: cap[f"link_stat{lg}"] for n, _, lg in rows}),
+            "",
+            0,
+        ),
         "npu_smi_topo": (cap["topo"], "", 0),
         "ascend_driver_version": (_driver(cap["driver"], r"(?m)^(Version=)(\S+)$", host), "", 0),
         "ascend_firmware_version": (cap["firmware"], "", 0),

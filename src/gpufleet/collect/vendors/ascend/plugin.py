@@ -15,7 +15,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpufleet.collect.vendors.ascend.hccn import parse_link, parse_net_health
+from gpufleet.collect.vendors.ascend.hccn import (
+    parse_link,
+    parse_link_stat,
+    parse_net_health,
+    parse_stat,
+)
 from gpufleet.collect.vendors.ascend.npu_smi import (
     ChipHealth,
     ChipMapping,
@@ -32,6 +37,7 @@ from gpufleet.domain.accelerators import (
     Accelerator,
     AcceleratorInventory,
     CheckResult,
+    ErrorCounter,
     Link,
     LinkState,
     SoftwareVersions,
@@ -50,6 +56,8 @@ SECTIONS: Mapping[str, str] = {
     "npu_smi_health": "npu-smi info -t health -i N -c C (per chip)",
     "hccn_link": "hccn_tool -i L -link -g (per chip)",
     "hccn_net_health": "hccn_tool -i L -net_health -g (per chip)",
+    "hccn_stat": "hccn_tool -i L -stat -g (per chip)",
+    "hccn_link_stat": "hccn_tool -i L -link_stat -g (per chip)",
     "npu_smi_topo": "npu-smi info -t topo",
     "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
     "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
@@ -142,6 +150,7 @@ def to_inventory(
     source: str = "npu-smi info",
     topo: TopoMatrix | None = None,
     net_health: Mapping[int, str] | None = None,
+    counters: Mapping[int, Sequence[ErrorCounter]] | None = None,
 ) -> AcceleratorInventory:
     """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
     device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
@@ -151,7 +160,9 @@ def to_inventory(
     port as a ``roce`` :class:`Link`; ``topo`` (``-t topo``) adds a link to each peer NPU
     of the kind the matrix names (``hccs``, ``pix`` ...; no state: the matrix states none);
     ``net_health`` (logic id -> ``hccn_tool -net_health``) adds the port's network health as
-    a ``roce_net_health`` :class:`Link`, up when the tool says ``Success``."""
+    a ``roce_net_health`` :class:`Link`, up when the tool says ``Success``; ``counters``
+    (logic id -> RoCE error packets of ``-stat`` and the link-up count of ``-link_stat``)
+    become the NPU's error counters."""
     peers: dict[int, list[Link]] = {}
     for (a, b), kind in (topo.links if topo else {}).items():
         if a.startswith("NPU") and b.startswith("NPU") and a[3:].isdigit() and b[3:].isdigit():
@@ -176,6 +187,7 @@ def to_inventory(
                 memory_used_mib=chip.hbm_used_mb if chip.hbm_total_mb else chip.memory_used_mb,
                 health=detail.health if detail else chip.health,
                 error_codes=detail.error_codes if detail else (),
+                error_counters=tuple((counters or {}).get(index, ())),
                 temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
                 power_w=chip.power_w,
                 links=(() if port is None else (Link(kind="roce", peer=None, state=port),))
@@ -232,6 +244,17 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
     ):
         if a.rc == 0:
             net[a.logic_id] = parse_net_health(a.text, f"hccn_tool -i {a.logic_id} -net_health -g")
+    counters: dict[int, list[ErrorCounter]] = {}
+    for a in split_chip_answers(outputs.get("hccn_stat", ""), SECTIONS["hccn_stat"]):
+        if a.rc == 0:
+            stats = parse_stat(a.text, f"hccn_tool -i {a.logic_id} -stat -g")
+            counters.setdefault(a.logic_id, []).extend(c for c in stats if "err" in c.name)
+    for a in split_chip_answers(outputs.get("hccn_link_stat", ""), SECTIONS["hccn_link_stat"]):
+        if a.rc == 0:
+            history = parse_link_stat(a.text, f"hccn_tool -i {a.logic_id} -link_stat -g")
+            counters.setdefault(a.logic_id, []).append(
+                ErrorCounter("roce_link_up_count", history.link_up_count)
+            )
     topo = (
         parse_npu_smi_topo(outputs["npu_smi_topo"]) if outputs.get("npu_smi_topo") else None
     )
@@ -240,6 +263,7 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         mapping,
         topo=topo,
         net_health=net or None,
+        counters=counters or None,
         driver=version("ascend_driver_version"),
         firmware=version("ascend_firmware_version"),
         cann=version("ascend_cann_version"),
@@ -345,6 +369,10 @@ COLLECTOR = VendorCollector(
             "npu_each -net_health",
             tool="hccn_tool",
             args="-net_health -g",
+        ),
+        VendorSection("hccn_stat", "npu_each -stat", tool="hccn_tool", args="-stat -g"),
+        VendorSection(
+            "hccn_link_stat", "npu_each -link_stat", tool="hccn_tool", args="-link_stat -g"
         ),
         VendorSection(
             "npu_smi_topo", "$TO npu-smi info -t topo", tool="npu-smi", args="info -t topo"
