@@ -18,7 +18,7 @@ from gpufleet.domain.drift import diff_against_baseline
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
-from gpufleet.domain.labels import derive_labels
+from gpufleet.domain.labels import derive_labels, fact_labels
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
 from gpufleet.inventory import load_inventory
@@ -91,6 +91,7 @@ def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: 
         assert snap.os == (facts.os.pretty_name if facts.os else None), name
         assert snap.dmi_uuid == (dmi.upper() if dmi else None), name
         assert snap.content_hash == facts_digest(facts.model_dump(mode="json")), name
+        assert snap.fact_labels == fact_labels(facts), name  # migration 0015
     assert full["gpu-06"][1].gpu_count == 0 and full["gpu-05"][1].gpu_count == 7
 
     # listing: what the full facts give
@@ -123,6 +124,19 @@ def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: 
             assert base is not None
             if items := diff_against_baseline(facts, base):
                 want_drift[name] = items
+    assert {x.host: x.labels for x in host_labels(fleet)} == want_labels
+    # ... from the stored fact_labels alone: the facts documents cannot be read
+    with fleet.db.session() as s:
+        s.execute(update(FactSnapshot).values(facts={}))
+    assert {x.host: x.labels for x in host_labels(fleet)} == want_labels
+    # ... and from the facts where fact_labels is missing or of another version
+    with fleet.db.session() as s:
+        for name, (_, snap, _) in full.items():
+            s.execute(
+                update(FactSnapshot)
+                .where(FactSnapshot.id == snap.id)
+                .values(facts=snap.facts, fact_labels={"v": -1} if name < "gpu-04" else None)
+            )
     assert {x.host: x.labels for x in host_labels(fleet)} == want_labels
     rep = drift(fleet)
     assert rep.by_host == want_drift
@@ -185,3 +199,33 @@ def test_postgresql_plans_the_filtered_host_list_with_indexes(
     assert "ix_hosts_state" in plan, plan
     assert "fact_snapshots_pkey" in plan, plan
     assert "fact_snapshots.facts" not in str(compiled), "the facts document is not read"
+
+
+def test_migration_0015_backfills_the_latest_snapshots_fact_labels(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A database collected before 0015 gets its hosts' latest snapshots' ``fact_labels``
+    on upgrade (equal to what the facts give), and labels read them."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION
+
+    _lab(fleet, tmp_path)
+    collect(fleet)
+    want = {x.host: x.labels for x in host_labels(fleet)}
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    before = ScriptDirectory.from_config(cfg).get_revision("0015").down_revision
+    assert isinstance(before, str)
+    with fleet.db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, before)
+    fleet.db.migrate()
+    assert fleet.db.current_revision() == SCHEMA_REVISION
+    full = _full(fleet)
+    assert len(full) == 7
+    for name, (_, snap, facts) in full.items():
+        assert snap.fact_labels == fact_labels(facts), name
+    assert {x.host: x.labels for x in host_labels(fleet)} == want

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
-from gpufleet.service.summary import FleetSummary, HostLabels, fleet_summary, host_labels
+from gpufleet.cli.common import boundary, current_settings, lit, open_fleet, print_json
+
+# Imported where used: ``labels HOST`` reads one host without them (issue 8, start-up).
+if TYPE_CHECKING:
+    from gpufleet.service.labels import HostLabels
+    from gpufleet.service.summary import FleetSummary
 
 STATE_ORDER = [
     "available",
@@ -31,6 +35,10 @@ def summary_json(sm: FleetSummary) -> dict[str, object]:
 
 def render_summary(sm: FleetSummary) -> None:
     """Rich rendering of a fleet summary."""
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
     console.rule("fleet summary")
     console.print(
         f"[bold]{sm.hosts} hosts, {sm.gpus_total} GPUs, {sm.gpus_available} GPUs available[/]"
@@ -91,6 +99,10 @@ def _host_table(
     """One row per host: optional fault/outcome column, then the reason (printed if any)."""
     if not rows:
         return
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
     t = Table(title=title)
     t.add_column("host", no_wrap=True)
     if fault_col:
@@ -119,6 +131,8 @@ def summary_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Hosts per state, available GPUs per profile/model, quarantined hosts, drift."""
+    from gpufleet.service.summary import fleet_summary
+
     sm = fleet_summary(open_fleet(), selector)
     if as_json:
         print_json(summary_json(sm))
@@ -132,7 +146,14 @@ def labels_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Kubernetes labels (GPU Feature Discovery compatible + gpufleet.io) and taints."""
-    rows = host_labels(open_fleet(), selector)
+    from gpufleet.service.labels import lean_host_labels
+
+    # One host by name: read lean (no SQLAlchemy, no facts document), else the full path.
+    rows = lean_host_labels(current_settings().db_url(), selector)
+    if rows is None:
+        from gpufleet.service.summary import host_labels
+
+        rows = host_labels(open_fleet(), selector)
     if as_json:
         print_json(
             [
@@ -152,6 +173,10 @@ def labels_cmd(
 
 def render_labels(rows: Sequence[HostLabels]) -> None:
     """One table per host: its labels, then its taints."""
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
     for r in rows:
         t = Table(title=lit(r.host), show_header=False)
         t.add_column("key", no_wrap=True)

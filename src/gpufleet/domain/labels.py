@@ -4,6 +4,11 @@
 selectors keep working on hosts gpufleet labels before GFD runs; ``gpufleet.io/*`` carry what
 GFD cannot know (lifecycle state, pool, baseline, validated profiles, fabric actually up).
 Every value goes through :func:`sanitize_label_value`.
+
+What the labels take from the facts is :func:`fact_labels`: a small JSON value stored with each
+snapshot (``fact_snapshots.fact_labels``, migration 0015, issue 8), so that the labels of a
+fleet are derived without decoding every host's facts document; :func:`derive_labels` takes
+either the facts or that stored value and gives the same labels.
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
-from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
+
+if TYPE_CHECKING:  # not imported at run time: ``labels HOST`` starts without them (issue 8)
+    from gpufleet.domain.facts import HostFacts
+    from gpufleet.domain.spec import ExpectedSpec
 
 PREFIX = "gpufleet.io"
 _VALUE_MAX = 63
@@ -153,6 +161,16 @@ def _version_parts(version: str | None, names: Iterable[str]) -> dict[str, str]:
     return {name: part for name, part in zip(names, parts, strict=False) if part}
 
 
+def _active_ports(facts: HostFacts) -> list[tuple[float | None, str | None]]:
+    """(rate, link layer) of the high-speed ports that are *Active* and linked up."""
+    return [
+        (p.rate_gbps, p.link_layer)
+        for p in facts.ib_ports or []  # None: ibstat not collected, no port counts as up
+        if (p.state or "").lower() == "active"
+        and (p.physical_state or "linkup").lower() == "linkup"
+    ]
+
+
 def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     """``ib`` / ``roce`` / ``none`` from ports that are *Active*.
 
@@ -160,17 +178,16 @@ def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     ``none``: a rail-optimised multi-node job needs every rail, so a host with one rail down
     must not be scheduled as a fabric node.
     """
-    active = [
-        p
-        for p in facts.ib_ports or []  # None: ibstat not collected, no port counts as up
-        if (p.state or "").lower() == "active"
-        and (p.physical_state or "linkup").lower() == "linkup"
-    ]
+    return _fabric(_active_ports(facts), spec)
+
+
+def _fabric(active: Iterable[Iterable[Any]], spec: ExpectedSpec | None) -> str:
+    ports = [(rate, layer) for rate, layer in active]
     if spec is not None and spec.ib_rate_gbps:
-        active = [p for p in active if (p.rate_gbps or 0) >= spec.ib_rate_gbps]
-    if spec is not None and spec.ib_ports and len(active) < spec.ib_ports:
+        ports = [p for p in ports if (p[0] or 0) >= spec.ib_rate_gbps]
+    if spec is not None and spec.ib_ports and len(ports) < spec.ib_ports:
         return "none"
-    layers = {(p.link_layer or "").lower() for p in active}
+    layers = {(layer or "").lower() for _, layer in ports}
     if "infiniband" in layers:
         return "ib"
     if "ethernet" in layers:
@@ -178,9 +195,49 @@ def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     return "none"
 
 
+#: The version of what :func:`fact_labels` stores: bump it whenever the labels take something
+#: new from the facts; a stored value of another version is not used (the reader decodes the
+#: facts instead), so a stale one can never give wrong labels.
+FACT_LABELS_VERSION = 1
+
+
+def fact_labels(facts: HostFacts) -> dict[str, Any]:
+    """Everything :func:`derive_labels` takes from ``facts``, as a small JSON value: the
+    labels that depend on the facts alone, the GPU count and the active high-speed ports
+    (the fabric label also depends on the host's expected spec, applied when reading)."""
+    after: dict[str, str] = {}  # the labels that follow the fabric label
+    nvlink = facts.nvlink
+    has_nvlink = bool(
+        nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)
+    )
+    after[f"{PREFIX}/nvlink"] = str(has_nvlink).lower()
+    if facts.block_devices is not None:  # None: lsblk not collected, size unknown
+        nvme = sum(
+            d.size_bytes
+            for d in facts.block_devices
+            if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
+        )
+        after[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+    return {
+        "v": FACT_LABELS_VERSION,
+        "labels": _gfd_labels(facts),
+        "gpus": len(facts.gpus),
+        "ports": [list(p) for p in _active_ports(facts)],
+        "after": after,
+    }
+
+
+def usable_fact_labels(value: object) -> dict[str, Any] | None:
+    """A stored :func:`fact_labels` value if it is of this version (else None: decode the
+    facts)."""
+    if isinstance(value, dict) and value.get("v") == FACT_LABELS_VERSION:
+        return value
+    return None
+
+
 def derive_labels(
     host_name: str,
-    facts: HostFacts | None,
+    facts: HostFacts | dict[str, Any] | None,
     state: HostState,
     pool: str | None,
     baseline_name: str | None,
@@ -198,7 +255,11 @@ def derive_labels(
 
     ``host_name`` is not labelled (Kubernetes has ``kubernetes.io/hostname``); it is taken so
     exporters can call this uniformly and for future per-host labels.
+
+    ``facts`` may be the facts or their :func:`fact_labels` (as stored with the snapshot,
+    checked by :func:`usable_fact_labels`): the labels are the same.
     """
+    fl = None if facts is None else facts if isinstance(facts, dict) else fact_labels(facts)
     labels: dict[str, str] = {f"{PREFIX}/state": str(state)}
     own = {
         "pool": pool,
@@ -214,24 +275,13 @@ def derive_labels(
         if is_valid_label_key(key):
             labels[key] = "true"
 
-    if facts is not None:
-        labels.update(_gfd_labels(facts))
-        if usable_gpus is not None and facts.gpus:
+    if fl is not None:
+        labels.update(fl["labels"])
+        if usable_gpus is not None and fl["gpus"]:
             labels["nvidia.com/gpu.count"] = str(usable_gpus)
             labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
-        labels[f"{PREFIX}/fabric"] = fabric_up(facts, spec)
-        nvlink = facts.nvlink
-        has_nvlink = bool(
-            nvlink and nvlink.supported and any(lk.active for g in nvlink.gpus for lk in g.links)
-        )
-        labels[f"{PREFIX}/nvlink"] = str(has_nvlink).lower()
-        if facts.block_devices is not None:  # None: lsblk not collected, size unknown
-            nvme = sum(
-                d.size_bytes
-                for d in facts.block_devices
-                if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
-            )
-            labels[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+        labels[f"{PREFIX}/fabric"] = _fabric(fl["ports"], spec)
+        labels.update(fl["after"])
     return {k: sanitize_label_value(v) for k, v in labels.items()}
 
 

@@ -36,6 +36,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
+from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ParseError
@@ -603,6 +604,7 @@ def _store_facts(
                 "content_hash": digest,
                 "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
                 "gpu_memory_mib": min(mems) if mems else None,
+                "fact_labels": fact_labels(facts),
             }
         ],
     ).scalar_one()

@@ -5,14 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.health import Fault
-from gpufleet.domain.labels import Taint, derive_labels, derive_taints
-from gpufleet.domain.spec import ExpectedSpec
+from gpufleet.domain.labels import usable_fact_labels
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import open_alarms
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.labels import HostLabels, labels_of
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import Baselines, hosts_with_latest_facts, latest_facts
 from gpufleet.store.tables import Host
@@ -92,49 +90,32 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     )
 
 
-@dataclass
-class HostLabels:
-    """Labels and taints of one host."""
-
-    host: str
-    labels: dict[str, str]
-    taints: list[Taint]
-
-
 def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host.
 
-    The hosts are read without their facts; the facts of their latest snapshots are then
-    decoded a batch at a time and dropped once the host's labels are derived."""
+    The hosts are read without their facts: each latest snapshot's ``fact_labels`` (what the
+    labels take from the facts, issue 8) is enough; only a snapshot without a usable one
+    (written before migration 0015, or by another version of the rules) has its facts
+    decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
         rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
         lookup = Baselines(s)
-        by_snapshot = {snap.id: h for h, snap in rows if snap is not None}
+        by_snapshot: dict[int, Host] = {}
         derived: dict[str, HostLabels] = {}
+        for h, snap in rows:
+            if snap is None:
+                continue
+            stored = usable_fact_labels(snap.fact_labels)
+            if stored is None:
+                by_snapshot[snap.id] = h
+            else:
+                derived[h.name] = labels_of(h, stored, lookup.name_for(h))
         for sid, facts in latest_facts(s, list(by_snapshot)):
             h = by_snapshot[sid]
-            derived[h.name] = _labels(h, facts, lookup.name_for(h))
-        out = [derived.get(h.name) or _labels(h, None, lookup.name_for(h)) for h, _ in rows]
+            derived[h.name] = labels_of(h, facts, lookup.name_for(h))
+        out = [derived.get(h.name) or labels_of(h, None, lookup.name_for(h)) for h, _ in rows]
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     return out
 
 
-def _labels(h: Host, facts: HostFacts | None, baseline: str | None) -> HostLabels:
-    state = HostState(h.state)
-    fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
-    spec = ExpectedSpec.model_validate(h.expected)
-    labels = derive_labels(
-        h.name,
-        facts,
-        state,
-        h.pool,
-        baseline,
-        h.rack,
-        h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
-        spec,
-        fault,
-        usable_gpus=h.usable_gpus,
-        unusable_gpus=len(h.unusable_gpus or []),
-    )
-    return HostLabels(h.name, labels, derive_taints(state, fault))

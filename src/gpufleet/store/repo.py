@@ -16,6 +16,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.errors import NotFound
+from gpufleet.store.readmodel import baseline_name
 from gpufleet.store.tables import BaselineRow, Event, FactSnapshot, Host, Pool
 
 
@@ -96,12 +97,12 @@ class Baselines:
 
     def name_for(self, host: Host) -> str | None:
         """As :func:`baseline_name_for_host`."""
-        name = host.vars.get("gpufleet_baseline")
-        if not name and host.pool:
+        pool_baseline = None
+        if not host.vars.get("gpufleet_baseline") and host.pool:
             if self._pools is None:
                 self._pools = {n: b for n, b in self._s.execute(select(Pool.name, Pool.baseline))}
-            name = self._pools.get(host.pool)
-        return name or None
+            pool_baseline = self._pools.get(host.pool)
+        return baseline_name(host.vars, pool_baseline)
 
     def for_host(self, host: Host) -> Baseline | None:
         """As :func:`baseline_for_host`."""
@@ -122,10 +123,10 @@ def baseline_name_for_host(s: Session, host: Host) -> str | None:
     """The name of the baseline that applies to ``host``: its own ``gpufleet_baseline``
     variable, else its pool's baseline; None when neither names one. The named baseline may
     not exist (see :func:`baseline_for_host`)."""
-    name = host.vars.get("gpufleet_baseline")
-    if not name and host.pool:
-        name = s.scalar(select(Pool.baseline).where(Pool.name == host.pool))
-    return name or None
+    pool_baseline = None
+    if not host.vars.get("gpufleet_baseline") and host.pool:
+        pool_baseline = s.scalar(select(Pool.baseline).where(Pool.name == host.pool))
+    return baseline_name(host.vars, pool_baseline)
 
 
 def baseline_for_host(s: Session, host: Host) -> Baseline | None:

@@ -225,6 +225,9 @@ class FactSnapshot(Base):
     content_hash: Mapped[str | None] = mapped_column(String(64))
     dmi_uuid: Mapped[str | None] = mapped_column(String(64), index=True)
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer)
+    #: issue 8 (migration 0015): what the labels take from the facts
+    #: (``domain.labels.fact_labels``, versioned), so labels need not decode ``facts``.
+    fact_labels: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
 
 
 #: issue 8: hosts by their latest snapshot (duplicate checks join snapshot -> host).

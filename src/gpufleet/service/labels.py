@@ -1,0 +1,103 @@
+"""One host's Kubernetes labels and taints from its row: the one place that turns a host's
+lifecycle, pool, baseline, spec and its snapshot's facts into :func:`derive_labels` arguments
+(:func:`gpufleet.service.summary.host_labels` for a selection; :func:`lean_host_labels` for
+``gpufleet labels HOST``, which must start fast).
+
+Light on purpose (issue 8, start-up): importing this module imports no SQLAlchemy, ORM
+table or service; the facts model and the spec model are imported when used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpufleet.domain.health import Fault
+from gpufleet.domain.labels import Taint, derive_labels, derive_taints, usable_fact_labels
+from gpufleet.domain.states import HostState
+
+if TYPE_CHECKING:
+    from gpufleet.domain.facts import HostFacts
+
+
+@dataclass
+class HostLabels:
+    """Labels and taints of one host."""
+
+    host: str
+    labels: dict[str, str]
+    taints: list[Taint]
+
+
+class LabelledHost(Protocol):
+    """What labels read of a host (the ``Host`` table row, or the lean read's row)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def fault(self) -> str | None: ...
+    @property
+    def pool(self) -> str | None: ...
+    @property
+    def rack(self) -> str | None: ...
+    @property
+    def profiles(self) -> list[str]: ...
+    @property
+    def expected(self) -> dict[str, Any]: ...
+    @property
+    def usable_gpus(self) -> int | None: ...
+    @property
+    def unusable_gpus(self) -> list[dict[str, Any]] | None: ...
+
+
+def labels_of(
+    h: LabelledHost, facts: HostFacts | dict[str, Any] | None, baseline: str | None
+) -> HostLabels:
+    """``h``'s labels and taints; ``facts`` its latest facts, or their stored
+    ``fact_labels`` (None before the first collection)."""
+    from gpufleet.domain.spec import ExpectedSpec
+
+    state = HostState(h.state)
+    fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
+    spec = ExpectedSpec.model_validate(h.expected)
+    labels = derive_labels(
+        h.name,
+        facts,
+        state,
+        h.pool,
+        baseline,
+        h.rack,
+        h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
+        spec,
+        fault,
+        usable_gpus=h.usable_gpus,
+        unusable_gpus=len(h.unusable_gpus or []),
+    )
+    return HostLabels(h.name, labels, derive_taints(state, fault))
+
+
+#: Characters that make a selector more than one plain host name.
+_NOT_A_NAME = frozenset(",:*?[")
+
+
+def lean_host_labels(db_url: str, selector: str | None) -> list[HostLabels] | None:
+    """The labels of the one host ``selector`` names, read without SQLAlchemy or the facts
+    document (:func:`gpufleet.store.readmodel.host_label_row` and the snapshot's stored
+    ``fact_labels``); None when the lean read cannot give exactly what
+    :func:`~gpufleet.service.summary.host_labels` would (a selector that is not one plain
+    name, no such host, a snapshot without usable ``fact_labels``, a database it cannot
+    read): then call that."""
+    name = (selector or "").strip()
+    if not name or _NOT_A_NAME & set(name):
+        return None
+    from gpufleet.store.readmodel import host_label_row
+
+    row = host_label_row(db_url, name)
+    if row is None:
+        return None
+    stored = usable_fact_labels(row.fact_labels)
+    if row.has_snapshot and stored is None:
+        return None
+    return [labels_of(row, stored, row.baseline)]
