@@ -1,20 +1,26 @@
 """Scale-out on PostgreSQL (issue 12 workers): two ``gpufleet serve`` processes and three
 ``gpufleet worker`` processes on one database, a 1,000-host simulated fleet.
 
-Collections are started through both servers (the whole fleet through one, 200 of its hosts
-through the other, at the same time: the overlapping chunks wait for each other's claims) and
-by a schedule (99 hosts); one worker is killed with SIGKILL in the middle of a chunk. Then:
-every host has exactly one result in every run, the killed worker's chunk was retried by
-another worker and finished, every chunk job succeeded (none lost), and no periodic job was
-deferred or run twice for one period (the sweep runs every 3 s on all three workers).
+Collections and inspections are started through both servers (server A: the whole fleet
+collected and 50 of its hosts inspected; server B: 299 hosts inspected and 50 collected, all at
+the same time: overlapping chunks wait for each other's claims) and by schedules (a collection
+and an inspection of 99 hosts, once); one worker is killed with
+SIGKILL in the middle of a chunk. Then, from the store: every host has exactly one result in
+every run (one ``collection_results`` row per host per collect run; one ``job_run_hosts`` row
+and one sample per host per inspect run, and no other sample), the killed worker's chunk was
+queued again by procrastinate's stalled-worker detection (heartbeats) and finished by another
+worker, every chunk job succeeded once (none lost, none left), and no periodic job was
+deferred or started twice for one period (the sweep runs every 3 s on all three workers, the
+schedules fire once).
 
-Slow (1,300 host collections by three workers, two to four minutes on 2 busy cores): marked
-``postgres`` and run in full.
+Marked ``postgres``; 1,149 collections and 448 inspections by three workers (the work of the
+1,300 collections this test ran before inspections were jobs).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -42,6 +48,15 @@ pytestmark = pytest.mark.postgres
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 HOSTS = 1000
 CHUNK = 50
+SCHEDULE_IN_S = 40
+#: (server, kind, selector, hosts) of the runs started through the API
+STARTS = [
+    (0, "collect", None, HOSTS),
+    (1, "inspect", "gpu-00*,gpu-01*,gpu-02*", 299),
+    (0, "inspect", "gpu-010*,gpu-011*,gpu-012*,gpu-013*,gpu-014*", 50),
+    (1, "collect", "gpu-015*,gpu-016*,gpu-017*,gpu-018*,gpu-019*", 50),
+]
+SCHEDULED = 99  # gpu-0001 .. gpu-0099
 
 
 def free_port() -> int:
@@ -80,6 +95,7 @@ def wait(what: str, check: object, timeout_s: float, procs: list[subprocess.Pope
 
 def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Path) -> None:
     started_at = time.monotonic()
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     env |= {
         "GPUFLEET_DATABASE_URL": database,
@@ -100,17 +116,18 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
 
     lab = tmp_path / "lab"
     lab.mkdir()
-    fl = create_fleet(HOSTS, models=["h100-8x", "a100-8x"], faults={})
+    fl = create_fleet(HOSTS, models=["h100-8x"], faults={})
     fl.save(lab)
     write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
     fleet = Fleet.open(home=tmp_path / "home", url=database, actor="pytest")
     enroll(fleet, load_inventory(lab / "inventory.ini"))
     db = Database(database)
 
-    # the scheduled collection fires once, while the API's runs are being worked on (the
-    # processes take a while to start on busy cores)
-    schedule_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=45)
+    # the scheduled collection and inspection fire once, while the API's runs are being worked
+    # on (the processes take a while to start on busy cores)
+    schedule_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=SCHEDULE_IN_S)
     env["GPUFLEET_SCHEDULE_COLLECT"] = once_at(schedule_at)
+    env["GPUFLEET_SCHEDULE_INSPECT"] = once_at(schedule_at)
     procs: list[subprocess.Popen[str]] = []
     kinds: list[str] = []
     ports = [free_port(), free_port()]
@@ -139,22 +156,23 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
                 return False
 
         wait("the servers", up, 300, procs)
-        run_ids = {}
-        for port, selector, hosts in zip(
-            ports, [None, "gpu-01*,gpu-02*"], [HOSTS, 200], strict=True
-        ):
+        run_ids: dict[int, tuple[str, int]] = {}
+        for server, kind, selector, hosts in STARTS:
             r = httpx.post(
-                f"http://127.0.0.1:{port}/api/v1/runs",
-                json={"kind": "collect", "selector": selector},
+                f"http://127.0.0.1:{ports[server]}/api/v1/runs",
+                json={"kind": kind, "selector": selector},
                 headers=auth("operator"),
                 timeout=60,
             )
             assert r.status_code == 202, r.text
-            assert (r.json()["hosts"], r.json()["chunks"]) == (hosts, hosts // CHUNK)
-            run_ids[r.json()["id"]] = hosts
+            body = r.json()
+            assert (body["kind"], body["hosts"]) == (kind, hosts)
+            assert body["chunks"] == -(-hosts // CHUNK)
+            assert all(c["job_id"] is not None for c in body["chunk_list"])
+            run_ids[body["id"]] = (kind, hosts)
 
         # SIGKILL one worker in the middle of a chunk it is running (just started: most of
-        # its hosts not collected yet)
+        # its hosts without a result yet)
         victim = workers[0]
         killed: list[tuple[int, int]] = []
 
@@ -163,10 +181,10 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
                 row = c.execute(
                     text(
                         "SELECT ch.run_id, ch.seq, "
-                        "(SELECT count(*) FROM collection_results cr JOIN hosts h "
-                        " ON h.id = cr.host_id JOIN job_runs jr ON jr.id = ch.run_id "
-                        " WHERE cr.run_id = jr.collection_run_id "
-                        " AND h.name IN (SELECT json_array_elements_text(ch.hosts::json))) "
+                        "(SELECT count(*) FROM collection_results cr JOIN job_runs jr "
+                        "  ON jr.id = ch.run_id WHERE cr.run_id = jr.collection_run_id "
+                        "  AND cr.host_id IN "
+                        "  (SELECT json_array_elements_text(ch.hosts::json)::int)) "
                         "FROM job_chunks ch WHERE ch.state = 'running' AND ch.worker = :w"
                     ),
                     {"w": label[victim.pid]},
@@ -183,14 +201,18 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
         def all_done() -> bool:
             with db.engine.connect() as c:
                 states = c.execute(text("SELECT schedule, state FROM job_runs")).all()
-            scheduled = [s for sch, s in states if sch == "collect"]
-            return len(scheduled) == 1 and all(s in ("succeeded", "failed") for _, s in states)
+            scheduled = sorted(sch for sch, _ in states if sch is not None)
+            return scheduled == ["collect", "inspect"] and all(
+                s in ("succeeded", "failed") for _, s in states
+            )
 
         try:
-            wait("every run to finish (the scheduled one too)", all_done, 1200, procs)
+            wait("every run to finish (the scheduled ones too)", all_done, 1200, procs)
         except AssertionError:
             with db.engine.connect() as c:
-                print(c.execute(text("SELECT id, state, schedule, hosts FROM job_runs")).all())
+                print(
+                    c.execute(text("SELECT id, kind, state, schedule, hosts FROM job_runs")).all()
+                )
                 print(
                     c.execute(
                         text(
@@ -200,32 +222,54 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
                     ).all()
                 )
             raise
-        collected_s = time.monotonic() - started_at
+        done_s = time.monotonic() - started_at
 
         with db.engine.connect() as c:
             runs = c.execute(
-                text("SELECT id, state, schedule, period, collection_run_id FROM job_runs")
+                text(
+                    "SELECT id, kind, state, schedule, period, hosts, chunks, collection_run_id "
+                    "FROM job_runs ORDER BY id"
+                )
             ).all()
-            assert len(runs) == 3
+            assert len(runs) == len(STARTS) + 2
             assert {r.state for r in runs} == {"succeeded"}
             assert sorted(r.id for r in runs if r.schedule is None) == sorted(run_ids)
-            expected = {r.id: run_ids.get(r.id, 99) for r in runs}
+            expected = {r.id: run_ids.get(r.id, (r.schedule, SCHEDULED)) for r in runs}
+            assert {(r.kind, r.hosts) for r in runs} == set(expected.values())
             for run in runs:  # every host exactly once per run
-                per_host = c.execute(
-                    text(
-                        "SELECT host_id, count(*) FROM collection_results WHERE run_id = :r "
-                        "GROUP BY host_id"
-                    ),
-                    {"r": run.collection_run_id},
-                ).all()
-                assert len(per_host) == expected[run.id], f"run {run.id}: {len(per_host)} hosts"
-                assert {n for _, n in per_host} == {1}, f"run {run.id}: a host twice"
-                outcomes = c.execute(
-                    text("SELECT DISTINCT outcome FROM collection_results WHERE run_id = :r"),
-                    {"r": run.collection_run_id},
-                ).all()
-                assert outcomes == [("ok",)]
-            # the killed worker's chunk: retried by another worker, finished
+                hosts = expected[run.id][1]
+                if run.kind == "collect":
+                    per_host = c.execute(
+                        text(
+                            "SELECT host_id, count(*), min(outcome) FROM collection_results "
+                            "WHERE run_id = :r GROUP BY host_id"
+                        ),
+                        {"r": run.collection_run_id},
+                    ).all()
+                else:
+                    per_host = c.execute(
+                        text(
+                            "SELECT rh.host_id, count(s.at), min(rh.outcome) "
+                            "FROM job_run_hosts rh JOIN job_chunks ch ON ch.run_id = rh.run_id "
+                            " AND rh.host_id IN "
+                            " (SELECT json_array_elements_text(ch.hosts::json)::int) "
+                            "LEFT JOIN host_samples s ON s.host_id = rh.host_id "
+                            " AND s.at = ch.started_at "
+                            "WHERE rh.run_id = :r GROUP BY rh.host_id"
+                        ),
+                        {"r": run.id},
+                    ).all()
+                assert len(per_host) == hosts, f"run {run.id} ({run.kind}): {len(per_host)} hosts"
+                assert {n for _, n, _ in per_host} == {1}, f"run {run.id}: a host twice (or none)"
+                assert {o for _, _, o in per_host} == {"ok"}, f"run {run.id}"
+            # no other collection result or sample anywhere: nothing done twice
+            inspected = sum(expected[r.id][1] for r in runs if r.kind == "inspect")
+            collected = sum(expected[r.id][1] for r in runs if r.kind == "collect")
+            assert c.execute(text("SELECT count(*) FROM host_samples")).scalar_one() == inspected
+            assert (
+                c.execute(text("SELECT count(*) FROM collection_results")).scalar_one() == collected
+            )
+            # the killed worker's chunk: queued again, finished by another worker
             run_id, seq = killed[0]
             chunk = c.execute(
                 text("SELECT state, attempts, worker FROM job_chunks WHERE run_id=:r AND seq=:s"),
@@ -233,19 +277,39 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
             ).one()
             assert chunk.state == "succeeded" and chunk.attempts >= 2
             assert chunk.worker != label[victim.pid]
-            # no job lost: every chunk job succeeded, once per chunk
+            # no job lost: every chunk job succeeded, one job per chunk; nothing left queued
             jobs = c.execute(
                 text(
-                    "SELECT status, count(*) FROM procrastinate_jobs "
-                    "WHERE task_name = 'gpufleet.run_chunk' GROUP BY status"
+                    "SELECT status, count(*), count(DISTINCT (args->>'run_id', args->>'seq')) "
+                    "FROM procrastinate_jobs WHERE task_name = 'gpufleet.run_chunk' "
+                    "GROUP BY status"
                 )
             ).all()
-            assert dict(jobs) == {"succeeded": HOSTS // CHUNK + 4 + 2}
-            # periodic jobs: one per task and period, however many workers deferred them
+            chunks = sum(r.chunks for r in runs)
+            assert [tuple(j) for j in jobs] == [("succeeded", chunks, chunks)]
+            left = c.execute(
+                text(
+                    "SELECT task_name, status FROM procrastinate_jobs "
+                    "WHERE status IN ('failed', 'cancelled', 'aborted')"
+                )
+            ).all()
+            assert left == []
+            # the killed chunk's job: started twice (the killed attempt and the retry)
+            restarted = c.execute(
+                text(
+                    "SELECT count(*) FROM procrastinate_events e JOIN job_chunks ch "
+                    "ON ch.job_id = e.job_id WHERE e.type = 'started' "
+                    "AND ch.run_id = :r AND ch.seq = :s"
+                ),
+                {"r": run_id, "s": seq},
+            ).scalar_one()
+            assert restarted >= 2
+            # periodic jobs: one per task, schedule and period, however many workers deferred
             twice = c.execute(
                 text(
-                    "SELECT task_name, args->>'timestamp', count(*) FROM procrastinate_jobs "
-                    "WHERE args ? 'timestamp' GROUP BY 1, 2 HAVING count(*) > 1"
+                    "SELECT task_name, args->>'timestamp', args->>'kind', count(*) "
+                    "FROM procrastinate_jobs WHERE args ? 'timestamp' "
+                    "GROUP BY 1, 2, 3 HAVING count(*) > 1"
                 )
             ).all()
             assert twice == []
@@ -261,12 +325,15 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
                 )
             ).all()
             assert started_twice == []
-            # the scheduled run belongs to the one period the schedule named
-            sched = next(r for r in runs if r.schedule == "collect")
-            assert sched.period == int(schedule_at.replace(microsecond=0).timestamp())
-        print(
-            f"\nscale-out: {HOSTS}-host fleet, 1,299 collections, 2 servers, 3 workers: "
-            f"{collected_s:.0f} s"
+            # the scheduled runs belong to the one period the schedules named
+            period = int(schedule_at.timestamp())
+            assert {(r.schedule, r.period) for r in runs if r.schedule} == {
+                ("collect", period),
+                ("inspect", period),
+            }
+        summary = (
+            f"scale-out: {HOSTS}-host fleet, {collected} collections and {inspected} "
+            f"inspections, 2 servers, 3 workers (one killed): {done_s:.0f} s"
         )
     finally:
         for p in procs:
@@ -279,6 +346,9 @@ def test_two_servers_three_workers_a_thousand_hosts(database: str, tmp_path: Pat
                 p.kill()
         fleet.db.dispose()
         db.dispose()
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = cpu.ru_utime + cpu.ru_stime - cpu_before.ru_utime - cpu_before.ru_stime
+    print(f"\n{summary}; {cpu_s:.0f} CPU s in the server and worker processes")
     # workers finish their jobs and exit 0 on SIGTERM; uvicorn re-raises the signal it handled
     for i, p in enumerate(procs):
         if p is victim:
