@@ -8,8 +8,8 @@ number of modules the CLI loads.
 
     .venv/bin/python bench/startup.py [--runs 10] [--top 15]
 
-The host commands run on a scratch home with one enrolled lab host (``hosts show``,
-``labels HOST``), so they read a real (tiny) database.
+The host commands run on a scratch home with one enrolled and collected lab host (``hosts
+show``, ``labels HOST``), so they read a real (tiny) database.
 """
 
 from __future__ import annotations
@@ -78,6 +78,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
             env=env, check=True, stdout=subprocess.DEVNULL,
         )
+        subprocess.run(  # collected: labels HOST reads the snapshot's fact_labels
+            [GPUFLEET, "collect"], env=env, check=True, stdout=subprocess.DEVNULL,
+        )
         ref = timed([PY, "-c", "pass"], env, a.runs)
         print(f"nproc={os.cpu_count()} runs={a.runs}")
         print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
@@ -87,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("gpufleet --help", ["--help"]),
             ("gpufleet hosts show gpu-01", ["hosts", "show", "gpu-01"]),
             ("gpufleet labels gpu-01", ["labels", "gpu-01"]),
+            ("gpufleet labels gpu-01 --json", ["labels", "gpu-01", "--json"]),
         ):
             wall, low, cpu = timed([GPUFLEET, *args], env, a.runs)
             print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
