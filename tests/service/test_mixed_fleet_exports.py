@@ -11,14 +11,18 @@ from pathlib import Path
 import pytest
 
 from gpufleet.domain.drift import DriftItem
+from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.spec import Baseline
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service import operations
 from gpufleet.service.ansible import inventory_list
 from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
+from gpufleet.service.capacity import capacity
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.slurm import slurm_config
+from gpufleet.service.summary import fleet_summary, host_labels
 from gpufleet.service.validate import validate
 
 MODELS = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]  # gpu-01, gpu-02, gpu-03
@@ -94,3 +98,49 @@ def test_drift_compares_the_ascend_stack_with_its_pools_baseline(mixed: Fleet) -
     ]
     assert rep.no_baseline == ["gpu-01"]
 
+
+
+def test_labels_summary_and_capacity_side_by_side(mixed: Fleet) -> None:
+    labels = {hl.host: hl.labels for hl in host_labels(mixed)}
+    assert {k: v for k, v in labels["gpu-02"].items()
+            if k.startswith("gpufleet.io/accelerator") or "/" not in k or "npu" in k} == {
+        "gpufleet.io/accelerator.vendor": "huawei",
+        "gpufleet.io/accelerator.model": "910b3",
+        "gpufleet.io/accelerator.count": "8",
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": "module-910b-8",
+        "node.kubernetes.io/npu.chip.name": "910B3",
+    }
+    assert {k: v for k, v in labels["gpu-03"].items() if k.startswith("amd.com/")} == {
+        "amd.com/gpu.device-id": "738c",
+        "amd.com/gpu.product-name": "Instinct_MI100",
+        "amd.com/gpu.vram": "32G",
+        "amd.com/gpu.driver-version": "6.3.6",
+    }
+    assert labels["gpu-01"]["gpufleet.io/accelerator.model"] == "h100"
+    assert not any(k.startswith("amd.com/") or k == "accelerator" for k in labels["gpu-01"])
+    for host in labels.values():
+        assert all(is_valid_label_key(k) and is_valid_label_value(v) for k, v in host.items())
+
+    sm = fleet_summary(mixed)
+    assert sm.accelerators == [
+        {"vendor": "amd", "model": "Instinct MI100", "hosts": 1, "accelerators": 4,
+         "available": 4},
+        {"vendor": "huawei", "model": "910B3", "hosts": 1, "accelerators": 8, "available": 8},
+        {"vendor": "nvidia", "model": "NVIDIA H100 80GB HBM3", "hosts": 1, "accelerators": 8,
+         "available": 8},
+    ]
+    assert sm.gpus_per_profile_model["test"] == {
+        "NVIDIA H100 80GB HBM3": 8, "huawei 910B3": 8, "amd Instinct MI100": 4}
+
+    rep = capacity(mixed)
+    test = {(r["vendor"], r["model"]): r["free"] for r in rep.rows if r["profile"] == "test"}
+    assert test == {("nvidia", "H100 80GB HBM3"): 8, ("huawei", "huawei 910B3"): 8,
+                    ("amd", "amd Instinct MI100"): 4}
+    assert rep.totals["free"] == 20
+    operations.maintenance_on(mixed, "gpu-02", "firmware upgrade")
+    rep = capacity(mixed)
+    npu = [(r["profile"], r["free"], r["maintenance"]) for r in rep.rows
+           if r["vendor"] == "huawei"]
+    assert npu == [("-", 0, 8)]  # profiles are dropped on leaving service
+    assert rep.totals["maintenance"] == 8

@@ -504,6 +504,7 @@ class ReleasedOut(Schema):
 
 
 class CapacityRow(Schema):
+    vendor: str = Field(description="nvidia, huawei, amd (issue 15); unknown: not collected")
     model: str
     pool: str
     profile: str

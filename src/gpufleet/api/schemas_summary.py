@@ -38,6 +38,11 @@ class SummaryOut(Schema):
     alarms: list[dict[str, str | None]]
     extra: dict[str, Any]
     back: list[dict[str, str | None]]
+    accelerators: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per vendor and model (issue 15): vendor, model, hosts, accelerators, "
+        "available (on available hosts).",
+    )
 
     @classmethod
     def of(cls, sm: Any) -> SummaryOut:

@@ -331,6 +331,10 @@ def _print_k8s_capacity(kube: K8sCapacity) -> None:
         console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
 
 
+#: ``capacity``'s numeric column headers at 80 columns (the JSON keeps the full names).
+_SHORT = {"allocated": "alloc", "reserved": "resv", "quarantined": "quar", "maintenance": "maint"}
+
+
 @capacity_app.callback()
 @boundary
 def capacity_cmd(
@@ -370,8 +374,10 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
         )
         return
     t = Table(title=f"GPU capacity at {local_time(rep.at)}")
-    for c in ("model", "pool", "profile", *capacity.COLUMNS):
-        t.add_column(c, justify="left" if c in ("model", "pool", "profile") else "right")
+    for c in ("model", "pool", "profile"):
+        t.add_column(c, overflow="fold")  # identifiers fold at 80 columns, never cut
+    for c in capacity.COLUMNS:  # short headers leave room for them: "quar" = quarantined
+        t.add_column(_SHORT.get(c, c), justify="right")
     for r in rep.rows:
         t.add_row(
             lit(r["model"]),

@@ -50,6 +50,21 @@ def render_summary(sm: FleetSummary) -> None:
         if sm.per_state.get(s):
             st.add_row(s, str(sm.per_state[s]))
     console.print(st)
+    if sm.accelerators:
+        ac = Table(title="accelerators per vendor and model")
+        ac.add_column("vendor", no_wrap=True)
+        ac.add_column("model", overflow="fold")
+        for col in ("hosts", "total", "available"):
+            ac.add_column(col, justify="right")
+        for r in sm.accelerators:
+            ac.add_row(
+                lit(str(r["vendor"])),
+                lit(str(r["model"]).removeprefix("NVIDIA ")),
+                str(r["hosts"]),
+                str(r["accelerators"]),
+                str(r["available"]),
+            )
+        console.print(ac)
     if sm.gpus_per_profile_model:
         profiles = list(sm.gpus_per_profile_model)
         models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})

@@ -25,11 +25,12 @@ from typing import Any
 
 from gpufleet.domain.accelerators import (
     UNKNOWN_MODEL,
+    Accelerator,
     AcceleratorInventory,
+    SoftwareVersions,
     Vendor,
     inventory_group,
 )
-from gpufleet.domain.ansible import gpu_model
 from gpufleet.domain.labels import PREFIX, sanitize_label_value
 from gpufleet.domain.slurm import Gres, sanitize_feature
 
@@ -74,6 +75,8 @@ def short_model(model: str | None) -> str | None:
     """The model as schedulers and groups name it, lower case: ``NVIDIA H100 80GB HBM3`` ->
     ``h100``, ``910B3`` -> ``910b3``, ``INSTINCT MI250`` -> ``mi250``, ``Radeon Instinct MI50
     32GB`` -> ``mi50``; None when the tool named no model."""
+    from gpufleet.domain.ansible import gpu_model  # the facts model: not for `labels HOST`
+
     if not model or model == UNKNOWN_MODEL:
         return None
     return gpu_model(model)
@@ -86,14 +89,12 @@ def _present(inventories: Iterable[AcceleratorInventory]) -> list[AcceleratorInv
 # --------------------------------------------------------------------------- Kubernetes
 
 
-def accelerator_labels(
-    inventories: Sequence[AcceleratorInventory], exports: Exports
-) -> dict[str, str]:
-    """gpufleet's accelerator labels, then each vendor's own (sanitised, unknown left out).
-
-    ``gpufleet.io/accelerator.vendor`` (``nvidia``, ``huawei``, ``amd``; ``mixed`` for a host
-    with several), ``.model`` (:func:`short_model`; ``mixed`` for several models) and
-    ``.count`` (every accelerator the tools report)."""
+def own_accelerator_labels(inventories: Sequence[AcceleratorInventory]) -> dict[str, str]:
+    """gpufleet's own accelerator labels (vendor-neutral: the domain writes them with the
+    others, :func:`gpufleet.domain.labels.derive_labels`): ``gpufleet.io/accelerator.vendor``
+    (``nvidia``, ``huawei``, ``amd``; ``mixed`` for a host with several), ``.model``
+    (:func:`short_model`; ``mixed`` for several models) and ``.count`` (every accelerator the
+    tools report); none for a host without accelerators."""
     present = _present(inventories)
     if not present:
         return {}
@@ -106,11 +107,27 @@ def accelerator_labels(
     elif len(models) > 1:
         out[f"{LABEL_PREFIX}.model"] = MIXED
     out[f"{LABEL_PREFIX}.count"] = str(sum(inv.count for inv in present))
-    for inv in present:
+    return {k: sanitize_label_value(v) for k, v in out.items()}
+
+
+def vendor_labels(
+    inventories: Sequence[AcceleratorInventory], exports: Exports
+) -> dict[str, str]:
+    """Each vendor's own labels (Ascend device plugin / Volcano, AMD node labeller), from
+    its export (the service's, which knows the plugins); sanitised."""
+    out: dict[str, str] = {}
+    for inv in _present(inventories):
         export = exports.get(inv.vendor)
         if export is not None:
             out.update(export.labels(inv))
     return {k: sanitize_label_value(v) for k, v in out.items()}
+
+
+def accelerator_labels(
+    inventories: Sequence[AcceleratorInventory], exports: Exports
+) -> dict[str, str]:
+    """gpufleet's accelerator labels, then each vendor's own (sanitised, unknown left out)."""
+    return own_accelerator_labels(inventories) | vendor_labels(inventories, exports)
 
 
 def vendor_label_keys(
@@ -201,3 +218,52 @@ def model_counts(
         for a in inv.accelerators:
             out[(inv.vendor.value, a.model)] += 1
     return dict(out)
+
+
+# --------------------------------------------------------------------------- stored digest
+
+
+def inventory_digest(inventories: Sequence[AcceleratorInventory]) -> list[dict[str, Any]]:
+    """What the vendors' labels read of a host's accelerators, as a small JSON value (stored
+    with a snapshot beside the other label inputs, so labels need not decode the facts):
+    per vendor its versions and, per accelerator, index, model, PCI device id and memory.
+    A vendor whose labels read more must add it here."""
+    return [
+        {
+            "vendor": inv.vendor.value,
+            "versions": [inv.versions.driver, inv.versions.firmware, inv.versions.runtime,
+                         inv.versions.tool],
+            "accelerators": [
+                [a.index, a.model, a.pci_device_id, a.memory_total_mib]
+                for a in inv.accelerators
+            ],
+        }
+        for inv in _present(inventories)
+    ]
+
+
+def inventories_from_digest(digest: object) -> tuple[AcceleratorInventory, ...]:
+    """The inventories :func:`inventory_digest` describes (only the fields it keeps); an
+    unreadable value gives none (the caller then has no accelerator labels, never wrong
+    ones)."""
+    out: list[AcceleratorInventory] = []
+    if not isinstance(digest, list):
+        return ()
+    try:
+        for d in digest:
+            vendor = Vendor(d["vendor"])
+            driver, firmware, runtime, tool = d["versions"]
+            out.append(
+                AcceleratorInventory(
+                    vendor=vendor,
+                    accelerators=tuple(
+                        Accelerator(vendor=vendor, index=int(i), model=str(m),
+                                    pci_device_id=dev, memory_total_mib=mem)
+                        for i, m, dev, mem in d["accelerators"]
+                    ),
+                    versions=SoftwareVersions(driver, firmware, runtime, tool),
+                )
+            )
+    except (KeyError, TypeError, ValueError):
+        return ()
+    return tuple(out)

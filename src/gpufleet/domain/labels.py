@@ -14,7 +14,7 @@ either the facts or that stored value and gives the same labels.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,12 +218,20 @@ def fact_labels(facts: HostFacts) -> dict[str, Any]:
             if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
         )
         after[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+    from gpufleet.domain.accelerator_exports import inventory_digest, own_accelerator_labels
+    from gpufleet.domain.accelerators import inventories_of
+
+    inventories = inventories_of(facts)
+    after.update(own_accelerator_labels(inventories))  # issue 15: gpufleet.io/accelerator.*
     return {
         "v": FACT_LABELS_VERSION,
         "labels": _gfd_labels(facts),
         "gpus": len(facts.gpus),
         "ports": [list(p) for p in _active_ports(facts)],
         "after": after,
+        # issue 15: what the accelerator labels read (the vendors' labels are applied by the
+        # service, which knows the plugins: service/vendor_exports.digest_accelerator_labels)
+        "accelerators": inventory_digest(inventories),
     }
 
 
@@ -247,11 +255,19 @@ def derive_labels(
     fault: Fault | None = None,
     usable_gpus: int | None = None,
     unusable_gpus: int = 0,
+    accelerator_labels: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Labels for one node. Labels whose value is unknown are left out, not set empty.
 
     ``usable_gpus`` (a partial host, issue 10): ``nvidia.com/gpu.count`` says how many GPUs
     may be used and ``gpufleet.io/gpus.unusable`` how many were left out.
+
+    Issue 15: ``gpufleet.io/accelerator.vendor/model/count`` for every vendor's accelerators
+    (:func:`gpufleet.domain.accelerator_exports.own_accelerator_labels`);
+    ``accelerator_labels`` (from the service, which knows the vendor plugins:
+    :func:`gpufleet.service.vendor_exports.host_accelerator_labels`) are the other vendors'
+    own labels (Ascend device plugin / Volcano, AMD node labeller), added beside these; they
+    never replace one of these.
 
     ``host_name`` is not labelled (Kubernetes has ``kubernetes.io/hostname``); it is taken so
     exporters can call this uniformly and for future per-host labels.
@@ -282,6 +298,8 @@ def derive_labels(
             labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
         labels[f"{PREFIX}/fabric"] = _fabric(fl["ports"], spec)
         labels.update(fl["after"])
+        for key, value in (accelerator_labels or {}).items():
+            labels.setdefault(key, value)
     return {k: sanitize_label_value(v) for k, v in labels.items()}
 
 

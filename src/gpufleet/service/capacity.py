@@ -1,5 +1,10 @@
 """Capacity: free / allocated / reserved / quarantined / maintenance GPUs by model, pool and
-profile, now or at a future time, and the gate a release pipeline asks ("is there room?")."""
+profile, now or at a future time, and the gate a release pipeline asks ("is there room?").
+
+A mixed fleet side by side (issue 15): each row names its vendor; the accelerators of a host
+without NVIDIA GPUs (Ascend NPUs, AMD Instinct GPUs) are counted under their vendor and model
+(``huawei 910B3``, ``amd Instinct MI100``), read from the host's facts
+(:mod:`gpufleet.service.accelerator_counts`)."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
+from gpufleet.service.accelerator_counts import display_model, other_vendor_accelerators
 from gpufleet.service.candidates import host_views
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches
@@ -71,25 +77,42 @@ def capacity(
                 .where(LeaseHost.holding, LeaseHost.starts_at <= probe, LeaseHost.ends_at > probe)
             )
         }
+        others = other_vendor_accelerators(
+            s, [index[h.name].id for h in views if not h.gpus and h.state is not HostState.RETIRED]
+        )
     if not views and is_explicit(selector):
         raise nothing_matches(selector)
     rows: dict[tuple[str, str, str], Counter[str]] = {}
+    vendors: dict[str, str] = {}  # displayed model -> vendor
     totals: Counter[str] = Counter()
     back: list[dict[str, Any]] = []
     for h in views:
         if h.state is HostState.RETIRED:
             continue
-        col = _column(h, covering.get(index[h.name].id))
-        totals[col] += h.gpus
-        model = (h.model or "unknown").removeprefix("NVIDIA ")
-        for profile in sorted(h.profiles) or ["-"]:
-            rows.setdefault((model, h.pool or "-", profile), Counter())[col] += h.gpus
+        hid = index[h.name].id
+        col = _column(h, covering.get(hid))
+        groups = others.get(hid) or [
+            ("nvidia" if h.model else "unknown", h.model or "unknown", h.gpus)
+        ]
+        count = sum(n for _, _, n in groups)
+        totals[col] += count
+        for vendor, name, n in groups:
+            model = display_model(vendor, name)
+            vendors[model] = vendor
+            for profile in sorted(h.profiles) or ["-"]:
+                rows.setdefault((model, h.pool or "-", profile), Counter())[col] += n
         if h.eta is not None:
-            back.append({"host": h.name, "state": h.state.value, "gpus": h.gpus, "eta": h.eta})
+            back.append({"host": h.name, "state": h.state.value, "gpus": count, "eta": h.eta})
     return CapacityReport(
         at=when,
         rows=[
-            {"model": m, "pool": p, "profile": pr, **{c: counts.get(c, 0) for c in COLUMNS}}
+            {
+                "vendor": vendors[m],
+                "model": m,
+                "pool": p,
+                "profile": pr,
+                **{c: counts.get(c, 0) for c in COLUMNS},
+            }
             for (m, p, pr), counts in sorted(rows.items())
         ],
         totals={c: totals.get(c, 0) for c in COLUMNS},

@@ -62,6 +62,18 @@ def labels_of(
     state = HostState(h.state)
     fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
     spec = ExpectedSpec.model_validate(h.expected)
+    accelerators: dict[str, str] | None = None
+    if facts is not None:  # issue 15: gpufleet's accelerator labels and the vendors' own
+        from gpufleet.service.vendor_exports import (
+            digest_accelerator_labels,
+            host_accelerator_labels,
+        )
+
+        accelerators = (
+            digest_accelerator_labels(facts.get("accelerators"))
+            if isinstance(facts, dict)
+            else host_accelerator_labels(facts)
+        )
     labels = derive_labels(
         h.name,
         facts,
@@ -74,6 +86,7 @@ def labels_of(
         fault,
         usable_gpus=h.usable_gpus,
         unusable_gpus=len(h.unusable_gpus or []),
+        accelerator_labels=accelerators,
     )
     return HostLabels(h.name, labels, derive_taints(state, fault))
 

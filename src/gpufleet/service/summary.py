@@ -35,16 +35,28 @@ class FleetSummary:
     extra: dict[str, object] = field(default_factory=dict)
     #: Hosts in maintenance or quarantine with their expected-back time (``--eta``).
     back: list[dict[str, str | None]] = field(default_factory=list)
+    #: issue 15: per vendor and model, hosts, accelerators and those on available hosts
+    #: (NVIDIA GPUs, Ascend NPUs, AMD Instinct GPUs side by side; vendor then model order).
+    accelerators: list[dict[str, object]] = field(default_factory=list)
 
 
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
+    from gpufleet.service.accelerator_counts import (
+        display_model,
+        other_vendor_accelerators,
+        vendor_rows,
+    )
+
     with fleet.db.session() as s:
         rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
             for a in open_alarms(s, [h.id for h, _ in rows])
         ]
+        others = other_vendor_accelerators(
+            s, [h.id for h, snap in rows if snap is not None and not snap.gpu_count]
+        )
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     per_state = Counter(h.state.value for h, _ in rows)
@@ -52,14 +64,24 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     hosts_per_profile: Counter[str] = Counter()
     gpus_total = gpus_avail = 0
     quarantined, validating, unreachable, warnings = [], [], [], []
+    per_model: list[tuple[str, str, int, bool]] = []  # (vendor, model, count, available)
     for h, snap in rows:
         n = snap.gpu_count if snap else 0
         gpus_total += n
         model = (snap.gpu_model if snap else None) or "unknown"
-        if h.state == HostState.AVAILABLE.value:
+        available = h.state == HostState.AVAILABLE.value
+        if n:
+            per_model.append(("nvidia", model, n, available))
+        extra = others.get(h.id, [])
+        per_model += [(vendor, name, count, available) for vendor, name, count in extra]
+        if available:
             gpus_avail += n
             for p in h.profiles:
-                by_profile.setdefault(p, Counter())[model] += n
+                per = by_profile.setdefault(p, Counter())
+                if n or not extra:
+                    per[model] += n
+                for vendor, name, count in extra:
+                    per[display_model(vendor, name)] += count
                 hosts_per_profile[p] += 1
         if h.state == HostState.QUARANTINED.value:
             quarantined.append({"host": h.name, "fault": h.fault, "reason": h.fault_reason})
@@ -87,6 +109,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             for h, _ in rows
             if h.eta is not None and h.state in (HostState.MAINTENANCE, HostState.QUARANTINED)
         ],
+        accelerators=vendor_rows(per_model),
     )
 
 

@@ -18,17 +18,46 @@ plugins (their labels and extended resources) plus the names schedulers give the
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from gpufleet.collect.vendors.amd import plugin as amd
-from gpufleet.collect.vendors.ascend import plugin as ascend
-from gpufleet.domain.accelerator_exports import VendorExport
-from gpufleet.domain.accelerators import AcceleratorInventory, Vendor
-from gpufleet.domain.k8s import GPU_RESOURCE
+from gpufleet.domain.accelerator_exports import (
+    VendorExport,
+    inventories_from_digest,
+    vendor_labels,
+)
+from gpufleet.domain.accelerators import AcceleratorInventory, Vendor, inventories_of
+
+if TYPE_CHECKING:
+    from gpufleet.domain.facts import HostFacts
+
+#: ``nvidia.com/gpu`` (as gpufleet.domain.k8s.GPU_RESOURCE; not imported: this module stays
+#: light for ``gpufleet labels HOST``, the plugins are imported when a vendor's host is seen).
+NVIDIA_RESOURCE = "nvidia.com/gpu"
+
+
+def _ascend_labels(inv: AcceleratorInventory) -> dict[str, str]:
+    from gpufleet.collect.vendors.ascend import plugin
+
+    return plugin.labels(inv)
 
 
 def _ascend_resource(inv: AcceleratorInventory) -> str | None:
+    from gpufleet.collect.vendors.ascend import plugin
+
     models = inv.models()
-    return ascend.resource_name(models[0]) if len(models) == 1 else None
+    return plugin.resource_name(models[0]) if len(models) == 1 else None
+
+
+def _amd_labels(inv: AcceleratorInventory) -> dict[str, str]:
+    from gpufleet.collect.vendors.amd import plugin
+
+    return plugin.labels(inv)
+
+
+def _amd_resource(_: AcceleratorInventory) -> str:
+    from gpufleet.collect.vendors.amd import plugin
+
+    return plugin.RESOURCE
 
 
 def _davinci_files(inv: AcceleratorInventory) -> str | None:
@@ -41,11 +70,11 @@ def _davinci_files(inv: AcceleratorInventory) -> str | None:
 
 EXPORTS: Mapping[Vendor, VendorExport] = {
     Vendor.NVIDIA: VendorExport(
-        Vendor.NVIDIA, resource=lambda _: GPU_RESOURCE, gres_name="gpu", runtime="cuda"
+        Vendor.NVIDIA, resource=lambda _: NVIDIA_RESOURCE, gres_name="gpu", runtime="cuda"
     ),
     Vendor.HUAWEI: VendorExport(
         Vendor.HUAWEI,
-        labels=ascend.labels,
+        labels=_ascend_labels,
         resource=_ascend_resource,
         gres_name="npu",
         gres_files=_davinci_files,
@@ -53,9 +82,21 @@ EXPORTS: Mapping[Vendor, VendorExport] = {
     ),
     Vendor.AMD: VendorExport(
         Vendor.AMD,
-        labels=amd.labels,
-        resource=lambda _: amd.RESOURCE,
+        labels=_amd_labels,
+        resource=_amd_resource,
         gres_name="gpu",
         runtime="rocm",
     ),
 }
+
+
+def host_accelerator_labels(facts: HostFacts) -> dict[str, str]:
+    """The vendors' own labels for a host's facts (gpufleet's ``gpufleet.io/accelerator.*``
+    are the domain's: :func:`gpufleet.domain.labels.derive_labels`)."""
+    return vendor_labels(inventories_of(facts), EXPORTS)
+
+
+def digest_accelerator_labels(digest: object) -> dict[str, str]:
+    """The same labels from the stored digest
+    (:func:`~gpufleet.domain.accelerator_exports.inventory_digest`)."""
+    return vendor_labels(inventories_from_digest(digest), EXPORTS)
