@@ -72,6 +72,8 @@ BASE_TOOLS = (
     "sleep",
     "printf",
     "echo",
+    "stat",  # the inspection probe: when the nvidia module was loaded (issue 10)
+    "date",
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 # Hang mode: sessions that never answer. The pid is recorded so stop() can end them.

@@ -117,5 +117,36 @@ def test_the_real_script_reads_a_sysroot(tmp_path: Path) -> None:
     assert all(p.state == "ACTIVE" for p in res.sample.ports)
     assert res.sample.ports[0].counters["link_downed"] == 0
     assert res.sample.uptime_s == 1234.5
+    assert res.sample.driver_age_s is None  # no nvidia module in this sysroot
     (disk,) = res.sample.disks  # df of the given path: its file system's mount point
     assert disk.size_kib > disk.used_kib > 0 and str(tmp_path).startswith(disk.path)
+
+
+def test_the_real_script_reads_the_driver_load_time(tmp_path: Path) -> None:
+    """The ``driver`` part: the host's clock minus the mtime of ``/sys/module/nvidia`` (sysfs
+    makes the directory when the module loads), by the real probe under ``sh``."""
+    import time
+
+    root = tmp_path / "root"
+    module = root / "sys/module/nvidia"
+    module.mkdir(parents=True)
+    loaded = time.time() - 120
+    os.utime(module, (loaded, loaded))
+    (root / "proc").mkdir()
+    (root / "proc/uptime").write_text("864000.00 999.00\n")
+    env = {"PATH": os.environ["PATH"], "GPUFLEET_SYSROOT": str(root)}
+    out = subprocess.run(
+        ["sh", "-c", probe_script([str(tmp_path)])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    res = parse_probe(out, AT)
+    assert res.sample.uptime_s == 864000.0
+    assert res.sample.driver_age_s is not None and 119 <= res.sample.driver_age_s <= 180
+    assert res.sample.settled_s == res.sample.driver_age_s  # grace counts from the reload
+    bad = parse_probe("@@probe driver\nsoon\n@@probe end\n", AT)
+    assert bad.sample.driver_age_s is None
+    assert any("driver load age" in p and "'soon'" in p for p in bad.problems)

@@ -103,6 +103,22 @@ def test_grace_after_boot_suppresses_link_rules() -> None:
     assert rules_of([sample(0, ports=port(5)), sample(5, ports=port(0))]) == []
 
 
+def test_grace_after_a_driver_reload_without_a_reboot() -> None:
+    def port(downed: int) -> tuple[PortSample, ...]:
+        return (PortSample("mlx5_0/1", "ACTIVE", {"link_downed": downed}),)
+
+    up_for_days = [
+        replace(sample(0, ports=port(0)), uptime_s=9e5),
+        replace(sample(5, ports=port(2)), uptime_s=9e5 + 300),
+    ]
+    assert rules_of(up_for_days) == [("ib-link-downed", Severity.CRITICAL, Action.ESCALATE)]
+    reloaded = [replace(s, driver_age_s=60.0) for s in up_for_days]  # modprobe a minute ago
+    assert reloaded[-1].settled_s == 60.0 and rules_of(reloaded) == []
+    settled = [replace(s, driver_age_s=901.0) for s in up_for_days]  # past the 900 s grace
+    assert rules_of(settled) == [("ib-link-downed", Severity.CRITICAL, Action.ESCALATE)]
+    assert replace(up_for_days[-1], uptime_s=None).settled_s is None
+
+
 def test_straggler_against_the_fleet_median_of_the_same_model() -> None:
     fleet = [sample(0, [gpu(i) for i in range(8)]) for _ in range(3)]
     slow = sample(0, [gpu(0), gpu(1, sm_clock_mhz=1100, power_w=300)])

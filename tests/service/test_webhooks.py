@@ -2,12 +2,15 @@
 opening and closing (sent only after the transaction commits, nothing on rollback),
 remediation, lease events through the lease hook point; every body HMAC-signed with the
 shared secret, a failed delivery retried with backoff, an unreachable receiver recorded and
-never breaking the caller, the secret never stored."""
+never breaking the caller, the secret never stored. Delivery goes through the outbox and its
+sender thread: an inspection sweep is not delayed by a receiver that takes 5 s, and two
+senders on one database never deliver a notification twice."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -25,26 +28,36 @@ from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.repo import host_by_name
-from gpufleet.store.tables import WebhookDelivery
+from gpufleet.store.tables import Alarm, WebhookDelivery
+from gpufleet.testing import FakeClock
 
 SECRET = "s3cr3t-webhook-key"
 
 
 class Receiver:
     """A real http.server: records (headers, body) and answers the queued statuses (200 once
-    the queue is empty)."""
+    the queue is empty), after ``delay_s`` seconds for the first ``slow`` requests; ``answered``
+    holds (status, body) of each answer sent."""
 
     def __init__(self) -> None:
         self.got: list[tuple[dict[str, str], bytes]] = []
+        self.answered: list[tuple[int, bytes]] = []
         self.statuses: list[int] = []
+        self.slow = 0
+        self.delay_s = 0.0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 outer.got.append((dict(self.headers), body))
-                self.send_response(outer.statuses.pop(0) if outer.statuses else 200)
+                if outer.slow > 0:
+                    outer.slow -= 1
+                    time.sleep(outer.delay_s)
+                status = outer.statuses.pop(0) if outer.statuses else 200
+                self.send_response(status)
                 self.end_headers()
+                outer.answered.append((status, body))
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -66,14 +79,25 @@ def receiver() -> Iterator[Receiver]:
     r.server.server_close()
 
 
-def _configure(fleet: Fleet, url: str, retries: int = 3) -> None:
+@pytest.fixture(autouse=True)
+def _stop_sender(fleet: Fleet) -> Iterator[None]:
+    yield
+    webhooks.stop(fleet)  # before the fleet's database is closed
+
+
+def _configure(fleet: Fleet, url: str, retries: int = 3, timeout_s: float = 5.0) -> None:
     fleet.settings = fleet.settings.model_copy(
         update={
             "webhook_url": url,
             "webhook_secret": SecretStr(SECRET),
             "webhook_retries": retries,
+            "webhook_timeout_s": timeout_s,
         }
     )
+
+
+def _flush(fleet: Fleet) -> None:
+    assert webhooks.outbox(fleet).flush(30), "webhooks still pending after 30 s"
 
 
 def _enroll(fleet: Fleet, tmp_path: Path) -> None:
@@ -97,6 +121,7 @@ def test_alarms_sent_after_commit_signed_and_retried(
         h = host_by_name(s, "node-1")
         raise_alarm(s, fleet, h, AlarmKind.OTHER, AlarmSeverity.CRITICAL, "GPU 3 fell off")
         assert receiver.got == []  # not while the transaction is open
+    _flush(fleet)
     assert len(receiver.got) == 2  # 500, then 200
     headers, body = receiver.got[-1]
     assert webhooks.verify(SECRET.encode(), body, headers["X-Gpufleet-Signature"])
@@ -106,6 +131,7 @@ def test_alarms_sent_after_commit_signed_and_retried(
     assert opened["data"] == {"kind": "other", "severity": "critical", "message": "GPU 3 fell off"}
     with fleet.db.session() as s:
         close_alarms(s, fleet, host_by_name(s, "node-1"), AlarmKind.OTHER, "GPU reseated")
+    _flush(fleet)
     closed = receiver.payloads()[-1]
     assert closed["kind"] == "alarm-closed" and closed["data"]["reason"] == "GPU reseated"  # type: ignore[index]
     with fleet.db.session() as s:
@@ -114,6 +140,8 @@ def test_alarms_sent_after_commit_signed_and_retried(
         ("alarm-opened", 2, True),
         ("alarm-closed", 1, True),
     ]
+    assert all(r.delivered_at is not None and r.next_at is None for r in rows)
+    assert headers["X-Gpufleet-Delivery"] == str(rows[0].id)  # the receiver's dedup key
     assert all(SECRET not in json.dumps(r.payload) + (r.error or "") for r in rows)
 
 
@@ -127,13 +155,14 @@ def test_unreachable_receiver_is_recorded_and_never_breaks_remediation(
     eta = fleet.now() + timedelta(days=2)
     got = remediation.remediate(fleet, "node-1", Action.SERVICE_REQUEST, ticket="RMA-77", eta=eta)
     assert got.ok and got.state == "maintenance"
+    _flush(fleet)  # two attempts, 0.5 s apart, then given up
     with fleet.db.session() as s:
         (row,) = s.scalars(select(WebhookDelivery))
         assert row.kind == "remediation" and not row.delivered and row.attempts == 2
         assert row.error and "Connection refused" in row.error
+        assert row.next_at is None and row.delivered_at is None  # given up, kept
         assert row.payload["data"]["steps"][0]["action"] == "service-request"
-    problem = webhooks.notify(fleet, "remediation", "node-1", {"x": 1})
-    assert problem is not None and "not delivered after 2 attempt(s)" in problem
+    assert webhooks.notify(fleet, "remediation", "node-1", {"x": 1}) is None  # queued
 
 
 def test_lease_events_are_delivered_through_the_hook_point(
@@ -160,8 +189,112 @@ def test_lease_events_are_delivered_through_the_hook_point(
         assert leases.call_hooks(EventKind.LEASE_EXPIRED, view) == []
     finally:
         remove()
+    _flush(fleet)
     (payload,) = receiver.payloads()
     assert payload["kind"] == "lease-expired"
     assert payload["data"]["owner"] == "team-a"  # type: ignore[index]
     headers, body = receiver.got[0]
     assert webhooks.verify(SECRET.encode(), body, headers["X-Gpufleet-Signature"])
+
+
+def test_a_slow_receiver_never_delays_an_inspection_sweep(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path, receiver: Receiver
+) -> None:
+    from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+    from gpufleet.service.inspect import inspect
+    from gpufleet.service.validate import validate
+
+    fleet.settings.guard_share = 1.0
+    d = tmp_path / "lab"
+    d.mkdir()
+    fl = create_fleet(2, models=["h100-8x"], faults={})
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    validate(fleet)
+    inspect(fleet)
+    fl = LabFleet.load(d)
+    hosts = [
+        h.model_copy(update={"faults": ["ecc-uncorrectable"] if h.name == "gpu-01" else []})
+        for h in fl.hosts
+    ]
+    fl.model_copy(update={"hosts": hosts}).save(d)
+    _configure(fleet, receiver.url, timeout_s=20)
+    receiver.slow, receiver.delay_s = 1, 5.0  # the first request takes 5 s to answer
+    clock.advance(minutes=5)
+    t0 = time.monotonic()
+    inspect(fleet)  # opens a critical alarm on gpu-01: one notification
+    took = time.monotonic() - t0
+    assert receiver.answered == []  # the sweep returned while the receiver was still busy
+    assert took < 5.0, f"the sweep took {took:.1f} s"
+    with fleet.db.session() as s:
+        (alarm,) = s.scalars(select(Alarm).where(Alarm.closed_at.is_(None)))
+        assert alarm.data["rule"] == "ecc-uncorrectable"
+    _flush(fleet)
+    (payload,) = receiver.payloads()  # delivered once, after the slow answer
+    assert payload["kind"] == "alarm-opened" and payload["host"] == "gpu-01"
+    assert payload["data"]["rule"] == "ecc-uncorrectable"  # type: ignore[index]
+    assert payload["data"]["severity"] == "critical"  # type: ignore[index]
+    headers, body = receiver.got[0]
+    assert webhooks.verify(SECRET.encode(), body, headers["X-Gpufleet-Signature"])
+    with fleet.db.session() as s:
+        (row,) = s.scalars(select(WebhookDelivery))
+        assert (row.attempts, row.delivered, row.status) == (1, True, 200)
+
+
+def test_two_senders_retry_with_backoff_and_never_deliver_twice(
+    fleet: Fleet, receiver: Receiver
+) -> None:
+    """Two senders (as two gpufleet processes would) drain one outbox while the receiver fails
+    the first requests: every notification is answered 200 exactly once, failures retried."""
+    _configure(fleet, receiver.url, retries=4)
+    other = Fleet(db=fleet.db, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
+    receiver.statuses = [500, 503, 500, 502]  # the first four requests fail
+    try:
+        for n in range(12):
+            webhooks.notify(fleet if n % 2 else other, "alarm-opened", f"node-{n}", {"n": n})
+        _flush(fleet)
+        _flush(other)
+    finally:
+        webhooks.stop(other)
+    ok = [json.loads(b)["data"]["n"] for st, b in receiver.answered if st == 200]
+    assert sorted(ok) == list(range(12))  # each once
+    failed = [st for st, _ in receiver.answered if st != 200]
+    assert sorted(failed) == [500, 500, 502, 503]
+    with fleet.db.session() as s:
+        rows = list(s.scalars(select(WebhookDelivery)))
+    assert len(rows) == 12 and all(r.delivered and r.next_at is None for r in rows)
+    assert sum(r.attempts for r in rows) == 16  # 12 successes + 4 retried failures
+
+
+def test_a_short_lived_process_delivers_its_notifications_before_it_exits(
+    fleet: Fleet, tmp_path: Path, receiver: Receiver
+) -> None:
+    """A one-shot command (``gpufleet alarms resolve``) queues and returns at once; at exit the
+    process waits for its own notifications (here one failed attempt, then the retry)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from gpufleet.service import webhooks\n"
+        "from gpufleet.service.fleet import Fleet\n"
+        "f = Fleet.open(home=Path(sys.argv[2]), url=sys.argv[3], actor='pytest')\n"
+        "f.settings = f.settings.model_copy(update={'webhook_url': sys.argv[1]})\n"
+        "assert webhooks.notify(f, 'alarm-opened', 'node-9', {'n': 9}) is None\n"
+        "print('queued', flush=True)\n"
+    )
+    receiver.statuses = [500]
+    out = subprocess.run(
+        [sys.executable, "-c", script, receiver.url, str(tmp_path / "h2"), fleet.settings.db_url()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "queued"
+    assert [p["host"] for p in receiver.payloads()] == ["node-9", "node-9"]  # 500, then 200
+    with fleet.db.session() as s:
+        (row,) = s.scalars(select(WebhookDelivery))
+    assert (row.attempts, row.delivered, row.next_at) == (2, True, None)

@@ -9,6 +9,9 @@ The probe prints framed parts, each after a ``@@probe NAME`` line:
 ``ib``      ``port CA/N state=STATE counter=value ...`` per IB/RoCE port, from sysfs
 ``disk``    ``df -P -k`` of the configured paths
 ``uptime``  ``/proc/uptime`` (grace after boot)
+``driver``  seconds since the ``nvidia`` kernel module was loaded: the host's clock minus the
+            modification time of ``/sys/module/nvidia`` (sysfs creates the directory when the
+            module loads; grace after a driver reload without a reboot); empty when not loaded
 
 Whether the GPUs have NVLink (topology-aware rules) is not probed: the service takes it from
 the host's latest collected facts (``nvidia-smi nvlink -s``). File paths are prefixed with
@@ -126,6 +129,8 @@ def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) ->
             f"df -P -k {paths} 2>/dev/null",
             "echo '@@probe uptime'",
             'cat "$R"/proc/uptime 2>/dev/null',
+            "echo '@@probe driver'",
+            'm=$(stat -c %Y "$R"/sys/module/nvidia 2>/dev/null) && echo "$(( $(date +%s) - m ))"',
             "echo '@@probe end'",
             "",
         ]
@@ -306,6 +311,15 @@ def parse_probe(
             uptime = float(raw[0])
         except ValueError:
             problems.append(f"{source}: /proc/uptime: not a number: {raw[0][:40]!r}")
+    driver_age: float | None = None
+    raw = parts.get("driver", "").split()
+    if raw:
+        try:
+            driver_age = max(0.0, float(raw[0]))  # a clock stepped back: just loaded
+        except ValueError:
+            problems.append(
+                f"{source}: driver load age (/sys/module/nvidia): not a number: {raw[0][:40]!r}"
+            )
     sample = HostSample(
         at=at,
         gpus=gpus,
@@ -313,6 +327,7 @@ def parse_probe(
         ports=ports,
         disks=disks,
         uptime_s=uptime,
+        driver_age_s=driver_age,
     )
     return ProbeResult(sample, cursor, tuple(problems))
 

@@ -8,7 +8,8 @@ returns the findings. Nothing here reads a clock: windows are measured back from
 sample's time.
 
 Not crying wolf: a rule fires only when its condition held in ``consecutive`` samples in a row,
-never while the host's uptime is inside its ``grace``, never on hosts without the topology it
+never inside its ``grace`` after the host booted or the NVIDIA driver was (re)loaded (the
+later of the two: :attr:`HostSample.settled_s`), never on hosts without the topology it
 ``requires`` (no NVLink rule on PCIe GPUs); Xid and counter rules count within a ``window``;
 a firing rule drops the findings of the rules it ``clears`` on the same GPU/port.
 """
@@ -145,6 +146,14 @@ class HostSample:
     disks: tuple[DiskSample, ...] = ()
     uptime_s: float | None = None
     nvlink: bool = False
+    #: Seconds since the NVIDIA driver (module ``nvidia``) was loaded; None: not known.
+    driver_age_s: float | None = None
+
+    @property
+    def settled_s(self) -> float | None:
+        """Seconds since the later of boot and driver load (what a rule's grace counts)."""
+        known = [x for x in (self.uptime_s, self.driver_age_s) if x is not None]
+        return min(known) if known else None
 
 
 def same_pci(xid_pci: str | None, bus_id: str | None) -> bool:
@@ -576,7 +585,8 @@ def evaluate_host(
             continue
         if rule.requires == "nvlink" and not latest.nvlink:
             continue  # topology-aware: no NVLink rule on PCIe GPUs
-        if rule.grace and latest.uptime_s is not None and latest.uptime_s < rule.grace:
+        settled = latest.settled_s
+        if rule.grace and settled is not None and settled < rule.grace:
             continue  # links still training after boot / driver load
         found += _rule_findings(rule, history, medians, xids)
         if rule.clears:

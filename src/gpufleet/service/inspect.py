@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import event as sa_event
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -54,6 +55,7 @@ from gpufleet.domain.rules import (
 )
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
+from gpufleet.service import webhooks
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.inspect_store import (
     histories,
@@ -416,6 +418,9 @@ def _trip_guard(fleet: Fleet, at: datetime, held: list[str]) -> str:
         else:
             alarm.data = {"held": sorted(set(alarm.data.get("held", [])) | set(held))}
         record_event(s, fleet, EventKind.ALARM, message, data={"fleet": GUARD_KIND, "held": held})
+        if alarm is None:
+            note = {"kind": GUARD_KIND, "severity": "critical", "message": message, "held": held}
+            webhooks.after_commit(s, fleet, "alarm-opened", None, note)
     return message
 
 
@@ -490,6 +495,9 @@ def _act(
             )
             record_event(s, fleet, EventKind.ALARM, f.message, host=host, data=data, actor=ACTOR)
             out.actions.append(f"alarm {sev.value}: {f.message}")
+            # queued after the commit; sent by the outbox's thread, never inside the sweep
+            note = {"kind": AlarmKind.HEALTH.value, "severity": sev.value, "message": f.message}
+            webhooks.after_commit(s, fleet, "alarm-opened", host.name, note | data)
         # Findings that cleared: warnings close, criticals wait for a passed validation.
         for k, a in open_alarms.items():
             if k in now_keys or k[0] in blind:
@@ -507,6 +515,8 @@ def _act(
                     "" if a.severity is AlarmSeverity.WARNING else " and the host re-validated"
                 )
                 out.actions.append(f"closed: {a.message}")
+                closed = {"kind": a.kind.value, "reason": a.reason, "message": a.message}
+                webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed | dict(a.data))
         if held:
             out.actions.append("quarantine held by the blast-radius guard")
             result = "held"
@@ -538,6 +548,7 @@ def _quarantine(
     s: Session, fleet: Fleet, host: Host, critical: list[Finding], out: HostInspection, at: datetime
 ) -> bool:
     reason = "; ".join(f.message for f in critical)
+    views: list[Any] = []
     if host.state is HostState.ALLOCATED:
         for lh in s.scalars(
             select(LeaseHost).where(LeaseHost.host_id == host.id, LeaseHost.holding)
@@ -557,8 +568,14 @@ def _quarantine(
                 actor=ACTOR,
             )
             out.actions.append(f"lease {view.id} owner {view.owner} notified (lease kept)")
-            for problem in call_hooks(EventKind.LEASE_HOST_UNHEALTHY, view):
-                out.actions.append(problem)
+            views.append(view)
+        if views:
+            # the lease hooks (webhooks) run after the commit, never inside the transaction
+            def owners(_: Session) -> None:
+                for v in views:
+                    out.actions.extend(call_hooks(EventKind.LEASE_HOST_UNHEALTHY, v))
+
+            sa_event.listen(s, "after_commit", owners, once=True)
         return False
     if host.state not in QUARANTINES:
         return False

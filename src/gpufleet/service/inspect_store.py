@@ -78,6 +78,7 @@ def host_row(host_id: int, at: datetime, res: ProbeResult) -> dict[str, Any]:
         "gpus_ok": smp.gpus is not None,
         "gpu_count": len(smp.gpus or ()),
         "uptime_s": smp.uptime_s,
+        "driver_age_s": smp.driver_age_s,
         "nvlink": smp.nvlink,
         "xids": [
             {
@@ -304,6 +305,7 @@ def _sample_of(row: HostSampleRow, gpus: Iterable[GpuSampleRow]) -> HostSample:
         ),
         disks=tuple(DiskSample(d["path"], d["size_kib"], d["used_kib"]) for d in row.disks),
         uptime_s=row.uptime_s,
+        driver_age_s=row.driver_age_s,
         nvlink=row.nvlink,
     )
 

@@ -629,6 +629,8 @@ class HostSampleRow(Base):
     gpus_ok: Mapped[bool] = mapped_column(Boolean)
     gpu_count: Mapped[int] = mapped_column(Integer, default=0)
     uptime_s: Mapped[float | None] = mapped_column(Float)
+    #: issue 10 (migration 0014): seconds since the NVIDIA driver was loaded (grace).
+    driver_age_s: Mapped[float | None] = mapped_column(Float)
     nvlink: Mapped[bool] = mapped_column(Boolean, default=False)
     xids: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     ports: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
@@ -817,3 +819,9 @@ class WebhookDelivery(Base):
     delivered: Mapped[bool] = mapped_column(Boolean)
     status: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
+    #: issue 10 (migration 0014), the outbox: when the next attempt is due (None: finished,
+    #: delivered or given up), the sender holding it until ``claimed_until``, when delivered.
+    next_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
+    claim: Mapped[str | None] = mapped_column(String(32))
+    claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
