@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import func, select, update
 
+from gpufleet.domain.accelerators import UNKNOWN_MODEL, accelerator_versions, accelerators_of
 from gpufleet.domain.drift import diff_against_baseline
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
@@ -64,6 +65,72 @@ def _full(fleet: Fleet) -> dict[str, tuple[Host, FactSnapshot, HostFacts]]:
         return {h.name: (h, snap, HostFacts.model_validate(snap.facts)) for h, snap in rows}
 
 
+def _assert_derived(full: dict[str, tuple[Host, FactSnapshot, HostFacts]]) -> None:
+    """Every snapshot's derived columns are what its full facts say: the accelerator
+    columns from every vendor's accelerators (issue 15), an NVIDIA-only host's exactly
+    what nvidia-smi gave (as before issue 15)."""
+    for name, (_h, snap, facts) in full.items():
+        accs = accelerators_of(facts)
+        mems = [a.memory_total_mib for a in accs if a.memory_total_mib is not None]
+        dmi = facts.dmi.uuid if facts.dmi else None
+        assert snap.gpu_count == len(accs), name
+        assert snap.gpu_model == (
+            ", ".join(sorted({a.model for a in accs if a.model != UNKNOWN_MODEL})) or None
+        ), name
+        assert snap.gpu_memory_mib == (min(mems) if mems else None), name
+        drivers = [v.driver for _, v in sorted(accelerator_versions(facts).items()) if v.driver]
+        assert snap.driver == (facts.driver_version or next(iter(drivers), None)), name
+        if not facts.accelerators:  # NVIDIA only (or nothing): nvidia-smi's values
+            gpus = facts.gpus
+            nv_mems = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
+            assert snap.gpu_count == len(gpus), name
+            assert snap.gpu_model == (
+                ", ".join(sorted({g.product_name for g in gpus if g.product_name})) or None
+            ), name
+            assert snap.gpu_memory_mib == (min(nv_mems) if nv_mems else None), name
+            assert snap.driver == facts.driver_version, name
+        assert snap.cuda == facts.cuda_version, name
+        assert snap.kernel == facts.kernel, name
+        assert snap.os == (facts.os.pretty_name if facts.os else None), name
+        assert snap.dmi_uuid == (dmi.upper() if dmi else None), name
+        assert snap.content_hash == facts_digest(facts.model_dump(mode="json")), name
+        assert snap.fact_labels == fact_labels(facts), name  # migration 0015
+
+
+MIXED = ["h100-8x", "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "ascend-910b3-8x"]
+
+
+def test_derived_columns_of_a_mixed_fleet_count_every_vendor(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Issue 15: an Ascend or AMD host's snapshot counts its NPUs / GPUs, names their model,
+    smallest memory and driver; the host list shows them (no facts decoded)."""
+    d = tmp_path / "lab"
+    d.mkdir()
+    faults = {"gpu-03": ["npu-alarm:5"], "gpu-05": ["npu-missing:3"]}
+    fl = create_fleet(5, models=MIXED, faults=faults, now=fleet.now())
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    collect(fleet)
+    full = _full(fleet)
+    assert len(full) == 5
+    _assert_derived(full)
+    got = {n: (s.gpu_count, s.gpu_model, s.driver) for n, (_, s, _) in full.items()}
+    assert got == {
+        "gpu-01": (8, "NVIDIA H100 80GB HBM3", full["gpu-01"][2].driver_version),
+        "gpu-02": (8, "910B3", "23.0.7"),
+        "gpu-03": (8, "910B3", "23.0.7"),
+        "gpu-04": (4, "Instinct MI100", "6.3.6"),
+        "gpu-05": (7, "910B3", "23.0.7"),
+    }
+    assert full["gpu-01"][2].driver_version is not None
+    assert full["gpu-02"][1].gpu_memory_mib == 65536
+    assert full["gpu-04"][1].gpu_memory_mib == 32752  # rocm-smi: 34342961152 bytes
+    listed = {v.name: (v.gpu_count, v.gpu_model, v.driver) for v in list_hosts(fleet)}
+    assert listed == got
+
+
 def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: Path) -> None:
     d = _lab(fleet, tmp_path)
     collect(fleet)
@@ -76,22 +143,7 @@ def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: 
 
     full = _full(fleet)
     assert len(full) == 7
-    for name, (_h, snap, facts) in full.items():
-        gpus = facts.gpus
-        mems = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
-        dmi = facts.dmi.uuid if facts.dmi else None
-        assert snap.gpu_count == len(gpus), name
-        assert snap.gpu_model == (
-            ", ".join(sorted({g.product_name for g in gpus if g.product_name})) or None
-        ), name
-        assert snap.gpu_memory_mib == (min(mems) if mems else None), name
-        assert snap.driver == facts.driver_version, name
-        assert snap.cuda == facts.cuda_version, name
-        assert snap.kernel == facts.kernel, name
-        assert snap.os == (facts.os.pretty_name if facts.os else None), name
-        assert snap.dmi_uuid == (dmi.upper() if dmi else None), name
-        assert snap.content_hash == facts_digest(facts.model_dump(mode="json")), name
-        assert snap.fact_labels == fact_labels(facts), name  # migration 0015
+    _assert_derived(full)
     assert full["gpu-06"][1].gpu_count == 0 and full["gpu-05"][1].gpu_count == 7
 
     # listing: what the full facts give

@@ -2,8 +2,10 @@
 side by side.
 
 NVIDIA GPUs are counted from the snapshot's own columns (``gpu_count``, ``gpu_model``: no
-facts decoded); a host whose snapshot lists no NVIDIA GPU has its facts decoded (a batch at a
-time) for the other vendors' accelerators (:func:`~gpufleet.domain.accelerators.inventories_of`),
+facts decoded); a host whose snapshot lists no NVIDIA GPU (no per-GPU row: those are
+nvidia-smi's; ``gpu_count`` counts every vendor's accelerators) has its facts decoded (a
+batch at a time) for the other vendors' accelerators
+(:func:`~gpufleet.domain.accelerators.inventories_of`),
 so an NVIDIA fleet costs nothing more and the decoding is bounded by the other vendors' hosts.
 """
 
@@ -11,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.accelerator_exports import model_counts
 from gpufleet.domain.accelerators import Vendor, inventories_of
 from gpufleet.store.repo import latest_facts
-from gpufleet.store.tables import Host
+from gpufleet.store.tables import GpuRow, Host
 
 #: (vendor, model, count) of one host's accelerators of one model.
 Group = tuple[str, str, int]
@@ -25,14 +27,18 @@ Group = tuple[str, str, int]
 
 def other_vendor_accelerators(s: Session, host_ids: Iterable[int]) -> dict[int, list[Group]]:
     """Host id -> its accelerators of vendors other than NVIDIA, per (vendor, model), read
-    from its latest facts (hosts without a snapshot or without such accelerators: absent)."""
+    from its latest facts (hosts without a snapshot or without such accelerators: absent).
+    Only hosts whose latest snapshot has no NVIDIA GPU row are decoded."""
     ids = sorted(set(host_ids))
     snaps: dict[int, int] = {}
     for i in range(0, len(ids), 1000):
         snaps.update(
             (sid, hid)
             for hid, sid in s.execute(
-                select(Host.id, Host.latest_snapshot_id).where(Host.id.in_(ids[i : i + 1000]))
+                select(Host.id, Host.latest_snapshot_id).where(
+                    Host.id.in_(ids[i : i + 1000]),
+                    ~exists().where(GpuRow.snapshot_id == Host.latest_snapshot_id),
+                )
             )
             if sid is not None
         )

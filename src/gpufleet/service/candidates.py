@@ -45,7 +45,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
 from gpufleet.service.placement_index import blocking_alarm, read_summary, want_rebuild
 from gpufleet.service.select import is_explicit, select_hosts
-from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, LeaseHost
+from gpufleet.store.tables import Alarm, FactSnapshot, Host, LeaseHost
 
 
 @dataclass
@@ -84,12 +84,9 @@ def _block_fabric() -> ColumnElement[Any]:
 
 
 def _min_memory() -> Any:
-    """The smallest GPU memory of the host's latest snapshot (NULL when none is known)."""
-    return (
-        select(func.min(GpuRow.memory_total_mib))
-        .where(GpuRow.snapshot_id == Host.latest_snapshot_id)
-        .scalar_subquery()
-    )
+    """The smallest accelerator memory of the host's latest snapshot (NULL when none is
+    known): its derived column, every vendor's (issue 15; NVIDIA's equals the GPU rows')."""
+    return FactSnapshot.gpu_memory_mib
 
 
 def _has_profile(s: Session, profile: str) -> ColumnElement[bool]:
@@ -330,6 +327,7 @@ def host_views(
         Host.eta,
         _gpus(),
         FactSnapshot.gpu_model,
+        _min_memory(),
     ]
     stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
     if is_explicit(selector):
@@ -343,16 +341,6 @@ def host_views(
     if req.model:
         stmt = stmt.where(func.lower(FactSnapshot.gpu_model).contains(req.model.lower()))
     rows = s.execute(stmt).all()
-    memory: dict[int, int] = {}
-    if req.min_gpu_memory_mib:
-        mstmt = (
-            select(GpuRow.host_id, func.min(GpuRow.memory_total_mib))
-            .join(Host, Host.latest_snapshot_id == GpuRow.snapshot_id)
-            .group_by(GpuRow.host_id)
-        )
-        if len(rows) < 1000:
-            mstmt = mstmt.where(Host.id.in_([r[0] for r in rows]))
-        memory = {hid: m for hid, m in s.execute(mstmt) if m is not None}
     alarmed = set(
         s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None), blocking_alarm()))
     )
@@ -375,7 +363,7 @@ def host_views(
         )
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
-    for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model in rows:
+    for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model, mem in rows:
         st = _STATES[state]
         views.append(
             HostView(
@@ -383,7 +371,7 @@ def host_views(
                 state=st,
                 gpus=gpus or 0,
                 model=model,
-                gpu_memory_mib=memory.get(hid),
+                gpu_memory_mib=mem if req.min_gpu_memory_mib else None,
                 rack=rack,
                 fabric=fabric,
                 pool=pool,

@@ -78,7 +78,7 @@ def capacity(
             )
         }
         others = other_vendor_accelerators(
-            s, [index[h.name].id for h in views if not h.gpus and h.state is not HostState.RETIRED]
+            s, [index[h.name].id for h in views if h.state is not HostState.RETIRED]
         )
     if not views and is_explicit(selector):
         raise nothing_matches(selector)

@@ -30,6 +30,11 @@ from gpufleet.collect.transport import (
     fingerprint,
     get_transport_factory,
 )
+from gpufleet.domain.accelerators import (
+    UNKNOWN_MODEL,
+    accelerator_versions,
+    accelerators_of,
+)
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
@@ -565,6 +570,30 @@ def facts_digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def derived_columns(facts: HostFacts) -> dict[str, Any]:
+    """A snapshot's accelerator columns, whatever the vendor (issue 15): ``gpu_count`` (every
+    accelerator of :func:`accelerators_of`: NVIDIA GPUs, Ascend NPUs, AMD GPUs), ``gpu_model``
+    (their models, sorted, comma-joined: ``NVIDIA H100 80GB HBM3``, ``910B3``, ``Instinct
+    MI100``), ``gpu_memory_mib`` (the smallest memory) and ``driver`` (NVIDIA's, else the first
+    vendor's in vendor order that reports one). An NVIDIA host's values are what nvidia-smi
+    gave, as before."""
+    accs = accelerators_of(facts)
+    models = sorted({a.model for a in accs if a.model and a.model != UNKNOWN_MODEL})
+    mems = [a.memory_total_mib for a in accs if a.memory_total_mib is not None]
+    driver = facts.driver_version
+    if driver is None:
+        versions = accelerator_versions(facts)
+        driver = next(
+            (versions[v].driver for v in sorted(versions, key=str) if versions[v].driver), None
+        )
+    return {
+        "driver": driver,
+        "gpu_count": len(accs),
+        "gpu_model": ", ".join(models) or None,
+        "gpu_memory_mib": min(mems) if mems else None,
+    }
+
+
 def _store_facts(
     s: Session, host: Host, run_id: int, facts: HostFacts
 ) -> tuple[int, HostFacts | None]:
@@ -584,8 +613,7 @@ def _store_facts(
         if prev_hash == digest:
             return prev_id, None
     gpus = facts.gpus
-    models = sorted({g.product_name for g in gpus if g.product_name})
-    mems = [g.memory_total_mib for g in gpus if g.memory_total_mib is not None]
+    derived = derived_columns(facts)
     dmi_uuid = facts.dmi.uuid if facts.dmi is not None else None
     snap_id = s.execute(
         insert(FactSnapshot).returning(FactSnapshot.id),
@@ -595,15 +623,12 @@ def _store_facts(
                 "run_id": run_id,
                 "collected_at": facts.collected_at,
                 "facts": doc,
-                "driver": facts.driver_version,
+                **derived,
                 "cuda": facts.cuda_version,
                 "kernel": facts.kernel,
                 "os": facts.os.pretty_name if facts.os else None,
-                "gpu_count": len(gpus),
-                "gpu_model": ", ".join(models) or None,
                 "content_hash": digest,
                 "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
-                "gpu_memory_mib": min(mems) if mems else None,
                 "fact_labels": fact_labels(facts),
             }
         ],

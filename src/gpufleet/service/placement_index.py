@@ -42,7 +42,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import SummaryKey, summarize
 from gpufleet.domain.states import HostState
-from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, PlacementRack
+from gpufleet.store.tables import Alarm, FactSnapshot, Host, PlacementRack
 
 #: Host columns whose change can change a host's candidacy or its summary entry.
 WATCHED = frozenset(
@@ -222,11 +222,7 @@ def blocking_alarm() -> ColumnElement[bool]:
 def compute(s: Session, racks: list[str] | None) -> dict[str, list[list[Any]]]:
     """Every rack's summary entries from the hosts table (``racks`` None: the whole fleet)."""
     gpus = func.coalesce(Host.usable_gpus, FactSnapshot.gpu_count)
-    memory = (
-        select(func.min(GpuRow.memory_total_mib))
-        .where(GpuRow.snapshot_id == Host.latest_snapshot_id)
-        .scalar_subquery()
-    )
+    memory = FactSnapshot.gpu_memory_mib  # every vendor's smallest (issue 15)
     alarmed = exists().where(Alarm.host_id == Host.id, Alarm.closed_at.is_(None), blocking_alarm())
     stmt = (
         select(

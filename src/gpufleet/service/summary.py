@@ -55,7 +55,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             for a in open_alarms(s, [h.id for h, _ in rows])
         ]
         others = other_vendor_accelerators(
-            s, [h.id for h, snap in rows if snap is not None and not snap.gpu_count]
+            s, [h.id for h, snap in rows if snap is not None]
         )
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
@@ -70,16 +70,17 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         gpus_total += n
         model = (snap.gpu_model if snap else None) or "unknown"
         available = h.state == HostState.AVAILABLE.value
-        if n:
-            per_model.append(("nvidia", model, n, available))
         extra = others.get(h.id, [])
+        nvidia = n - sum(count for _, _, count in extra)  # gpu_count: every vendor's
+        if nvidia > 0:
+            per_model.append(("nvidia", model, nvidia, available))
         per_model += [(vendor, name, count, available) for vendor, name, count in extra]
         if available:
             gpus_avail += n
             for p in h.profiles:
                 per = by_profile.setdefault(p, Counter())
-                if n or not extra:
-                    per[model] += n
+                if nvidia > 0 or not extra:
+                    per[model] += max(nvidia, 0)
                 for vendor, name, count in extra:
                     per[display_model(vendor, name)] += count
                 hosts_per_profile[p] += 1
