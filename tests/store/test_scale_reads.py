@@ -281,3 +281,54 @@ def test_migration_0015_backfills_the_latest_snapshots_fact_labels(
     for name, (_, snap, facts) in full.items():
         assert snap.fact_labels == fact_labels(facts), name
     assert {x.host: x.labels for x in host_labels(fleet)} == want
+
+
+def test_migration_0011_recomputes_the_accelerator_columns(fleet: Fleet, tmp_path: Path) -> None:
+    """A database whose Ascend/AMD snapshots were stored with nvidia-smi's columns alone (0
+    GPUs, no model, memory nor driver) gets them recomputed on upgrade; NVIDIA rows keep
+    theirs."""
+    from alembic import command
+    from alembic.config import Config
+
+    from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION
+
+    d = tmp_path / "lab"
+    d.mkdir()
+    models = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]
+    fl = create_fleet(3, models=models, faults={}, now=fleet.now())
+    fl.save(d)
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    enroll(fleet, load_inventory(d / "inventory.ini"))
+    collect(fleet)
+    want = {n: (s.gpu_count, s.gpu_model, s.gpu_memory_mib, s.driver)
+            for n, (_, s, _) in _full(fleet).items()}
+    assert want["gpu-02"] == (8, "910B3", 65536, "23.0.7")
+    assert want["gpu-03"] == (4, "Instinct MI100", 32752, "6.3.6")
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with fleet.db.engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0014")
+    with fleet.db.session() as s:  # what collection wrote before issue 15's columns
+        for name in ("gpu-02", "gpu-03"):
+            s.execute(
+                update(FactSnapshot)
+                .where(FactSnapshot.id == full_id(s, name))
+                .values(gpu_count=0, gpu_model=None, gpu_memory_mib=None, driver=None)
+            )
+    assert {v.name: v.gpu_count for v in list_hosts(fleet)} == {
+        "gpu-01": 8, "gpu-02": 0, "gpu-03": 0}
+    fleet.db.migrate()
+    assert fleet.db.current_revision() == SCHEMA_REVISION == "0011"
+    got = {n: (s.gpu_count, s.gpu_model, s.gpu_memory_mib, s.driver)
+           for n, (_, s, _) in _full(fleet).items()}
+    assert got == want
+    assert {v.name: v.gpu_count for v in list_hosts(fleet)} == {
+        "gpu-01": 8, "gpu-02": 8, "gpu-03": 4}
+
+
+def full_id(s: Any, name: str) -> int:
+    """The latest snapshot id of host ``name``."""
+    sid = s.scalar(select(Host.latest_snapshot_id).where(Host.name == name))
+    assert isinstance(sid, int)
+    return sid

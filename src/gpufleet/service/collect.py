@@ -30,11 +30,6 @@ from gpufleet.collect.transport import (
     fingerprint,
     get_transport_factory,
 )
-from gpufleet.domain.accelerators import (
-    UNKNOWN_MODEL,
-    accelerator_versions,
-    accelerators_of,
-)
 from gpufleet.domain.changes import detect_changes
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
@@ -43,6 +38,7 @@ from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
 from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.profiles import Decision
+from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ParseError
 from gpufleet.service import gpu_health
@@ -568,30 +564,6 @@ def facts_digest(doc: dict[str, Any]) -> str:
     body = {k: v for k, v in doc.items() if k != "collected_at"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def derived_columns(facts: HostFacts) -> dict[str, Any]:
-    """A snapshot's accelerator columns, whatever the vendor (issue 15): ``gpu_count`` (every
-    accelerator of :func:`accelerators_of`: NVIDIA GPUs, Ascend NPUs, AMD GPUs), ``gpu_model``
-    (their models, sorted, comma-joined: ``NVIDIA H100 80GB HBM3``, ``910B3``, ``Instinct
-    MI100``), ``gpu_memory_mib`` (the smallest memory) and ``driver`` (NVIDIA's, else the first
-    vendor's in vendor order that reports one). An NVIDIA host's values are what nvidia-smi
-    gave, as before."""
-    accs = accelerators_of(facts)
-    models = sorted({a.model for a in accs if a.model and a.model != UNKNOWN_MODEL})
-    mems = [a.memory_total_mib for a in accs if a.memory_total_mib is not None]
-    driver = facts.driver_version
-    if driver is None:
-        versions = accelerator_versions(facts)
-        driver = next(
-            (versions[v].driver for v in sorted(versions, key=str) if versions[v].driver), None
-        )
-    return {
-        "driver": driver,
-        "gpu_count": len(accs),
-        "gpu_model": ", ".join(models) or None,
-        "gpu_memory_mib": min(mems) if mems else None,
-    }
 
 
 def _store_facts(
