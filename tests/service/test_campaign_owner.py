@@ -32,7 +32,7 @@ def test_a_later_attempt_of_the_same_job_takes_over_a_silent_remote_runner(
         camp.status = CampaignStatus.RUNNING
         camp.owner = "job7@worker-b.example:4242"
         camp.updated_at = fleet.now()
-    with pytest.raises(Conflict, match="job7@worker-b.example:4242"):
+    with pytest.raises(Conflict, match=r"job7@worker-b\.example:4242"):
         run_campaign(fleet, "c1")  # a person's `campaign resume`: still held
     with pytest.raises(Conflict):
         run_campaign(fleet, "c1", job=8)  # another job

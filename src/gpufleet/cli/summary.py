@@ -69,9 +69,12 @@ def render_summary(sm: FleetSummary) -> None:
         profiles = list(sm.gpus_per_profile_model)
         models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})
         gp = Table(title="available GPUs per profile and model")
-        gp.add_column("GPU model", overflow="fold")
+        # The model is an identifier: it keeps one line; the profile headers wrap instead.
+        gp.add_column("GPU model", no_wrap=True, min_width=max(map(len, models), default=9))
         for p in profiles:
-            gp.add_column(p, justify="right")
+            # "training-multinode" -> two header lines, so the table fits 80 columns.
+            head = p.replace("-", "-\n", 1) if len(p) > 10 else p
+            gp.add_column(head, justify="right", overflow="fold")
         for m in models:
             gp.add_row(
                 lit(m.removeprefix("NVIDIA ")),
