@@ -179,7 +179,13 @@ class CampaignRetry(BaseRetryStrategy):
 
 def campaign_run_task(context: JobContext, name: str, actor: str) -> None:
     """Run (or resume) campaign ``name`` as ``actor``
-    (:func:`gpufleet.service.campaign.run_campaign`, what ``campaign run`` calls)."""
+    (:func:`gpufleet.service.campaign.run_campaign`, what ``campaign run`` calls).
+
+    A later attempt of the same job (its worker died, or the database was away) takes the
+    campaign over from the attempt before (the owner names the job) and resumes it the way
+    ``campaign resume`` does: finished hosts are not run again, an interrupted host is
+    re-checked. It only resumes what it was driving: a campaign paused, halted, finished or
+    waiting for approval meanwhile is left as it is."""
     fleet = dataclasses.replace(fleet_of(context), actor=actor)
     job = context.job
     if job.attempts > 0:
