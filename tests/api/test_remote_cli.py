@@ -11,16 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from gpufleet.service.fleet import Fleet
 from tests.api.conftest import TOKENS
-from tests.api.test_serve import free_port
+from tests.api.test_serve import free_port, wait_until_serving
 from tests.clitools import Cli
 
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
@@ -48,16 +46,7 @@ def server(lab_fleet: Fleet, tokens_file: Path, tmp_path: Path) -> Iterator[str]
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "gpufleet serve did not start"
-            time.sleep(0.2)
+        wait_until_serving(proc, f"{base}/api/v1/health")
         yield base
     finally:
         proc.send_signal(signal.SIGTERM)

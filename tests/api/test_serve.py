@@ -25,6 +25,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def wait_until_serving(proc: subprocess.Popen[str], health_url: str, timeout: float = 60) -> None:
+    """Poll ``health_url`` until it answers 200; fail with the server's output if it exits."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(health_url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "gpufleet serve did not start"
+        time.sleep(0.2)
+
+
 def test_gpufleet_serve_answers_over_http(
     lab_fleet: Fleet, tokens_file: Path, tmp_path: Path
 ) -> None:
@@ -44,16 +58,7 @@ def test_gpufleet_serve_answers_over_http(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/api/v1/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "gpufleet serve did not start"
-            time.sleep(0.2)
+        wait_until_serving(proc, f"{base}/api/v1/health")
         r = httpx.get(f"{base}/api/v1/hosts", params={"limit": 2}, headers=auth("viewer"))
         assert r.status_code == 200
         assert [h["name"] for h in r.json()["items"]] == ["gpu-01", "gpu-02"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 from tests.api.conftest import auth, write_tokens
+from tests.api.test_serve import free_port, wait_until_serving
 from tests.service.test_jobs import make_lab
 from tests.store.conftest import empty_url as empty_url
 
@@ -30,12 +30,6 @@ from gpufleet.store.db import Database
 
 V1 = "/api/v1"
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def empty_queue(fleet: Fleet) -> None:
@@ -231,16 +225,7 @@ def test_serve_with_worker_runs_jobs_on_embedded_sqlite(tmp_path: Path) -> None:
     )
     base = f"http://127.0.0.1:{port}/api/v1"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "gpufleet serve --with-worker did not start"
-            time.sleep(0.2)
+        wait_until_serving(proc, f"{base}/health", timeout=120)
         r = httpx.post(f"{base}/runs", json={"kind": "validate"}, headers=auth("operator"))
         assert r.status_code == 202, r.text
         run_id = r.json()["id"]
