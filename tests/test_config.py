@@ -96,6 +96,9 @@ def test_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pat
         ("GPUFLEET_ACTOR", "   ", "must not be empty"),
         ("GPUFLEET_ACTOR", "evil\x1b]0;x\x07", "control characters"),
         ("GPUFLEET_CAPTURES", "/nonexistent", "not a directory"),
+        ("GPUFLEET_SCHEDULE_INSPECT", "every 5 minutes", "not a cron expression"),
+        ("GPUFLEET_SCHEDULE_SWEEP", "61 * * * *", "not a cron expression"),
+        ("GPUFLEET_URL", "ftp://gpufleet.example", "GPUFLEET_URL"),
     ],
 )
 def test_a_bad_value_is_one_config_error_naming_the_variable(
