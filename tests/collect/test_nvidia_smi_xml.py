@@ -289,3 +289,49 @@ def test_a_hundred_thousand_gpus_do_not_fit() -> None:
     xml = f"<nvidia_smi_log><attached_gpus>100000</attached_gpus>{gpus}</nvidia_smi_log>"
     with pytest.raises(ParseError, match="100000 GPUs"):
         parse_nvidia_smi_xml(xml, "h1:nvidia-smi -q -x")
+
+
+# The GPU fields are read through one walk of each <gpu> (common._XmlFlatView); it must answer
+# every lookup as the element index (_XmlView) does, duplicated blocks included.
+_DUPLICATED = (
+    ("<pci>", "<pci><pci_bus_id>00000000:99:00.0</pci_bus_id></pci><pci>"),
+    ("<pci>", "<pci></pci><pci>"),
+    ("<retired_pages>", "<retired_pages></retired_pages><retired_pages>"),
+    (
+        "<temperature>",
+        "<temperature><gpu_temp_slow_threshold>1 C</gpu_temp_slow_threshold></temperature>"
+        "<temperature>",
+    ),
+)
+
+
+_WALK_CASES = [
+    (p.name, dup)
+    for p in sorted(XML_DIR.glob("*.xml"))
+    for dup in (None, *_DUPLICATED)
+    if dup is None or dup[0] in p.read_text(encoding="utf-8")
+]
+
+
+@pytest.mark.parametrize(("name", "dup"), _WALK_CASES)
+def test_one_walk_reads_what_the_element_index_reads(
+    name: str, dup: tuple[str, str] | None
+) -> None:
+    from lxml import etree
+
+    from gpufleet.collect.nvidia_smi.common import _XmlFlatView, _XmlView
+    from gpufleet.collect.nvidia_smi.xml import _GPU_PATHS, _PARSER
+
+    text = _read(name)
+    if dup is not None:
+        text = text.replace(dup[0], dup[1], 1)
+    root = etree.fromstring(text.encode(), _PARSER)
+    for gpu in root.findall("gpu"):
+        flat, slow = _XmlFlatView(gpu, "g", {}, _GPU_PATHS), _XmlView(gpu, "g")
+        for path in [*sorted(_GPU_PATHS.all), "serial", "no/such/path"]:
+            assert flat.raw(path) == slow.raw(path), path
+            f_node, s_node = flat.node(path), slow.node(path)
+            assert (f_node is None) == (s_node is None), path
+            if f_node is not None and s_node is not None:
+                for sub in sorted(_GPU_PATHS.all):
+                    assert f_node.raw(sub) == s_node.raw(sub), (path, sub)

@@ -244,6 +244,133 @@ class _XmlView:
         return None, f"<{self._label}/{path}>" if path else f"<{self._label}>"
 
 
+#: A trie of the paths a reader looks up under one element: tag -> the trie below it.
+XmlTrie = dict[str, "XmlTrie"]
+
+
+@dataclass(frozen=True)
+class XmlPaths:
+    """The paths ("a/b/c") a reader looks up under one element, as a trie for the walk
+    and as the set of every path and prefix of one."""
+
+    trie: XmlTrie
+    all: frozenset[str]
+
+
+def xml_paths(paths: list[str]) -> XmlPaths:
+    """The :class:`XmlPaths` of ``paths``."""
+    trie: XmlTrie = {}
+    every: set[str] = set()
+    for path in paths:
+        node = trie
+        parts = path.split("/")
+        for n, part in enumerate(parts, start=1):
+            node = node.setdefault(part, {})
+            every.add("/".join(parts[:n]))
+    return XmlPaths(trie, frozenset(every))
+
+
+class _XmlFlatView:
+    """An element (a GPU) whose trie paths were resolved in one walk of its subtree.
+
+    ``flat`` maps every path of the trie present under the element to its first element in
+    document order, which is what :class:`_XmlView`'s lookup returns for it ("every ``a``
+    child, then every ``b`` child of those", first one). A path outside the trie, and
+    ``nodes``/``leaves``, go to an :class:`_XmlView` of the same element: same answers,
+    only slower. ``node`` of a path whose prefix repeats (two ``<pci>``) goes there too,
+    since the flat map mixes the subtrees of the copies where ``node`` keeps the first.
+    """
+
+    __slots__ = ("_all", "_dups", "_elem", "_flat", "_index", "_label", "_paths", "_prefix")
+
+    def __init__(
+        self,
+        elem: etree._Element,
+        label: str,
+        index: _XmlIndex,
+        paths: XmlPaths,
+        flat: dict[str, etree._Element] | None = None,
+        dups: set[str] | None = None,
+        prefix: str = "",
+    ) -> None:
+        self._elem = elem
+        self._label = label
+        self._index = index
+        self._paths = paths
+        self._all = paths.all
+        self._prefix = prefix
+        if flat is None:
+            flat, dups = {}, set()
+            _walk_trie(elem, paths.trie, "", flat, dups)
+        self._flat = flat
+        self._dups: set[str] = dups if dups is not None else set()
+
+    def _slow(self) -> _XmlView:
+        return _XmlView(self._elem, self._label, self._index)
+
+    def raw(self, path: str) -> str | None:
+        full = self._prefix + path
+        found = self._flat.get(full)
+        if found is not None:
+            return found.text or ""
+        if full in self._all:
+            return None
+        return self._slow().raw(path)
+
+    def node(self, path: str) -> _View | None:
+        full = self._prefix + path
+        if full not in self._all or any(
+            full == d or full.startswith(d + "/") for d in self._dups
+        ):
+            return self._slow().node(path)
+        found = self._flat.get(full)
+        if found is None:
+            return None
+        return _XmlFlatView(
+            found,
+            f"{self._label}/{path}",
+            self._index,
+            self._paths,
+            self._flat,
+            self._dups,
+            full + "/",
+        )
+
+    def nodes(self, path: str) -> list[_View]:
+        return self._slow().nodes(path)
+
+    def leaves(self) -> list[tuple[str, str | None, _View]]:
+        return self._slow().leaves()
+
+    def where(self, path: str) -> tuple[int | None, str]:
+        return self._slow().where(path)
+
+
+def _walk_trie(
+    elem: etree._Element,
+    trie: XmlTrie,
+    prefix: str,
+    flat: dict[str, etree._Element],
+    dups: set[str],
+) -> None:
+    """Record under ``prefix + tag`` the first element of each trie path below ``elem``
+    (depth first, document order); a path met again goes into ``dups``."""
+    for child in elem:
+        tag = child.tag
+        if not isinstance(tag, str):  # an entity reference
+            continue
+        sub = trie.get(tag)
+        if sub is None:
+            continue
+        path = prefix + tag
+        if path in flat:
+            dups.add(path)
+        else:
+            flat[path] = child
+        if sub:
+            _walk_trie(child, sub, path + "/", flat, dups)
+
+
 @dataclass(slots=True)
 class _TextNode:
     """One ``Key : Value`` (or bare ``Key``) line of ``nvidia-smi -q`` and its children."""

@@ -4,8 +4,21 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gpufleet.collect.nvidia_smi.common import _XmlIndex, _XmlView
-from gpufleet.collect.nvidia_smi.fields import _Ctx, _gpu, _report, _report_header, _too_many
+from gpufleet.collect.nvidia_smi.common import _XmlFlatView, _XmlIndex, _XmlView, xml_paths
+from gpufleet.collect.nvidia_smi.fields import (
+    _CLOCK_EVENT_REASONS,
+    _FABRIC,
+    _GPU_FIELDS,
+    _REMAPPED_ROWS,
+    _RETIRED_PAGES,
+    _TEMPERATURE_THRESHOLDS,
+    _Ctx,
+    _gpu,
+    _report,
+    _report_header,
+    _SubTable,
+    _too_many,
+)
 from gpufleet.domain.facts import NvidiaSmiReport
 from gpufleet.errors import ParseError
 
@@ -22,6 +35,23 @@ _PARSER = etree.XMLParser(
     remove_comments=True,
     remove_pis=True,
     encoding="utf-8",
+)
+
+
+def _sub_paths(prefix: str, table: _SubTable) -> list[str]:
+    return [prefix + path for xml, _text, _conv in table.values() for path in xml]
+
+
+#: Every path :func:`_gpu` looks up under a ``<gpu>`` with ``raw``/``node`` (the rest, and
+#: any path missing here, is still answered, through the slower element index).
+_GPU_PATHS = xml_paths(
+    [path for f in _GPU_FIELDS for path in f.xml]
+    + ["ecc_errors/volatile", "ecc_errors/aggregate"]
+    + _sub_paths("retired_pages/", _RETIRED_PAGES)
+    + _sub_paths("remapped_rows/", _REMAPPED_ROWS)
+    + _sub_paths("", _CLOCK_EVENT_REASONS)
+    + _sub_paths("temperature/", _TEMPERATURE_THRESHOLDS)
+    + _sub_paths("fabric/", _FABRIC)
 )
 
 
@@ -56,7 +86,7 @@ def parse_nvidia_smi_xml(text: str, source: str = "nvidia-smi -q -x") -> NvidiaS
     elems = root.findall("gpu")
     _too_many(source, len(elems))
     gpus = [
-        _gpu(ctx, _XmlView(elem, f"gpu[{i}]", index), i, elem.get("id"))
+        _gpu(ctx, _XmlFlatView(elem, f"gpu[{i}]", index, _GPU_PATHS), i, elem.get("id"))
         for i, elem in enumerate(elems)
     ]
     return _report(source, _report_header(ctx, top), gpus)

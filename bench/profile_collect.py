@@ -1,0 +1,220 @@
+"""Profile of the collect hot path (issue 8): parse microbench and an in-process collection.
+
+``parse``: per 8-GPU lab model (a100-8x, h100-8x, v100s-8x), the median CPU ms of each step
+one host's result goes through in the controller: ``split_bundle``, ``assemble_facts`` (and
+inside it each section parser alone), ``model_dump`` + content hash, the derived columns and
+labels; against lxml parsing the same ``-q -x`` document (the floor the issue names).
+
+``collect``: builds a lab fleet of N hosts on SQLite or PostgreSQL (a scratch database,
+dropped afterwards), enrolls it and runs ``collect`` in this process; prints the CPU time of
+the apply thread per host (parse + store, without the sim transport's rendering, which runs
+in the other thread) and, with ``--profile``, the top entries of a cProfile of that thread.
+
+    .venv/bin/python bench/profile_collect.py parse [--repeat 50]
+    .venv/bin/python bench/profile_collect.py collect [--hosts 150] [--db sqlite|pg]
+        [--profile] [--top 30] [--again]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import cProfile
+import functools
+import io
+import os
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+MODELS = ("a100-8x", "h100-8x", "v100s-8x")
+
+
+def _median_ms(fn: Callable[[], object], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return statistics.median(times) * 1000
+
+
+def parse_bench(repeat: int, profile: bool, top: int) -> None:
+    from lxml import etree
+
+    from gpufleet.collect.assemble import assemble_facts
+    from gpufleet.collect.bundle import render_bundle, split_bundle
+    from gpufleet.collect.sections import REGISTRY, Read
+    from gpufleet.domain.labels import fact_labels
+    from gpufleet.domain.snapshot_columns import derived_columns
+    from gpufleet.errors import ParseError
+    from gpufleet.lab.fleet import LabHost
+    from gpufleet.lab.renderers import render_sections
+    from gpufleet.service.collect import facts_digest
+
+    now = datetime.now(UTC)
+    for model in MODELS:
+        secs = render_sections(LabHost(name="p", model=model, serial_salt=1))
+        bundle = render_bundle(list(secs.values()))
+        xml = secs["nvidia-smi-xml"].stdout.encode()
+        split = split_bundle(bundle)
+        facts = assemble_facts(split, now, "p")
+        doc = facts.model_dump(mode="json")
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("split_bundle", functools.partial(split_bundle, bundle)),
+            ("assemble_facts", functools.partial(assemble_facts, split, now, "p")),
+            ("model_dump(json)", functools.partial(facts.model_dump, mode="json")),
+            ("facts_digest", functools.partial(facts_digest, doc)),
+            ("derived_columns", functools.partial(derived_columns, facts)),
+            ("fact_labels", functools.partial(fact_labels, facts)),
+        ]
+        if xml.strip():
+            steps.insert(0, ("lxml floor (-q -x)", functools.partial(etree.fromstring, xml)))
+        rows = [(label, _median_ms(fn, repeat)) for label, fn in steps]
+        for spec in REGISTRY:
+            if spec.parse is None or spec.read_with is not None:
+                continue
+            sec = split.get(spec.name)
+            if sec is None:
+                continue
+            parse = spec.parse
+            data: dict[str, Any] = {"nvidia_smi": facts.nvidia_smi}
+
+            def one(
+                parse: Any = parse, sec: Any = sec, data: Any = data, split: Any = split
+            ) -> None:
+                with contextlib.suppress(ParseError):  # a tool that did not answer
+                    parse(Read(sec.stdout, "p", "p", [], split, data))
+
+            rows.append((f"  section {spec.name}", _median_ms(one, repeat)))
+        print(f"{model}: bundle {len(bundle) / 1000:.0f} kB, {len(facts.gpus)} GPUs")
+        for label, ms in rows:
+            print(f"  {label:34} {ms:7.3f} ms")
+        if profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(repeat):
+                facts = assemble_facts(split_bundle(bundle), now, "p")
+                facts_digest(facts.model_dump(mode="json"))
+            prof.disable()
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+            print(out.getvalue())
+
+
+def _pg_scratch(admin: str) -> tuple[str, str]:
+    from sqlalchemy import create_engine, text
+
+    name = f"gpufleet_prof_{uuid.uuid4().hex[:8]}"
+    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    eng.dispose()
+    return name, admin.rsplit("/", 1)[0] + "/" + name
+
+
+def _pg_drop(admin: str, name: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    eng.dispose()
+
+
+def collect_bench(hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str) -> None:
+    import gpufleet.service.collect as svc
+    from gpufleet.inventory import load_inventory
+    from gpufleet.lab.fleet import create_fleet, write_inventory
+    from gpufleet.service.enroll import enroll
+    from gpufleet.service.fleet import Fleet
+
+    tmp = Path(tempfile.mkdtemp(prefix="gpufleet-prof-"))
+    scratch = None
+    url = f"sqlite:///{tmp / 'fleet.db'}"
+    if db == "pg":
+        scratch, url = _pg_scratch(pg_admin)
+    try:
+        lab = tmp / "lab"
+        lab.mkdir()
+        fl = create_fleet(hosts, models=list(MODELS), faults={})
+        fl.save(lab)
+        write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
+        fleet = Fleet.open(home=tmp / "home", url=url, actor="prof")
+        if db == "pg":
+            fleet.db.migrate()
+        enroll(fleet, load_inventory(lab / "inventory.ini"))
+
+        real = svc.apply_result
+        spent = [0.0]
+        prof = cProfile.Profile()
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.thread_time()
+            if profile:
+                prof.enable()
+            try:
+                return real(*a, **k)
+            finally:
+                if profile:
+                    prof.disable()
+                spent[0] += time.thread_time() - t
+
+        svc.apply_result = timed
+        rounds = ("collect", "collect (again)") if again else ("collect",)
+        for label in rounds:
+            spent[0] = 0.0
+            t_all = time.process_time()
+            rep = svc.collect(fleet)
+            total = time.process_time() - t_all
+            print(
+                f"[{db}] {label}: {len(rep.results)} hosts {rep.counts}; apply thread "
+                f"{spent[0] / hosts * 1000:.2f} ms/host, whole process "
+                f"{total / hosts * 1000:.2f} ms/host"
+            )
+        svc.apply_result = real
+        fleet.db.dispose()
+        if profile:
+            out = io.StringIO()
+            st = pstats.Stats(prof, stream=out)
+            st.sort_stats("tottime").print_stats(top)
+            st.sort_stats("cumulative").print_stats(top)
+            print(out.getvalue())
+    finally:
+        if scratch is not None:
+            _pg_drop(pg_admin, scratch)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("parse")
+    p.add_argument("--repeat", type=int, default=50)
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--top", type=int, default=25)
+    c = sub.add_parser("collect")
+    c.add_argument("--hosts", type=int, default=150)
+    c.add_argument("--db", choices=("sqlite", "pg"), default="sqlite")
+    c.add_argument("--profile", action="store_true")
+    c.add_argument("--again", action="store_true", help="collect twice (unchanged fleet)")
+    c.add_argument("--top", type=int, default=30)
+    c.add_argument("--pg", default=DEFAULT_PG)
+    a = ap.parse_args(argv)
+    print(f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
+    if a.what == "parse":
+        parse_bench(a.repeat, a.profile, a.top)
+    else:
+        collect_bench(a.hosts, a.db, a.profile, a.top, a.again, a.pg)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
