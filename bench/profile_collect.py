@@ -130,7 +130,9 @@ def _pg_drop(admin: str, name: str) -> None:
     eng.dispose()
 
 
-def collect_bench(hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str) -> None:
+def collect_bench(
+    hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
+) -> None:
     import gpufleet.service.collect as svc
     from gpufleet.inventory import load_inventory
     from gpufleet.lab.fleet import create_fleet, write_inventory
@@ -183,6 +185,8 @@ def collect_bench(hosts: int, db: str, profile: bool, top: int, again: bool, pg_
         svc.apply_result = real
         fleet.db.dispose()
         if profile:
+            if dump:
+                prof.dump_stats(dump)
             out = io.StringIO()
             st = pstats.Stats(prof, stream=out)
             st.sort_stats("tottime").print_stats(top)
@@ -207,12 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--again", action="store_true", help="collect twice (unchanged fleet)")
     c.add_argument("--top", type=int, default=30)
     c.add_argument("--pg", default=DEFAULT_PG)
+    c.add_argument("--dump", default="", help="write the profile (pstats) to this file")
     a = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
     if a.what == "parse":
         parse_bench(a.repeat, a.profile, a.top)
     else:
-        collect_bench(a.hosts, a.db, a.profile, a.top, a.again, a.pg)
+        collect_bench(a.hosts, a.db, a.profile, a.top, a.again, a.pg, a.dump)
     return 0
 
 

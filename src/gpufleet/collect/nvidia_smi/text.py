@@ -54,8 +54,13 @@ def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
     root = _TextNode(key="", label="<top>", value=None, line=first_no, indent=-1)
     stack = [root]
     last_no = first_no
-    for number in range(first_no + 1, len(lines) + 1):
-        line = lines[number - 1].rstrip()
+    norm = _norm_key
+    gpu_header = _GPU_HEADER.match
+    node_type = _TextNode
+    # One pass, the per-line work inlined (a 100k-line report is read once): the same
+    # tree, checks and messages as splitting each line with _split_key_value.
+    for number, line in enumerate(lines[first_no:], start=first_no + 1):
+        line = line.rstrip()
         if not line:
             continue
         body = line.lstrip(" ")
@@ -65,7 +70,19 @@ def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
                 raise ParseError(source, "tab in indentation", line=number)
             body = body.lstrip()
         last_no = number
-        label, value = _split_key_value(body)
+        colon = body.find(":")
+        if colon < 0:
+            label, value = body, None
+        else:
+            after = body[colon + 1 : colon + 2]
+            if after and not after.isspace():
+                label, value = body, None  # "GPU 00000000:07:00.0": a bare key with ':'
+            else:
+                label = body[:colon].strip()
+                if label:
+                    value = body[colon + 2 :].strip()
+                else:
+                    label, value = body, None
         while stack[-1].indent >= indent:
             stack.pop()
         parent = stack[-1]
@@ -79,9 +96,9 @@ def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
                 f"'{parent.label}' have {parent.child_indent}",
                 line=number,
             )
-        if parent is root and value is None and not _GPU_HEADER.match(body):
+        if parent is root and value is None and not gpu_header(body):
             raise ParseError(source, f"unexpected line {body[:60]!r}", line=number)
-        node = _TextNode(key=_norm_key(label), label=label, value=value, line=number, indent=indent)
+        node = node_type(norm(label), label, value, number, indent)
         parent.children.append(node)
         stack.append(node)
     return root, last_no
