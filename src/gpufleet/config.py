@@ -35,12 +35,20 @@ import os
 import re
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.config import JsonDict
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.errors import ConfigError
 
@@ -94,11 +102,37 @@ def _duration(value: Any, unit: str) -> Any:
     return timedelta(**{unit: n})
 
 
-class Settings(BaseSettings):
-    """Every setting of one gpufleet process, with production defaults."""
+#: Cron expressions known to be valid without asking croniter (the shipped defaults; a test
+#: checks each with croniter): loading the settings imports croniter only when a schedule is
+#: set to something else (issue 8, start-up: croniter costs ~20 ms of every command).
+KNOWN_CRON = frozenset({"* * * * *"})
 
-    model_config = SettingsConfigDict(
-        env_prefix=PREFIX,
+
+def environment_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings given in the environment, by field name: each field's variable
+    (``GPUFLEET_HOME`` for ``home``), matched case-insensitively, as text (validated by
+    :class:`Settings`)."""
+    env = os.environ if environ is None else environ
+    by_var = _variables()
+    return {by_var[k.upper()]: v for k, v in env.items() if k.upper() in by_var}
+
+
+@cache
+def _variables() -> dict[str, str]:
+    """Each setting's environment variable -> its field name."""
+    out = {}
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra
+        assert isinstance(extra, dict)
+        out[str(extra["env"])] = name
+    return out
+
+
+class Settings(BaseModel):
+    """Every setting of one gpufleet process, with production defaults. :func:`load_settings`
+    reads them from the environment (:func:`environment_values`), flags overriding."""
+
+    model_config = ConfigDict(
         extra="ignore",
         validate_by_name=True,
         validate_by_alias=True,
@@ -426,7 +460,7 @@ class Settings(BaseSettings):
     @classmethod
     def _cron(cls, v: str) -> str:
         v = " ".join(v.split())
-        if v:
+        if v and v not in KNOWN_CRON:
             from croniter import croniter  # type: ignore[import-untyped]
 
             if not croniter.is_valid(v):
@@ -716,7 +750,7 @@ def load_settings(**overrides: Any) -> Settings:
     """
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
-        return Settings(**given)
+        return Settings(**(environment_values() | given))
     except ValidationError as exc:
         raise ConfigError(f"invalid configuration: {_describe(exc, _secret_env_names())}") from None
 
@@ -738,7 +772,7 @@ def with_overrides(settings: Settings, **overrides: Any) -> Settings:
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """``GPUFLEET_*`` variables that are no setting: one line each, with a suggestion."""
     env = os.environ if environ is None else environ
-    known = {f"{s.env}" for s in settings_doc()} | NOT_SETTINGS
+    known = set(_variables()) | NOT_SETTINGS
     out = []
     for name in sorted(env):
         up = name.upper()

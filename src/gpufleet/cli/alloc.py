@@ -1,4 +1,4 @@
-"""Allocation commands: allocate, leases, capacity (and capacity check), hosts eta."""
+"""Allocation commands: allocate, leases, capacity (and capacity check)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from gpufleet.cli.common import (
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
-from gpufleet.service import allocation, capacity, leases, operations
+from gpufleet.service import allocation, capacity, leases
 from gpufleet.service.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
 from gpufleet.service.leases import LeaseView
 
@@ -435,16 +435,3 @@ def show_check(r: capacity.CapacityCheck, as_json: bool) -> None:
             console.print(f"  {f['gpus']} GPUs free up by {local_time(f['at'])}")
     if not r.ok:
         raise typer.Exit(1)
-
-
-@boundary
-def hosts_eta_cmd(
-    host: str = typer.Argument(..., help="Host in maintenance or quarantine (or a selector)."),
-    eta: str = typer.Argument(..., help="Expected back (ISO time), or 'none' to clear."),
-) -> None:
-    """Say when hosts in maintenance or quarantine are expected back (summary, capacity)."""
-    from gpufleet.cli.lifecycle import report_each
-
-    when = None if eta.strip().lower() == "none" else _time(eta, "ETA")
-    fleet = open_fleet()
-    report_each(operations.each(fleet, host, lambda n: operations.set_eta(fleet, n, when)))

@@ -30,12 +30,12 @@ from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-import typer
-
 from gpufleet.config import Settings, load_settings, unknown_variables
 from gpufleet.errors import GpufleetError, LocalIOError, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
+    import typer
+
     from gpufleet.cli.console import SafeConsole
     from gpufleet.service.fleet import Fleet
 
@@ -244,6 +244,8 @@ def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     else:
         message = " ".join(str(exc).split("\n"))
         _err_console().print(f"[bold red]error:[/] {lit(message)}", soft_wrap=True)
+    import typer  # imported here: ``labels HOST`` runs without Typer (cli/entry.py)
+
     return typer.Exit(exc.exit_code)
 
 

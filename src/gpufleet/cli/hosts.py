@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.api.schemas import HostDetailOut, HostOut
 from gpufleet.cli.common import (
     boundary,
     cell,
@@ -21,8 +20,12 @@ from gpufleet.cli.common import (
     open_fleet,
     print_json,
 )
-from gpufleet.service import operations
 from gpufleet.service.hosts import HostDetail, HostView, list_events, list_hosts, show_host
+
+# Imported where used (issue 8, start-up): ``hosts show`` without --json needs neither the
+# API's models nor the operations.
+if TYPE_CHECKING:
+    from gpufleet.api.schemas import HostOut
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -62,6 +65,8 @@ def list_cmd(
     """List hosts with state, GPUs, driver and last collection."""
     rows = list_hosts(open_fleet(), selector, group=group, model=model, state=state, pool=pool)
     if as_json:
+        from gpufleet.api.schemas import HostOut
+
         print_json([HostOut.of(r).json_dict() for r in rows])
         return
     render_host_list(rows)
@@ -106,6 +111,8 @@ def show_cmd(
     """Facts, GPU table, NICs, last collections and recent events of one host."""
     d = show_host(open_fleet(), name)
     if as_json:
+        from gpufleet.api.schemas import HostDetailOut
+
         print_json(HostDetailOut.of(d).json_dict())
         return
     render_host(d)
@@ -279,6 +286,8 @@ def rekey_cmd(
     cleared and the next collection pins the key it is offered (trust on first use); with
     it, the next collection accepts only that key (any other: host key changed, alarm).
     The host's state is unchanged. Exit 4: no such host; 2: bad fingerprint."""
+    from gpufleet.service import operations
+
     rows = operations.rekey_hosts(open_fleet(), hosts, reason, fingerprint)
     if as_json:
         print_json(
@@ -326,6 +335,8 @@ def remove_cmd(
     results, validations). The audit log keeps their events and a host-removed event with
     the last state. Refused for an allocated host (exit 5) or one a running collection
     holds (exit 6); exit 4 when nothing matches."""
+    from gpufleet.service import operations
+
     fleet = open_fleet()
     names = operations.named_hosts(fleet, hosts, "remove")
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
@@ -341,3 +352,19 @@ def remove_cmd(
     failed = [o.error for o in outcomes if o.error is not None]
     if failed:
         raise typer.Exit(failed[0].exit_code)
+
+
+@app.command("eta")
+@boundary
+def hosts_eta_cmd(
+    host: str = typer.Argument(..., help="Host in maintenance or quarantine (or a selector)."),
+    eta: str = typer.Argument(..., help="Expected back (ISO time), or 'none' to clear."),
+) -> None:
+    """Say when hosts in maintenance or quarantine are expected back (summary, capacity)."""
+    from gpufleet.cli.alloc import _time
+    from gpufleet.cli.lifecycle import report_each
+    from gpufleet.service import operations
+
+    when = None if eta.strip().lower() == "none" else _time(eta, "ETA")
+    fleet = open_fleet()
+    report_each(operations.each(fleet, host, lambda n: operations.set_eta(fleet, n, when)))

@@ -50,10 +50,9 @@ def _baseline(app: typer.Typer) -> None:
 
 
 def _hosts(app: typer.Typer) -> None:
-    from gpufleet.cli import alloc, hosts
+    from gpufleet.cli import hosts
 
     app.command("events")(hosts.events_cmd)
-    hosts.app.command("eta")(alloc.hosts_eta_cmd)
     app.add_typer(hosts.app, name="hosts", help="List, inspect, rekey and remove hosts.")
 
 

@@ -325,7 +325,7 @@ def summary(api: Client, selector: str | None, as_json: bool) -> None:
 def labels(api: Client, selector: str | None, as_json: bool) -> None:
     from types import SimpleNamespace
 
-    from gpufleet.cli.summary import render_labels
+    from gpufleet.cli.labels import render_labels
     from gpufleet.domain.labels import Taint
 
     rows = api.get("labels", selector=selector)
