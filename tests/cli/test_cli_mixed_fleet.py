@@ -67,7 +67,8 @@ def test_summary_capacity_drift_labels_of_a_mixed_fleet_fit_80_columns(tmp_path:
         ["huawei", "910B3", "1", "8", "8"],
         ["nvidia", "H100 80GB HBM3", "1", "8", "8"],
     ]
-    per_profile = {r[0]: r[1:] for r in _rows(out, "available GPUs per profile and model")}
+    assert "3 hosts, 20 accelerators (12 GPUs, 8 NPUs), 20 available" in out
+    per_profile = {r[0]: r[1:] for r in _rows(out, "available accelerators per profile and model")}
     assert per_profile["huawei 910B3"][0] == "8" and per_profile["amd Instinct MI100"][0] == "4"
     summary = json.loads(run("summary", "--json"))
     assert summary["accelerators"][1] == {"vendor": "huawei", "model": "910B3", "hosts": 1,

@@ -43,6 +43,11 @@ class SummaryOut(Schema):
         description="Per vendor and model (issue 15): vendor, model, hosts, accelerators, "
         "available (on available hosts).",
     )
+    per_vendor: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Per vendor (issue 15), the most first: vendor, noun (GPUs, NPUs), "
+        "accelerators, available (on available hosts); gpus_total is their sum.",
+    )
 
     @classmethod
     def of(cls, sm: Any) -> SummaryOut:

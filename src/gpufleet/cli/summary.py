@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import typer
 
 from gpufleet.cli.common import boundary, current_settings, lit, open_fleet, print_json
-from gpufleet.cli.labels import print_labels
 
 # Imported where used: ``labels HOST`` reads one host without them (issue 8, start-up).
 if TYPE_CHECKING:
+    from gpufleet.service.labels import HostLabels
     from gpufleet.service.summary import FleetSummary
 
 STATE_ORDER = [
@@ -39,9 +40,7 @@ def render_summary(sm: FleetSummary) -> None:
     from gpufleet.cli.common import console
 
     console.rule("fleet summary")
-    console.print(
-        f"[bold]{sm.hosts} hosts, {sm.gpus_total} GPUs, {sm.gpus_available} GPUs available[/]"
-    )
+    console.print(f"[bold]{lit(sm.counts_line())}[/]")
     st = Table(title="hosts per state")
     st.add_column("state")
     st.add_column("hosts", justify="right")
@@ -67,9 +66,10 @@ def render_summary(sm: FleetSummary) -> None:
     if sm.gpus_per_profile_model:
         profiles = list(sm.gpus_per_profile_model)
         models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})
-        gp = Table(title="available GPUs per profile and model")
+        gp = Table(title=f"available {sm.noun} per profile and model")
         # The model is an identifier: it keeps one line; the profile headers wrap instead.
-        gp.add_column("GPU model", no_wrap=True, min_width=max(map(len, models), default=9))
+        model_col = "GPU model" if sm.gpus_only else "model"
+        gp.add_column(model_col, no_wrap=True, min_width=max(map(len, models), default=9))
         for p in profiles:
             # "training-multinode" -> two header lines, so the table fits 80 columns.
             head = p.replace("-", "-\n", 1) if len(p) > 10 else p
@@ -171,4 +171,35 @@ def labels_cmd(
         from gpufleet.service.summary import host_labels
 
         rows = host_labels(open_fleet(), selector)
-    print_labels(rows, as_json=as_json)
+    if as_json:
+        print_json(
+            [
+                {
+                    "host": r.host,
+                    "labels": r.labels,
+                    "taints": [
+                        {"key": t.key, "value": t.value, "effect": t.effect} for t in r.taints
+                    ],
+                }
+                for r in rows
+            ]
+        )
+        return
+    render_labels(rows)
+
+
+def render_labels(rows: Sequence[HostLabels]) -> None:
+    """One table per host: its labels, then its taints."""
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
+    for r in rows:
+        t = Table(title=lit(r.host), show_header=False)
+        t.add_column("key", no_wrap=True)
+        t.add_column("value", overflow="fold")
+        for k, v in sorted(r.labels.items()):
+            t.add_row(lit(k), lit(v))
+        for taint in r.taints:
+            t.add_row("[red]taint[/]", lit(taint))
+        console.print(t)

@@ -2,52 +2,55 @@
 side by side.
 
 NVIDIA GPUs are counted from the snapshot's own columns (``gpu_count``, ``gpu_model``: no
-facts decoded); a host whose snapshot lists no NVIDIA GPU (no per-GPU row: those are
-nvidia-smi's; ``gpu_count`` counts every vendor's accelerators) has its facts decoded (a
-batch at a time) for the other vendors' accelerators
-(:func:`~gpufleet.domain.accelerators.inventories_of`),
-so an NVIDIA fleet costs nothing more and the decoding is bounded by the other vendors' hosts.
+facts decoded). ``gpu_count`` counts every vendor's accelerators while the snapshot's GPU rows
+are nvidia-smi's, so a snapshot counting more accelerators than it has GPU rows carries
+another vendor's (an Ascend or AMD host, or a host with NVIDIA GPUs beside them): only those
+hosts have their facts decoded (a batch at a time,
+:func:`~gpufleet.domain.accelerators.inventories_of`), found by one aggregate query, so an
+NVIDIA fleet costs nothing more and the decoding is bounded by the other vendors' hosts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
-from sqlalchemy import exists, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.accelerator_exports import model_counts
 from gpufleet.domain.accelerators import Vendor, inventories_of
 from gpufleet.store.repo import latest_facts
-from gpufleet.store.tables import GpuRow, Host
+from gpufleet.store.tables import FactSnapshot, GpuRow, Host
 
 #: (vendor, model, count) of one host's accelerators of one model.
 Group = tuple[str, str, int]
 
 
-def other_vendor_accelerators(s: Session, host_ids: Iterable[int]) -> dict[int, list[Group]]:
-    """Host id -> its accelerators of vendors other than NVIDIA, per (vendor, model), read
-    from its latest facts (hosts without a snapshot or without such accelerators: absent).
-    Only hosts whose latest snapshot has no NVIDIA GPU row are decoded."""
+def accelerators_from_facts(s: Session, host_ids: Iterable[int]) -> dict[int, list[Group]]:
+    """Host id -> all its accelerators per (vendor, model), NVIDIA's included, read from its
+    latest facts, for the hosts whose latest snapshot counts accelerators beside nvidia-smi's
+    GPUs (``gpu_count`` above its GPU rows). The other hosts (NVIDIA only, no snapshot) are
+    absent: their snapshot columns say it all, and their facts are not decoded."""
     ids = sorted(set(host_ids))
     snaps: dict[int, int] = {}
     for i in range(0, len(ids), 1000):
         snaps.update(
             (sid, hid)
             for hid, sid in s.execute(
-                select(Host.id, Host.latest_snapshot_id).where(
-                    Host.id.in_(ids[i : i + 1000]),
-                    ~exists().where(GpuRow.snapshot_id == Host.latest_snapshot_id),
-                )
+                select(Host.id, FactSnapshot.id)
+                .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .outerjoin(GpuRow, GpuRow.snapshot_id == FactSnapshot.id)
+                .where(Host.id.in_(ids[i : i + 1000]))
+                .group_by(Host.id, FactSnapshot.id, FactSnapshot.gpu_count)
+                .having(FactSnapshot.gpu_count > func.count(GpuRow.id))
             )
-            if sid is not None
         )
     out: dict[int, list[Group]] = {}
-    for sid, facts in latest_facts(s, list(snaps)):
+    for sid, facts in latest_facts(s, sorted(snaps)):
         groups = [
             (vendor, model, n)
-            for (vendor, model), n in model_counts(inventories_of(facts)).items()
-            if vendor != Vendor.NVIDIA.value
+            for (vendor, model), n in sorted(model_counts(inventories_of(facts)).items())
         ]
         if groups:
             out[snaps[sid]] = groups
@@ -75,6 +78,61 @@ def vendor_rows(
         r["accelerators"] += n
         if available:
             r["available"] += n
+    return [{"vendor": v, "model": m, **r} for (v, m), r in sorted(rows.items())]
+
+
+def accelerator_noun(vendor: str) -> str:
+    """What a vendor's accelerators are called in counts: ``GPUs`` (NVIDIA, AMD), ``NPUs``
+    (Huawei Ascend), ``accelerators`` for a vendor gpufleet has no export for. Taken from the
+    kind the vendor's scheduler export names them by (its Slurm GRES name,
+    :data:`gpufleet.service.vendor_exports.EXPORTS`), so there is no vendor table here: this
+    is the one place to point at the vendor plugin registry."""
+    from gpufleet.service.vendor_exports import EXPORTS
+
+    kind = next((e.gres_name for v, e in EXPORTS.items() if v.value == vendor), None)
+    return f"{kind.upper()}s" if kind else "accelerators"
+
+
+def vendor_totals(
+    counts: Sequence[tuple[str, str, int, bool]],
+) -> list[dict[str, object]]:
+    """Per vendor: its noun (:func:`accelerator_noun`), accelerators and those on available
+    hosts, from the same ``(vendor, model, count, available)`` as :func:`vendor_rows`; the
+    most accelerators first, then vendor order."""
+    totals: dict[str, list[int]] = {}
+    for vendor, _model, n, available in counts:
+        t = totals.setdefault(vendor, [0, 0])
+        t[0] += n
+        t[1] += n if available else 0
     return [
-        {"vendor": v, "model": m, **r} for (v, m), r in sorted(rows.items())
+        {"vendor": v, "noun": accelerator_noun(v), "accelerators": n, "available": a}
+        for v, (n, a) in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
     ]
+
+
+def fleet_noun(per_vendor: Sequence[Mapping[str, object]]) -> str:
+    """What a fleet's accelerators are, from :func:`vendor_totals`: their one noun when every
+    vendor's is the same (``GPUs`` for NVIDIA and AMD; ``GPUs`` too for an empty fleet),
+    ``accelerators`` when the fleet mixes GPUs and NPUs."""
+    nouns = {str(v["noun"]) for v in per_vendor}
+    if not nouns:
+        return "GPUs"
+    return nouns.pop() if len(nouns) == 1 else "accelerators"
+
+
+def fleet_counts_line(
+    hosts: int, total: int, available: int, per_vendor: Sequence[Mapping[str, object]]
+) -> str:
+    """The summary's first line. A fleet of one kind reads as an NVIDIA fleet always did:
+    ``32 hosts, 256 GPUs, 200 GPUs available`` (``NPUs`` for an Ascend fleet). A fleet mixing
+    kinds counts accelerators, then each kind, the most first: ``32 hosts, 214 accelerators
+    (198 GPUs, 16 NPUs), 200 available`` (per vendor: the summary's table)."""
+    noun = fleet_noun(per_vendor)
+    if noun != "accelerators":
+        return f"{hosts} hosts, {total} {noun}, {available} {noun} available"
+    by_noun: Counter[str] = Counter()
+    for v in per_vendor:
+        n = v["accelerators"]
+        by_noun[str(v["noun"])] += n if isinstance(n, int) else 0
+    parts = ", ".join(f"{n} {kind}" for kind, n in by_noun.most_common())
+    return f"{hosts} hosts, {total} accelerators ({parts}), {available} available"

@@ -2,8 +2,9 @@
 profile, now or at a future time, and the gate a release pipeline asks ("is there room?").
 
 A mixed fleet side by side (issue 15): each row names its vendor; the accelerators of a host
-without NVIDIA GPUs (Ascend NPUs, AMD Instinct GPUs) are counted under their vendor and model
-(``huawei 910B3``, ``amd Instinct MI100``), read from the host's facts
+carrying another vendor's than NVIDIA's (Ascend NPUs, AMD Instinct GPUs, with or without
+NVIDIA GPUs beside them) are counted under their vendor and model (``huawei 910B3``, ``amd
+Instinct MI100``, ``H100 80GB HBM3``), read from the host's facts
 (:mod:`gpufleet.service.accelerator_counts`)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
-from gpufleet.service.accelerator_counts import display_model, other_vendor_accelerators
+from gpufleet.service.accelerator_counts import accelerators_from_facts, display_model
 from gpufleet.service.candidates import host_views
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import is_explicit, nothing_matches
@@ -77,7 +78,7 @@ def capacity(
                 .where(LeaseHost.holding, LeaseHost.starts_at <= probe, LeaseHost.ends_at > probe)
             )
         }
-        others = other_vendor_accelerators(
+        decoded = accelerators_from_facts(
             s, [index[h.name].id for h in views if h.state is not HostState.RETIRED]
         )
     if not views and is_explicit(selector):
@@ -91,7 +92,7 @@ def capacity(
             continue
         hid = index[h.name].id
         col = _column(h, covering.get(hid))
-        groups = others.get(hid) or [
+        groups = decoded.get(hid) or [
             ("nvidia" if h.model else "unknown", h.model or "unknown", h.gpus)
         ]
         count = sum(n for _, _, n in groups)

@@ -38,14 +38,40 @@ class FleetSummary:
     #: issue 15: per vendor and model, hosts, accelerators and those on available hosts
     #: (NVIDIA GPUs, Ascend NPUs, AMD Instinct GPUs side by side; vendor then model order).
     accelerators: list[dict[str, object]] = field(default_factory=list)
+    #: issue 15: per vendor, what its accelerators are called (``noun``: ``GPUs``, ``NPUs``),
+    #: how many and how many on available hosts; the most first (``gpus_total``: their sum).
+    per_vendor: list[dict[str, object]] = field(default_factory=list)
+
+    @property
+    def noun(self) -> str:
+        """What the counts are of: ``GPUs`` (NVIDIA, AMD), ``NPUs`` (an Ascend fleet), or
+        ``accelerators`` when the fleet mixes kinds
+        (:func:`~gpufleet.service.accelerator_counts.fleet_noun`)."""
+        from gpufleet.service.accelerator_counts import fleet_noun
+
+        return fleet_noun(self.per_vendor)
+
+    @property
+    def gpus_only(self) -> bool:
+        """Every accelerator is a GPU (or there are none): the counts say GPUs."""
+        return self.noun == "GPUs"
+
+    def counts_line(self) -> str:
+        """The first line: ``32 hosts, 256 GPUs, 200 GPUs available`` for an NVIDIA fleet,
+        ``32 hosts, 214 accelerators (198 GPUs, 16 NPUs), 200 available`` for a mixed one
+        (:func:`~gpufleet.service.accelerator_counts.fleet_counts_line`)."""
+        from gpufleet.service.accelerator_counts import fleet_counts_line
+
+        return fleet_counts_line(self.hosts, self.gpus_total, self.gpus_available, self.per_vendor)
 
 
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     from gpufleet.service.accelerator_counts import (
+        accelerators_from_facts,
         display_model,
-        other_vendor_accelerators,
         vendor_rows,
+        vendor_totals,
     )
 
     with fleet.db.session() as s:
@@ -54,9 +80,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
             for a in open_alarms(s, [h.id for h, _ in rows])
         ]
-        others = other_vendor_accelerators(
-            s, [h.id for h, snap in rows if snap is not None]
-        )
+        decoded = accelerators_from_facts(s, [h.id for h, snap in rows if snap is not None])
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     per_state = Counter(h.state.value for h, _ in rows)
@@ -70,19 +94,16 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         gpus_total += n
         model = (snap.gpu_model if snap else None) or "unknown"
         available = h.state == HostState.AVAILABLE.value
-        extra = others.get(h.id, [])
-        nvidia = n - sum(count for _, _, count in extra)  # gpu_count: every vendor's
-        if nvidia > 0:
-            per_model.append(("nvidia", model, nvidia, available))
-        per_model += [(vendor, name, count, available) for vendor, name, count in extra]
+        # NVIDIA only: the snapshot's columns; other vendors' too: each (vendor, model)
+        # from the facts (gpu_count counts every vendor's, gpu_model joins their models).
+        groups = decoded.get(h.id) or [("nvidia", model, n)]
+        per_model += [(v, name, c, available) for v, name, c in groups if c > 0]
         if available:
             gpus_avail += n
             for p in h.profiles:
                 per = by_profile.setdefault(p, Counter())
-                if nvidia > 0 or not extra:
-                    per[model] += max(nvidia, 0)
-                for vendor, name, count in extra:
-                    per[display_model(vendor, name)] += count
+                for vendor, name, count in groups:
+                    per[name if vendor == "nvidia" else display_model(vendor, name)] += count
                 hosts_per_profile[p] += 1
         if h.state == HostState.QUARANTINED.value:
             quarantined.append({"host": h.name, "fault": h.fault, "reason": h.fault_reason})
@@ -111,6 +132,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             if h.eta is not None and h.state in (HostState.MAINTENANCE, HostState.QUARANTINED)
         ],
         accelerators=vendor_rows(per_model),
+        per_vendor=vendor_totals(per_model),
     )
 
 
@@ -141,5 +163,3 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     return out
-
-

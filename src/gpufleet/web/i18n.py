@@ -24,6 +24,8 @@ EN: dict[str, str] = {
     "overview.hosts": "Hosts",
     "overview.gpus": "GPUs",
     "overview.gpus_available": "GPUs available",
+    "overview.accelerators": "Accelerators",
+    "overview.accelerators_available": "Accelerators available",
     "overview.alarms_open": "Open alarms",
     "overview.drifted": "Hosts drifted",
     "overview.expiring": "Leases ending in 24 h",
