@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import typer
 
 from gpufleet.cli.common import boundary, current_settings, lit, open_fleet, print_json
+from gpufleet.cli.labels import print_labels
 
 # Imported where used: ``labels HOST`` reads one host without them (issue 8, start-up).
 if TYPE_CHECKING:
-    from gpufleet.service.labels import HostLabels
     from gpufleet.service.summary import FleetSummary
 
 STATE_ORDER = [
@@ -171,35 +170,4 @@ def labels_cmd(
         from gpufleet.service.summary import host_labels
 
         rows = host_labels(open_fleet(), selector)
-    if as_json:
-        print_json(
-            [
-                {
-                    "host": r.host,
-                    "labels": r.labels,
-                    "taints": [
-                        {"key": t.key, "value": t.value, "effect": t.effect} for t in r.taints
-                    ],
-                }
-                for r in rows
-            ]
-        )
-        return
-    render_labels(rows)
-
-
-def render_labels(rows: Sequence[HostLabels]) -> None:
-    """One table per host: its labels, then its taints."""
-    from rich.table import Table
-
-    from gpufleet.cli.common import console
-
-    for r in rows:
-        t = Table(title=lit(r.host), show_header=False)
-        t.add_column("key", no_wrap=True)
-        t.add_column("value", overflow="fold")
-        for k, v in sorted(r.labels.items()):
-            t.add_row(lit(k), lit(v))
-        for taint in r.taints:
-            t.add_row("[red]taint[/]", lit(taint))
-        console.print(t)
+    print_labels(rows, as_json=as_json)
