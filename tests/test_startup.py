@@ -1,0 +1,195 @@
+"""Issue 8, start-up: the ``gpufleet`` entry point (``gpufleet.cli.entry:main``) answers
+``labels NAME [--json]`` without Typer, Click, SQLAlchemy, pydantic-settings or croniter (and
+without Rich under ``--json``), prints exactly what the Typer command prints, and leaves every
+other case (errors, warnings, selectors, other commands) to the Typer command, whose output is
+then the same as before; the settings read the environment as pydantic-settings did."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.cli.entry import LeanLabels, lean_labels_argv
+from gpufleet.config import KNOWN_CRON, environment_values, load_settings
+from gpufleet.inventory import load_inventory
+from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service.collect import collect
+from gpufleet.service.enroll import enroll
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.summary import host_labels
+
+HEAVY = ("typer", "click", "sqlalchemy", "pydantic_settings", "croniter", "rich", "gpufleet.api")
+
+#: Runs gpufleet ARGV in a fresh process through the entry point ("entry") or the Typer
+#: application itself ("typer"), then prints the heavy modules it loaded.
+_CODE = (
+    "import sys\n"
+    "how, argv = sys.argv[1], sys.argv[2:]\n"
+    "sys.argv = ['gpufleet', *argv]\n"
+    "code = 0\n"
+    "try:\n"
+    "    if how == 'entry':\n"
+    "        from gpufleet.cli.entry import main\n"
+    "        main()\n"
+    "    else:\n"
+    "        from gpufleet.cli.main import app\n"
+    "        app()\n"
+    "except SystemExit as e:\n"
+    "    code = e.code or 0\n"
+    "sys.stdout.flush()\n"
+    f"heavy = {HEAVY!r}\n"
+    "print('LOADED', code, *sorted({m.split('.')[0] if not m.startswith('gpufleet') else m"
+    " for m in sys.modules if m.startswith(heavy)}))\n"
+)
+
+
+def _run(how: str, env: dict[str, str], *argv: str) -> tuple[int, str, str, list[str]]:
+    """(exit code, stdout, stderr, heavy modules loaded) of ``gpufleet ARGV``."""
+    p = subprocess.run(
+        [sys.executable, "-c", _CODE, how, *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    body, loaded = p.stdout.rsplit("LOADED", 1)
+    code, *modules = loaded.split()
+    return int(code), body, p.stderr, modules
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home with three collected lab hosts (one without GPUs answering) and its database."""
+    root = tmp_path_factory.mktemp("startup")
+    lab = root / "lab"
+    lab.mkdir()
+    fl = create_fleet(3, models=["a100-8x", "h100-8x"], faults={"gpu-03": ["gpu-missing"]})
+    fl.save(lab)
+    write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
+    fleet = Fleet.open(home=root / "home", actor="pytest")
+    try:
+        enroll(fleet, load_inventory(lab / "inventory.ini"))
+        collect(fleet)
+    finally:
+        fleet.db.dispose()
+    return root / "home"
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GPUFLEET_")}
+    return env | {"GPUFLEET_HOME": str(home), "COLUMNS": "100"} | extra
+
+
+def test_labels_host_starts_without_typer_and_prints_what_the_command_prints(home: Path) -> None:
+    env = _env(home)
+    for name in ("gpu-01", "GPU-03"):
+        code, body, err, loaded = _run("entry", env, "labels", name, "--json")
+        assert (code, err, loaded) == (0, "", []), (err, loaded)
+        assert _run("typer", env, "labels", name, "--json")[:3] == (0, body, "")
+        fleet = Fleet.open(home=home, actor="pytest")
+        try:
+            want = [
+                {
+                    "host": r.host,
+                    "labels": r.labels,
+                    "taints": [
+                        {"key": t.key, "value": t.value, "effect": t.effect} for t in r.taints
+                    ],
+                }
+                for r in host_labels(fleet, name)
+            ]
+        finally:
+            fleet.db.dispose()
+        assert json.loads(body) == want
+        # the table: Rich, but still no Typer, no store, no settings machinery
+        code, table, err, loaded = _run("entry", env, "--home", str(home), "labels", name)
+        assert (code, err, loaded) == (0, "", ["rich"]), (err, loaded)
+        assert _run("typer", env, "labels", name)[:3] == (0, table, "")
+        assert "nvidia.com/gpu.product" in table or name == "GPU-03"
+
+
+@pytest.mark.parametrize(
+    ("argv", "extra"),
+    [
+        (["labels", "nope", "--json"], {}),  # no such host: the command's error, exit 4
+        (["labels", "nope"], {}),
+        (["labels", "gpu-0*", "--json"], {}),  # a selector: the full path
+        (["labels", "gpu-01", "--json"], {"GPUFLEET_FORKS": "x"}),  # a config error, exit 2
+        (["labels", "gpu-01"], {"GPUFLEET_FROKS": "3"}),  # the unknown-variable warning
+        (["labels", "gpu-01", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),  # remote
+        (["--db", "sqlite:///nowhere/x.db", "labels", "gpu-01", "--json"], {}),
+    ],
+)
+def test_what_the_lean_start_declines_the_command_reports_as_before(
+    home: Path, argv: list[str], extra: dict[str, str]
+) -> None:
+    env = _env(home, **extra)
+    entry = _run("entry", env, *argv)
+    typer_ = _run("typer", env, *argv)
+    assert entry[:3] == typer_[:3]
+    assert "typer" in entry[3]  # answered by the command, not the lean start
+
+
+def test_the_lean_command_line_is_only_the_plain_one() -> None:
+    home = Path("h")
+    assert lean_labels_argv(["labels", "a"]) == LeanLabels(None, None, False, "a", False)
+    assert lean_labels_argv(["--home", "h", "--debug", "labels", "--json", "a"]) == LeanLabels(
+        home, None, True, "a", True
+    )
+    assert lean_labels_argv(["--home=h", "--db=sqlite:///x", "labels", "a", "--json"]) == (
+        LeanLabels(home, "sqlite:///x", False, "a", True)
+    )
+    for argv in (
+        [],
+        ["--help"],
+        ["labels"],
+        ["labels", "--help"],
+        ["labels", "a", "b"],
+        ["labels", "a", "--json", "--json"],
+        ["labels", "-x", "a"],
+        ["--home"],
+        ["--home", "--db", "labels", "a"],
+        ["--verbose", "labels", "a"],
+        ["hosts", "show", "a"],
+        ["summary", "a"],
+    ):
+        assert lean_labels_argv(argv) is None, argv
+
+
+def test_loading_the_settings_imports_neither_pydantic_settings_nor_croniter() -> None:
+    code = (
+        "import sys\nfrom gpufleet.config import load_settings\nload_settings()\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('croniter', 'pydantic_settings'))))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GPUFLEET_")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+    from croniter import croniter  # type: ignore[import-untyped]
+
+    assert KNOWN_CRON and all(croniter.is_valid(c) for c in KNOWN_CRON)
+
+
+def test_the_environment_is_read_case_insensitively_and_flags_win(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith("GPUFLEET_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("gpufleet_forks", "7")
+    monkeypatch.setenv("GPUFLEET_SCHEDULE_COLLECT", "*/5 * * * *")
+    monkeypatch.setenv("GPUFLEET_HOME", str(tmp_path / "env"))
+    assert environment_values() == {
+        "forks": "7",
+        "schedule_collect": "*/5 * * * *",
+        "home": str(tmp_path / "env"),
+    }
+    s = load_settings(home=tmp_path / "flag")
+    assert (s.forks, s.schedule_collect, s.home) == (7, "*/5 * * * *", tmp_path / "flag")
