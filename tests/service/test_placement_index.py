@@ -129,6 +129,41 @@ def test_summary_placement_is_exact_and_every_write_keeps_it_in_step(fleet: Flee
     _in_step(fleet)
     assert _same_as_every_host(fleet) >= 9
 
+    # A host out of `available` whose snapshot and rack change (what a collection writes for
+    # an enrolled or maintenance host: no refresh is needed), then back to `available`.
+    with fleet.db.session() as s:
+        h = s.get(Host, moved)
+        assert h is not None
+        transition(s, fleet, h, Event.MAINTENANCE_ON, "test")
+    _in_step(fleet)
+    with fleet.db.session() as s:
+        h = s.get(Host, moved)
+        assert h is not None and h.state == HostState.MAINTENANCE
+        snap = FactSnapshot(
+            id=10_001, host_id=h.id, collected_at=fleet.now(), facts={}, gpu_count=8,
+            gpu_model="NVIDIA H100",
+        )
+        s.add(snap)
+        s.flush()
+        h.latest_snapshot_id = snap.id
+        h.rack = "r-maint"
+    _in_step(fleet)
+    with fleet.db.session() as s:
+        h = s.get(Host, moved)
+        assert h is not None
+        transition(s, fleet, h, Event.MAINTENANCE_OFF, "test")
+        assert h.state == HostState.VALIDATING
+    _in_step(fleet)
+    with fleet.db.session() as s:
+        h = s.get(Host, moved)
+        assert h is not None
+        transition(s, fleet, h, Event.VALIDATION_PASSED, "test")
+        assert h.state == HostState.AVAILABLE
+    _in_step(fleet)
+    with fleet.db.session() as s:
+        assert "r-maint" in {rack for rack, _ in read_summary(s) or []}
+    assert _same_as_every_host(fleet) >= 9
+
     # A statement that changes a watched column without naming its hosts: the summary is
     # marked stale, placement reads every candidate and its commit rebuilds it.
     with fleet.db.session() as s:

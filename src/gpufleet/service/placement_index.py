@@ -86,6 +86,16 @@ def _changed(obj: object, names: frozenset[str]) -> bool:
     return any(attrs[n].history.has_changes() for n in names if n in attrs)
 
 
+def _never_available(host: Host) -> bool:
+    """The host is not ``available`` and was not before this flush (its state is loaded and
+    unchanged): it is in no rack's summary before nor after, so nothing of it can change
+    one (a collection storing an enrolled host's first snapshot, a maintenance host's)."""
+    state = sa_inspect(host).attrs["state"].history
+    if state.added or state.deleted or not state.unchanged:
+        return False
+    return all(v is not None and HostState(v) is not HostState.AVAILABLE for v in state.unchanged)
+
+
 @event.listens_for(Session, "after_flush")
 def _after_flush(s: Session, _ctx: UOWTransaction) -> None:
     d: _Dirty | None = None
@@ -97,7 +107,7 @@ def _after_flush(s: Session, _ctx: UOWTransaction) -> None:
             d = d or _dirty(s)
             d.hosts.add(obj.host_id)
     for obj in s.dirty:
-        if isinstance(obj, Host) and _changed(obj, WATCHED):
+        if isinstance(obj, Host) and _changed(obj, WATCHED) and not _never_available(obj):
             d = d or _dirty(s)
             d.hosts.add(obj.id)
             for old in sa_inspect(obj).attrs["rack"].history.deleted or ():
