@@ -204,11 +204,8 @@ def test_one_kind_reads_as_that_kind() -> None:
     assert line(3, 28, 8, [*gpus, *npus]) == (
         "3 hosts, 28 accelerators (16 NPUs, 12 GPUs), 8 available"
     )
-    assert [accelerator_counts.accelerator_noun(v) for v in ("nvidia", "huawei", "amd")] == [
-        "GPUs",
-        "NPUs",
-        "GPUs",
-    ]
+    nouns = [accelerator_counts.accelerator_noun(v) for v in ("nvidia", "huawei", "amd", "x")]
+    assert nouns == ["GPUs", "NPUs", "GPUs", "accelerators"]
 
 
 def _overview(fleet: Fleet) -> str:

@@ -83,14 +83,17 @@ def vendor_rows(
 
 def accelerator_noun(vendor: str) -> str:
     """What a vendor's accelerators are called in counts: ``GPUs`` (NVIDIA, AMD), ``NPUs``
-    (Huawei Ascend), ``accelerators`` for a vendor gpufleet has no export for. Taken from the
-    kind the vendor's scheduler export names them by (its Slurm GRES name,
-    :data:`gpufleet.service.vendor_exports.EXPORTS`), so there is no vendor table here: this
-    is the one place to point at the vendor plugin registry."""
+    (Huawei Ascend), ``accelerators`` for a vendor no installed plugin names. Taken from the
+    kind the vendor's own exports name them by (its Slurm GRES name,
+    :data:`gpufleet.service.vendor_exports.EXPORTS`), so there is no vendor table here: a
+    vendor plugin that wants another word changes this one function."""
     from gpufleet.service.vendor_exports import EXPORTS
 
-    kind = next((e.gres_name for v, e in EXPORTS.items() if v.value == vendor), None)
-    return f"{kind.upper()}s" if kind else "accelerators"
+    try:
+        export = EXPORTS[Vendor(vendor)]  # imports that vendor's plugin only
+    except (ValueError, KeyError):  # no installed plugin names it
+        return "accelerators"
+    return f"{export.gres_name.upper()}s"
 
 
 def vendor_totals(
