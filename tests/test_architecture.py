@@ -44,6 +44,7 @@ VIOLATIONS = [
     ("domain/spec.py", "import gpufleet.service.fleet", "Layers:"),
     ("collect/ib.py", "import gpufleet.lab.fleet", "The product never imports the lab"),
     ("domain/xid.py", "import subprocess", "The domain is pure"),
+    ("vendors/nvidia.py", "import subprocess", "Vendor plugins are pure"),
     ("collect/pci.py", "import sqlalchemy", "Collection (transports, parsers)"),
     ("store/db.py", "import rich", "Only the CLI (and lab plugin)"),
     ("lab/captures.py", "import gpufleet.service.fleet", "The lab's simulator"),

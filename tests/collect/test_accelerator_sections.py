@@ -17,12 +17,12 @@ from gpufleet.collect.bundle import Section, split_bundle
 from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.transport import Outcome, Target
-from gpufleet.collect.vendors.ascend.plugin import split_chip_answers
 from gpufleet.domain.accelerators import Health, LinkState, Vendor, accelerators_of
 from gpufleet.domain.facts import HostFacts
 from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_output, render_sections
+from gpufleet.vendors.huawei.plugin import split_chip_answers
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
@@ -50,7 +50,7 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     assert f.problems == [] and f.accelerator_errors == {} and f.gpus == []
     npus = accelerators_of(f)
     assert [a.index for a in npus] == list(range(8))
-    assert {a.model for a in npus} == {"910B3"} and {a.vendor for a in npus} == {Vendor.HUAWEI}
+    assert {a.model for a in npus} == {"910B3"} and {a.vendor for a in npus} == {Vendor("huawei")}
     assert npus[0].bus_id == "0000:c1:00.0" and npus[0].memory_total_mib == 65536
     assert npus[0].temperature_c == 43.0 and all(a.health is Health.OK for a in npus)
     assert all(ln.state is LinkState.UP for a in npus for ln in a.links if ln.peer is None)
@@ -61,7 +61,7 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     # the HCCS full mesh of npu-smi info -t topo: 7 peers each, no state
     hccs = [(ln.peer, ln.state) for ln in npus[2].links if ln.kind == "hccs"]
     assert hccs == [(p, LinkState.UNKNOWN) for p in ("0", "1", "3", "4", "5", "6", "7")]
-    v = f.accelerator_versions[Vendor.HUAWEI]
+    v = f.accelerator_versions[Vendor("huawei")]
     assert (v.driver, v.firmware, v.runtime, v.tool) == (
         "23.0.7", "7.1.0.11.220", "7.0.T10", "24.1.rc1.b030")
     assert len([d for d in f.pci_devices or [] if d.vendor_id == "19e5"]) == 8
@@ -86,9 +86,9 @@ def test_an_amd_host_reads_four_mi100s() -> None:
     cards = accelerators_of(f)
     assert f.problems == [] and f.accelerator_errors == {}
     assert [(a.vendor, a.model, a.memory_total_mib) for a in cards] == [
-        (Vendor.AMD, "Instinct MI100", 32752)] * 4
+        (Vendor("amd"), "Instinct MI100", 32752)] * 4
     assert cards[0].bus_id == "0000:83:00.0" and cards[0].pci_device_id == "738c"
-    assert f.accelerator_versions[Vendor.AMD].driver == "6.3.6"
+    assert f.accelerator_versions[Vendor("amd")].driver == "6.3.6"
 
 
 def test_an_nvidia_host_has_no_vendor_error_and_no_problem() -> None:
@@ -103,7 +103,7 @@ def test_npus_on_the_bus_without_npu_smi_fail_closed() -> None:
     f = _facts(sections)
     assert f.accelerators == ()
     assert f.accelerator_errors == {
-        Vendor.HUAWEI: "npu-smi not found (driver not installed?); "
+        Vendor("huawei"): "npu-smi not found (driver not installed?); "
         "lspci lists 8 19e5 accelerators"}
 
 
@@ -113,7 +113,7 @@ def test_unparseable_npu_smi_output_fails_closed_naming_the_host() -> None:
         sections["npu_smi_info"], stdout="| npu-smi garbage\nrandom noise\n")
     f = _facts(sections)
     assert f.accelerators == ()
-    assert f.accelerator_errors[Vendor.HUAWEI].startswith("h1:npu-smi info")
+    assert f.accelerator_errors[Vendor("huawei")].startswith("h1:npu-smi info")
 
 
 def test_lab_faults_must_fit_the_vendor() -> None:
@@ -128,9 +128,9 @@ def test_lab_faults_must_fit_the_vendor() -> None:
 
 def test_a_lab_driver_change_reaches_the_vendor_versions() -> None:
     h = _host("ascend-910b3-8x").model_copy(update={"driver": "24.1.0"})
-    assert _facts(render_sections(h)).accelerator_versions[Vendor.HUAWEI].driver == "24.1.0"
+    assert _facts(render_sections(h)).accelerator_versions[Vendor("huawei")].driver == "24.1.0"
     a = _host("mi100-4x").model_copy(update={"driver": "6.7.0"})
-    assert _facts(render_sections(a)).accelerator_versions[Vendor.AMD].driver == "6.7.0"
+    assert _facts(render_sections(a)).accelerator_versions[Vendor("amd")].driver == "6.7.0"
 
 
 def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.collect.vendors.ascend_captures import section, tool_output
+from tests.vendors.ascend_captures import section, tool_output
 
-from gpufleet.collect.vendors.amd import plugin as amd
-from gpufleet.collect.vendors.ascend import plugin as ascend
-from gpufleet.collect.vendors.ascend.npu_smi import parse_npu_smi_info
 from gpufleet.domain.accelerator_exports import (
     accelerator_labels,
     extended_resources,
@@ -36,6 +33,9 @@ from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.testing import NOW, make_facts
+from gpufleet.vendors.amd import plugin as amd
+from gpufleet.vendors.huawei import plugin as ascend
+from gpufleet.vendors.huawei.npu_smi import parse_npu_smi_info
 
 CAPTURED = Path(__file__).resolve().parents[1] / "fixtures" / "captured"
 B3 = "ms-swift_NPU-support_npu-smi_info_8x910B3.txt"  # 8x 910B3, npu-smi 24.1.rc1
@@ -131,7 +131,7 @@ def test_nvidia_host_gets_only_gpufleets_accelerator_labels() -> None:
 def test_a_host_with_two_vendors_is_mixed() -> None:
     facts = make_facts().model_copy(update={
         "accelerators": amd_inventory(MI250).accelerators,
-        "accelerator_versions": {Vendor.AMD: amd_inventory(MI250).versions},
+        "accelerator_versions": {Vendor("amd"): amd_inventory(MI250).versions},
     })
     invs = inventories_of(facts)
     labels = accelerator_labels(invs, EXPORTS)

@@ -24,7 +24,7 @@ from gpufleet.domain.facts import FACTS_VERSION, HostFacts
 from gpufleet.testing import make_facts
 
 NPU = Accelerator(
-    vendor=Vendor.HUAWEI, index=3, model="910B3", bus_id="0000:c1:00.0",
+    vendor=Vendor("huawei"), index=3, model="910B3", bus_id="0000:c1:00.0",
     memory_total_mib=65536, health=Health.ALARM, error_codes=("A4025021",),
     error_counters=(ErrorCounter("roce_rx_err_pkt_num", 11),),
     temperature_c=44.0, firmware={"firmware": "7.1.0.11.220"},
@@ -35,8 +35,8 @@ CANN = SoftwareVersions(driver="23.0.7", firmware="7.1.0.11.220", runtime="7.0.T
 
 def test_vendor_records_round_trip_through_the_stored_json() -> None:
     facts = make_facts().model_copy(update={
-        "accelerators": (NPU,), "accelerator_versions": {Vendor.HUAWEI: CANN},
-        "accelerator_errors": {Vendor.AMD: "rocm-smi: command not found (rc=127)"},
+        "accelerators": (NPU,), "accelerator_versions": {Vendor("huawei"): CANN},
+        "accelerator_errors": {Vendor("amd"): "rocm-smi: command not found (rc=127)"},
     })
     stored = facts.model_dump(mode="json")
     assert stored["facts_version"] == FACTS_VERSION == 3
@@ -46,13 +46,13 @@ def test_vendor_records_round_trip_through_the_stored_json() -> None:
     assert stored["accelerator_versions"]["huawei"]["runtime"] == "7.0.T10"
     back = HostFacts.model_validate(stored)
     assert back.accelerators == (NPU,)
-    assert back.accelerator_versions == {Vendor.HUAWEI: CANN}
-    assert back.accelerator_errors == {Vendor.AMD: "rocm-smi: command not found (rc=127)"}
+    assert back.accelerator_versions == {Vendor("huawei"): CANN}
+    assert back.accelerator_errors == {Vendor("amd"): "rocm-smi: command not found (rc=127)"}
 
 
 def test_nvidia_gpus_and_vendor_records_are_one_shape() -> None:
     facts = make_facts().model_copy(update={
-        "accelerators": (NPU,), "accelerator_versions": {Vendor.HUAWEI: CANN}})
+        "accelerators": (NPU,), "accelerator_versions": {Vendor("huawei"): CANN}})
     accs = accelerators_of(facts)
     nvidia = [a for a in accs if a.vendor is Vendor.NVIDIA]
     assert len(nvidia) == len(facts.gpus) == 8 and accs[-1] == NPU
@@ -63,9 +63,9 @@ def test_nvidia_gpus_and_vendor_records_are_one_shape() -> None:
     versions = accelerator_versions(facts)
     assert versions[Vendor.NVIDIA].driver == facts.driver_version
     assert versions[Vendor.NVIDIA].runtime == facts.cuda_version
-    assert versions[Vendor.HUAWEI] == CANN
+    assert versions[Vendor("huawei")] == CANN
     assert [(i.vendor, i.count) for i in inventories_of(facts)] == [
-        (Vendor.HUAWEI, 1), (Vendor.NVIDIA, 8)]
+        (Vendor("huawei"), 1), (Vendor.NVIDIA, 8)]
 
 
 def test_a_gpu_in_an_error_state_is_an_alarm() -> None:
@@ -112,5 +112,5 @@ def test_version_two_history_with_npus_on_the_bus_never_vouches_for_them() -> No
     audio = {**npu, "class_name": "Audio device", "class_id": "0403", "vendor_id": "1002"}
     read = HostFacts.model_validate(_version2([npu, audio]))
     assert read.accelerators == ()
-    assert set(read.accelerator_errors) == {Vendor.HUAWEI}
-    assert "before facts version 3" in read.accelerator_errors[Vendor.HUAWEI]
+    assert set(read.accelerator_errors) == {Vendor("huawei")}
+    assert "before facts version 3" in read.accelerator_errors[Vendor("huawei")]

@@ -25,7 +25,7 @@ from gpufleet.domain.accelerators import (
 )
 
 
-def _inv(*health: Health, vendor: Vendor = Vendor.AMD) -> AcceleratorInventory:
+def _inv(*health: Health, vendor: Vendor = Vendor("amd")) -> AcceleratorInventory:
     accs = tuple(
         Accelerator(vendor=vendor, index=i, model="Instinct MI100", health=h)
         for i, h in enumerate(health)
@@ -34,8 +34,8 @@ def _inv(*health: Health, vendor: Vendor = Vendor.AMD) -> AcceleratorInventory:
 
 
 def test_pci_vendor_ids() -> None:
-    assert PCI_VENDOR_IDS[Vendor.HUAWEI] == "19e5"
-    assert PCI_VENDOR_IDS[Vendor.AMD] == "1002"
+    assert PCI_VENDOR_IDS[Vendor("huawei")] == "19e5"
+    assert PCI_VENDOR_IDS[Vendor("amd")] == "1002"
 
 
 def test_unknown_health_is_not_ok() -> None:
@@ -75,23 +75,23 @@ def test_vendor_from_lspci_captures() -> None:
     # the Ascend bundle's "lspci | grep acce": 8 Huawei processing accelerators
     text = (ASCEND / "mind-cluster_kg_parse_npu_info_before.txt").read_text()
     lines = [ln for ln in text.splitlines() if "Processing accelerators" in ln]
-    assert accelerators_on_bus(parse_lspci("\n".join(lines))) == {Vendor.HUAWEI: 8}
+    assert accelerators_on_bus(parse_lspci("\n".join(lines))) == {Vendor("huawei"): 8}
     assert accelerators_on_bus([]) == {}
 
 
 @pytest.mark.parametrize(
     ("vendor", "models", "group"),
     [
-        (Vendor.HUAWEI, ["910B3"], "npu_910b"),
-        (Vendor.HUAWEI, ["910A"], "npu_910a"),
-        (Vendor.HUAWEI, ["310P3"], "npu_310p"),
-        (Vendor.HUAWEI, ["xxx"], None),
-        (Vendor.AMD, ["Instinct MI100"], "gpu_mi100"),
-        (Vendor.AMD, ["AMD Instinct MI300X"], "gpu_mi300x"),
+        (Vendor("huawei"), ["910B3"], "npu_910b"),
+        (Vendor("huawei"), ["910A"], "npu_910a"),
+        (Vendor("huawei"), ["310P3"], "npu_310p"),
+        (Vendor("huawei"), ["xxx"], None),
+        (Vendor("amd"), ["Instinct MI100"], "gpu_mi100"),
+        (Vendor("amd"), ["AMD Instinct MI300X"], "gpu_mi300x"),
         (Vendor.NVIDIA, ["NVIDIA H800"], "gpu_h800"),
-        (Vendor.AMD, ["Instinct MI100", "INSTINCT MI250"], None),
-        (Vendor.AMD, [UNKNOWN_MODEL], None),
-        (Vendor.AMD, [], None),
+        (Vendor("amd"), ["Instinct MI100", "INSTINCT MI250"], None),
+        (Vendor("amd"), [UNKNOWN_MODEL], None),
+        (Vendor("amd"), [], None),
     ],
 )
 def test_inventory_group(vendor: Vendor, models: list[str], group: str | None) -> None:
@@ -101,10 +101,10 @@ def test_inventory_group(vendor: Vendor, models: list[str], group: str | None) -
 
 def test_temperature_check_names_hot_devices() -> None:
     accs = tuple(
-        Accelerator(vendor=Vendor.HUAWEI, index=i, model="910B3", temperature_c=t)
+        Accelerator(vendor=Vendor("huawei"), index=i, model="910B3", temperature_c=t)
         for i, t in enumerate([43.0, 91.5, None])
     )
-    inv = AcceleratorInventory(vendor=Vendor.HUAWEI, accelerators=accs)
+    inv = AcceleratorInventory(vendor=Vendor("huawei"), accelerators=accs)
     r = temperature_check(inv, 85)
     assert (r.ok, r.reason) == (False, "#1 91.5 C > 85 C")
     assert temperature_check(inv, 95).ok

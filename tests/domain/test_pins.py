@@ -33,7 +33,7 @@ def clean() -> HostFacts:
     """The clean host, with every pinned fact collected (the accelerator firmware and
     runtime pins read a second vendor's stack: an Ascend one here)."""
     facts = make_facts(container_toolkit="1.16.2", fabricmanager_version=DRIVER)
-    return facts.model_copy(update={"accelerator_versions": {Vendor.HUAWEI: ASCEND_STACK}})
+    return facts.model_copy(update={"accelerator_versions": {Vendor("huawei"): ASCEND_STACK}})
 
 
 def from_host(facts: HostFacts) -> Baseline:

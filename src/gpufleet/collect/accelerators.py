@@ -1,6 +1,6 @@
 """Reading the vendor sections of a collection into the facts' accelerator section (pure).
 
-For each vendor collector (:data:`gpufleet.collect.vendors.registry.COLLECTORS`): when its
+For each vendor plugin's collector (:func:`gpufleet.domain.vendors.collectors`): when its
 primary section answered (rc 0, output), its reader builds the vendor's records and
 versions; a reader's :class:`ParseError` or a tool that is missing or failing is an error
 for that vendor *if* ``lspci`` lists the vendor's accelerators (fail closed: the host has the
@@ -15,16 +15,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.vendors.base import VendorCollector
-from gpufleet.collect.vendors.registry import COLLECTORS
 from gpufleet.domain.accelerators import (
-    PCI_VENDOR_IDS,
     Accelerator,
     SoftwareVersions,
     Vendor,
     accelerators_on_bus,
 )
 from gpufleet.domain.facts import PciDevice
+from gpufleet.domain.vendors import VendorCollector, collectors, plugin
 from gpufleet.errors import ParseError
 
 #: The facts fields the accelerator section fills.
@@ -47,16 +45,17 @@ def read_accelerators(
     pci_devices: Sequence[PciDevice] | None,
     host: str,
     problems: list[str],
-    collectors: Sequence[VendorCollector] = COLLECTORS,
+    vendors: Sequence[VendorCollector] | None = None,
 ) -> dict[str, Any]:
-    """The accelerator fields of ``host``'s facts from its vendor sections (module doc)."""
+    """The accelerator fields of ``host``'s facts from its vendor sections (module doc);
+    ``vendors``: the collectors to read (None: every vendor plugin's)."""
     on_bus = accelerators_on_bus(pci_devices) if pci_devices is not None else None
     accs: list[Accelerator] = []
     versions: dict[Vendor, SoftwareVersions] = {}
     errors: dict[Vendor, str] = {}
-    for c in collectors:
+    for c in collectors() if vendors is None else vendors:
         bus = (on_bus or {}).get(c.vendor, 0)
-        where = f"lspci lists {bus} {PCI_VENDOR_IDS[c.vendor]} accelerators"
+        where = f"lspci lists {bus} {plugin(c.vendor).pci_vendor_id} accelerators"
         primary = sections.get(c.primary)
         if primary is None or primary.rc != 0 or not primary.stdout.strip():
             if bus:

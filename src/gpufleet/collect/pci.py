@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpufleet.domain.accelerators import normalize_pci_address as normalize_pci_address
 from gpufleet.domain.facts import PciDevice
 from gpufleet.errors import ParseError
 
@@ -27,17 +28,6 @@ _IDS = re.compile(r"\s+\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]
 # Without -nn only names are printed; these fall-backs let the counters work on plain lspci.
 _GPU_CLASS_NAMES = {"VGA compatible controller", "3D controller", "Display controller"}
 _NIC_CLASS_NAMES = {"Ethernet controller", "Infiniband controller", "Network controller"}
-
-
-def normalize_pci_address(address: str) -> str:
-    """``"19:00.0"`` / ``"0000:19:00.0"`` / ``"00000000:19:00.0"`` -> ``"0000:19:00.0"``."""
-    parts = address.strip().lower().split(":")
-    if len(parts) == 2:
-        return "0000:" + ":".join(parts)
-    if len(parts) == 3:
-        # nvidia-smi prints 8-digit domains, VMD uses 5 digits: keep at least 4.
-        return f"{parts[0].lstrip('0').rjust(4, '0')}:{parts[1]}:{parts[2]}"
-    raise ValueError(f"not a PCI address: {address!r}")
 
 
 def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:

@@ -479,10 +479,11 @@ def _accelerators(r: Read) -> dict[str, Any]:
 
 
 def _accelerator_sections() -> tuple[SectionSpec, ...]:
-    """The vendor plugins' sections (``collect/vendors``), read together by one entry after
-    ``lspci`` (the reader compares with the bus); a vendor's tool missing is rc 127."""
+    """The vendor plugins' sections (:func:`gpufleet.domain.vendors.collectors`), read
+    together by one entry after ``lspci`` (the reader compares with the bus); a vendor's tool
+    missing is rc 127."""
     from gpufleet.collect.accelerators import FIELDS, empty
-    from gpufleet.collect.vendors.registry import COLLECTORS
+    from gpufleet.domain.vendors import collectors
 
     specs = [
         SectionSpec(
@@ -498,7 +499,7 @@ def _accelerator_sections() -> tuple[SectionSpec, ...]:
             # the per-chip loops run each tool under $TO inside their function
             timed=s.command.startswith("$TO ") or "$TO " in s.functions,
         )
-        for c in COLLECTORS
+        for c in collectors()
         for s in c.sections
     ]
     reader = SectionSpec(

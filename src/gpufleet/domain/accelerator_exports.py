@@ -2,9 +2,10 @@
 extended resources, Slurm GRES, Ansible groups with their versions, per-vendor/model counts.
 
 Pure. What a vendor's own conventions are (its Kubernetes labels, its extended resource, the
-name of its GRES and its device files, the name of its runtime) is not written here: it comes
-in as a :class:`VendorExport` per vendor, built by the service from the vendor plugins. This
-module only applies them, the same way for every vendor:
+name of its GRES and its device files, the name of its runtime) is not written here: each
+vendor plugin declares them as a :class:`VendorExport` (:mod:`gpufleet.domain.vendors`), the
+service hands them in (:data:`gpufleet.service.vendor_exports.EXPORTS`). This module only
+applies them, the same way for every vendor:
 
 * labels: gpufleet's own ``gpufleet.io/accelerator.{vendor,model,count}`` on every host, then
   the vendor's labels (Ascend device plugin / Volcano, AMD node labeller) beside them, every
@@ -50,7 +51,8 @@ def _no_labels(_: AcceleratorInventory) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class VendorExport:
-    """A vendor's conventions as the exports need them (from its plugin, by the service).
+    """A vendor's conventions as the exports need them (its plugin's
+    :attr:`~gpufleet.domain.vendors.VendorPlugin.exports`).
 
     ``labels``: the node labels in the vendor's own conventions (empty for NVIDIA, whose GFD
     labels :func:`gpufleet.domain.labels.derive_labels` writes); ``resource``: the extended
@@ -60,7 +62,6 @@ class VendorExport:
     (``cuda``, ``cann``, ``rocm``) for the Ansible variables.
     """
 
-    vendor: Vendor
     labels: Callable[[AcceleratorInventory], Mapping[str, str]] = _no_labels
     resource: Callable[[AcceleratorInventory], str | None] = _none
     gres_name: str = "gpu"

@@ -1,8 +1,9 @@
 """Vendor-neutral accelerator model (issue 15): what any vendor's plugin reports.
 
-Pure domain: no I/O, no store. A vendor plugin (``gpufleet.collect.vendors.<vendor>``)
-turns its tools' output into these records; checks and labels read only these records,
-so the rest of gpufleet never needs to know which tool produced a value.
+Pure domain: no I/O, no store. A vendor plugin (``gpufleet.vendors.<vendor>``, found by
+:mod:`gpufleet.domain.vendors`) turns its tools' output into these records; checks and labels
+read only these records, so the rest of gpufleet never needs to know which tool produced a
+value, nor which vendors there are.
 
 Host facts carry these records (``HostFacts.accelerators``, ``accelerator_versions``,
 ``accelerator_errors``); NVIDIA's still come from ``nvidia-smi`` (``HostFacts.nvidia_smi``)
@@ -12,28 +13,30 @@ shape for every vendor (see docs/architecture.md, "Accelerator facts").
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
+
+from gpufleet.domain.vendors import PluginView, plugin, plugins
+from gpufleet.domain.vendors import Vendor as Vendor  # the records' vendor, re-exported
 
 if TYPE_CHECKING:  # facts.py imports this module: no runtime import back
     from gpufleet.domain.facts import Gpu, HostFacts, PciDevice
 
-
-class Vendor(StrEnum):
-    NVIDIA = "nvidia"
-    HUAWEI = "huawei"
-    AMD = "amd"
+#: Vendor -> PCI vendor id, lower-case hex as lspci -nn prints it (from the vendor plugins).
+PCI_VENDOR_IDS: Mapping[Vendor, str] = PluginView(lambda p: p.pci_vendor_id)
 
 
-# PCI vendor ids, lower-case hex as lspci -nn prints them.
-PCI_VENDOR_IDS: Mapping[Vendor, str] = {
-    Vendor.NVIDIA: "10de",
-    Vendor.HUAWEI: "19e5",
-    Vendor.AMD: "1002",
-}
+def normalize_pci_address(address: str) -> str:
+    """``"19:00.0"`` / ``"0000:19:00.0"`` / ``"00000000:19:00.0"`` -> ``"0000:19:00.0"``."""
+    parts = address.strip().lower().split(":")
+    if len(parts) == 2:
+        return "0000:" + ":".join(parts)
+    if len(parts) == 3:
+        # nvidia-smi prints 8-digit domains, VMD uses 5 digits: keep at least 4.
+        return f"{parts[0].lstrip('0').rjust(4, '0')}:{parts[1]}:{parts[2]}"
+    raise ValueError(f"not a PCI address: {address!r}")
 
 
 class Health(StrEnum):
@@ -130,30 +133,6 @@ class CheckResult:
     reason: str = ""
 
 
-class VendorPlugin(Protocol):
-    """What a vendor contributes. One implementation per vendor package.
-
-    ``sections`` are the commands to run on the host (section name -> shell command);
-    ``parse`` turns their raw outputs into an inventory (raising ParseError naming the
-    section and line); ``labels`` gives Kubernetes node labels in the vendor's own
-    conventions; ``resource`` is the extended resource name the vendor's device plugin
-    advertises; ``checks`` judge an inventory against what is expected.
-    """
-
-    vendor: Vendor
-    resource: str
-
-    def sections(self) -> Mapping[str, str]: ...
-
-    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory: ...
-
-    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]: ...
-
-    def checks(
-        self, inventory: AcceleratorInventory, *, expected_count: int | None
-    ) -> Sequence[CheckResult]: ...
-
-
 # ---- vendor-neutral checks (pure; a plugin picks the ones its tools can feed) ----
 
 
@@ -169,7 +148,7 @@ def count_check(inventory: AcceleratorInventory, expected: int | None) -> CheckR
 def pci_count_check(inventory: AcceleratorInventory, on_bus: int) -> CheckResult:
     """The vendor tool sees every accelerator ``lspci`` lists under the vendor's PCI id
     (``on_bus``: the plugin's count of those functions)."""
-    want = PCI_VENDOR_IDS[inventory.vendor]
+    want = plugin(inventory.vendor).pci_vendor_id
     ok = on_bus == inventory.count
     reason = f"lspci lists {on_bus} {want} devices, the vendor tool reports {inventory.count}"
     return CheckResult("accelerator_pci_count", ok, "" if ok else reason)
@@ -218,49 +197,36 @@ _ACCELERATOR_CLASS_NAMES = frozenset(
         "Processing accelerators",
     }
 )
-# lspci's vendor names, for output without -nn (``lspci | grep acce``)
-_VENDOR_NAMES: Mapping[Vendor, str] = {
-    Vendor.NVIDIA: "NVIDIA Corporation",
-    Vendor.HUAWEI: "Huawei Technologies",
-    Vendor.AMD: "Advanced Micro Devices",
-}
 
 
 def accelerators_on_bus(devices: Sequence[PciDevice]) -> dict[Vendor, int]:
     """Accelerator functions per vendor in ``lspci`` output (with or without ``-nn``): the
-    vendor picks the plugin, so the operator never chooses a per-vendor script."""
+    vendor picks the plugin, so the operator never chooses a per-vendor script. Every vendor
+    plugin's PCI id (and lspci vendor name, for output without ``-nn``) is matched."""
     out: dict[Vendor, int] = {}
+    known = plugins() if devices else ()
     for d in devices:
         if d.class_id is not None:
             if d.class_id not in _ACCELERATOR_CLASS_IDS:
                 continue
         elif d.class_name not in _ACCELERATOR_CLASS_NAMES:
             continue
-        for vendor, vid in PCI_VENDOR_IDS.items():
-            if d.vendor_id == vid or (
-                d.vendor_id is None and d.description.startswith(_VENDOR_NAMES[vendor])
+        for p in known:
+            if d.vendor_id == p.pci_vendor_id or (
+                d.vendor_id is None and d.description.startswith(p.lspci_name)
             ):
-                out[vendor] = out.get(vendor, 0) + 1
+                out[p.name] = out.get(p.name, 0) + 1
     return out
 
 
-_ASCEND_FAMILY = re.compile(r"^(?:ASCEND\s*)?(910B|910A|910|310P|310)", re.IGNORECASE)
-
-
 def inventory_group(inventory: AcceleratorInventory) -> str | None:
-    """The Ansible group of a host by vendor and model: ``npu_910b`` (Ascend 910B1-4),
-    ``npu_910a``, ``npu_310p``; ``gpu_mi300x``/``gpu_mi100`` (AMD), ``gpu_h800`` (NVIDIA);
-    None when the host has none or mixed models."""
-    from gpufleet.domain.ansible import gpu_model, group_name  # ansible imports the facts
-
+    """The Ansible group of a host by vendor and model, as the vendor's plugin names it
+    (``npu_910b``, ``gpu_mi300x``, ``gpu_h800``); None when the host has none or mixed
+    models."""
     models = inventory.models()
     if len(models) != 1 or models[0] == UNKNOWN_MODEL:
         return None
-    if inventory.vendor is Vendor.HUAWEI:
-        m = _ASCEND_FAMILY.match(models[0])
-        return None if m is None else group_name("npu", m.group(1))
-    model = gpu_model(models[0])
-    return None if model is None else group_name("gpu", model)
+    return plugin(inventory.vendor).group(models[0])
 
 
 def temperature_check(inventory: AcceleratorInventory, limit_c: float) -> CheckResult:
@@ -317,7 +283,7 @@ def accelerators_of(facts: HostFacts) -> tuple[Accelerator, ...]:
     ``nvidia-smi`` (``facts.gpus``), then the records vendor plugins reported
     (``facts.accelerators``: Ascend NPUs, AMD Instinct GPUs ...), in vendor then index order."""
     nvidia = tuple(_nvidia_accelerator(g) for g in facts.gpus)
-    others = tuple(sorted(facts.accelerators, key=lambda a: (a.vendor.value, a.index)))
+    others = tuple(sorted(facts.accelerators, key=lambda a: (a.vendor, a.index)))
     return nvidia + others
 
 
@@ -337,11 +303,11 @@ def inventories_of(facts: HostFacts) -> tuple[AcceleratorInventory, ...]:
     """The host's accelerators grouped per vendor (a host may carry several vendors)."""
     accs = accelerators_of(facts)
     versions = accelerator_versions(facts)
-    vendors = sorted({a.vendor for a in accs} | set(versions), key=lambda v: v.value)
+    vendors = sorted({a.vendor for a in accs} | set(versions))
     return tuple(
         AcceleratorInventory(
             vendor=v,
-            accelerators=tuple(a for a in accs if a.vendor is v),
+            accelerators=tuple(a for a in accs if a.vendor == v),
             versions=versions.get(v, SoftwareVersions()),
         )
         for v in vendors

@@ -190,7 +190,7 @@ def _vbios_owners(f: HostFacts) -> list[tuple[str, str]]:
 def _vendor_versions(f: HostFacts) -> SoftwareVersions | None:
     """The software stack of the host's accelerator vendor other than NVIDIA (issue 15:
     Ascend driver/firmware/CANN, AMD driver/ROCm); None when there is none, or several."""
-    others = [v for vendor, v in f.accelerator_versions.items() if vendor is not Vendor.NVIDIA]
+    others = [v for vendor, v in f.accelerator_versions.items() if vendor != Vendor.NVIDIA]
     return others[0] if len(others) == 1 else None
 
 

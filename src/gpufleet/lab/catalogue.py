@@ -41,6 +41,7 @@ literal pieces and identity slots, so rendering 1000 hosts takes about a second.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 from gpufleet.errors import ConfigError
 
@@ -77,10 +78,12 @@ class ModelSpec:
     nproc: int
     mem_total_kib: int
     disks: tuple[tuple[str, int, str], ...]  # (name, bytes, model)
-    #: The accelerator vendor (``gpufleet.domain.accelerators.Vendor`` value). Other vendors'
-    #: hosts answer nvidia-smi with "not found" and are rendered by ``lab/accelerators.py``
-    #: (the smi_* / nvlink / ib fields are then unused).
+    #: The accelerator vendor (a vendor plugin's name). Other vendors' hosts answer
+    #: nvidia-smi with "not found" and are rendered by their lab model (``lab/vendors``; the
+    #: smi_* / nvlink / ib fields are then unused).
     vendor: str = "nvidia"
+    #: Serial number prefix of the host's accelerators (None: the lab's table or a neutral one).
+    serial_prefix: str | None = None
 
 
 _NVME_PM1733 = (
@@ -321,81 +324,35 @@ _SPECS: dict[str, ModelSpec] = {
 #: Lab models, in the order create_fleet lays them out.
 MODELS: tuple[str, ...] = tuple(_SPECS)
 
-# Accelerators of other vendors (issue 15), replaying the real captures of
-# tests/fixtures/captured/ascend and .../amd (lab/accelerators.py renders them).
-_VENDOR_SPECS: dict[str, ModelSpec] = {
-    # Atlas 800T A2 class: the 8x 910B3 `npu-smi info` of the ms-swift capture (host "valle",
-    # 64 GB HBM per NPU), its bus ids; lspci lines generated in the layout of the mind-cluster
-    # capture (Huawei "Device d802" for the 910B, as pci.ids names no model).
-    "ascend-910b3-8x": ModelSpec(
-        name="ascend-910b3-8x",
-        group="npu_910b",
-        pool="train-910b",
-        gpu_model="910B3",
-        gpu_count=8,
-        gpu_memory_mib=65536,
-        smi_format="none",
-        smi_file="ascend/ms-swift_NPU-support_npu-smi_info_8x910B3.txt",
-        replicate=False,
-        gpu_bus_ids=tuple(
-            f"0000:{b}:00.0" for b in ("c1", "c2", "81", "82", "01", "02", "41", "42")
-        ),
-        pci_gpu="Processing accelerators [1200]: Huawei Technologies Co., Ltd. "
-        "Device [19e5:d802] (rev 20)",
-        has_remapped_rows=False,
-        nvlink_file=None,
-        nvlink_per_gpu=None,
-        ibstat_file=None,
-        fabric="none",
-        ib_ports=0,
-        ib_rate_gbps=None,
-        nic_bus_ids=(),
-        extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM1733}" for b in ("a1", "a2")),
-        nvswitch=False,
-        topo_capture=None,
-        dmi=("Huawei", "Atlas 800T A2"),
-        nproc=192,
-        mem_total_kib=1584473472,
-        disks=tuple((f"nvme{i}n1", _U2_3T84, "HWE52P433T8M002N") for i in (0, 1)),
-        vendor="huawei",
-    ),
-    # 4x Instinct MI100, ROCm 6.0.2: telegraf's `rocm-smi --json` capture served as it is;
-    # lspci lines generated from its "PCI Bus" / "Device ID" / "Card series" values.
-    "mi100-4x": ModelSpec(
-        name="mi100-4x",
-        group="gpu_mi100",
-        pool="train-mi100",
-        gpu_model="MI100",
-        gpu_count=4,
-        gpu_memory_mib=32752,
-        smi_format="none",
-        smi_file="amd/telegraf_mi100_rocm602.json",
-        replicate=False,
-        gpu_bus_ids=(),
-        pci_gpu="Display controller [0380]: Advanced Micro Devices, Inc. [AMD/ATI] "
-        "Arcturus GL-XL [Instinct MI100] [1002:738c] (rev 01)",
-        has_remapped_rows=False,
-        nvlink_file=None,
-        nvlink_per_gpu=None,
-        ibstat_file=None,
-        fabric="none",
-        ib_ports=0,
-        ib_rate_gbps=None,
-        nic_bus_ids=(),
-        extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e1", "e2")),
-        nvswitch=False,
-        topo_capture=None,
-        dmi=("Supermicro", "AS -4124GS-TNR"),
-        nproc=128,
-        mem_total_kib=1056462336,
-        disks=(("nvme0n1", _M2_1T92, "SAMSUNG MZ1L21T9HCLS-00A07"),),
-        vendor="amd",
-    ),
-}
-_SPECS.update(_VENDOR_SPECS)
-#: Lab models of other accelerator vendors; every model (NVIDIA first).
-VENDOR_MODELS: tuple[str, ...] = tuple(_VENDOR_SPECS)
-ALL_MODELS: tuple[str, ...] = MODELS + VENDOR_MODELS
+
+
+@cache
+def vendor_specs() -> dict[str, ModelSpec]:
+    """The lab models of other accelerator vendors (issue 15), each vendor's lab model's
+    (:mod:`gpufleet.lab.vendors`: ``ascend-910b3-8x``, ``mi100-4x`` replaying the real captures
+    of tests/fixtures/captured/ascend and .../amd), found when first needed."""
+    from gpufleet.lab.vendors import lab_vendors
+
+    out: dict[str, ModelSpec] = {}
+    for lab in lab_vendors():
+        for spec in lab.models:
+            if spec.name in _SPECS or spec.name in out:
+                raise ConfigError(f"lab model {spec.name} of vendor {lab.vendor}: name taken")
+            if spec.vendor != lab.vendor:
+                raise ConfigError(f"lab model {spec.name} of vendor {lab.vendor}: {spec.vendor}")
+            out[spec.name] = spec
+    return out
+
+
+def vendor_models() -> tuple[str, ...]:
+    """Lab models of other accelerator vendors, in vendor order."""
+    return tuple(vendor_specs())
+
+
+def all_models() -> tuple[str, ...]:
+    """Every lab model (NVIDIA's first)."""
+    return MODELS + vendor_models()
+
 
 # Default mix (weights) for create_fleet: training pools dominate, a little inference.
 _DEFAULT_MIX: tuple[tuple[str, float], ...] = (
@@ -410,9 +367,7 @@ _HOSTS_PER_RACK = 4
 
 def model_spec(model: str) -> ModelSpec:
     """The spec of a lab model; :class:`ConfigError` for an unknown name."""
-    try:
-        return _SPECS[model]
-    except KeyError:
-        raise ConfigError(
-            f"unknown lab model {model!r} (known: {', '.join(ALL_MODELS)})"
-        ) from None
+    spec = _SPECS.get(model) or vendor_specs().get(model)
+    if spec is None:
+        raise ConfigError(f"unknown lab model {model!r} (known: {', '.join(all_models())})")
+    return spec

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
 from gpufleet.errors import ConfigError
-from gpufleet.lab.catalogue import ALL_MODELS
+from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
-from gpufleet.lab.faults import FAULT_KINDS
+from gpufleet.lab.faults import fault_kinds
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 
 app = typer.Typer(
@@ -72,13 +72,13 @@ def create_cmd(
         "--fault",
         metavar="HOST=FAULT,...",
         help="Faults of one host; repeatable. Faults: "
-        + ", ".join("xid:CODE" if k == "xid" else k for k in FAULT_KINDS)
+        + ", ".join("xid:CODE" if k == "xid" else k for k in fault_kinds())
         + ".",
     ),
     model: list[str] = typer.Option(
         [],
         "--model",
-        help="Only these models (" + ", ".join(ALL_MODELS) + "); repeatable.",
+        help="Only these models (" + ", ".join(all_models()) + "); repeatable.",
     ),
     no_default_faults: bool = typer.Option(
         False, "--no-default-faults", help="Do not inject the demo faults."

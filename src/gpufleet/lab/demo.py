@@ -15,6 +15,7 @@ from gpufleet.collect.transport import RawResult
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, _mix, apply_change, create_fleet, write_inventory
+from gpufleet.lab.vendors import lab_vendors
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.enroll import EnrollReport, enroll
@@ -79,24 +80,33 @@ def build_lab(
         models = mixed_models(n)
     fl = create_fleet(n, models=models or None, faults=faults, seed=seed, now=datetime.now(UTC))
     if mixed and faults is None:
-        # the second Ascend host carries an NPU in Alarm (the real capture): quarantined
-        npu_hosts = [h.name for h in fl.hosts if h.model == "ascend-910b3-8x"]
-        fl = apply_change(fl, npu_hosts[1], add_faults=["npu-alarm"])
+        # the vendors' demo hosts carry their demo faults (an Ascend NPU in Alarm: quarantined)
+        vendor_hosts = _vendor_hosts()
+        last = fl.hosts[n - len(vendor_hosts) :]
+        for host, (_, demo_faults) in zip(last, vendor_hosts, strict=True):
+            if demo_faults:
+                fl = apply_change(fl, host.name, add_faults=list(demo_faults))
     fl.save(directory)
     write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
     return fl
 
 
-#: From this many hosts on the demo fleet is mixed (issue 15): the last hosts are two Ascend
-#: 910B3 hosts and one AMD MI100 host beside the NVIDIA pools.
+#: From this many hosts on the demo fleet is mixed (issue 15): the last hosts are the other
+#: vendors' demo hosts (their lab models' ``demo``: two Ascend 910B3 hosts, the second with an
+#: NPU in Alarm, and one AMD MI100 host) beside the NVIDIA pools.
 MIXED_FROM = 8
-_VENDOR_HOSTS = ("ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x")
+
+
+def _vendor_hosts() -> list[tuple[str, tuple[str, ...]]]:
+    """(model, faults) of the vendors' demo hosts, in their lab models' order."""
+    return [host for lab in lab_vendors() for host in lab.demo]
 
 
 def mixed_models(n: int) -> list[str]:
     """The model of each of ``n`` demo hosts: the lab's default NVIDIA mix, then the
     other vendors' hosts."""
-    return _mix(n - len(_VENDOR_HOSTS), None) + list(_VENDOR_HOSTS)
+    vendor = [model for model, _ in _vendor_hosts()]
+    return _mix(n - len(vendor), None) + vendor
 
 
 def reference_hosts(fl: LabFleet) -> dict[str, str]:

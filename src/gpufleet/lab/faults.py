@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from gpufleet.errors import ConfigError
 from gpufleet.lab.catalogue import model_spec
+from gpufleet.lab.vendors import LabVendor, lab_vendor, lab_vendors
 
 DEFAULT_DRIFT_DRIVER = "535.154.05"
 _ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_DRIVER
@@ -29,16 +30,11 @@ PROBE_FAULTS: frozenset[str] = frozenset(
 #: What ``gpufleet remediate`` meets on the host (lab/remedy.py; issue 10): a GPU reset that
 #: fails (nvidia-smi -r exits non-zero).
 REMEDY_FAULTS: frozenset[str] = frozenset({"reset-fails"})
-#: Faults of Ascend NPU hosts (issue 15; lab/accelerators.py), each ``KIND[:<npu id>]``: an
-#: NPU missing from npu-smi (lspci still lists it), an NPU in health Alarm (the real Alarm
-#: capture: error codes and information), the NPU's RoCE port down (the real DOWN capture),
-#: its network health failing (the real hccn_tool -net_health failure).
-NPU_FAULTS: frozenset[str] = frozenset(
-    {"npu-missing", "npu-alarm", "npu-link-down", "npu-net-unhealthy"}
-)
-#: Every fault kind; ``xid`` is written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may
-#: carry a version (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name.
-FAULT_KINDS: tuple[str, ...] = (
+#: The fault kinds of the lab's own (NVIDIA) hosts and of every host's transport; ``xid`` is
+#: written ``xid:<code>[:<gpu index>]``, ``driver-drift`` may carry a version
+#: (``driver-drift:550.90.07``), ``ib-down``/``ib-polling`` a CA name. The vendors' lab models
+#: add their own (:func:`fault_kinds`).
+BASE_FAULT_KINDS: tuple[str, ...] = (
     "gpu-missing",
     "driver-drift",
     "ecc-uncorrectable",
@@ -54,8 +50,20 @@ FAULT_KINDS: tuple[str, ...] = (
     *sorted(RECLAIM_FAULTS),
     *sorted(PROBE_FAULTS),
     *sorted(REMEDY_FAULTS),
-    *sorted(NPU_FAULTS),
 )
+
+
+def _vendor_faults() -> dict[str, LabVendor]:
+    """Fault kind -> the lab vendor whose hosts show it, for kinds only vendors' hosts show
+    (issue 15: ``lab/vendors``, e.g. Ascend's ``npu-alarm``)."""
+    return {
+        kind: lab for lab in lab_vendors() for kind in lab.faults if kind not in BASE_FAULT_KINDS
+    }
+
+
+def fault_kinds() -> tuple[str, ...]:
+    """Every fault kind: :data:`BASE_FAULT_KINDS`, then the vendors' own (sorted)."""
+    return BASE_FAULT_KINDS + tuple(sorted(_vendor_faults()))
 
 
 # --------------------------------------------------------------------------- faults
@@ -69,22 +77,23 @@ def _split_fault(fault: str) -> tuple[str, str | None]:
 def validate_faults(model: str, faults: Sequence[str]) -> None:
     """Raise :class:`ConfigError` for an unknown fault or one the model cannot show."""
     spec = model_spec(model)
+    vendor_kinds = _vendor_faults()
+    lab = lab_vendor(spec.vendor)  # None: the lab's own NVIDIA hosts
     for fault in faults:
         kind, arg = _split_fault(fault)
-        if kind not in FAULT_KINDS:
-            raise ConfigError(f"unknown lab fault {fault!r} (known: {', '.join(FAULT_KINDS)})")
+        if kind not in BASE_FAULT_KINDS and kind not in vendor_kinds:
+            known = ", ".join(fault_kinds())
+            raise ConfigError(f"unknown lab fault {fault!r} (known: {known})")
         why: str | None = None
-        if kind in NPU_FAULTS or spec.vendor != "nvidia":
+        if kind in vendor_kinds or lab is not None:
             if kind in TRANSPORT_FAULTS:
                 pass
-            elif kind == "gpu-missing" and spec.vendor == "amd":
-                why = "it takes no argument" if arg is not None else None
-            elif kind not in NPU_FAULTS:
+            elif lab is not None and kind in lab.faults:
+                why = lab.check_fault(spec, kind, arg)
+            elif kind in vendor_kinds:
+                why = f"it has no {vendor_kinds[kind].devices}"
+            else:
                 why = f"it has no NVIDIA GPUs ({spec.vendor} accelerators)"
-            elif spec.vendor != "huawei":
-                why = "it has no Ascend NPUs"
-            elif arg is not None and not (arg.isdigit() and int(arg) < spec.gpu_count):
-                why = f"expected {kind}[:<npu id>]"
             if why:
                 raise ConfigError(f"lab fault {fault!r} does not apply to a {model} host: {why}")
             continue

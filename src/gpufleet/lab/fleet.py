@@ -16,9 +16,9 @@ from gpufleet.errors import ConfigError, NotFound
 from gpufleet.lab.catalogue import (
     _DEFAULT_MIX,
     _HOSTS_PER_RACK,
-    ALL_MODELS,
     MODELS,
     ModelSpec,
+    all_models,
     model_spec,
 )
 from gpufleet.lab.faults import _split_fault, validate_faults
@@ -276,7 +276,8 @@ def write_inventory(
         f"# gpufleet lab inventory: {len(fleet.hosts)} simulated hosts (seed {fleet.seed})",
         "",
     ]
-    for model in sorted(by_model, key=ALL_MODELS.index):
+    order = all_models()
+    for model in sorted(by_model, key=order.index):
         spec = model_spec(model)
         lines.append(f"[{spec.group}]")
         lines += [
@@ -301,7 +302,7 @@ def write_inventory(
         lines += [f"{k}={v}" for k, v in vars_.items()]
         lines.append("")
     lines.append("[lab:children]")
-    lines += [model_spec(m).group for m in sorted(by_model, key=ALL_MODELS.index)]
+    lines += [model_spec(m).group for m in sorted(by_model, key=order.index)]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out

@@ -257,14 +257,12 @@ _SERIAL_PREFIX = {
     "h100-8x": "1654",
     "a10g-1x": "1323",
     "l40s-1x": "1322",
-    "ascend-910b3-8x": "2102",
-    "mi100-4x": "6920",
 }
 
 
 def _prefix(model: str) -> str:
-    """The model's serial prefix (a model added without one gets a neutral one)."""
-    return _SERIAL_PREFIX.get(model, "9000")
+    """The model's serial prefix (its spec's, else a neutral one)."""
+    return _SERIAL_PREFIX.get(model) or model_spec(model).serial_prefix or "9000"
 
 
 def _identity(host: LabHost, index: int) -> dict[str, str]:

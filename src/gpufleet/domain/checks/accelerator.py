@@ -50,7 +50,7 @@ def other_vendor_host(facts: HostFacts) -> bool:
     """The host's accelerators are all of vendors other than NVIDIA (module docstring)."""
     if facts.gpus or facts.pci_gpus:
         return False
-    others = {v for v, n in _on_bus(facts).items() if n and v is not Vendor.NVIDIA}
+    others = {v for v, n in _on_bus(facts).items() if n and v != Vendor.NVIDIA}
     return bool(facts.accelerators or facts.accelerator_errors or others)
 
 
@@ -66,7 +66,7 @@ def count(facts: HostFacts, ctx: CheckContext, name: str) -> CheckResult:
     on_bus = _on_bus(facts)
     vendors = sorted(
         {a.vendor for a in accs} | set(facts.accelerator_errors)
-        | {v for v, n in on_bus.items() if n and v is not Vendor.NVIDIA},
+        | {v for v, n in on_bus.items() if n and v != Vendor.NVIDIA},
         key=lambda v: v.value,
     )
     ev: dict[str, Any] = {
@@ -82,7 +82,7 @@ def count(facts: HostFacts, ctx: CheckContext, name: str) -> CheckResult:
         fault = Fault.DRIVER_NOT_LOADED if not_loaded else None
         return res(name, CheckStatus.FAIL, f"accelerator tool failed: {detail}", fault, **ev)
     for v in vendors:
-        mine = [a for a in accs if a.vendor is v]
+        mine = [a for a in accs if a.vendor == v]
         bus = on_bus.get(v, 0)
         if facts.pci_devices is not None and bus > len(mine):
             seen = {pci_addr(a.bus_id) for a in mine if a.bus_id}

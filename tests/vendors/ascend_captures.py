@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "captured" / "ascend"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "ascend"
 
 _COMMAND = re.compile(r"^(/?usr/\S+|cat |lspci|pip |npu-smi |hccn_tool |Datetime:)")
 

@@ -12,21 +12,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gpufleet.collect.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
-from gpufleet.collect.vendors.base import VendorCollector, VendorSection
+from gpufleet.domain.accelerator_exports import VendorExport
 from gpufleet.domain.accelerators import (
     UNKNOWN_MODEL,
     Accelerator,
     AcceleratorInventory,
-    CheckResult,
     ErrorCounter,
     Link,
     SoftwareVersions,
-    Vendor,
-    count_check,
 )
 from gpufleet.domain.labels import sanitize_label_value
+from gpufleet.domain.vendors import Vendor, VendorCollector, VendorPlugin, VendorSection
 from gpufleet.errors import ParseError
+from gpufleet.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
+
+AMD = Vendor("amd")
 
 SECTIONS: Mapping[str, str] = {
     "rocm_smi_json": (
@@ -60,7 +60,7 @@ def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
             fw["VBIOS"] = c.vbios
         accs.append(
             Accelerator(
-                vendor=Vendor.AMD,
+                vendor=AMD,
                 index=c.index,
                 model=product_name(c.series) or UNKNOWN_MODEL,
                 bus_id=c.bus_id,
@@ -80,7 +80,7 @@ def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
             )
         )
     return AcceleratorInventory(
-        vendor=Vendor.AMD,
+        vendor=AMD,
         accelerators=tuple(accs),
         versions=SoftwareVersions(driver=smi.driver_version),
     )
@@ -122,30 +122,8 @@ def labels(inventory: AcceleratorInventory) -> dict[str, str]:
     return out
 
 
-class AmdPlugin:
-    """:class:`gpufleet.domain.accelerators.VendorPlugin` for AMD Instinct (rocm-smi)."""
-
-    vendor = Vendor.AMD
-    resource = RESOURCE
-
-    def sections(self) -> Mapping[str, str]:
-        return SECTIONS
-
-    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory:
-        return parse_sections(outputs)
-
-    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]:
-        return labels(inventory)
-
-    def checks(
-        self, inventory: AcceleratorInventory, *, expected_count: int | None
-    ) -> Sequence[CheckResult]:
-        # rocm-smi --json has no health verdict: only the count is checked
-        return [count_check(inventory, expected_count)]
-
-
 COLLECTOR = VendorCollector(
-    vendor=Vendor.AMD,
+    vendor=AMD,
     tool="rocm-smi",
     primary="rocm_smi_json",
     sections=(
@@ -157,4 +135,22 @@ COLLECTOR = VendorCollector(
         ),
     ),
     read=parse_sections,
+)
+
+
+def _resource(_: AcceleratorInventory) -> str:
+    return RESOURCE
+
+
+#: AMD Instinct. Exports: the node labeller's labels; resource ``amd.com/gpu``; GRES ``gpu``
+#: (``gpu:mi250:2``) with no ``File=`` (the DRM render nodes' numbers are not in rocm-smi's
+#: report: Slurm's ``AutoDetect=rsmi`` or the site says them); runtime ``rocm``; groups
+#: ``gpu_<model>`` (``gpu_mi100``, ``gpu_mi300x``).
+PLUGIN = VendorPlugin(
+    name=AMD,
+    pci_vendor_id="1002",
+    lspci_name="Advanced Micro Devices",
+    exports=VendorExport(labels=labels, resource=_resource, gres_name="gpu", runtime="rocm"),
+    collector=COLLECTOR,
+    description="AMD Instinct GPUs",
 )

@@ -19,8 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpufleet.collect.pci import normalize_pci_address
-from gpufleet.domain.accelerators import Health
+from gpufleet.domain.accelerators import Health, normalize_pci_address
 from gpufleet.errors import ParseError
 
 _VERSION = re.compile(r"npu-smi\s+(?P<tool>\S+)\s+Version:\s*(?P<version>\S+)")

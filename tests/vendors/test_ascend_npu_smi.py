@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from tests.collect.vendors.ascend_captures import section, tool_output
+from tests.vendors.ascend_captures import section, tool_output
 
-from gpufleet.collect.vendors.ascend.npu_smi import (
+from gpufleet.domain.accelerators import Health
+from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.npu_smi import (
     ChipMapping,
     ChipUsage,
     parse_board,
@@ -16,8 +18,6 @@ from gpufleet.collect.vendors.ascend.npu_smi import (
     parse_npu_smi_mapping,
     parse_npu_smi_topo,
 )
-from gpufleet.domain.accelerators import Health
-from gpufleet.errors import ParseError
 
 B3 = "ms-swift_NPU-support_npu-smi_info_8x910B3.txt"
 RC2 = "gpustack_ai-server_atlas-800-training-server_model-9010_version-24.1.RC2.txt"

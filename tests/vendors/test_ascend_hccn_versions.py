@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from tests.collect.vendors.ascend_captures import bundle_sections, section, tool_output
+from tests.vendors.ascend_captures import bundle_sections, section, tool_output
 
-from gpufleet.collect.vendors.ascend.hccn import (
+from gpufleet.domain.accelerators import ErrorCounter, LinkState
+from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.hccn import (
     parse_ip,
     parse_link,
     parse_link_stat,
@@ -13,9 +15,7 @@ from gpufleet.collect.vendors.ascend.hccn import (
     parse_optical,
     parse_stat,
 )
-from gpufleet.collect.vendors.ascend.versions import package_version, parse_version_info
-from gpufleet.domain.accelerators import ErrorCounter, LinkState
-from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.versions import package_version, parse_version_info
 
 KG_BEFORE = "mind-cluster_kg_parse_npu_info_before.txt"
 KG_AFTER = "mind-cluster_kg_parse_npu_info_after.txt"

@@ -5,21 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.collect.vendors.ascend_captures import bundle_sections, section, tool_output
+from tests.vendors.ascend_captures import bundle_sections, section, tool_output
 
 from gpufleet.collect.pci import parse_lspci
-from gpufleet.collect.vendors.amd import plugin as amd
-from gpufleet.collect.vendors.ascend import plugin as ascend
-from gpufleet.collect.vendors.ascend.hccn import parse_link, parse_link_stat
-from gpufleet.collect.vendors.ascend.npu_smi import (
-    parse_health_status,
-    parse_npu_smi_info,
-    parse_npu_smi_mapping,
-)
 from gpufleet.domain.accelerators import (
     Health,
     LinkState,
-    VendorPlugin,
     count_check,
     health_check,
     links_check,
@@ -27,9 +18,18 @@ from gpufleet.domain.accelerators import (
     port_states,
 )
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
+from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
+from gpufleet.vendors.amd import plugin as amd
+from gpufleet.vendors.huawei import plugin as ascend
+from gpufleet.vendors.huawei.hccn import parse_link, parse_link_stat
+from gpufleet.vendors.huawei.npu_smi import (
+    parse_health_status,
+    parse_npu_smi_info,
+    parse_npu_smi_mapping,
+)
 
-AMD = Path(__file__).resolve().parents[2] / "fixtures" / "captured" / "amd"
+AMD = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "amd"
 B3 = "ms-swift_NPU-support_npu-smi_info_8x910B3.txt"
 V22 = "gpustack_ai-server_atlas-800-training-server_model-9010_version-6.0.RC1.txt"
 V20 = "gpustack_ai-server_atlas-800-inference-server_model-3000_version-1.0.0-1.0.10.txt"
@@ -46,11 +46,13 @@ def _valid(labels: dict[str, str]) -> None:
         assert is_valid_label_value(v), (k, v)
 
 
-def test_plugins_satisfy_the_protocol() -> None:
-    plugins: list[VendorPlugin] = [ascend.AscendPlugin(), amd.AmdPlugin()]
-    assert [p.resource for p in plugins] == ["huawei.com/Ascend910", "amd.com/gpu"]
-    assert "npu_smi_info" in plugins[0].sections()
-    assert "rocm_smi_json" in plugins[1].sections()
+def test_the_registry_serves_the_plugins_modules() -> None:
+    huawei, amd_ = plugin("huawei"), plugin("amd")
+    assert (huawei, amd_) == (ascend.PLUGIN, amd.PLUGIN)
+    assert huawei.collector is not None and huawei.collector.primary == "npu_smi_info"
+    assert huawei.collector.read is ascend.parse_sections
+    assert amd_.collector is not None and amd_.collector.primary == "rocm_smi_json"
+    assert "rocm_smi_json" in amd.SECTIONS and "npu_smi_info" in ascend.SECTIONS
 
 
 def test_ascend_910b3_host_inventory_with_versions() -> None:
@@ -60,7 +62,7 @@ def test_ascend_910b3_host_inventory_with_versions() -> None:
         "ascend_firmware_version": section(KG_AFTER, "firmware/version.info"),
         "ascend_cann_version": section(KG_AFTER, "ascend_toolkit_install.info"),
     }
-    inv = ascend.AscendPlugin().parse(outputs)
+    inv = ascend.parse_sections(outputs)
     assert inv.count == 8
     assert inv.models() == ["910B3"]
     assert [a.index for a in inv.accelerators] == list(range(8))
@@ -202,10 +204,9 @@ def test_links_check_ports_down_after_the_job() -> None:
     ],
 )
 def test_amd_node_labeller_labels(name: str, count: int, expected: dict[str, str]) -> None:
-    plugin = amd.AmdPlugin()
-    inv = plugin.parse({"rocm_smi_json": (AMD / name).read_text()})
+    inv = amd.parse_sections({"rocm_smi_json": (AMD / name).read_text()})
     assert inv.count == count
-    labels = plugin.labels(inv)
+    labels = amd.labels(inv)
     assert labels == expected
     _valid(labels)
 
@@ -219,8 +220,8 @@ def test_amd_inventory_mi250_counters_and_checks() -> None:
     assert a0.error_counters[0].name == "pcie_replay" and a0.error_counters[0].count == 147
     assert (a0.temperature_c, a0.power_w, a0.power_limit_w) == (35.0, 89.0, 560.0)
     assert a0.firmware["VBIOS"] == "113-D65209-073"
-    checks = amd.AmdPlugin().checks(inv, expected_count=8)
-    assert [(c.name, c.ok) for c in checks] == [("accelerator_count", False)]
+    check = count_check(inv, 8)
+    assert (check.name, check.ok) == ("accelerator_count", False)
     with pytest.raises(ParseError, match="section missing"):
         amd.parse_sections({})
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.collect.pci import normalize_pci_address
+from gpufleet.domain.accelerators import normalize_pci_address
 from gpufleet.errors import ParseError
 
 _CARD = re.compile(r"^card(\d+)$")

@@ -14,14 +14,28 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpufleet.collect.vendors.ascend.hccn import (
+from gpufleet.domain.accelerator_exports import VendorExport
+from gpufleet.domain.accelerators import (
+    Accelerator,
+    AcceleratorInventory,
+    ErrorCounter,
+    Link,
+    LinkState,
+    SoftwareVersions,
+    accelerators_on_bus,
+)
+from gpufleet.domain.labels import sanitize_label_value
+from gpufleet.domain.vendors import Vendor, VendorCollector, VendorPlugin, VendorSection
+from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.hccn import (
     parse_link,
     parse_link_stat,
     parse_net_health,
     parse_stat,
 )
-from gpufleet.collect.vendors.ascend.npu_smi import (
+from gpufleet.vendors.huawei.npu_smi import (
     ChipHealth,
     ChipMapping,
     NpuSmiInfo,
@@ -31,24 +45,12 @@ from gpufleet.collect.vendors.ascend.npu_smi import (
     parse_npu_smi_mapping,
     parse_npu_smi_topo,
 )
-from gpufleet.collect.vendors.ascend.versions import package_version
-from gpufleet.collect.vendors.base import VendorCollector, VendorSection
-from gpufleet.domain.accelerators import (
-    Accelerator,
-    AcceleratorInventory,
-    CheckResult,
-    ErrorCounter,
-    Link,
-    LinkState,
-    SoftwareVersions,
-    Vendor,
-    accelerators_on_bus,
-    count_check,
-    health_check,
-)
-from gpufleet.domain.facts import PciDevice
-from gpufleet.domain.labels import sanitize_label_value
-from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.versions import package_version
+
+if TYPE_CHECKING:
+    from gpufleet.domain.facts import PciDevice
+
+HUAWEI = Vendor("huawei")
 
 SECTIONS: Mapping[str, str] = {
     "npu_smi_info": "npu-smi info",
@@ -179,7 +181,7 @@ def to_inventory(
         port = (ports or {}).get(index)
         accs.append(
             Accelerator(
-                vendor=Vendor.HUAWEI,
+                vendor=HUAWEI,
                 index=index,
                 model=chip.name,
                 bus_id=chip.bus_id,
@@ -199,7 +201,7 @@ def to_inventory(
     if len(set(indexes)) != len(indexes):
         raise ParseError(source, "several chips per NPU and no 'npu-smi info -m' to number them")
     return AcceleratorInventory(
-        vendor=Vendor.HUAWEI,
+        vendor=HUAWEI,
         accelerators=tuple(accs),
         versions=SoftwareVersions(
             driver=driver, firmware=firmware, runtime=cann, tool=info.version
@@ -274,7 +276,7 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
 
 def npus_on_bus(devices: Sequence[PciDevice]) -> int:
     """Ascend NPU functions in ``lspci`` output (vendor 19e5, or Huawei's name without -nn)."""
-    return accelerators_on_bus(devices).get(Vendor.HUAWEI, 0)
+    return accelerators_on_bus(devices).get(HUAWEI, 0)
 
 
 def accelerator_type(model: str, count: int) -> str | None:
@@ -305,27 +307,6 @@ def labels(inventory: AcceleratorInventory) -> dict[str, str]:
     return out
 
 
-class AscendPlugin:
-    """:class:`gpufleet.domain.accelerators.VendorPlugin` for Huawei Ascend."""
-
-    vendor = Vendor.HUAWEI
-    resource = "huawei.com/Ascend910"
-
-    def sections(self) -> Mapping[str, str]:
-        return SECTIONS
-
-    def parse(self, outputs: Mapping[str, str]) -> AcceleratorInventory:
-        return parse_sections(outputs)
-
-    def labels(self, inventory: AcceleratorInventory) -> dict[str, str]:
-        return labels(inventory)
-
-    def checks(
-        self, inventory: AcceleratorInventory, *, expected_count: int | None
-    ) -> Sequence[CheckResult]:
-        return [count_check(inventory, expected_count), health_check(inventory)]
-
-
 # ---- the collection: what the script runs on every host (missing tools are rc 127) ----
 
 _FUNCTIONS = """\
@@ -350,7 +331,7 @@ ascend_ver() {
 _CANN_GLOB = "usr/local/Ascend/ascend-toolkit/latest/*/ascend_toolkit_install.info"
 
 COLLECTOR = VendorCollector(
-    vendor=Vendor.HUAWEI,
+    vendor=HUAWEI,
     tool="npu-smi",
     primary="npu_smi_info",
     sections=(
@@ -394,4 +375,53 @@ COLLECTOR = VendorCollector(
         ),
     ),
     read=parse_sections,
+)
+
+
+# ---- the exports and the Ansible group ----
+
+_FAMILY_GROUP = re.compile(r"^(?:ASCEND\s*)?(910B|910A|910|310P|310)", re.IGNORECASE)
+
+
+def group(model: str) -> str | None:
+    """The Ansible group of a host of ``model`` NPUs: ``npu_910b`` (910B1-4), ``npu_910a``,
+    ``npu_310p``, ``npu_310``; None for another model."""
+    from gpufleet.domain.ansible import group_name  # ansible imports the facts
+
+    m = _FAMILY_GROUP.match(model)
+    return None if m is None else group_name("npu", m.group(1))
+
+
+def _resource(inv: AcceleratorInventory) -> str | None:
+    models = inv.models()
+    return resource_name(models[0]) if len(models) == 1 else None
+
+
+def davinci_files(inv: AcceleratorInventory) -> str | None:
+    """``/dev/davinci[0-7]``: the NPUs' logic ids, when they are one contiguous range."""
+    ids = sorted(a.index for a in inv.accelerators)
+    if not ids or ids != list(range(ids[0], ids[0] + len(ids))):
+        return None
+    return f"/dev/davinci{ids[0]}" if len(ids) == 1 else f"/dev/davinci[{ids[0]}-{ids[-1]}]"
+
+
+#: Huawei Ascend. Exports: the Ascend device plugin / Volcano labels; resource
+#: ``huawei.com/Ascend910`` (``Ascend310``/``Ascend310P`` by family); GRES ``npu`` with
+#: ``File=/dev/davinci[<first>-<last>]`` (the NPU logic ids), as Slurm sites running Ascend
+#: name it (``GresTypes=gpu,npu``, ``Gres=npu:910b3:8``, TRES ``gres/npu:910b3``); runtime
+#: ``cann`` (the CANN toolkit).
+PLUGIN = VendorPlugin(
+    name=HUAWEI,
+    pci_vendor_id="19e5",
+    lspci_name="Huawei Technologies",
+    exports=VendorExport(
+        labels=labels,
+        resource=_resource,
+        gres_name="npu",
+        gres_files=davinci_files,
+        runtime="cann",
+    ),
+    collector=COLLECTOR,
+    group=group,
+    description="Ascend NPUs",
 )

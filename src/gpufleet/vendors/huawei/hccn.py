@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpufleet.collect.vendors.ascend.npu_smi import parse_key_values
 from gpufleet.domain.accelerators import ErrorCounter, LinkState
 from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.npu_smi import parse_key_values
 
 _DEVID = re.compile(r"^\[devid \d+\]")
 _RECORD = re.compile(

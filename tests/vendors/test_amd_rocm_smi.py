@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.collect.vendors.amd.rocm_smi import parse_rocm_smi_json, product_name
 from gpufleet.errors import ParseError
+from gpufleet.vendors.amd.rocm_smi import parse_rocm_smi_json, product_name
 
-FIX = Path(__file__).resolve().parents[2] / "fixtures" / "captured" / "amd"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "amd"
 
 
 def _parse(name: str) -> object:

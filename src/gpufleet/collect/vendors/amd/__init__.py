@@ -1,1 +1,0 @@
-"""AMD Instinct GPUs: ``rocm-smi --json``."""

@@ -1,0 +1,261 @@
+"""Accelerator vendors and their plugins (issue 15): all gpufleet knows of a vendor is one
+:class:`VendorPlugin`, found by discovery; no module of the product names a vendor.
+
+A plugin declares its vendor's name, PCI vendor id and ``lspci`` vendor name, its part of the
+collection (:class:`VendorCollector`: the sections the collection script runs, the section
+that tells the tool is there, the reader turning their outputs into an
+:class:`~gpufleet.domain.accelerators.AcceleratorInventory`), the Ansible group of a model
+(``npu_910b``, ``gpu_mi100``) and its conventions for the exports
+(:class:`~gpufleet.domain.accelerator_exports.VendorExport`: node labels, extended resource,
+Slurm GRES name and ``File=``, runtime name). Everything in it is pure.
+
+Plugins are discovered, never listed:
+
+* built in: every module or package ``gpufleet.vendors.<name>`` (``nvidia``, ``huawei``,
+  ``amd``), whose ``PLUGIN`` is the vendor called ``<name>``;
+* installed by another distribution: an entry point of the group ``gpufleet.vendors``, named
+  after the vendor, naming its plugin (``acme = "acme_gpufleet.plugin:PLUGIN"``).
+
+Names are discovered without importing a plugin (a directory listing; the entry points'
+metadata only when a name is not built in), and a plugin is imported on its first lookup, so a
+host of one vendor loads only that vendor's plugin. :class:`Vendor` is such a name: making one
+of a name no plugin registers raises :class:`ValueError` (stored facts naming a vendor whose
+plugin is gone do not load: fail closed). NVIDIA's plugin describes it like the others; its
+GPUs still come from ``nvidia-smi`` (``HostFacts.gpus``), so it brings no collector.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from gpufleet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
+
+    from gpufleet.domain.accelerator_exports import VendorExport
+    from gpufleet.domain.accelerators import AcceleratorInventory
+
+#: The package whose modules are the built-in plugins (one per vendor, named after it).
+BUILTIN_PACKAGE = "gpufleet.vendors"
+#: The entry point group of the plugins other distributions install.
+ENTRY_POINT_GROUP = "gpufleet.vendors"
+_NVIDIA = "nvidia"
+
+
+class Vendor(str):
+    """An accelerator vendor: the name its plugin registers (``nvidia``, ``huawei``, ``amd``).
+
+    A string (facts store it as one); made only of a registered name (:class:`ValueError`
+    otherwise), one instance per name. ``Vendor.NVIDIA`` is the vendor of ``nvidia-smi``'s
+    GPUs, the one the core special-cases."""
+
+    __slots__ = ()
+    NVIDIA: ClassVar[Vendor]
+    _interned: ClassVar[dict[str, Vendor]] = {}
+
+    def __new__(cls, name: str) -> Vendor:
+        known = cls._interned.get(name)
+        if known is not None:
+            return known
+        if not isinstance(name, str) or not is_registered(name):
+            raise ValueError(
+                f"{name!r} is not an accelerator vendor of an installed plugin "
+                f"(known: {', '.join(vendor_names())})"
+            )
+        made = super().__new__(cls, name)
+        cls._interned[str(name)] = made
+        return made
+
+    @property
+    def value(self) -> str:
+        """The name as a plain string."""
+        return str.__str__(self)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Facts validate a stored vendor name into a :class:`Vendor` and store the string."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(
+            cls, core_schema.str_schema(), serialization=core_schema.to_string_ser_schema()
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class VendorSection:
+    """One section of a vendor: ``command`` follows ``sec NAME`` in the collection script."""
+
+    name: str
+    command: str
+    tool: str | None = None  # the program run (what a lab host fakes)
+    args: str = ""
+    files: tuple[str, ...] = ()  # files read under the sysroot (what a lab host writes)
+    functions: str = ""  # sh function definitions the command needs (once per vendor)
+
+
+@dataclass(frozen=True, slots=True)
+class VendorCollector:
+    """A vendor's part of the collection: the sections the script runs for it, the section
+    whose answer (rc 0, output) means its tool is there, and the reader of their outputs
+    (raising :class:`~gpufleet.errors.ParseError` naming the command)."""
+
+    vendor: Vendor
+    tool: str  # the vendor's tool, named when it is missing on a host that has the hardware
+    primary: str
+    sections: tuple[VendorSection, ...]
+    read: Callable[[Mapping[str, str]], AcceleratorInventory]
+
+
+def gpu_group(model: str) -> str | None:
+    """The Ansible group of a GPU model: ``gpu_<model>`` (``gpu_h800``, ``gpu_mi300x``)."""
+    from gpufleet.domain.ansible import gpu_model, group_name  # ansible imports the facts
+
+    short = gpu_model(model)
+    return None if short is None else group_name("gpu", short)
+
+
+@dataclass(frozen=True)
+class VendorPlugin:
+    """Everything gpufleet knows of one accelerator vendor (see the module docstring).
+
+    ``name``: the vendor (the plugin module's / entry point's name); ``pci_vendor_id``: its PCI
+    vendor id as ``lspci -nn`` prints it (lower-case hex, ``19e5``); ``lspci_name``: the start
+    of its vendor name in plain ``lspci`` (``Huawei Technologies``); ``exports``: its
+    conventions for labels, resources, GRES and runtime; ``collector``: its part of the
+    collection (None: collected by the core, NVIDIA); ``group``: the Ansible group of a host
+    whose accelerators are all of one model (None: no group for that model);
+    ``description``: what the vendor's accelerators are, for people (``Ascend NPUs``).
+    """
+
+    name: Vendor
+    pci_vendor_id: str
+    lspci_name: str
+    exports: VendorExport
+    collector: VendorCollector | None = None
+    group: Callable[[str], str | None] = gpu_group
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.collector is not None and self.collector.vendor != self.name:
+            theirs = self.collector.vendor
+            raise ValueError(f"vendor plugin {self.name}: its collector is {theirs}'s")
+
+
+# --------------------------------------------------------------------------- discovery
+
+_loaded: dict[str, VendorPlugin] = {}
+
+
+@cache
+def _builtin_names() -> frozenset[str]:
+    """The built-in plugins' names: the modules of :data:`BUILTIN_PACKAGE` (none imported)."""
+    import pkgutil
+
+    package = importlib.import_module(BUILTIN_PACKAGE)
+    return frozenset(
+        m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")
+    )
+
+
+@cache
+def _entry_points() -> dict[str, EntryPoint]:
+    """The installed plugins' entry points by vendor name (read once, when needed)."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def is_registered(name: str) -> bool:
+    """``name`` is a vendor a plugin registers (entry points read only when not built in)."""
+    return name == _NVIDIA or name in _builtin_names() or name in _entry_points()
+
+
+def vendor_names() -> tuple[str, ...]:
+    """Every registered vendor, sorted (nothing imported)."""
+    return tuple(sorted({_NVIDIA} | _builtin_names() | set(_entry_points())))
+
+
+def _load(name: str) -> VendorPlugin:
+    where: str
+    try:
+        if name in _builtin_names():
+            where = f"{BUILTIN_PACKAGE}.{name}"
+            found = getattr(importlib.import_module(where), "PLUGIN", None)
+        else:
+            ep = _entry_points()[name]
+            where = f"{ep.name} = {ep.value}"
+            found = ep.load()
+    except ImportError as exc:
+        raise ConfigError(f"vendor plugin {name}: cannot load: {exc}") from exc
+    if not isinstance(found, VendorPlugin):
+        raise ConfigError(
+            f"vendor plugin {where}: is a {type(found).__name__}, expected "
+            "gpufleet.domain.vendors.VendorPlugin (as PLUGIN)"
+        )
+    if found.name != name:
+        raise ConfigError(f"vendor plugin {where}: declares vendor {found.name!r}, not {name!r}")
+    return found
+
+
+def plugin(name: str) -> VendorPlugin:
+    """The plugin of vendor ``name``, imported on first use; :class:`KeyError` for a name no
+    plugin registers, :class:`~gpufleet.errors.ConfigError` for a plugin that is broken."""
+    found = _loaded.get(name)
+    if found is None:
+        if not is_registered(name):
+            raise KeyError(name)
+        found = _loaded[name] = _load(name)
+    return found
+
+
+def plugins() -> tuple[VendorPlugin, ...]:
+    """Every registered plugin (all imported), in vendor name order."""
+    return tuple(plugin(n) for n in vendor_names())
+
+
+def collectors() -> tuple[VendorCollector, ...]:
+    """The vendors' parts of the collection, in vendor name order (the script's order)."""
+    return tuple(p.collector for p in plugins() if p.collector is not None)
+
+
+def reset() -> None:
+    """Forget what discovery found (after a plugin is installed or removed at run time)."""
+    _builtin_names.cache_clear()
+    _entry_points.cache_clear()
+    _loaded.clear()
+    Vendor._interned.clear()
+    Vendor._interned[_NVIDIA] = Vendor.NVIDIA
+
+
+_T = TypeVar("_T")
+
+
+class PluginView(Mapping[Vendor, _T]):
+    """A read-only mapping vendor -> one thing of its plugin (``PCI_VENDOR_IDS``, the exports),
+    importing a plugin only when its vendor is looked up."""
+
+    def __init__(self, get: Callable[[VendorPlugin], _T]) -> None:
+        self._get = get
+
+    def __getitem__(self, vendor: Vendor) -> _T:
+        return self._get(plugin(vendor))
+
+    def __iter__(self) -> Iterator[Vendor]:
+        return (Vendor(n) for n in vendor_names())
+
+    def __len__(self) -> int:
+        return len(vendor_names())
+
+    def __contains__(self, vendor: object) -> bool:
+        return isinstance(vendor, str) and is_registered(vendor)
+
+
+Vendor.NVIDIA = Vendor(_NVIDIA)
