@@ -1,10 +1,13 @@
 """Start-up bench: how long trivial gpufleet commands take to start (issue 8, goal < 150 ms).
 
 Runs each command ``--runs`` times as a fresh process (hyperfine-like: one warm-up, then
-median and min wall time and CPU time from ``wait4``), against a reference measured in the
-same run: a bare ``python -c pass`` of the same interpreter. Then prints the modules whose
-import takes longest (``python -X importtime``, cumulative) for ``gpufleet.cli.main``, and the
-number of modules the CLI loads.
+median and min wall time and CPU time from ``wait4``), against references measured in the
+same run: a bare ``python -c pass`` of the same interpreter, and the floors under it (``import
+pydantic``'s ``BaseModel``: the settings and the spec are pydantic models; ``import typer``:
+what every command but the lean ``labels NAME`` parses with). Then prints the modules whose
+import takes longest (``python -X importtime``, cumulative) in ``gpufleet labels gpu-01
+--json`` (the entry point's lean start) and ``gpufleet hosts show gpu-01``, and how many
+modules each loads.
 
     .venv/bin/python bench/startup.py [--runs 10] [--top 15]
 
@@ -45,11 +48,21 @@ def timed(argv: Sequence[str], env: dict[str, str], runs: int) -> tuple[float, f
     return statistics.median(walls), min(walls), statistics.median(cpus)
 
 
-def import_profile(env: dict[str, str], top: int) -> tuple[int, list[tuple[int, str]]]:
-    """(modules loaded, the ``top`` slowest cumulative imports in µs) for the CLI."""
+def import_profile(
+    env: dict[str, str], top: int, argv: Sequence[str]
+) -> tuple[int, list[tuple[int, str]]]:
+    """(modules loaded, the ``top`` slowest cumulative imports in µs) of ``gpufleet ARGV``
+    through the entry point."""
+    code = (
+        "import sys\nfrom gpufleet.cli.entry import main\n"
+        f"sys.argv = ['gpufleet', *{list(argv)!r}]\nmain()"
+    )
     out = subprocess.run(
-        [PY, "-X", "importtime", "-c", "import gpufleet.cli.main"],
-        env=env, capture_output=True, text=True, check=True,
+        [PY, "-X", "importtime", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stderr
     rows: list[tuple[int, str]] = []
     for line in out.splitlines():
@@ -70,22 +83,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         env.pop("GPUFLEET_DATABASE_URL", None)
         lab = Path(home) / "lab"
         subprocess.run(
-            [GPUFLEET, "lab", "create", "-n", "1", "--no-default-faults", "--dir", str(lab),
-             "--json"],
-            env=env, check=True, stdout=subprocess.DEVNULL,
+            [
+                GPUFLEET,
+                "lab",
+                "create",
+                "-n",
+                "1",
+                "--no-default-faults",
+                "--dir",
+                str(lab),
+                "--json",
+            ],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         subprocess.run(
             [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
-            env=env, check=True, stdout=subprocess.DEVNULL,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         subprocess.run(  # collected: labels HOST reads the snapshot's fact_labels
-            [GPUFLEET, "collect"], env=env, check=True, stdout=subprocess.DEVNULL,
+            [GPUFLEET, "collect"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
         ref = timed([PY, "-c", "pass"], env, a.runs)
-        print(f"nproc={os.cpu_count()} runs={a.runs}")
+        print(f"nproc={os.cpu_count()} runs={a.runs} load={os.getloadavg()[0]:.2f}")
         print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
         print("|---|---|---|---|---|")
         print(f"| python -c pass (reference) | {ref[0]:.0f} | {ref[1]:.0f} | {ref[2]:.0f} | 1.0 |")
+        for label, code in (
+            ("python + pydantic BaseModel (floor)", "from pydantic import BaseModel"),
+            ("python + typer (floor)", "import typer"),
+        ):
+            wall, low, cpu = timed([PY, "-c", code], env, a.runs)
+            print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
         for label, args in (
             ("gpufleet --help", ["--help"]),
             ("gpufleet hosts show gpu-01", ["hosts", "show", "gpu-01"]),
@@ -94,10 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ):
             wall, low, cpu = timed([GPUFLEET, *args], env, a.runs)
             print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
-        n, slow = import_profile(env, a.top)
-        print(f"\nimport gpufleet.cli.main loads {n} modules; slowest (cumulative ms):")
-        for us, name in slow:
-            print(f"  {us / 1000:8.1f}  {name}")
+        for argv in (["labels", "gpu-01", "--json"], ["hosts", "show", "gpu-01"]):
+            n, slow = import_profile(env, a.top, argv)
+            print(f"\ngpufleet {' '.join(argv)} loads {n} modules; slowest (cumulative ms):")
+            for us, name in slow:
+                print(f"  {us / 1000:8.1f}  {name}")
+        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 

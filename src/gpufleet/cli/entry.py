@@ -89,8 +89,15 @@ def main() -> None:
     # entry points for them (~10 ms of each start). Set PYDANTIC_DISABLE_PLUGINS to the empty
     # string to have pydantic load installed plugins anyway.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    if _lean(sys.argv[1:]):
-        return
+    try:
+        if _lean(sys.argv[1:]):
+            sys.stdout.flush()
+            return
+    except KeyboardInterrupt:
+        sys.exit(130)  # as the Typer application exits on ^C
+    except BrokenPipeError:  # the reader went away (| head): exit 1 quietly, as Typer does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
     from gpufleet.cli.main import app
 
     app()
