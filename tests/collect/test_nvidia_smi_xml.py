@@ -302,6 +302,8 @@ _DUPLICATED = (
         "<temperature><gpu_temp_slow_threshold>1 C</gpu_temp_slow_threshold></temperature>"
         "<temperature>",
     ),
+    ("<processes>", "<processes></processes><processes>"),
+    ("<mig_devices>", "<mig_devices></mig_devices><mig_devices>"),
 )
 
 
@@ -335,3 +337,8 @@ def test_one_walk_reads_what_the_element_index_reads(
             if f_node is not None and s_node is not None:
                 for sub in sorted(_GPU_PATHS.all):
                     assert f_node.raw(sub) == s_node.raw(sub), (path, sub)
+        for path in ("mig_devices/mig_device", "processes/process_info", "pci/nope"):
+            f_list, s_list = flat.nodes(path), slow.nodes(path)
+            assert [v.where("") for v in f_list] == [v.where("") for v in s_list], path
+            for sub in ("gpu_instance_id", "pid", "process_name", "fb_memory_usage/total"):
+                assert [v.raw(sub) for v in f_list] == [v.raw(sub) for v in s_list], path

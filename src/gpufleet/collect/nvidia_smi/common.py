@@ -319,9 +319,7 @@ class _XmlFlatView:
 
     def node(self, path: str) -> _View | None:
         full = self._prefix + path
-        if full not in self._all or any(
-            full == d or full.startswith(d + "/") for d in self._dups
-        ):
+        if full not in self._all or self._repeats(full):
             return self._slow().node(path)
         found = self._flat.get(full)
         if found is None:
@@ -336,8 +334,20 @@ class _XmlFlatView:
             full + "/",
         )
 
+    def _repeats(self, full: str) -> bool:
+        return any(full == d or full.startswith(d + "/") for d in self._dups)
+
     def nodes(self, path: str) -> list[_View]:
-        return self._slow().nodes(path)
+        # "a/b" under one "a" of the trie (not repeated): the "b" children of that "a"
+        # (none when there is no "a"), as the element index lists them.
+        parent, _, last = (self._prefix + path).rpartition("/")
+        if not parent or parent not in self._all or self._repeats(parent):
+            return self._slow().nodes(path)
+        found = self._flat.get(parent)
+        if found is None:
+            return []
+        label = f"{self._label}/{path}"
+        return [_XmlView(c, label, self._index) for c in found if c.tag == last]
 
     def leaves(self) -> list[tuple[str, str | None, _View]]:
         return self._slow().leaves()

@@ -46,7 +46,7 @@ def _sub_paths(prefix: str, table: _SubTable) -> list[str]:
 #: any path missing here, is still answered, through the slower element index).
 _GPU_PATHS = xml_paths(
     [path for f in _GPU_FIELDS for path in f.xml]
-    + ["ecc_errors/volatile", "ecc_errors/aggregate"]
+    + ["ecc_errors/volatile", "ecc_errors/aggregate", "mig_devices", "processes"]
     + _sub_paths("retired_pages/", _RETIRED_PAGES)
     + _sub_paths("remapped_rows/", _REMAPPED_ROWS)
     + _sub_paths("", _CLOCK_EVENT_REASONS)
