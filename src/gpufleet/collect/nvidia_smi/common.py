@@ -413,6 +413,10 @@ def _norm_key(key: str) -> str:
     return _NON_KEY.sub("_", key.lower()).strip("_")
 
 
+#: "a/b/c" -> ["a", "b", "c"], for the table paths looked up again for every GPU.
+_PARTS: dict[str, list[str]] = {}
+
+
 class _TextView:
     def __init__(self, node: _TextNode) -> None:
         self._node = node
@@ -428,8 +432,19 @@ class _TextView:
         return current.named(last)
 
     def _first(self, path: str) -> _TextNode | None:
-        found = self._walk(path)
-        return found[0] if found else None
+        # _walk(path)[0], without building the last list: ~100 lookups per GPU.
+        parts = _PARTS.get(path)
+        if parts is None:
+            parts = path.split("/")
+            if len(_PARTS) < 4096:  # keys read from a report (ECC locations) are few
+                _PARTS[path] = parts
+        current = self._node
+        for part in parts:
+            found = current.named(part)
+            if not found:
+                return None
+            current = found[0]
+        return current
 
     def raw(self, path: str) -> str | None:
         found = self._first(path)
