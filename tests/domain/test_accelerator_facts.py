@@ -54,7 +54,7 @@ def test_nvidia_gpus_and_vendor_records_are_one_shape() -> None:
     facts = make_facts().model_copy(update={
         "accelerators": (NPU,), "accelerator_versions": {Vendor("huawei"): CANN}})
     accs = accelerators_of(facts)
-    nvidia = [a for a in accs if a.vendor is Vendor.NVIDIA]
+    nvidia = [a for a in accs if a.vendor == Vendor.NVIDIA]
     assert len(nvidia) == len(facts.gpus) == 8 and accs[-1] == NPU
     first = facts.gpus[0]
     assert nvidia[0].model == first.product_name and nvidia[0].uuid == first.uuid
