@@ -51,8 +51,8 @@ def _no_labels(_: AcceleratorInventory) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class VendorExport:
-    """A vendor's conventions as the exports need them (its plugin's
-    :attr:`~gpufleet.domain.vendors.VendorPlugin.exports`).
+    """A vendor's conventions as the exports need them (the ``exports`` of its
+    :class:`~gpufleet.domain.vendors.VendorPlugin`).
 
     ``labels``: the node labels in the vendor's own conventions (empty for NVIDIA, whose GFD
     labels :func:`gpufleet.domain.labels.derive_labels` writes); ``resource``: the extended

@@ -1,6 +1,6 @@
-"""The vendors' conventions the exports apply (issue 15): each vendor plugin's
-:attr:`~gpufleet.domain.vendors.VendorPlugin.exports` (its labels, extended resource, Slurm
-GRES name and ``File=``, runtime name), looked up by vendor. No vendor is named here: a plugin
+"""The vendors' conventions the exports apply (issue 15): the ``exports`` of each vendor's
+:class:`~gpufleet.domain.vendors.VendorPlugin` (its labels, extended resource, Slurm GRES name
+and ``File=``, runtime name), looked up by vendor. No vendor is named here: a plugin
 is imported when a host of its vendor is seen (this module stays light for
 ``gpufleet labels HOST``).
 """

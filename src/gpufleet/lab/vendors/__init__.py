@@ -93,7 +93,7 @@ def _load(name: str, where: str, load: Callable[[], object]) -> LabVendor:
 
 @cache
 def lab_vendors() -> tuple[LabVendor, ...]:
-    """Every vendor's lab model, in :attr:`LabVendor.rank` order."""
+    """Every vendor's lab model, in ``rank`` order (:class:`LabVendor`)."""
     labs = (_load(n, *src) for n, src in _sources().items())
     return tuple(sorted(labs, key=lambda lab: (lab.rank, lab.vendor)))
 
