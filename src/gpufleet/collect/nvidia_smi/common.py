@@ -52,6 +52,8 @@ def _error_state(attr: str, raw: str | None) -> str | None:
     """``"GPU is lost (product_name)"`` if ``raw`` marks the GPU broken, else None."""
     if raw is None:
         return None
+    if raw[:1] in _DIGITS:  # a reading, not an error state (the states are words)
+        return None
     low = raw.strip().strip("[]").strip().lower()
     if low in _ALWAYS_ERROR or (low in _ERROR_STATES and attr in _VITAL):
         return f"{_ERROR_STATES[low]} ({attr})"
@@ -74,13 +76,20 @@ def _clean(raw: str | None) -> str | None:
     if raw is None:
         return None
     value = raw.strip()
-    if value.startswith("[") and value.endswith("]"):
+    if not value:
+        return None
+    if value[0] == "[" and value[-1] == "]":
         return None  # CSV: "[N/A]", "[Not Supported]", "[Unknown Error]", ...
+    if value[0] in _DIGITS:  # a reading ("81559 MiB", "535.54.03"): no spelling of none
+        return value
     low = value.lower()
     # "Not available in WDDM driver model" (Windows per-process memory) and the like.
     if low in _MISSING or low.startswith(("not available", "not supported")):
         return None
     return value
+
+
+_DIGITS = frozenset("0123456789")
 
 
 def _as_str(value: str) -> str:

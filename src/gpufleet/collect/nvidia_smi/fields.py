@@ -489,12 +489,16 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     error: str | None = None
     # One read of each path serves both the value (the first present one, converted, as
     # _read does) and the error state (every path is looked at for a "GPU is lost").
+    raw_of = view.raw
     for f in _GPU_FIELDS:
         value: Any = None
         found = False
         for path in f.xml if ctx.is_xml else f.text:
-            raw = view.raw(path)
-            error = error or _error_state(f.attr, raw)
+            raw = raw_of(path)
+            if raw is None:
+                continue
+            if error is None:
+                error = _error_state(f.attr, raw)
             if found or (clean := _clean(raw)) is None:
                 continue
             found = True
