@@ -9,7 +9,11 @@ import takes longest (``python -X importtime``, cumulative) in ``gpufleet labels
 --json`` (the entry point's lean start) and ``gpufleet hosts show gpu-01``, and how many
 modules each loads.
 
-    .venv/bin/python bench/startup.py [--runs 10] [--top 15]
+    .venv/bin/python bench/startup.py [--runs 10] [--top 15] [--src OLD_TREE/src]
+
+``--src`` times another source tree's CLI (e.g. ``git worktree add`` of an older commit, for
+"before" figures in the same run conditions): its ``gpufleet.cli.entry:main``, or
+``gpufleet.cli.main:app`` where it has no entry module, run by ``python -c``.
 
 The host commands run on a scratch home with one enrolled and collected lab host (``hosts
 show``, ``labels HOST``), so they read a real (tiny) database.
@@ -30,6 +34,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PY = str(ROOT / ".venv" / "bin" / "python")
 GPUFLEET = str(ROOT / ".venv" / "bin" / "gpufleet")
+
+#: How ``--src`` runs the other tree's CLI (``python -c LAUNCH ARGS``).
+LAUNCH = (
+    "import sys\n"
+    "try:\n    from gpufleet.cli.entry import main\n"
+    "except ImportError:\n    from gpufleet.cli.main import app as main\n"
+    "sys.argv[0] = 'gpufleet'\nsys.exit(main())"
+)
 
 
 def timed(argv: Sequence[str], env: dict[str, str], runs: int) -> tuple[float, float, float]:
@@ -53,10 +65,7 @@ def import_profile(
 ) -> tuple[int, list[tuple[int, str]]]:
     """(modules loaded, the ``top`` slowest cumulative imports in µs) of ``gpufleet ARGV``
     through the entry point."""
-    code = (
-        "import sys\nfrom gpufleet.cli.entry import main\n"
-        f"sys.argv = ['gpufleet', *{list(argv)!r}]\nmain()"
-    )
+    code = LAUNCH.replace("sys.argv[0] = 'gpufleet'", f"sys.argv = ['gpufleet', *{list(argv)!r}]")
     out = subprocess.run(
         [PY, "-X", "importtime", "-c", code],
         env=env,
@@ -77,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--src", type=Path, help="time this source tree's CLI instead")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpufleet-startup-") as home:
         env = dict(os.environ, GPUFLEET_HOME=home, GPUFLEET_ACTOR="bench")
@@ -110,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        program, run_env = [GPUFLEET], env
+        if a.src is not None:
+            program = [PY, "-c", LAUNCH]
+            run_env = dict(env, PYTHONPATH=str(a.src.resolve()))
+            print(f"source tree: {a.src.resolve()}")
         ref = timed([PY, "-c", "pass"], env, a.runs)
         print(f"nproc={os.cpu_count()} runs={a.runs} load={os.getloadavg()[0]:.2f}")
         print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
@@ -127,10 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("gpufleet labels gpu-01", ["labels", "gpu-01"]),
             ("gpufleet labels gpu-01 --json", ["labels", "gpu-01", "--json"]),
         ):
-            wall, low, cpu = timed([GPUFLEET, *args], env, a.runs)
+            wall, low, cpu = timed([*program, *args], run_env, a.runs)
             print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
         for argv in (["labels", "gpu-01", "--json"], ["hosts", "show", "gpu-01"]):
-            n, slow = import_profile(env, a.top, argv)
+            n, slow = import_profile(run_env, a.top, argv)
             print(f"\ngpufleet {' '.join(argv)} loads {n} modules; slowest (cumulative ms):")
             for us, name in slow:
                 print(f"  {us / 1000:8.1f}  {name}")
