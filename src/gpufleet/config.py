@@ -28,7 +28,6 @@ the host it runs on (the lab's sshd hosts set it), so it is not listed here.
 
 from __future__ import annotations
 
-import difflib
 import getpass
 import math
 import os
@@ -777,6 +776,8 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     for name in sorted(env):
         up = name.upper()
         if up.startswith(PREFIX) and up not in known:
+            import difflib  # only when there is something to suggest
+
             close = difflib.get_close_matches(up, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             out.append(f"unknown setting {name} is ignored{hint}")
