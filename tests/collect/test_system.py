@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.collect.system import (
     parse_lsblk_pairs,
@@ -187,3 +191,18 @@ def test_tool_version_garbage_names_source() -> None:
 
     with pytest.raises(ParseError, match="nvidia-ctk --version:1: no version"):
         parse_tool_version("command not understood", "nvidia-ctk --version")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=" a#$`\\\"'\t=é\u00a0", max_size=8))
+def test_os_release_values_read_as_shlex_reads_them(value: str) -> None:
+    """Plain values skip shlex (issue 8: per-host parse cost); the result is still shlex's."""
+    line = f"PRETTY_NAME={value}".strip()  # the parser strips each line first
+    try:
+        words = shlex.split(line.removeprefix("PRETTY_NAME="), comments=False, posix=True)
+    except ValueError:
+        with pytest.raises(ParseError, match="bad value for PRETTY_NAME"):
+            parse_os_release(f"{line}\nID=x\n")
+        return
+    got = parse_os_release(f"{line}\nID=x\n")
+    assert got == OsRelease(id="x", version_id=None, pretty_name=" ".join(words) or None)

@@ -9,6 +9,10 @@ from gpufleet.domain.facts import BlockDevice, OsRelease
 from gpufleet.errors import ParseError
 
 _OS_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+#: One double- or single-quoted string with no quote or backslash inside, or one bare word:
+#: shlex (posix) reads it as that text, so it is taken without running shlex (one file per
+#: host per collection).
+_PLAIN_VALUE = re.compile(r"\"([^\"\\]*)\"|'([^']*)'|([^\s\"'\\]*)")
 
 
 def parse_os_release(text: str, source: str = "/etc/os-release") -> OsRelease:
@@ -21,6 +25,10 @@ def parse_os_release(text: str, source: str = "/etc/os-release") -> OsRelease:
         m = _OS_KEY.match(line)
         if m is None:
             raise ParseError(source, f"expected KEY=value, got {line[:60]!r}", line=lineno)
+        plain = _PLAIN_VALUE.fullmatch(m.group(2))
+        if plain is not None:  # what shlex makes of it: the text inside the quotes
+            values[m.group(1)] = next(g for g in plain.groups() if g is not None)
+            continue
         try:
             words = shlex.split(m.group(2), comments=False, posix=True)
         except ValueError as exc:  # unbalanced quotes: the file was cut or corrupted
