@@ -271,12 +271,13 @@ def test_a_vendor_from_another_distribution_is_found_and_imported_on_first_use(
 def test_a_broken_plugin_is_a_config_error_naming_it(
     acme_installed: Path,
 ) -> None:
-    (acme_installed / "acme_gpufleet" / "plugin.py").write_text("PLUGIN = 'not a plugin'\n")
-    with pytest.raises(
-        ConfigError,
-        match=r"vendor plugin acme = acme_gpufleet.plugin:PLUGIN: "
-        r"is a str",
-    ):
+    module = acme_installed / "acme_gpufleet" / "plugin.py"
+    module.write_text("raise RuntimeError('no acme-smi bindings')\n")
+    where = "vendor plugin acme = acme_gpufleet.plugin:PLUGIN"
+    with pytest.raises(ConfigError, match=f"{where}: cannot load: RuntimeError: no acme-smi"):
+        vendors.plugin("acme")
+    module.write_text("PLUGIN = 'not a plugin'\n")
+    with pytest.raises(ConfigError, match=f"{where}: is a str, expected"):
         vendors.plugin("acme")
     assert Vendor("acme") == "acme"  # still a registered name: its facts load, its exports fail
     assert vendors.plugin("amd").name == "amd"  # the other vendors are unaffected

@@ -193,17 +193,14 @@ def vendor_names() -> tuple[str, ...]:
 
 
 def _load(name: str) -> VendorPlugin:
-    where: str
+    ep = None if name in _builtin_names() else _entry_points()[name]
+    where = f"{BUILTIN_PACKAGE}.{name}" if ep is None else f"{ep.name} = {ep.value}"
     try:
-        if name in _builtin_names():
-            where = f"{BUILTIN_PACKAGE}.{name}"
-            found = getattr(importlib.import_module(where), "PLUGIN", None)
-        else:
-            ep = _entry_points()[name]
-            where = f"{ep.name} = {ep.value}"
-            found = ep.load()
-    except ImportError as exc:
-        raise ConfigError(f"vendor plugin {name}: cannot load: {exc}") from exc
+        found = getattr(importlib.import_module(where), "PLUGIN", None) if ep is None else ep.load()
+    except Exception as exc:  # a broken plugin is a configuration error naming it
+        raise ConfigError(
+            f"vendor plugin {where}: cannot load: {type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(found, VendorPlugin):
         raise ConfigError(
             f"vendor plugin {where}: is a {type(found).__name__}, expected "

@@ -82,8 +82,8 @@ def _sources() -> dict[str, tuple[str, Callable[[], object]]]:
 def _load(name: str, where: str, load: Callable[[], object]) -> LabVendor:
     try:
         found = load()
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"lab vendor {where}: cannot load: {exc}") from exc
+    except Exception as exc:  # a broken lab model is a configuration error naming it
+        raise ConfigError(f"lab vendor {where}: cannot load: {type(exc).__name__}: {exc}") from exc
     if not isinstance(found, LabVendor):
         raise ConfigError(f"lab vendor {where}: is a {type(found).__name__}, expected LabVendor")
     if found.vendor != name:
