@@ -11,6 +11,11 @@ modules each loads.
 
     .venv/bin/python bench/startup.py [--runs 10] [--top 15] [--src OLD_TREE/src]
 
+The commands run with bytecode caches, as an installed gpufleet has them: the bench drops
+``PYTHONDONTWRITEBYTECODE`` from their environment, so the warm-up run writes ``__pycache__``
+(ignored by git) and the timed runs read it. ``--no-pyc`` keeps the variable as the caller
+has it (with it set, every run compiles gpufleet's sources: ~60-100 ms more per command).
+
 ``--src`` times another source tree's CLI (e.g. ``git worktree add`` of an older commit, for
 "before" figures in the same run conditions): its ``gpufleet.cli.entry:main``, or
 ``gpufleet.cli.main:app`` where it has no entry module, run by ``python -c``.
@@ -87,9 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--src", type=Path, help="time this source tree's CLI instead")
+    ap.add_argument(
+        "--no-pyc", action="store_true", help="keep PYTHONDONTWRITEBYTECODE as it is set"
+    )
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpufleet-startup-") as home:
         env = dict(os.environ, GPUFLEET_HOME=home, GPUFLEET_ACTOR="bench")
+        if not a.no_pyc:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("GPUFLEET_DATABASE_URL", None)
         lab = Path(home) / "lab"
         subprocess.run(
@@ -126,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_env = dict(env, PYTHONPATH=str(a.src.resolve()))
             print(f"source tree: {a.src.resolve()}")
         ref = timed([PY, "-c", "pass"], env, a.runs)
-        print(f"nproc={os.cpu_count()} runs={a.runs} load={os.getloadavg()[0]:.2f}")
+        pyc = "no (PYTHONDONTWRITEBYTECODE)" if env.get("PYTHONDONTWRITEBYTECODE") else "yes"
+        print(f"nproc={os.cpu_count()} runs={a.runs} load={os.getloadavg()[0]:.2f} pyc={pyc}")
         print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
         print("|---|---|---|---|---|")
         print(f"| python -c pass (reference) | {ref[0]:.0f} | {ref[1]:.0f} | {ref[2]:.0f} | 1.0 |")
