@@ -32,6 +32,7 @@ from gpufleet.domain.facts import PciDevice
 from gpufleet.errors import ConfigError
 from gpufleet.lab import vendors as lab_vendors
 from gpufleet.lab.catalogue import all_models, model_spec
+from gpufleet.lab.demo import mixed_models
 from gpufleet.lab.faults import fault_kinds, validate_faults
 from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.testing import make_facts
@@ -209,6 +210,26 @@ def test_the_built_in_registry_holds_nvidia_huawei_and_amd() -> None:
     assert "acme" not in PCI_VENDOR_IDS and EXPORTS.get(Vendor.NVIDIA) is not None
 
 
+def test_a_host_of_one_vendor_imports_only_that_vendors_plugin() -> None:
+    """``gpufleet labels HOST`` reads the stored digest: an NVIDIA host loads the NVIDIA plugin
+    (a few declarations) and no other vendor's parsers; an Ascend host only Huawei's."""
+    code = textwrap.dedent("""
+        import sys
+        from gpufleet.service.vendor_exports import digest_accelerator_labels as labels
+        def loaded():
+            return sorted(m for m in sys.modules if m.startswith("gpufleet.vendors."))
+        def digest(vendor, model):
+            return [dict(vendor=vendor, versions=[None] * 4, accelerators=[[0, model, None, 1]])]
+        print(labels(digest("nvidia", "H100")), loaded())
+        print(labels(digest("huawei", "910B3"))["accelerator"], loaded())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    first, second = r.stdout.splitlines()
+    assert first == "{} ['gpufleet.vendors.nvidia']"
+    assert second.startswith("huawei-Ascend910 ['gpufleet.vendors.huawei',")
+    assert "gpufleet.vendors.amd" not in second
+
+
 def test_facts_naming_a_vendor_load_only_while_its_plugin_is_installed() -> None:
     from gpufleet.domain.facts import HostFacts
 
@@ -259,6 +280,7 @@ def test_a_vendor_from_another_distribution_is_found_and_imported_on_first_use(
     # its lab model: a model of the catalogue, its fault known and checked like the others'
     assert "acme-2x" in all_models() and model_spec("acme-2x").vendor == "acme"
     assert "xpu-missing" in fault_kinds()
+    assert mixed_models(9)[-4:] == ["ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "acme-2x"]
     validate_faults("acme-2x", ["xpu-missing", "unreachable"])
     with pytest.raises(ConfigError, match="it has no Acme XPUs"):
         validate_faults("h100-8x", ["xpu-missing"])
