@@ -1,7 +1,8 @@
 """Start-up bench: how long trivial gpufleet commands take to start (issue 8, goal < 150 ms).
 
 Runs each command ``--runs`` times as a fresh process (hyperfine-like: one warm-up, then
-median and min wall time and CPU time from ``wait4``), against references measured in the
+median and min wall time and CPU time from ``wait4``; the commands take turns run by run, so
+a change in the machine's load falls on all of them alike), against references measured in the
 same run: a bare ``python -c pass`` of the same interpreter, and the floors under it (``import
 pydantic``'s ``BaseModel``: the settings and the spec are pydantic models; ``import typer``:
 what every command but the lean ``labels NAME`` parses with). Then prints the modules whose
@@ -16,9 +17,10 @@ The commands run with bytecode caches, as an installed gpufleet has them: the be
 (ignored by git) and the timed runs read it. ``--no-pyc`` keeps the variable as the caller
 has it (with it set, every run compiles gpufleet's sources: ~60-100 ms more per command).
 
-``--src`` times another source tree's CLI (e.g. ``git worktree add`` of an older commit, for
-"before" figures in the same run conditions): its ``gpufleet.cli.entry:main``, or
-``gpufleet.cli.main:app`` where it has no entry module, run by ``python -c``.
+``--src`` also times another source tree's CLI, in turn with this tree's (e.g. ``git worktree
+add`` of an older commit: "before" figures in the same run conditions): its
+``gpufleet.cli.entry:main``, or ``gpufleet.cli.main:app`` where it has no entry module, run by
+``python -c`` against the same database.
 
 The host commands run on a scratch home with one enrolled and collected lab host (``hosts
 show``, ``labels HOST``), so they read a real (tiny) database.
@@ -49,20 +51,36 @@ LAUNCH = (
 )
 
 
-def timed(argv: Sequence[str], env: dict[str, str], runs: int) -> tuple[float, float, float]:
-    """(median wall ms, min wall ms, median CPU ms) over ``runs`` after one warm-up."""
-    walls: list[float] = []
-    cpus: list[float] = []
+Case = tuple[Sequence[str], dict[str, str]]
+
+
+def timed(cases: dict[str, Case], runs: int) -> dict[str, tuple[float, float, float, float]]:
+    """Per case (argv, env): (median wall ms, min wall ms, median CPU ms, min CPU ms) over
+    ``runs`` after one warm-up. The cases take turns, run by run, so that a change in the
+    machine's load falls on all of them alike."""
+    walls: dict[str, list[float]] = {k: [] for k in cases}
+    cpus: dict[str, list[float]] = {k: [] for k in cases}
     for i in range(runs + 1):
-        t = time.perf_counter()
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, ru = os.wait4(p.pid, 0)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{' '.join(argv)} failed")
-        if i:  # the first run warms the page cache
-            walls.append((time.perf_counter() - t) * 1000)
-            cpus.append((ru.ru_utime + ru.ru_stime) * 1000)
-    return statistics.median(walls), min(walls), statistics.median(cpus)
+        for key, (argv, env) in cases.items():
+            t = time.perf_counter()
+            p = subprocess.Popen(
+                argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            _, status, ru = os.wait4(p.pid, 0)
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"{' '.join(argv)} failed")
+            if i:  # the first run warms the page cache (and writes the bytecode caches)
+                walls[key].append((time.perf_counter() - t) * 1000)
+                cpus[key].append((ru.ru_utime + ru.ru_stime) * 1000)
+    return {
+        k: (
+            statistics.median(walls[k]),
+            min(walls[k]),
+            statistics.median(cpus[k]),
+            min(cpus[k]),
+        )
+        for k in cases
+    }
 
 
 def import_profile(
@@ -130,37 +148,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        program, run_env = [GPUFLEET], env
-        if a.src is not None:
-            program = [PY, "-c", LAUNCH]
-            run_env = dict(env, PYTHONPATH=str(a.src.resolve()))
-            print(f"source tree: {a.src.resolve()}")
-        ref = timed([PY, "-c", "pass"], env, a.runs)
-        pyc = "no (PYTHONDONTWRITEBYTECODE)" if env.get("PYTHONDONTWRITEBYTECODE") else "yes"
-        print(f"nproc={os.cpu_count()} runs={a.runs} load={os.getloadavg()[0]:.2f} pyc={pyc}")
-        print("| command | wall ms median | wall ms min | CPU ms | x python -c pass |")
-        print("|---|---|---|---|---|")
-        print(f"| python -c pass (reference) | {ref[0]:.0f} | {ref[1]:.0f} | {ref[2]:.0f} | 1.0 |")
-        for label, code in (
-            ("python + pydantic BaseModel (floor)", "from pydantic import BaseModel"),
-            ("python + typer (floor)", "import typer"),
-        ):
-            wall, low, cpu = timed([PY, "-c", code], env, a.runs)
-            print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
+        trees: dict[str, Case] = {"": ([GPUFLEET], env)}
+        if a.src is not None:  # the other tree first: "before", then "after"
+            other = dict(env, PYTHONPATH=str(a.src.resolve()))
+            trees = {" (--src)": ([PY, "-c", LAUNCH], other), " (this tree)": ([GPUFLEET], env)}
+            print(f"--src: {a.src.resolve()}")
+        cases: dict[str, Case] = {
+            "python -c pass (reference)": ([PY, "-c", "pass"], env),
+            "python + pydantic BaseModel (floor)": (
+                [PY, "-c", "from pydantic import BaseModel"],
+                env,
+            ),
+            "python + typer (floor)": ([PY, "-c", "import typer"], env),
+        }
         for label, args in (
             ("gpufleet --help", ["--help"]),
             ("gpufleet hosts show gpu-01", ["hosts", "show", "gpu-01"]),
             ("gpufleet labels gpu-01", ["labels", "gpu-01"]),
             ("gpufleet labels gpu-01 --json", ["labels", "gpu-01", "--json"]),
         ):
-            wall, low, cpu = timed([*program, *args], run_env, a.runs)
-            print(f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {wall / ref[0]:.1f} |")
+            for tree, (program, tree_env) in trees.items():
+                cases[label + tree] = ([*program, *args], tree_env)
+        pyc = "no (PYTHONDONTWRITEBYTECODE)" if env.get("PYTHONDONTWRITEBYTECODE") else "yes"
+        load = os.getloadavg()[0]
+        print(f"nproc={os.cpu_count()} runs={a.runs} load={load:.2f} pyc={pyc}")
+        got = timed(cases, a.runs)
+        ref = got["python -c pass (reference)"][0]
+        print("| command | wall ms median | wall ms min | CPU ms median | CPU ms min | x pass |")
+        print("|---|---|---|---|---|---|")
+        for label, (wall, low, cpu, cpu_low) in got.items():
+            print(
+                f"| {label} | {wall:.0f} | {low:.0f} | {cpu:.0f} | {cpu_low:.0f} "
+                f"| {wall / ref:.1f} |"
+            )
+        print(f"load average after the timings: {os.getloadavg()[0]:.2f}")
         for argv in (["labels", "gpu-01", "--json"], ["hosts", "show", "gpu-01"]):
-            n, slow = import_profile(run_env, a.top, argv)
+            n, slow = import_profile(env, a.top, argv)
             print(f"\ngpufleet {' '.join(argv)} loads {n} modules; slowest (cumulative ms):")
             for us, name in slow:
                 print(f"  {us / 1000:8.1f}  {name}")
-        print(f"load average at the end: {os.getloadavg()[0]:.2f}")
     return 0
 
 
