@@ -140,7 +140,6 @@ LAB = LabVendor(
     models=(ACME_2X,),
     render=render,
     bus_ids=lambda spec: spec.gpu_bus_ids,
-    devices="Acme XPUs",
     faults={"xpu-missing": "one XPU missing from acme-smi"},
     check_fault=lambda spec, kind, arg: "it takes no argument" if arg else None,
     demo=(("acme-2x", ()),),

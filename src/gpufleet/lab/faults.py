@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ConfigError
 from gpufleet.lab.catalogue import model_spec
 from gpufleet.lab.vendors import LabVendor, lab_vendor, lab_vendors
@@ -91,7 +92,7 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
             elif lab is not None and kind in lab.faults:
                 why = lab.check_fault(spec, kind, arg)
             elif kind in vendor_kinds:
-                why = f"it has no {vendor_kinds[kind].devices}"
+                why = f"it has no {plugin(vendor_kinds[kind].vendor).description}"
             else:
                 why = f"it has no NVIDIA GPUs ({spec.vendor} accelerators)"
             if why:

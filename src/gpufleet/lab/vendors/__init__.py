@@ -42,8 +42,8 @@ class LabVendor:
     ``bus_ids``: the PCI addresses of a model's accelerators, every one (lspci lists them
     even when a fault hides one from the tool); ``faults``: fault kind -> what it does, the
     kinds its hosts show; ``check_fault``: why a fault of ``faults`` with its argument does
-    not apply to a model (None: it does); ``devices``: its accelerators for people (``Ascend
-    NPUs``); ``demo``: the (model, faults) hosts it adds to the end of the mixed demo fleet;
+    not apply to a model (None: it does); ``demo``: the (model, faults) hosts it adds to the
+    end of the mixed demo fleet;
     ``rank``: where its models and demo hosts go among the vendors' (lower first, then by
     vendor name).
     """
@@ -52,7 +52,6 @@ class LabVendor:
     models: tuple[ModelSpec, ...]
     render: Callable[[LabHost, ModelSpec], Mapping[str, Answer]]
     bus_ids: Callable[[ModelSpec], tuple[str, ...]]
-    devices: str
     faults: Mapping[str, str] = field(default_factory=dict)
     check_fault: Callable[[ModelSpec, str, str | None], str | None] = _any_argument
     demo: tuple[tuple[str, tuple[str, ...]], ...] = ()

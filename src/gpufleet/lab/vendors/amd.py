@@ -86,7 +86,6 @@ LAB = LabVendor(
     models=(MI100_4X,),
     render=render,
     bus_ids=bus_ids,
-    devices="AMD GPUs",
     faults={"gpu-missing": "one card missing from rocm-smi (lspci still lists it)"},
     check_fault=check_fault,
     demo=((MI100_4X.name, ()),),

@@ -210,7 +210,6 @@ LAB = LabVendor(
     models=(ASCEND_910B3_8X,),
     render=render,
     bus_ids=bus_ids,
-    devices="Ascend NPUs",
     faults=FAULTS,
     check_fault=check_fault,
     demo=((ASCEND_910B3_8X.name, ()), (ASCEND_910B3_8X.name, ("npu-alarm",))),
