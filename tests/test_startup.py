@@ -1,8 +1,9 @@
 """Issue 8, start-up: the ``gpufleet`` entry point (``gpufleet.cli.entry:main``) answers
 ``labels NAME [--json]`` without Typer, Click, SQLAlchemy, pydantic-settings or croniter (and
-without Rich under ``--json``), prints exactly what the Typer command prints, and leaves every
-other case (errors, warnings, selectors, other commands) to the Typer command, whose output is
-then the same as before; the settings read the environment as pydantic-settings did."""
+without Rich under ``--json``) and ``hosts show NAME [--json]`` without Typer or Click, prints
+exactly what the Typer commands print, and leaves every other case (errors, warnings,
+selectors, other commands) to the Typer command, whose output is then the same as before; the
+settings read the environment as pydantic-settings did."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.cli.entry import LeanLabels, lean_labels_argv
+from gpufleet.cli.entry import Lean, lean_argv
 from gpufleet.config import KNOWN_CRON, environment_values, load_settings
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
@@ -114,6 +115,18 @@ def test_labels_host_starts_without_typer_and_prints_what_the_command_prints(hom
         assert "nvidia.com/gpu.product" in table or name == "GPU-03"
 
 
+def test_hosts_show_starts_without_typer_and_prints_what_the_command_prints(
+    home: Path,
+) -> None:
+    env = _env(home)
+    for argv in (["hosts", "show", "gpu-01"], ["hosts", "show", "gpu-03", "--json"]):
+        code, body, err, loaded = _run("entry", env, *argv)
+        assert (code, err) == (0, ""), err
+        assert "typer" not in loaded and "click" not in loaded, loaded
+        assert _run("typer", env, *argv)[:3] == (0, body, "")
+    assert json.loads(body)["host"]["name"] == "gpu-03"
+
+
 @pytest.mark.parametrize(
     ("argv", "extra"),
     [
@@ -124,6 +137,11 @@ def test_labels_host_starts_without_typer_and_prints_what_the_command_prints(hom
         (["labels", "gpu-01"], {"GPUFLEET_FROKS": "3"}),  # the unknown-variable warning
         (["labels", "gpu-01", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),  # remote
         (["--db", "sqlite:///nowhere/x.db", "labels", "gpu-01", "--json"], {}),
+        (["hosts", "show", "nope"], {}),  # no such host: exit 4
+        (["hosts", "show", "nope", "--json"], {}),
+        (["hosts", "show", "gpu-01"], {"GPUFLEET_FROKS": "3"}),
+        (["hosts", "show", "gpu-01", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),
+        (["hosts", "show", "gpu-01", "--json"], {"GPUFLEET_ACTOR": " "}),  # config error
     ],
 )
 def test_what_the_lean_start_declines_the_command_reports_as_before(
@@ -137,14 +155,15 @@ def test_what_the_lean_start_declines_the_command_reports_as_before(
 
 
 def test_the_lean_command_line_is_only_the_plain_one() -> None:
-    home = Path("h")
-    assert lean_labels_argv(["labels", "a"]) == LeanLabels(None, None, False, "a", False)
-    assert lean_labels_argv(["--home", "h", "--debug", "labels", "--json", "a"]) == LeanLabels(
-        home, None, True, "a", True
+    home, labels, show = Path("h"), ("labels",), ("hosts", "show")
+    assert lean_argv(["labels", "a"]) == Lean(None, None, False, labels, "a", False)
+    assert lean_argv(["--home", "h", "--debug", "labels", "--json", "a"]) == Lean(
+        home, None, True, labels, "a", True
     )
-    assert lean_labels_argv(["--home=h", "--db=sqlite:///x", "labels", "a", "--json"]) == (
-        LeanLabels(home, "sqlite:///x", False, "a", True)
+    assert lean_argv(["--home=h", "--db=sqlite:///x", "hosts", "show", "a", "--json"]) == (
+        Lean(home, "sqlite:///x", False, show, "a", True)
     )
+    assert lean_argv(["hosts", "show", "a"]) == Lean(None, None, False, show, "a", False)
     for argv in (
         [],
         ["--help"],
@@ -156,10 +175,14 @@ def test_the_lean_command_line_is_only_the_plain_one() -> None:
         ["--home"],
         ["--home", "--db", "labels", "a"],
         ["--verbose", "labels", "a"],
-        ["hosts", "show", "a"],
+        ["hosts", "show"],
+        ["hosts", "show", "a", "b"],
+        ["hosts", "show", "--help"],
+        ["hosts", "list", "a"],
+        ["hosts", "a"],
         ["summary", "a"],
     ):
-        assert lean_labels_argv(argv) is None, argv
+        assert lean_argv(argv) is None, argv
 
 
 def test_loading_the_settings_imports_neither_pydantic_settings_nor_croniter() -> None:

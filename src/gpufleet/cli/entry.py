@@ -2,12 +2,14 @@
 
 Issue 8, start-up: Typer, Click and the pydantic ``TypeAdapter`` Typer builds per parameter
 cost more than a whole ``gpufleet labels HOST``. So the entry point looks at the command line
-first: ``gpufleet [--home DIR] [--db URL] [--debug] labels NAME [--json]`` is answered by
-:func:`gpufleet.cli.labels.lean_labels` without importing Typer when it can answer exactly
-what the command would print; every other command line, and every case the lean start
-declines (an error to report, a warning to print, a selector that is not one plain name),
-runs the Typer application (:data:`gpufleet.cli.main.app`), which parses and reports as usual.
-Only the shape of the command line is read here; what is printed is the command's own code.
+first: ``gpufleet [--home DIR] [--db URL] [--debug] labels NAME [--json]`` and ``... hosts show
+NAME [--json]`` are answered by :func:`gpufleet.cli.labels.lean_labels` and
+:func:`gpufleet.cli.hosts_show.lean_hosts_show` without importing Typer when they can answer
+exactly what the command would print; every other command line, and every case the lean
+start declines (an error to report, a warning to print, a selector that is not one plain
+name), runs the Typer application (:data:`gpufleet.cli.main.app`), which parses and reports
+as usual. Only the shape of the command line is read here; what is printed is the commands'
+own code.
 """
 
 from __future__ import annotations
@@ -21,21 +23,26 @@ from pathlib import Path
 #: The global options (``gpufleet.cli.main.main``) that take a value.
 _VALUED = ("--home", "--db")
 
+#: The command lines answered lean: their words before NAME.
+_LEAN = (("labels",), ("hosts", "show"))
+
 
 @dataclass(frozen=True)
-class LeanLabels:
-    """``gpufleet [GLOBAL OPTIONS] labels NAME [--json]``, parsed."""
+class Lean:
+    """``gpufleet [GLOBAL OPTIONS] COMMAND NAME [--json]``, parsed (``command``: one of
+    :data:`_LEAN`)."""
 
     home: Path | None
     db_url: str | None
     debug: bool
+    command: tuple[str, ...]
     name: str
     as_json: bool
 
 
-def lean_labels_argv(argv: Sequence[str]) -> LeanLabels | None:
-    """``argv`` (without the program) as a plain ``labels NAME [--json]`` command line, or
-    None for anything else (Typer parses it)."""
+def lean_argv(argv: Sequence[str]) -> Lean | None:
+    """``argv`` (without the program) as a plain ``labels NAME [--json]`` or ``hosts show
+    NAME [--json]`` command line, or None for anything else (Typer parses it)."""
     given: dict[str, str] = {}
     debug = False
     i = 0
@@ -50,18 +57,20 @@ def lean_labels_argv(argv: Sequence[str]) -> LeanLabels | None:
             given[word], i = argv[i + 1], i + 2
         else:
             return None
-    if argv[i : i + 1] != ["labels"]:
+    command = next((c for c in _LEAN if tuple(argv[i : i + len(c)]) == c), None)
+    if command is None:
         return None
-    words = list(argv[i + 1 :])
+    words = list(argv[i + len(command) :])
     as_json = "--json" in words
     rest = [w for w in words if w != "--json"]
     if len(rest) != 1 or rest[0].startswith("-") or words.count("--json") > 1:
         return None
     home = given.get("--home")
-    return LeanLabels(
+    return Lean(
         home=Path(home) if home is not None else None,
         db_url=given.get("--db"),
         debug=debug,
+        command=command,
         name=rest[0],
         as_json=as_json,
     )
@@ -69,18 +78,23 @@ def lean_labels_argv(argv: Sequence[str]) -> LeanLabels | None:
 
 def _lean(argv: Sequence[str]) -> bool:
     """True when the command line was answered without Typer."""
-    parsed = lean_labels_argv(argv)
+    parsed = lean_argv(argv)
     if parsed is None:
         return False
     from gpufleet.cli.common import OPTIONS
-    from gpufleet.cli.labels import lean_labels
 
     OPTIONS.home, OPTIONS.db_url, OPTIONS.debug = parsed.home, parsed.db_url, parsed.debug
     OPTIONS.settings = None
-    if lean_labels(parsed.name, as_json=parsed.as_json):
-        return True
-    OPTIONS.settings = None  # the command loads and reports them again
-    return False
+    if parsed.command == ("labels",):
+        from gpufleet.cli.labels import lean_labels
+
+        done = lean_labels(parsed.name, as_json=parsed.as_json)
+    else:
+        from gpufleet.cli.hosts_show import lean_hosts_show
+
+        done = lean_hosts_show(parsed.name, as_json=parsed.as_json)
+    OPTIONS.settings = None  # if declined, the command loads (and reports) them again
+    return done
 
 
 def main() -> None:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich import box
-from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.common import (
@@ -20,7 +19,8 @@ from gpufleet.cli.common import (
     open_fleet,
     print_json,
 )
-from gpufleet.service.hosts import HostDetail, HostView, list_events, list_hosts, show_host
+from gpufleet.cli.hosts_show import print_host
+from gpufleet.service.hosts import HostView, list_events, list_hosts, show_host
 
 # Imported where used (issue 8, start-up): ``hosts show`` without --json needs neither the
 # API's models nor the operations.
@@ -109,125 +109,7 @@ def show_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Facts, GPU table, NICs, last collections and recent events of one host."""
-    d = show_host(open_fleet(), name)
-    if as_json:
-        from gpufleet.api.schemas import HostDetailOut
-
-        print_json(HostDetailOut.of(d).json_dict())
-        return
-    render_host(d)
-
-
-def render_host(d: HostDetail) -> None:
-    """The ``hosts show`` page (from the service, or rebuilt from the API in remote mode)."""
-    v, f = d.view, d.facts
-    console.print(
-        f"[bold]{lit(v.name)}[/] ({lit(v.address)})  state [bold]{v.state}[/]  health {v.health}"
-        + (f"  fault [red]{lit(v.fault)}[/]" if v.fault else "")
-    )
-    if v.status_reason:
-        console.print(f"  why: {lit(v.status_reason)}")
-    if v.eta is not None:
-        console.print(f"  back by: {local_time(v.eta)}")
-    if d.usable_gpus is not None:  # a partial host (issue 10)
-        bad = "; ".join(
-            f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: {u['reason']}"
-            for u in d.unusable_gpus
-        )
-        console.print(f"  usable GPUs: {d.usable_gpus} (unusable: {lit(bad)})")
-    console.print(
-        f"  groups: {lit(', '.join(v.groups))}   pool: {lit(v.pool or '-')}   "
-        f"profiles: {', '.join(v.profiles) or '-'}"
-    )
-    if f is None:
-        console.print("  no facts collected yet")
-    else:
-        os_name = f.os.pretty_name if f.os else None
-        console.print(
-            escape(
-                f"  OS {cell(os_name)}, kernel {cell(f.kernel)}, "
-                f"driver {cell(f.driver_version)}, CUDA {cell(f.cuda_version)}, "
-                f"{len(f.pci_gpus)} NVIDIA GPUs on PCI, collected {local_time(f.collected_at)}"
-            )
-        )
-        if f.nvidia_smi_error:
-            console.print(f"  [red]{lit(f.nvidia_smi_error)}[/]")
-        # Identifiers are never cut: every column folds (wraps mid-word) instead of
-        # cropping, and the identifiers get their own table so they fit 80 columns.
-        g = Table(title="GPUs", box=box.SIMPLE_HEAD)
-        for col in ("#", "model", "memory", "temp", "ECC unc.", "remap"):
-            g.add_column(col, overflow="fold")
-        ids = Table(title="GPU identifiers", box=box.SIMPLE_HEAD)
-        for col in ("#", "serial", "bus", "VBIOS", "UUID"):
-            ids.add_column(col, overflow="fold")
-        for gpu in f.gpus:
-            unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
-            rr = gpu.remapped_rows
-            remap = (
-                "-" if rr is None else ("FAIL" if rr.failure else "pending" if rr.pending else "ok")
-            )
-            g.add_row(
-                str(gpu.index),
-                escape(cell(gpu.product_name)),
-                "-" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib} MiB",
-                "-" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
-                cell(unc),
-                remap,
-            )
-            ids.add_row(
-                str(gpu.index),
-                escape(cell(gpu.serial)),
-                escape(cell(gpu.pci_bus_id)),
-                escape(cell(gpu.vbios_version)),
-                escape(cell(gpu.uuid)),
-            )
-        if f.gpus:
-            console.print(g)
-            console.print(ids)
-        if f.ib_ports:
-            n = Table(title="high-speed NIC ports")
-            for col in ("CA", "port", "state", "physical", "rate", "link layer"):
-                n.add_column(col)
-            for p in f.ib_ports:
-                n.add_row(
-                    lit(p.ca),
-                    str(p.port),
-                    lit(p.state or ""),
-                    lit(p.physical_state or ""),
-                    "" if p.rate_gbps is None else f"{p.rate_gbps:g}",
-                    lit(p.link_layer or ""),
-                )
-            console.print(n)
-        for prob in f.problems:
-            console.print(f"  [yellow]note:[/] {lit(prob)}")
-    if d.collections:
-        last = d.collections[0]
-        console.print(
-            f"  last collection: run {last['run_id']} {last['outcome']} {lit(last['reason'] or '')}"
-        )
-    for a in d.alarms:
-        console.print(
-            f"  [red]alarm[/] {a.kind} ({a.severity}) since {local_time(a.opened_at)}: "
-            f"{lit(a.message)}"
-        )
-    for r in d.remediations:  # the ladder climbed (issue 10)
-        extra = f" ticket {r['ticket']}" if r["ticket"] else ""
-        console.print(
-            f"  remediation {lit(r['action'])} {lit(r['outcome'])} {local_time(r['at'])}"
-            f"{lit(extra)}: {lit(r['detail'])}"
-        )
-    for ev in d.evidence:
-        verdict = {True: "passed", False: "FAILED", None: "recorded"}[ev["passed"]]
-        console.print(
-            f"  evidence {ev['kind']} {verdict} {local_time(ev['at'])}: {lit(ev['summary'])}"
-        )
-    if d.events:
-        e = Table(title="recent events")
-        for col in ("at", "actor", "kind", "message"):
-            e.add_column(col, overflow="fold")
-        for ev in d.events:
-            e.add_row(local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"]))
-        console.print(e)
+    print_host(show_host(open_fleet(), name), as_json=as_json)
 
 
 @boundary

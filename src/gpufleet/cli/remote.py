@@ -263,7 +263,7 @@ def hosts_show(api: Client, name: str, as_json: bool) -> None:
     from types import SimpleNamespace
 
     from gpufleet.api.schemas import AlarmOut, HostOut
-    from gpufleet.cli.hosts import render_host
+    from gpufleet.cli.hosts_show import render_host
     from gpufleet.domain.facts import HostFacts
 
     d = api.get(f"hosts/{urllib.parse.quote(name, safe='')}")
