@@ -16,7 +16,7 @@ from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import (
     Baselines,
-    hosts_with_latest_facts,
+    latest_columns,
     latest_facts,
 )
 from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
@@ -162,8 +162,14 @@ class DriftReport:
 def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
     """Every selected host compared with its pool's baseline, field by field."""
     with fleet.db.session() as s:
-        # Facts are decoded only for hosts that have a baseline, a batch at a time.
-        hosts = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
+        # Each host's name, state, baseline inputs and latest snapshot id (issue 8: no ORM
+        # row, no JSON but ``vars``); facts are decoded only for hosts that have a baseline,
+        # a batch at a time.
+        hosts = latest_columns(
+            s,
+            select_hosts(selector),
+            *(Host.name, Host.state, Host.vars, Host.pool, FactSnapshot.id.label("snapshot")),
+        )
         if not hosts and is_explicit(selector):
             raise nothing_matches(selector)
         by_host: dict[str, list[DriftItem]] = {}
@@ -172,22 +178,22 @@ def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
         no_facts: list[str] = []
         baselines = Baselines(s)
         compare: dict[int, tuple[str, Baseline]] = {}  # snapshot id -> (host, its baseline)
-        for h, snap in hosts:
+        for h in hosts:
             if h.state == "retired":
                 continue
             baseline = baselines.for_host(h)
             if baseline is None:
                 no_baseline.append(h.name)
                 continue
-            if snap is None:
+            if h.snapshot is None:
                 no_facts.append(h.name)
                 continue
-            compare[snap.id] = (h.name, baseline)
+            compare[h.snapshot] = (h.name, baseline)
             names[h.name] = baseline.name
         found: dict[str, list[DriftItem]] = {}
         for sid, facts in latest_facts(s, list(compare)):
             name, baseline = compare[sid]
             if items := diff_against_baseline(facts, baseline):
                 found[name] = items
-        by_host = {n: found[n] for h, _ in hosts if (n := h.name) in found}  # by name
+        by_host = {n: found[n] for h in hosts if (n := h.name) in found}  # by name
     return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)

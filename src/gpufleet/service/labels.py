@@ -9,6 +9,7 @@ table or service; the facts model and the spec model are imported when used.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,6 +19,7 @@ from gpufleet.domain.states import HostState
 
 if TYPE_CHECKING:
     from gpufleet.domain.facts import HostFacts
+    from gpufleet.domain.spec import ExpectedSpec
 
 
 @dataclass
@@ -59,21 +61,32 @@ def labels_of(
     ``fact_labels`` (None before the first collection)."""
     from gpufleet.domain.spec import ExpectedSpec
 
+    spec = ExpectedSpec.model_validate(h.expected)
+    return _labels(h, spec, facts, _accelerator_labels(facts), baseline)
+
+
+def _accelerator_labels(facts: HostFacts | dict[str, Any] | None) -> dict[str, str] | None:
+    """Issue 15: the vendors' own accelerator labels of ``facts`` (or of their stored
+    ``fact_labels``); None without facts."""
+    if facts is None:
+        return None
+    from gpufleet.service.vendor_exports import digest_accelerator_labels, host_accelerator_labels
+
+    if isinstance(facts, dict):
+        return digest_accelerator_labels(facts.get("accelerators"))
+    return host_accelerator_labels(facts)
+
+
+def _labels(
+    h: LabelledHost,
+    spec: ExpectedSpec,
+    facts: HostFacts | dict[str, Any] | None,
+    accelerators: dict[str, str] | None,
+    baseline: str | None,
+) -> HostLabels:
+    """:func:`labels_of` given the host's expected spec and its facts' accelerator labels."""
     state = HostState(h.state)
     fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
-    spec = ExpectedSpec.model_validate(h.expected)
-    accelerators: dict[str, str] | None = None
-    if facts is not None:  # issue 15: gpufleet's accelerator labels and the vendors' own
-        from gpufleet.service.vendor_exports import (
-            digest_accelerator_labels,
-            host_accelerator_labels,
-        )
-
-        accelerators = (
-            digest_accelerator_labels(facts.get("accelerators"))
-            if isinstance(facts, dict)
-            else host_accelerator_labels(facts)
-        )
     labels = derive_labels(
         h.name,
         facts,
@@ -89,6 +102,58 @@ def labels_of(
         accelerator_labels=accelerators,
     )
     return HostLabels(h.name, labels, derive_taints(state, fault))
+
+
+class FleetLabels:
+    """:func:`labels_of` for many hosts (``gpufleet labels`` of a selection, issue 8): what
+    hosts share is decoded and derived once per distinct stored value, not once per host:
+    the expected spec per distinct ``expected`` text, the stored ``fact_labels`` and the
+    vendors' accelerator labels per distinct ``fact_labels`` text (a fleet has a few
+    hardware configurations and many hosts of each). The labels are those of
+    :func:`labels_of`."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ExpectedSpec] = {}
+        self._facts: dict[str, tuple[dict[str, Any] | None, dict[str, str] | None]] = {}
+
+    def spec(self, expected: str | None) -> ExpectedSpec:
+        """The expected spec stored as ``expected`` (the column's JSON text)."""
+        key = expected or "{}"
+        spec = self._specs.get(key)
+        if spec is None:
+            from gpufleet.domain.spec import ExpectedSpec
+
+            spec = ExpectedSpec.model_validate(json.loads(key) or {})
+            self._specs[key] = spec
+        return spec
+
+    def stored(self, text: str | None) -> dict[str, Any] | None:
+        """The usable ``fact_labels`` stored as ``text`` (its JSON text), None when there
+        are none or they are of another version (the caller decodes the facts)."""
+        return self._stored(text)[0]
+
+    def _stored(self, text: str | None) -> tuple[dict[str, Any] | None, dict[str, str] | None]:
+        if text is None:
+            return None, None
+        got = self._facts.get(text)
+        if got is None:
+            fl = usable_fact_labels(json.loads(text))
+            got = (fl, _accelerator_labels(fl))
+            self._facts[text] = got
+        return got
+
+    def labels(
+        self, h: LabelledHost, expected: str | None, fact_labels: str | None, baseline: str | None
+    ) -> HostLabels:
+        """``h``'s labels from its stored ``expected`` and usable ``fact_labels`` texts."""
+        fl, accelerators = self._stored(fact_labels)
+        return _labels(h, self.spec(expected), fl, accelerators, baseline)
+
+    def from_facts(
+        self, h: LabelledHost, expected: str | None, facts: HostFacts | None, baseline: str | None
+    ) -> HostLabels:
+        """``h``'s labels from its decoded facts (None before the first collection)."""
+        return _labels(h, self.spec(expected), facts, _accelerator_labels(facts), baseline)
 
 
 #: Characters that make a selector more than one plain host name.

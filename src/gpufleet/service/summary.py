@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
-from gpufleet.domain.labels import usable_fact_labels
+from sqlalchemy import Row, Text, cast
+
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import open_alarms
 from gpufleet.service.baselines import DriftReport, drift
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.labels import HostLabels, labels_of
+from gpufleet.service.labels import FleetLabels, HostLabels
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.repo import Baselines, hosts_with_latest_facts, latest_facts
-from gpufleet.store.tables import Host
+from gpufleet.store.repo import Baselines, latest_columns, latest_facts
+from gpufleet.store.tables import FactSnapshot, Host
 
 
 @dataclass
@@ -65,6 +67,25 @@ class FleetSummary:
         return fleet_counts_line(self.hosts, self.gpus_total, self.gpus_available, self.per_vendor)
 
 
+#: What :func:`fleet_summary` reads of each host and its latest snapshot.
+_SUMMARY_COLUMNS = (
+    Host.id,
+    Host.name,
+    Host.state,
+    Host.health,
+    Host.fault,
+    Host.fault_reason,
+    Host.status_reason,
+    Host.last_outcome,
+    Host.last_reason,
+    Host.profiles,
+    Host.eta,
+    FactSnapshot.id.label("snapshot"),
+    FactSnapshot.gpu_count,
+    FactSnapshot.gpu_model,
+)
+
+
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     from gpufleet.service.accelerator_counts import (
@@ -75,24 +96,27 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     )
 
     with fleet.db.session() as s:
-        rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
+        # The columns the summary shows (issue 8): no ORM row, no facts, no labels document.
+        rows = latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS)
+        explicit = is_explicit(selector)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
-            for a in open_alarms(s, [h.id for h, _ in rows])
+            # every host selected: no list of ids to send
+            for a in open_alarms(s, [h.id for h in rows] if explicit else None)
         ]
-        decoded = accelerators_from_facts(s, [h.id for h, snap in rows if snap is not None])
-    if not rows and is_explicit(selector):
+        decoded = accelerators_from_facts(s, [h.id for h in rows if h.snapshot is not None])
+    if not rows and explicit:
         raise nothing_matches(selector)
-    per_state = Counter(h.state.value for h, _ in rows)
+    per_state = Counter(h.state.value for h in rows)
     by_profile: dict[str, Counter[str]] = {}
     hosts_per_profile: Counter[str] = Counter()
     gpus_total = gpus_avail = 0
     quarantined, validating, unreachable, warnings = [], [], [], []
     per_model: list[tuple[str, str, int, bool]] = []  # (vendor, model, count, available)
-    for h, snap in rows:
-        n = snap.gpu_count if snap else 0
+    for h in rows:
+        n = h.gpu_count if h.snapshot is not None else 0
         gpus_total += n
-        model = (snap.gpu_model if snap else None) or "unknown"
+        model = h.gpu_model or "unknown"
         available = h.state == HostState.AVAILABLE.value
         # NVIDIA only: the snapshot's columns; other vendors' too: each (vendor, model)
         # from the facts (gpu_count counts every vendor's, gpu_model joins their models).
@@ -128,7 +152,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         alarms=alarms,
         back=[
             {"host": h.name, "state": h.state.value, "eta": h.eta.isoformat()}
-            for h, _ in rows
+            for h in rows
             if h.eta is not None and h.state in (HostState.MAINTENANCE, HostState.QUARANTINED)
         ],
         accelerators=vendor_rows(per_model),
@@ -139,27 +163,51 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
 def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host.
 
-    The hosts are read without their facts: each latest snapshot's ``fact_labels`` (what the
-    labels take from the facts, issue 8) is enough; only a snapshot without a usable one
-    (written before migration 0015, or by another version of the rules) has its facts
-    decoded, a batch at a time, dropped once the host's labels are derived."""
+    The hosts are read as the columns labels take, without their facts (issue 8): each
+    latest snapshot's ``fact_labels`` (what the labels take from the facts) is enough, and it
+    and the host's expected spec are read as their JSON text, decoded and derived once per
+    distinct text (:class:`~gpufleet.service.labels.FleetLabels`). Only a snapshot without a
+    usable one (written before migration 0015, or by another version of the rules) has its
+    facts decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
-        rows = hosts_with_latest_facts(s, select_hosts(selector), facts=False)
+        rows = latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS)
         lookup = Baselines(s)
-        by_snapshot: dict[int, Host] = {}
+        labeller = FleetLabels()
+        by_snapshot: dict[int, Row[Any]] = {}
         derived: dict[str, HostLabels] = {}
-        for h, snap in rows:
-            if snap is None:
+        for h in rows:
+            if h.snapshot is None:
                 continue
-            stored = usable_fact_labels(snap.fact_labels)
-            if stored is None:
-                by_snapshot[snap.id] = h
+            if labeller.stored(h.fact_labels) is None:
+                by_snapshot[h.snapshot] = h
             else:
-                derived[h.name] = labels_of(h, stored, lookup.name_for(h))
+                derived[h.name] = labeller.labels(h, h.expected, h.fact_labels, lookup.name_for(h))
         for sid, facts in latest_facts(s, list(by_snapshot)):
             h = by_snapshot[sid]
-            derived[h.name] = labels_of(h, facts, lookup.name_for(h))
-        out = [derived.get(h.name) or labels_of(h, None, lookup.name_for(h)) for h, _ in rows]
+            derived[h.name] = labeller.from_facts(h, h.expected, facts, lookup.name_for(h))
+        out = [
+            derived.get(h.name) or labeller.from_facts(h, h.expected, None, lookup.name_for(h))
+            for h in rows
+        ]
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     return out
+
+
+#: What :func:`host_labels` reads of each host and its latest snapshot: the
+#: :class:`~gpufleet.service.labels.LabelledHost` attributes, ``vars`` (its baseline), and
+#: ``expected`` and ``fact_labels`` as their JSON text (decoded once per distinct text).
+_LABEL_COLUMNS = (
+    Host.name,
+    Host.state,
+    Host.fault,
+    Host.pool,
+    Host.rack,
+    Host.profiles,
+    Host.vars,
+    Host.usable_gpus,
+    Host.unusable_gpus,
+    cast(Host.expected, Text).label("expected"),
+    FactSnapshot.id.label("snapshot"),
+    cast(FactSnapshot.fact_labels, Text).label("fact_labels"),
+)

@@ -7,9 +7,10 @@ a transaction, commits or does network I/O. Selectors are built by
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Select, desc, select
+from sqlalchemy import ColumnElement, Row, Select, desc, select
 from sqlalchemy.orm import Session, defer
 
 from gpufleet.domain.events import EventKind
@@ -70,6 +71,24 @@ def latest_facts_query(
     return stmt
 
 
+def latest_columns(
+    s: Session, hosts: Select[Host], *columns: ColumnElement[Any] | Any
+) -> Sequence[Row[Any]]:
+    """``columns`` (of :class:`Host` and of its latest snapshot, :class:`FactSnapshot`: NULL
+    before the first collection) of each host ``hosts`` selects, by name: plain rows, no ORM
+    object and no column the caller did not name, for fleet-wide reads (issue 8: a
+    ``Host`` row carries six JSON documents, a snapshot its facts and labels)."""
+    ids = hosts.with_only_columns(Host.id).order_by(None)
+    stmt = (
+        select(*columns)
+        .select_from(Host)
+        .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.id.in_(ids))
+        .order_by(Host.name)
+    )
+    return s.execute(stmt).all()
+
+
 #: Facts documents decoded at once by :func:`latest_facts` (memory stays bounded).
 FACTS_BATCH = 200
 
@@ -86,6 +105,16 @@ def latest_facts(s: Session, snapshot_ids: Sequence[int]) -> Iterator[tuple[int,
             yield sid, HostFacts.model_validate(doc)
 
 
+class FollowsBaseline(Protocol):
+    """What the baseline a host follows is read from (a :class:`Host`, or a row of its
+    ``vars`` and ``pool`` columns)."""
+
+    @property
+    def vars(self) -> Mapping[str, Any]: ...
+    @property
+    def pool(self) -> str | None: ...
+
+
 class Baselines:
     """:func:`baseline_name_for_host` and :func:`baseline_for_host` for many hosts in one
     session: the pools and each named baseline are read once, not once per host."""
@@ -95,7 +124,7 @@ class Baselines:
         self._pools: dict[str, str | None] | None = None
         self._specs: dict[str, Baseline | None] = {}
 
-    def name_for(self, host: Host) -> str | None:
+    def name_for(self, host: FollowsBaseline) -> str | None:
         """As :func:`baseline_name_for_host`."""
         pool_baseline = None
         if not host.vars.get("gpufleet_baseline") and host.pool:
@@ -104,7 +133,7 @@ class Baselines:
             pool_baseline = self._pools.get(host.pool)
         return baseline_name(host.vars, pool_baseline)
 
-    def for_host(self, host: Host) -> Baseline | None:
+    def for_host(self, host: FollowsBaseline) -> Baseline | None:
         """As :func:`baseline_for_host`."""
         name = self.name_for(host)
         if name is None:
