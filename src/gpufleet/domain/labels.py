@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.domain.health import Fault
@@ -102,8 +103,12 @@ def sanitize_label_value(value: object) -> str:
     ``None`` and values with no usable character give ``""`` (valid)."""
     if value is None:
         return ""
-    text = _INVALID_CHARS.sub("-", str(value))
-    text = _EDGE.sub("", text)[:_VALUE_MAX]
+    return _sanitized(str(value))
+
+
+@lru_cache(maxsize=4096)  # a fleet's labels repeat a few values on every host (issue 8)
+def _sanitized(text: str) -> str:
+    text = _EDGE.sub("", _INVALID_CHARS.sub("-", text))[:_VALUE_MAX]
     return _EDGE.sub("", text)  # truncation may leave a '-' or '.' at the end
 
 
@@ -111,6 +116,7 @@ def is_valid_label_value(value: str) -> bool:
     return len(value) <= _VALUE_MAX and _VALUE_RE.match(value) is not None
 
 
+@lru_cache(maxsize=1024)  # the same few keys on every host (issue 8)
 def is_valid_label_key(key: str) -> bool:
     """``[prefix/]name``: prefix a DNS subdomain of at most 253 characters, name a non-empty
     label value."""

@@ -46,6 +46,34 @@ def accelerators_from_facts(s: Session, host_ids: Iterable[int]) -> dict[int, li
                 .having(FactSnapshot.gpu_count > func.count(GpuRow.id))
             )
         )
+    return _decoded(s, snaps)
+
+
+def accelerators_beside_gpus(
+    s: Session, counted: Mapping[int, tuple[int, int]]
+) -> dict[int, list[Group]]:
+    """:func:`accelerators_from_facts` for hosts whose latest snapshot's id and
+    ``gpu_count`` the caller has read already (host id -> (snapshot id, gpu_count)): only
+    their GPU rows are counted, from the GPU rows' snapshot index (issue 8: on SQLite,
+    reading a snapshot's own columns walks its facts document's overflow pages)."""
+    ids = sorted({sid for sid, _ in counted.values()})
+    rows: dict[int, int] = {}
+    for i in range(0, len(ids), 1000):
+        rows.update(
+            (sid, n)
+            for sid, n in s.execute(
+                select(GpuRow.snapshot_id, func.count())
+                .where(GpuRow.snapshot_id.in_(ids[i : i + 1000]))
+                .group_by(GpuRow.snapshot_id)
+            ).tuples()
+        )
+    snaps = {sid: hid for hid, (sid, n) in counted.items() if n > rows.get(sid, 0)}
+    return _decoded(s, snaps)
+
+
+def _decoded(s: Session, snaps: Mapping[int, int]) -> dict[int, list[Group]]:
+    """Host id -> its accelerators per (vendor, model) from the facts of ``snaps``
+    (snapshot id -> host id), decoded a batch at a time."""
     out: dict[int, list[Group]] = {}
     for sid, facts in latest_facts(s, sorted(snaps)):
         groups = [

@@ -89,7 +89,7 @@ _SUMMARY_COLUMNS = (
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     from gpufleet.service.accelerator_counts import (
-        accelerators_from_facts,
+        accelerators_beside_gpus,
         display_model,
         vendor_rows,
         vendor_totals,
@@ -104,7 +104,9 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
             # every host selected: no list of ids to send
             for a in open_alarms(s, [h.id for h in rows] if explicit else None)
         ]
-        decoded = accelerators_from_facts(s, [h.id for h in rows if h.snapshot is not None])
+        decoded = accelerators_beside_gpus(
+            s, {h.id: (h.snapshot, h.gpu_count) for h in rows if h.snapshot is not None}
+        )
     if not rows and explicit:
         raise nothing_matches(selector)
     per_state = Counter(h.state.value for h in rows)
