@@ -57,7 +57,13 @@ def test_an_ascend_host_reads_as_eight_910b3_npus_with_versions() -> None:
     assert [ln.kind for ln in npus[0].links if ln.peer is None] == ["roce", "roce_net_health"]
     # hccn_tool -stat / -link_stat of the worker-0 capture: no RoCE error packets, 2 link-ups
     assert [(c.name, c.count) for c in npus[3].error_counters] == [
-        ("roce_rx_err_pkt_num", 0), ("roce_tx_err_pkt_num", 0), ("roce_link_up_count", 2)]
+        ("roce_rx_err_pkt_num", 0), ("roce_tx_err_pkt_num", 0), ("roce_link_up_count", 2),
+        # hccn_tool -optical: the one real capture, module "not present", Rx LOS/LoL 0xff
+        ("optical_module_absent", 1), ("optical_tx_los_lanes", 0), ("optical_rx_los_lanes", 8),
+        ("optical_tx_lol_lanes", 0), ("optical_rx_lol_lanes", 8)]
+    # npu-smi info -t board -i 3 (NPU 0's capture replayed): firmware and PCI device id
+    assert npus[3].firmware == {"firmware": "7.1.0.7.220", "software": "23.0.5"}
+    assert npus[3].pci_device_id == "d801"
     # the HCCS full mesh of npu-smi info -t topo: 7 peers each, no state
     hccs = [(ln.peer, ln.state) for ln in npus[2].links if ln.kind == "hccs"]
     assert hccs == [(p, LinkState.UNKNOWN) for p in ("0", "1", "3", "4", "5", "6", "7")]
@@ -144,8 +150,12 @@ def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
     data.mkdir()
     for a in split_chip_answers(given["npu_smi_health"].stdout, "health"):
         (data / f"health.{a.npu_id}.{a.chip_id}").write_text(a.text.rstrip("\n") + "\n")
+    for view in ("board", "usages", "common"):  # per NPU: npu-smi info -t VIEW -i N
+        for a in split_chip_answers(given[f"npu_smi_{view}"].stdout, view):
+            (data / f"{view}.{a.npu_id}").write_text(a.text.rstrip("\n") + "\n")
     for name, kind in (("hccn_link", "-link"), ("hccn_net_health", "-net_health"),
-                       ("hccn_stat", "-stat"), ("hccn_link_stat", "-link_stat")):
+                       ("hccn_stat", "-stat"), ("hccn_link_stat", "-link_stat"),
+                       ("hccn_optical", "-optical")):
         for a in split_chip_answers(given[name].stdout, name):
             (data / f"{kind}.{a.logic_id}").write_text(a.text.rstrip("\n") + "\n")
     for name in ("npu_smi_info", "npu_smi_mapping", "npu_smi_topo"):
@@ -159,6 +169,7 @@ def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
         f'  "info -m") cat {d}/npu_smi_mapping ;;\n'
         f'  "info -t topo") cat {d}/npu_smi_topo ;;\n'
         f'  "info -t health -i "*) cat {d}/health.$5.$7 ;;\n'
+        f'  "info -t board -i "*|"info -t usages -i "*|"info -t common -i "*) cat {d}/$3.$5 ;;\n'
         '  *) echo "npu-smi: unsupported $*" >&2; exit 2 ;;\n'
         "esac\n")
     (bin_dir / "hccn_tool").write_text(f'#!/bin/sh\ncat {d}/"$3.$2"\n')
@@ -168,7 +179,8 @@ def test_the_real_script_runs_the_per_chip_loops(tmp_path: Path) -> None:
     assert res.outcome is Outcome.OK and res.output is not None, res.reason
     got = split_bundle(res.output)
     for name in ("npu_smi_health", "hccn_link", "hccn_net_health", "hccn_stat",
-                 "hccn_link_stat"):
+                 "hccn_link_stat", "npu_smi_board", "npu_smi_usages", "npu_smi_common",
+                 "hccn_optical"):
         assert got[name].rc == 0 and got[name].stdout.count("\n== rc 0 ==") == 8, name
     assert "Alarm" in got["npu_smi_health"].stdout and "DOWN" in got["hccn_link"].stdout
     real, lab = _facts(got), _facts(given)

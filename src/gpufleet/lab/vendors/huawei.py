@@ -10,7 +10,17 @@ capture of an UP answer exists); ``npu-smi info -t topo``: the ms-swift 8x 910B3
 matrix (same host as the table); ``hccn_tool -stat`` / ``-link_stat`` of devices 0-7: the
 mind-cluster worker-0 bundle (before its job: no RoCE error packets, 2 link-ups each);
 driver/firmware ``version.info`` and the CANN toolkit ``ascend_toolkit_install.info`` of
-the mind-cluster bundle.
+the mind-cluster bundle. Per NPU, replayed from NPU 0's capture with only the ``NPU ID``
+line set to the NPU's id (the captures are of single NPUs; every other value is NPU 0's):
+``npu-smi info -t board -i N``: the mind-cluster "before" bundle's card (a 910A: PCI device
+``d801``, Firmware Version 7.1.0.7.220, Software Version 23.0.5 -- another host than the
+version.info captures and the generated lspci's ``d802``, so the records' firmware and PCI
+device id are that card's); ``-t usages`` / ``-t common``: gpustack's "910B" captures
+(HBM Capacity 32768 MB, 46 C, 69.0 W; the table's own HBM, temperature and power win, so
+the hosts keep the ms-swift table's 65536 MB and temperatures); ``hccn_tool -optical -g``:
+the only real capture, the mind-cluster "before" bundle's Hisense QSFP, which the tool
+reports ``not present`` with Rx LOS/LoL on every lane (0xff): every lab NPU's error
+counters carry that state (no check judges the optical counters).
 
 Faults (``KIND[:<npu id>]``): ``npu-missing`` drops the NPU's rows from ``npu-smi info`` and
 ``-m`` (lspci still lists it), ``npu-alarm`` writes ``Alarm`` into its table row and serves the
@@ -39,6 +49,8 @@ _KG_AFTER = "ascend/mind-cluster_kg_parse_npu_info_after.txt"
 _W0_BEFORE = "ascend/mind-cluster_st_testcase_worker-0_npu_info_before.txt"
 _MAPPING_910B = "ascend/gpustack_test_npu_smi_910B_info-m.txt"
 _LINK_DOWN = "ascend/gpustack_test_npu_smi_910B_hccn_tool-link-g_DOWN.txt"
+_USAGES_910B = "ascend/gpustack_test_npu_smi_910B_info-t-usages.txt"
+_COMMON_910B = "ascend/gpustack_test_npu_smi_910B_info-t-common.txt"
 
 # Atlas 800T A2 class: the 8x 910B3 `npu-smi info` of the ms-swift capture (host "valle",
 # 64 GB HBM per NPU), its bus ids; lspci lines generated in the layout of the mind-cluster
@@ -106,6 +118,11 @@ def _captures() -> dict[str, str]:
             for i in range(8)
         },
         "topo": tool_output(d / "ascend/ms-swift_NPU-support_npu-smi_info_-t_topo_8x910B3.txt"),
+        # per NPU sections: NPU 0's captures, replayed for every NPU (see _for_npu)
+        "board": bundle_output(d / _KG_BEFORE, "-i 0 -t board"),
+        "usages": tool_output(d / _USAGES_910B),
+        "common": tool_output(d / _COMMON_910B),
+        "optical": bundle_output(d / _KG_BEFORE, "-optical -g"),
         "driver": bundle_output(d / _KG_AFTER, "driver/version.info"),
         "firmware": bundle_output(d / _KG_AFTER, "firmware/version.info"),
         "cann": bundle_output(d / _KG_AFTER, "ascend_toolkit_install.info"),
@@ -151,6 +168,18 @@ def _mapping_rows(mapping: str) -> list[tuple[int, int, int]]:
     return rows
 
 
+_NPU_ID = re.compile(r"(?m)^(\s*NPU ID\s*:\s*)0$")
+
+
+def _for_npu(capture: str, npu: int) -> str:
+    """NPU 0's ``npu-smi info -t board|usages|common -i 0`` answer as NPU ``npu``'s: the
+    values are replayed from NPU 0's capture, only its ``NPU ID`` line names ``npu``."""
+    out, n = _NPU_ID.subn(lambda m: f"{m[1]}{npu}", capture, count=1)
+    if n != 1:
+        raise ValueError("npu-smi capture has no 'NPU ID : 0' line")
+    return out
+
+
 def _framed(rows: list[tuple[int, int, int]], text: dict[int, str]) -> str:
     """The ``npu_each`` framing of the collection script around each chip's answer."""
     return "".join(
@@ -194,6 +223,18 @@ def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
             "",
             0,
         ),
+        "npu_smi_board": (_framed(rows, {n: _for_npu(cap["board"], n) for n, _, _ in rows}), "", 0),
+        "npu_smi_usages": (
+            _framed(rows, {n: _for_npu(cap["usages"], n) for n, _, _ in rows}),
+            "",
+            0,
+        ),
+        "npu_smi_common": (
+            _framed(rows, {n: _for_npu(cap["common"], n) for n, _, _ in rows}),
+            "",
+            0,
+        ),
+        "hccn_optical": (_framed(rows, {n: cap["optical"] for n, _, _ in rows}), "", 0),
         "npu_smi_topo": (cap["topo"], "", 0),
         "ascend_driver_version": (driver, "", 0),
         "ascend_firmware_version": (cap["firmware"], "", 0),

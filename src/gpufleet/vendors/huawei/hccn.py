@@ -106,6 +106,9 @@ def parse_stat(text: str, source: str = "hccn_tool -stat -g") -> list[ErrorCount
 
 @dataclass(frozen=True, slots=True)
 class Optical:
+    """``-optical -g``: the port's transceiver. The flags are the tool's lane bit masks
+    (``Rx Los Flag : 0xff``: loss of signal on lanes 0-7); None where the tool prints none."""
+
     present: bool
     vendor: str | None
     part_number: str | None
@@ -114,6 +117,24 @@ class Optical:
     tx_power_mw: tuple[float, ...]
     rx_power_low_mw: float | None
     rx_los_flag: int | None
+    tx_los_flag: int | None = None
+    rx_lol_flag: int | None = None
+    tx_lol_flag: int | None = None
+
+    def counters(self) -> tuple[ErrorCounter, ...]:
+        """The module's state as error counters: ``optical_module_absent`` (1 when the tool
+        says ``not present``) and, per flag the tool printed, the number of lanes flagged
+        (``optical_rx_los_lanes`` ...)."""
+        out = [ErrorCounter("optical_module_absent", 0 if self.present else 1)]
+        for name, flag in (
+            ("optical_tx_los_lanes", self.tx_los_flag),
+            ("optical_rx_los_lanes", self.rx_los_flag),
+            ("optical_tx_lol_lanes", self.tx_lol_flag),
+            ("optical_rx_lol_lanes", self.rx_lol_flag),
+        ):
+            if flag is not None:
+                out.append(ErrorCounter(name, flag.bit_count()))
+        return tuple(out)
 
 
 def _float_unit(value: str | None) -> float | None:
@@ -126,8 +147,15 @@ def _float_unit(value: str | None) -> float | None:
         return None
 
 
+_PRESENT = {"present": True, "not present": False}
+_FLAGS = ("Tx Los Flag", "Rx Los Flag", "Tx LoL Flag", "Rx LoL Flag")
+
+
 def parse_optical(text: str, source: str = "hccn_tool -optical -g") -> Optical:
-    """``-optical -g``: the transceiver (presence, vendor, per-lane Tx/Rx power, LOS flags)."""
+    """``-optical -g``: the transceiver (presence, vendor, per-lane Tx/Rx power, LOS/LoL
+    flags). A presence other than ``present`` / ``not present`` or a flag that is not hex
+    (``0x0``) is a ParseError; a flag the tool does not print, or prints as ``NA`` / ``not
+    supported``, is unknown (None)."""
     lines = text.splitlines()
     first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
     if first is None or lines[first].strip() != "optical info:":
@@ -140,22 +168,36 @@ def parse_optical(text: str, source: str = "hccn_tool -optical -g") -> Optical:
         kv.update(block)
     if "present" not in kv:
         raise ParseError(source, "no 'present' line")
+    present = _PRESENT.get(kv["present"].strip().lower())
+    if present is None:
+        raise ParseError(source, f"unknown module presence {kv['present']!r}")
+    flags: dict[str, int | None] = {}
+    for key in _FLAGS:
+        value = kv.get(key, "NA").strip()
+        if value.lower() in ("na", "not supported", ""):
+            flags[key] = None
+        elif re.fullmatch(r"0x[0-9a-fA-F]{1,8}", value):
+            flags[key] = int(value, 16)
+        else:
+            raise ParseError(source, f"{key} is not a hex lane mask: {value!r}")
     rx = tuple(
         v for k in sorted(kv) if k.startswith("Rx Power") and (v := _float_unit(kv[k])) is not None
     )
     tx = tuple(
         v for k in sorted(kv) if k.startswith("Tx Power") and (v := _float_unit(kv[k])) is not None
     )
-    los = kv.get("Rx Los Flag")
     return Optical(
-        present=kv["present"].strip().lower() == "present",
+        present=present,
         vendor=kv.get("vendor name"),
         part_number=kv.get("vendor part number"),
         temperature_c=_float_unit(kv.get("temperature")),
         rx_power_mw=rx,
         tx_power_mw=tx,
         rx_power_low_mw=_float_unit(kv.get("RxPower Low Thres")),
-        rx_los_flag=int(los, 16) if los and los.startswith("0x") else None,
+        rx_los_flag=flags["Rx Los Flag"],
+        tx_los_flag=flags["Tx Los Flag"],
+        rx_lol_flag=flags["Rx LoL Flag"],
+        tx_lol_flag=flags["Tx LoL Flag"],
     )
 
 

@@ -439,7 +439,8 @@ def parse_chip_usages(text: str, source: str) -> list[ChipUsage]:
             if block.get("Chip Name", "").lower() == "mcu":
                 continue
             raise ParseError(source, f"NPU {npu}: chip block without 'Chip ID'")
-        chip = num(block, "Chip ID")
+        if not block["Chip ID"].isdigit():
+            raise ParseError(source, f"NPU {npu}: Chip ID is not a number: {block['Chip ID']!r}")
         temp = num(block, "Temperature(C)")
         hbm = num(block, "HBM Capacity(MB)")
         hbm_pct = num(block, "HBM Usage Rate(%)")
@@ -447,7 +448,7 @@ def parse_chip_usages(text: str, source: str) -> list[ChipUsage]:
         out.append(
             ChipUsage(
                 npu_id=npu,
-                chip_id=int(chip) if chip is not None else 0,
+                chip_id=int(block["Chip ID"]),
                 temperature_c=None if temp is None else int(temp),
                 power_w=num(block, "NPU Real-time Power(W)"),
                 hbm_capacity_mb=None if hbm is None else int(hbm),

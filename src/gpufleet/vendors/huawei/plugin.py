@@ -33,13 +33,19 @@ from gpufleet.vendors.huawei.hccn import (
     parse_link,
     parse_link_stat,
     parse_net_health,
+    parse_optical,
     parse_stat,
 )
 from gpufleet.vendors.huawei.npu_smi import (
+    Board,
     ChipHealth,
     ChipMapping,
+    ChipUsage,
+    NpuChip,
     NpuSmiInfo,
     TopoMatrix,
+    parse_board,
+    parse_chip_usages,
     parse_health_status,
     parse_npu_smi_info,
     parse_npu_smi_mapping,
@@ -51,15 +57,20 @@ if TYPE_CHECKING:
     from gpufleet.domain.facts import PciDevice
 
 HUAWEI = Vendor("huawei")
+PCI_VENDOR_ID = "19e5"
 
 SECTIONS: Mapping[str, str] = {
     "npu_smi_info": "npu-smi info",
     "npu_smi_mapping": "npu-smi info -m",
     "npu_smi_health": "npu-smi info -t health -i N -c C (per chip)",
+    "npu_smi_board": "npu-smi info -t board -i N (per NPU)",
+    "npu_smi_usages": "npu-smi info -t usages -i N (per NPU)",
+    "npu_smi_common": "npu-smi info -t common -i N (per NPU)",
     "hccn_link": "hccn_tool -i L -link -g (per chip)",
     "hccn_net_health": "hccn_tool -i L -net_health -g (per chip)",
     "hccn_stat": "hccn_tool -i L -stat -g (per chip)",
     "hccn_link_stat": "hccn_tool -i L -link_stat -g (per chip)",
+    "hccn_optical": "hccn_tool -i L -optical -g (per chip)",
     "npu_smi_topo": "npu-smi info -t topo",
     "ascend_driver_version": "cat /usr/local/Ascend/driver/version.info",
     "ascend_firmware_version": "cat /usr/local/Ascend/firmware/version.info",
@@ -120,6 +131,8 @@ def split_chip_answers(text: str, source: str) -> list[ChipAnswer]:
     if head is not None:
         raise ParseError(source, "last chip answer truncated (no rc line)")
     return out
+
+
 CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
 
 
@@ -153,6 +166,9 @@ def to_inventory(
     topo: TopoMatrix | None = None,
     net_health: Mapping[int, str] | None = None,
     counters: Mapping[int, Sequence[ErrorCounter]] | None = None,
+    boards: Mapping[int, Board] | None = None,
+    usages: Mapping[tuple[int, int], ChipUsage] | None = None,
+    common: Mapping[tuple[int, int], ChipUsage] | None = None,
 ) -> AcceleratorInventory:
     """One :class:`Accelerator` per NPU chip; ``index`` is the logic device id (the id the
     device plugin and ``ASCEND_VISIBLE_DEVICES`` use): the table's Device column (20.x/21.x),
@@ -163,8 +179,16 @@ def to_inventory(
     of the kind the matrix names (``hccs``, ``pix`` ...; no state: the matrix states none);
     ``net_health`` (logic id -> ``hccn_tool -net_health``) adds the port's network health as
     a ``roce_net_health`` :class:`Link`, up when the tool says ``Success``; ``counters``
-    (logic id -> RoCE error packets of ``-stat`` and the link-up count of ``-link_stat``)
-    become the NPU's error counters."""
+    (logic id -> RoCE error packets of ``-stat``, the link-up count of ``-link_stat`` and the
+    optical module's state of ``-optical``) become the NPU's error counters.
+
+    ``boards`` (NPU id -> ``-t board -i N``) gives every chip of the card its PCI device id
+    and ``firmware`` (``{"firmware": <Firmware Version>, "software": <Software Version>}``).
+    ``usages`` / ``common`` ((NPU id, chip id) -> ``-t usages`` / ``-t common``) fill what
+    the table leaves unknown, never override it (the table's MB figures are exact, the detail
+    views' a capacity and a rounded percentage): memory from ``-t usages``' HBM capacity and
+    usage rate when the table shows no HBM, temperature and power from ``-t common`` where
+    the table prints ``NA``."""
     peers: dict[int, list[Link]] = {}
     for (a, b), kind in (topo.links if topo else {}).items():
         if a.startswith("NPU") and b.startswith("NPU") and a[3:].isdigit() and b[3:].isdigit():
@@ -179,19 +203,31 @@ def to_inventory(
             index = chip.npu_id
         detail = (health or {}).get(index)
         port = (ports or {}).get(index)
+        board = (boards or {}).get(chip.npu_id)
+        use = (usages or {}).get((chip.npu_id, chip.chip_id))
+        com = (common or {}).get((chip.npu_id, chip.chip_id))
+        total, used = _memory(chip, use)
+        temperature = chip.temperature_c
+        if temperature is None and com is not None:
+            temperature = com.temperature_c
+        power = chip.power_w
+        if power is None and com is not None:
+            power = com.power_w
         accs.append(
             Accelerator(
                 vendor=HUAWEI,
                 index=index,
                 model=chip.name,
                 bus_id=chip.bus_id,
-                memory_total_mib=chip.hbm_total_mb if chip.hbm_total_mb else chip.memory_total_mb,
-                memory_used_mib=chip.hbm_used_mb if chip.hbm_total_mb else chip.memory_used_mb,
+                pci_device_id=board.pci_device_id if board else None,
+                memory_total_mib=total,
+                memory_used_mib=used,
                 health=detail.health if detail else chip.health,
                 error_codes=detail.error_codes if detail else (),
                 error_counters=tuple((counters or {}).get(index, ())),
-                temperature_c=None if chip.temperature_c is None else float(chip.temperature_c),
-                power_w=chip.power_w,
+                temperature_c=None if temperature is None else float(temperature),
+                power_w=power,
+                firmware=_board_firmware(board),
                 links=(() if port is None else (Link(kind="roce", peer=None, state=port),))
                 + _net_health_link((net_health or {}).get(index))
                 + tuple(peers.get(index, ())),
@@ -207,6 +243,24 @@ def to_inventory(
             driver=driver, firmware=firmware, runtime=cann, tool=info.version
         ),
     )
+
+
+def _memory(chip: NpuChip, use: ChipUsage | None) -> tuple[int | None, int | None]:
+    """(total, used) MiB: the table's HBM, else ``-t usages``' HBM capacity and usage rate,
+    else the table's memory (DDR, the 20.x/21.x layouts of 310 cards)."""
+    if chip.hbm_total_mb:
+        return chip.hbm_total_mb, chip.hbm_used_mb
+    if use is not None and use.hbm_capacity_mb:
+        pct = use.hbm_usage_percent
+        return use.hbm_capacity_mb, None if pct is None else round(use.hbm_capacity_mb * pct / 100)
+    return chip.memory_total_mb, chip.memory_used_mb
+
+
+def _board_firmware(board: Board | None) -> dict[str, str]:
+    if board is None:
+        return {}
+    versions = (("firmware", board.firmware_version), ("software", board.software_version))
+    return {k: v for k, v in versions if v and v != "NA"}
 
 
 def _net_health_link(status: str | None) -> tuple[Link, ...]:
@@ -241,9 +295,7 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         # a chip without a RoCE port (310/310P cards) answers with an error: unknown state
         ports[a.logic_id] = parse_link(a.text, where) if a.rc == 0 else LinkState.UNKNOWN
     net: dict[int, str] = {}
-    for a in split_chip_answers(
-        outputs.get("hccn_net_health", ""), SECTIONS["hccn_net_health"]
-    ):
+    for a in split_chip_answers(outputs.get("hccn_net_health", ""), SECTIONS["hccn_net_health"]):
         if a.rc == 0:
             net[a.logic_id] = parse_net_health(a.text, f"hccn_tool -i {a.logic_id} -net_health -g")
     counters: dict[int, list[ErrorCounter]] = {}
@@ -257,9 +309,31 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
             counters.setdefault(a.logic_id, []).append(
                 ErrorCounter("roce_link_up_count", history.link_up_count)
             )
-    topo = (
-        parse_npu_smi_topo(outputs["npu_smi_topo"]) if outputs.get("npu_smi_topo") else None
-    )
+    for a in split_chip_answers(outputs.get("hccn_optical", ""), SECTIONS["hccn_optical"]):
+        # a chip without a RoCE port (310/310P cards) answers with an error: unknown
+        if a.rc == 0:
+            optical = parse_optical(a.text, f"hccn_tool -i {a.logic_id} -optical -g")
+            counters.setdefault(a.logic_id, []).extend(optical.counters())
+    boards: dict[int, Board] = {}
+    for a in split_chip_answers(outputs.get("npu_smi_board", ""), SECTIONS["npu_smi_board"]):
+        where = f"npu-smi info -t board -i {a.npu_id}"
+        board = parse_board(_answered(a, where), where)
+        if board.npu_id != a.npu_id:
+            raise ParseError(where, f"answered for NPU {board.npu_id}")
+        if board.pci_vendor_id not in (None, PCI_VENDOR_ID):
+            raise ParseError(where, f"PCI Vendor ID {board.pci_vendor_id} is not Huawei's")
+        boards[a.npu_id] = board
+    views: dict[str, dict[tuple[int, int], ChipUsage]] = {"usages": {}, "common": {}}
+    for view, chips in views.items():
+        for a in split_chip_answers(
+            outputs.get(f"npu_smi_{view}", ""), SECTIONS[f"npu_smi_{view}"]
+        ):
+            where = f"npu-smi info -t {view} -i {a.npu_id}"
+            for u in parse_chip_usages(_answered(a, where), where):
+                if u.npu_id != a.npu_id:
+                    raise ParseError(where, f"answered for NPU {u.npu_id}")
+                chips[(u.npu_id, u.chip_id)] = u
+    topo = parse_npu_smi_topo(outputs["npu_smi_topo"]) if outputs.get("npu_smi_topo") else None
     return to_inventory(
         info,
         mapping,
@@ -271,7 +345,18 @@ def parse_sections(outputs: Mapping[str, str]) -> AcceleratorInventory:
         cann=version("ascend_cann_version"),
         health=health or None,
         ports=ports or None,
+        boards=boards or None,
+        usages=views["usages"] or None,
+        common=views["common"] or None,
     )
+
+
+def _answered(a: ChipAnswer, where: str) -> str:
+    """The text of a per-NPU ``npu-smi`` answer; the tool failing for an NPU that
+    ``npu-smi info -m`` lists is a ParseError naming the command and NPU."""
+    if a.rc != 0:
+        raise ParseError(where, f"exited {a.rc}: {a.text.strip()[:120]}")
+    return a.text
 
 
 def npus_on_bus(devices: Sequence[PciDevice]) -> int:
@@ -311,16 +396,25 @@ def labels(inventory: AcceleratorInventory) -> dict[str, str]:
 
 _FUNCTIONS = """\
 npu_each() {
-  # $1: health (npu-smi info -t health) or an hccn_tool query (-link) for every NPU chip of
-  # npu-smi info -m (board MCUs have no logic id and are skipped); each answer framed.
+  # $1: health (npu-smi info -t health -i N -c C) or an hccn_tool query (-link) for every
+  # NPU chip of npu-smi info -m (board MCUs have no logic id and are skipped), or board,
+  # usages, common (npu-smi info -t $1 -i N) once per NPU (framed with its first chip);
+  # each answer framed.
   m=$($TO npu-smi info -m) || return $?
-  printf '%s\\n' "$m" | while read -r n c l rest; do
+  printf '%s\\n' "$m" | { npu_seen=' '; while read -r n c l rest; do
     case "$n$c$l" in ''|*[!0-9]*) continue ;; esac
+    case "$1" in board|usages|common)
+      case "$npu_seen" in *" $n "*) continue ;; esac
+      npu_seen="$npu_seen$n " ;;
+    esac
     printf '== npu %s chip %s logic %s ==\\n' "$n" "$c" "$l"
-    if [ "$1" = health ]; then $TO npu-smi info -t health -i "$n" -c "$c"
-    else $TO hccn_tool -i "$l" "$1" -g; fi
+    case "$1" in
+      health) $TO npu-smi info -t health -i "$n" -c "$c" ;;
+      board|usages|common) $TO npu-smi info -t "$1" -i "$n" ;;
+      *) $TO hccn_tool -i "$l" "$1" -g ;;
+    esac
     printf '\\n== rc %s ==\\n' "$?"
-  done
+  done; }
   return 0
 }
 ascend_ver() {
@@ -344,6 +438,9 @@ COLLECTOR = VendorCollector(
             args="info -t health",
             functions=_FUNCTIONS,
         ),
+        VendorSection("npu_smi_board", "npu_each board", tool="npu-smi", args="info -t board"),
+        VendorSection("npu_smi_usages", "npu_each usages", tool="npu-smi", args="info -t usages"),
+        VendorSection("npu_smi_common", "npu_each common", tool="npu-smi", args="info -t common"),
         VendorSection("hccn_link", "npu_each -link", tool="hccn_tool", args="-link -g"),
         VendorSection(
             "hccn_net_health",
@@ -355,6 +452,7 @@ COLLECTOR = VendorCollector(
         VendorSection(
             "hccn_link_stat", "npu_each -link_stat", tool="hccn_tool", args="-link_stat -g"
         ),
+        VendorSection("hccn_optical", "npu_each -optical", tool="hccn_tool", args="-optical -g"),
         VendorSection(
             "npu_smi_topo", "$TO npu-smi info -t topo", tool="npu-smi", args="info -t topo"
         ),
@@ -412,7 +510,7 @@ def davinci_files(inv: AcceleratorInventory) -> str | None:
 #: ``cann`` (the CANN toolkit).
 PLUGIN = VendorPlugin(
     name=HUAWEI,
-    pci_vendor_id="19e5",
+    pci_vendor_id=PCI_VENDOR_ID,
     lspci_name="Huawei Technologies",
     exports=VendorExport(
         labels=labels,
