@@ -12,6 +12,11 @@ interval) = bytes per host per day.
 
     .venv/bin/python bench/scale.py [--hosts 12500] [--db sqlite,pg] [--procs 1]
                                     [--pg ADMIN_URL] [--only collect,summary] [--json-out F]
+                                    [--keep DIR] [--src OLD_TREE/src]
+
+``--keep DIR`` keeps the built fleet (DIR/sqlite, or a named PostgreSQL database recorded in
+DIR/pg/fleet.json) and a later run with the same ``--keep DIR`` reuses it, so the read
+commands can be measured again at 12,500 hosts without collecting again.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("labels state:available --json", ("labels", "state:available", "--json")),
     ("drift", ("drift",)),
 )
+#: The file a ``--keep`` run writes in the fleet's directory once the fleet is built.
+KEPT = "fleet.json"
 HISTORY_TABLES = ("fact_snapshots", "gpus", "nics", "collection_results", "collection_runs")
 
 
@@ -142,10 +149,12 @@ def history_bytes(url: str) -> int:
         eng.dispose()
 
 
-def pg_scratch(admin: str) -> tuple[str, str]:
+def pg_scratch(admin: str, keep: bool = False) -> tuple[str, str]:
+    """A new database on the server ``admin`` names: (its name, its URL); a kept one's name
+    starts ``gpufleet_scale_kept_``."""
     from sqlalchemy import create_engine, text
 
-    name = f"gpufleet_scale_{uuid.uuid4().hex[:8]}"
+    name = f"gpufleet_scale_{'kept_' if keep else ''}{uuid.uuid4().hex[:8]}"
     eng = create_engine(admin, isolation_level="AUTOCOMMIT")
     with eng.connect() as c:
         c.execute(text(f'CREATE DATABASE "{name}"'))
@@ -162,35 +171,78 @@ def pg_drop(admin: str, name: str) -> None:
     eng.dispose()
 
 
+def build_fleet(db: str, hosts: int, env: dict[str, str], home: Path) -> None:
+    """A lab fleet of ``hosts`` hosts in ``home``, enrolled in the database ``env`` names."""
+    if db == "pg":
+        subprocess.run([GPUFLEET, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
+    lab = home / "lab"
+    models = [a for m in MODELS for a in ("--model", m)]
+    subprocess.run(
+        [
+            GPUFLEET,
+            "lab",
+            "create",
+            "-n",
+            str(hosts),
+            "--no-default-faults",
+            "--json",
+            *models,
+            "--dir",
+            str(lab),
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    t = time.perf_counter()
+    subprocess.run(
+        [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    print(f"  [{db}] enrolled {hosts} hosts in {time.perf_counter() - t:.1f} s", flush=True)
+
+
+def kept_fleet(home: Path) -> dict[str, object] | None:
+    """The fleet a ``--keep`` run left in ``home`` (``fleet.json``: hosts, database), if any."""
+    marker = home / KEPT
+    return json.loads(marker.read_text()) if marker.is_file() else None
+
+
 def bench_db(
-    db: str, hosts: int, pg_admin: str, procs: int, only: set[str] | None, home: Path
+    db: str,
+    hosts: int,
+    pg_admin: str,
+    procs: int,
+    only: set[str] | None,
+    home: Path,
+    keep: bool = False,
 ) -> list[Row]:
+    """Build the fleet in ``home`` (or, with ``keep``, reuse the one a ``--keep`` run left
+    there) and run the commands on it."""
     env = dict(os.environ, GPUFLEET_HOME=str(home), GPUFLEET_ACTOR="bench")
     env.pop("GPUFLEET_DATABASE_URL", None)
     scratch: str | None = None
     url = f"sqlite:///{home / 'gpufleet.db'}"
-    if db == "pg":
-        scratch, url = pg_scratch(pg_admin)
+    kept = kept_fleet(home) if keep else None
+    if kept is not None:
+        hosts, url = int(str(kept["hosts"])), str(kept["url"])
+        print(f"  [{db}] reusing the {hosts}-host fleet kept in {home} ({kept.get('name', url)})")
+        if db == "pg":
+            env["GPUFLEET_DATABASE_URL"] = url
+    elif db == "pg":
+        scratch, url = pg_scratch(pg_admin, keep)
         env["GPUFLEET_DATABASE_URL"] = url
     rows: list[Row] = []
     try:
-        if db == "pg":
-            subprocess.run(
-                [GPUFLEET, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL
+        if kept is None:
+            build_fleet(db, hosts, env, home)
+        if keep and kept is None:  # kept from now on, even if a command below fails
+            (home / KEPT).write_text(
+                json.dumps({"hosts": hosts, "url": url, "name": scratch or str(home)})
             )
-        lab = home / "lab"
-        models = [a for m in MODELS for a in ("--model", m)]
-        subprocess.run(
-            [GPUFLEET, "lab", "create", "-n", str(hosts), "--no-default-faults", "--dir",
-             str(lab), "--json", *models],
-            env=env, check=True, stdout=subprocess.DEVNULL,
-        )
-        t = time.perf_counter()
-        subprocess.run(
-            [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
-            env=env, check=True, stdout=subprocess.DEVNULL,
-        )
-        print(f"  [{db}] enrolled {hosts} hosts in {time.perf_counter() - t:.1f} s", flush=True)
+            scratch = None
         for label, args in COMMANDS:
             if only is not None and label.split(" (")[0] not in only and label not in only:
                 continue
@@ -225,8 +277,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated command labels to run")
     ap.add_argument("--json-out", type=Path)
     ap.add_argument(
-        "--src", type=Path, help="run the gpufleet of this source tree (e.g. a worktree of an "
-        "older commit, for 'before' figures): put first on PYTHONPATH"
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the fleet in DIR/<db> (SQLite file; PostgreSQL: a database named "
+        "gpufleet_scale_kept_*, not dropped) and reuse it when DIR/<db> holds one: no lab "
+        "create or enroll, only the commands --only names (e.g. the reads after one collect "
+        "and validate)",
+    )
+    ap.add_argument(
+        "--src",
+        type=Path,
+        help="run the gpufleet of this source tree (e.g. a worktree of an "
+        "older commit, for 'before' figures): put first on PYTHONPATH",
     )
     a = ap.parse_args(argv)
     if a.src is not None:
@@ -239,11 +302,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = {x.strip() for x in a.only.split(",") if x.strip()} or None
     rows: list[Row] = []
     for db in [d.strip() for d in a.db.split(",") if d.strip()]:
-        with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as home:
-            rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(home))
+        if a.keep is not None:
+            home = a.keep.resolve() / db
+            home.mkdir(parents=True, exist_ok=True)
+            rows += bench_db(db, a.hosts, a.pg, a.procs, only, home, keep=True)
+            continue
+        with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
+            rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(tmp))
     print()
-    print("| db | command | hosts | CPU s | wall s | CPU ms/host | x lxml floor | peak RSS MB "
-          "| history B/host/day (5 min) |")
+    print(
+        "| db | command | hosts | CPU s | wall s | CPU ms/host | x lxml floor | peak RSS MB "
+        "| history B/host/day (5 min) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         timed = r.command.startswith(("collect", "validate"))
