@@ -36,6 +36,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUFLEET = str(ROOT / ".venv" / "bin" / "gpufleet")
+#: How each command is started: the installed entry point, or with ``--src`` the other
+#: tree's (``gpufleet.cli.entry:main``, else ``gpufleet.cli.main:app`` in a tree without
+#: that module) through this venv's python.
+CLI: list[str] = [GPUFLEET]
+LAUNCH = (
+    "import sys\n"
+    "try:\n    from gpufleet.cli.entry import main\n"
+    "except ImportError:\n    from gpufleet.cli.main import app as main\n"
+    "sys.argv[0] = 'gpufleet'\nsys.exit(main())"
+)
 DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODELS = ("a100-8x", "h100-8x", "v100s-8x")  # 8 GPUs each: 12,500 hosts = 100,000 GPUs
 
@@ -174,12 +184,12 @@ def pg_drop(admin: str, name: str) -> None:
 def build_fleet(db: str, hosts: int, env: dict[str, str], home: Path) -> None:
     """A lab fleet of ``hosts`` hosts in ``home``, enrolled in the database ``env`` names."""
     if db == "pg":
-        subprocess.run([GPUFLEET, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([*CLI, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
     lab = home / "lab"
     models = [a for m in MODELS for a in ("--model", m)]
     subprocess.run(
         [
-            GPUFLEET,
+            *CLI,
             "lab",
             "create",
             "-n",
@@ -196,7 +206,7 @@ def build_fleet(db: str, hosts: int, env: dict[str, str], home: Path) -> None:
     )
     t = time.perf_counter()
     subprocess.run(
-        [GPUFLEET, "enroll", "-i", str(lab / "inventory.ini")],
+        [*CLI, "enroll", "-i", str(lab / "inventory.ini")],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -248,9 +258,9 @@ def bench_db(
                 continue
             before = history_bytes(url) if label.startswith("collect") else None
             if procs > 1 and label.startswith("collect"):
-                rc, cpu, wall, rss, tail = run_parallel([[GPUFLEET, *args]] * procs, env)
+                rc, cpu, wall, rss, tail = run_parallel([[*CLI, *args]] * procs, env)
             else:
-                rc, cpu, wall, rss, tail = run([GPUFLEET, *args], env)
+                rc, cpu, wall, rss, tail = run([*CLI, *args], env)
             grew = history_bytes(url) - before if before is not None else None
             row = Row(db, label, hosts, rc, cpu, wall, cpu / hosts * 1000, rss, grew)
             rows.append(row)
@@ -294,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.src is not None:
         os.environ["PYTHONPATH"] = str(a.src.resolve())
+        CLI[:] = [str(ROOT / ".venv" / "bin" / "python"), "-c", LAUNCH]
     floor = lxml_floor_ms()
     ref = floor["a100-8x (lab)"]
     print(f"nproc={os.cpu_count()} hosts={a.hosts} procs={a.procs}")
