@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
 from gpufleet.domain.events import EventKind
@@ -135,9 +135,15 @@ class PoolView:
 def list_pools(fleet: Fleet) -> list[PoolView]:
     """Pools with baseline and host count."""
     with fleet.db.session() as s:
-        hosts = list(s.scalars(select(Host)))
+        # one count per pool (issue 8: not every host's row)
+        sizes: dict[str | None, int] = {
+            pool: n
+            for pool, n in s.execute(
+                select(Host.pool, func.count()).where(Host.pool.is_not(None)).group_by(Host.pool)
+            )
+        }
         return [
-            PoolView(p.name, p.baseline, sum(1 for h in hosts if h.pool == p.name))
+            PoolView(p.name, p.baseline, sizes.get(p.name, 0))
             for p in s.scalars(select(Pool).order_by(Pool.name))
         ]
 
