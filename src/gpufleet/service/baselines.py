@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 
@@ -165,17 +166,30 @@ class DriftReport:
     no_facts: list[str]
 
 
+class _DriftHost(NamedTuple):
+    """What :func:`drift` reads of a host: its name, state, baseline inputs, latest snapshot."""
+
+    name: str
+    state: Any  # HostState
+    vars: dict[str, Any]
+    pool: str | None
+    snapshot: int | None
+
+
 def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
     """Every selected host compared with its pool's baseline, field by field."""
     with fleet.db.session() as s:
         # Each host's name, state, baseline inputs and latest snapshot id (issue 8: no ORM
         # row, no JSON but ``vars``); facts are decoded only for hosts that have a baseline,
         # a batch at a time.
-        hosts = latest_columns(
-            s,
-            select_hosts(selector),
-            *(Host.name, Host.state, Host.vars, Host.pool, FactSnapshot.id.label("snapshot")),
-        )
+        hosts = [
+            _DriftHost._make(r)  # a plain tuple: a Row's lookup by name costs more than the rest
+            for r in latest_columns(
+                s,
+                select_hosts(selector),
+                *(Host.name, Host.state, Host.vars, Host.pool, FactSnapshot.id),
+            )
+        ]
         if not hosts and is_explicit(selector):
             raise nothing_matches(selector)
         by_host: dict[str, list[DriftItem]] = {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
-from sqlalchemy import Row, Text, cast
+from sqlalchemy import Text, cast
 
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import open_alarms
@@ -67,6 +68,26 @@ class FleetSummary:
         return fleet_counts_line(self.hosts, self.gpus_total, self.gpus_available, self.per_vendor)
 
 
+class _SummaryHost(NamedTuple):
+    """A row of :data:`_SUMMARY_COLUMNS` as a plain tuple (a SQLAlchemy ``Row``'s attribute
+    lookup by name costs more than the rest of the summary's work per host)."""
+
+    id: int
+    name: str
+    state: Any  # HostState
+    health: Any  # Health
+    fault: Any  # Fault | None
+    fault_reason: str | None
+    status_reason: str | None
+    last_outcome: Any  # CollectionOutcome | None
+    last_reason: str | None
+    profiles: list[str]
+    eta: datetime | None
+    snapshot: int | None
+    gpu_count: Any  # int; None before the first collection (snapshot None)
+    gpu_model: str | None
+
+
 #: What :func:`fleet_summary` reads of each host and its latest snapshot.
 _SUMMARY_COLUMNS = (
     Host.id,
@@ -97,7 +118,9 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
 
     with fleet.db.session() as s:
         # The columns the summary shows (issue 8): no ORM row, no facts, no labels document.
-        rows = latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS)
+        rows = list(
+            map(_SummaryHost._make, latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS))
+        )
         explicit = is_explicit(selector)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
@@ -172,10 +195,12 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     usable one (written before migration 0015, or by another version of the rules) has its
     facts decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
-        rows = latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS)
+        rows = list(
+            map(_LabelHost._make, latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS))
+        )
         lookup = Baselines(s)
         labeller = FleetLabels()
-        by_snapshot: dict[int, Row[Any]] = {}
+        by_snapshot: dict[int, _LabelHost] = {}
         derived: dict[str, HostLabels] = {}
         for h in rows:
             if h.snapshot is None:
@@ -194,6 +219,24 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     return out
+
+
+class _LabelHost(NamedTuple):
+    """A row of :data:`_LABEL_COLUMNS` as a plain tuple (see :class:`_SummaryHost`); a
+    :class:`~gpufleet.service.labels.LabelledHost` but for ``expected``, its JSON text here."""
+
+    name: str
+    state: Any  # HostState
+    fault: Any  # Fault | None
+    pool: str | None
+    rack: str | None
+    profiles: list[str]
+    vars: dict[str, Any]
+    usable_gpus: int | None
+    unusable_gpus: list[dict[str, Any]] | None
+    expected: Any  # str | None: the JSON text
+    snapshot: int | None
+    fact_labels: str | None
 
 
 #: What :func:`host_labels` reads of each host and its latest snapshot: the
