@@ -22,6 +22,9 @@ add`` of an older commit: "before" figures in the same run conditions): its
 ``gpufleet.cli.entry:main``, or ``gpufleet.cli.main:app`` where it has no entry module, run by
 ``python -c`` against the same database.
 
+``summary``, ``hosts list --json`` and ``drift`` (read commands that go through the ORM) are
+timed beside them, with ``import sqlalchemy.orm`` as their floor.
+
 The host commands run on a scratch home with one enrolled and collected lab host (``hosts
 show``, ``labels HOST``), so they read a real (tiny) database.
 """
@@ -160,12 +163,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 env,
             ),
             "python + typer (floor)": ([PY, "-c", "import typer"], env),
+            "python + sqlalchemy.orm (floor of the store's reads)": (
+                [PY, "-c", "import sqlalchemy.orm"],
+                env,
+            ),
         }
         for label, args in (
             ("gpufleet --help", ["--help"]),
             ("gpufleet hosts show gpu-01", ["hosts", "show", "gpu-01"]),
             ("gpufleet labels gpu-01", ["labels", "gpu-01"]),
             ("gpufleet labels gpu-01 --json", ["labels", "gpu-01", "--json"]),
+            ("gpufleet summary", ["summary"]),  # the read commands (through the ORM)
+            ("gpufleet hosts list --json", ["hosts", "list", "--json"]),
+            ("gpufleet drift", ["drift"]),
         ):
             for tree, (program, tree_env) in trees.items():
                 cases[label + tree] = ([*program, *args], tree_env)
@@ -182,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"| {wall / ref:.1f} |"
             )
         print(f"load average after the timings: {os.getloadavg()[0]:.2f}")
-        for argv in (["labels", "gpu-01", "--json"], ["hosts", "show", "gpu-01"]):
+        for argv in (["labels", "gpu-01", "--json"], ["hosts", "show", "gpu-01"], ["summary"]):
             n, slow = import_profile(env, a.top, argv)
             print(f"\ngpufleet {' '.join(argv)} loads {n} modules; slowest (cumulative ms):")
             for us, name in slow:

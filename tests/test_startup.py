@@ -216,3 +216,61 @@ def test_the_environment_is_read_case_insensitively_and_flags_win(
     }
     s = load_settings(home=tmp_path / "flag")
     assert (s.forks, s.schedule_collect, s.home) == (7, "*/5 * * * *", tmp_path / "flag")
+
+
+#: What the read commands must not import (issue 8: each costs start-up CPU the command does
+#: not use): the web/API stack, the job queue, SSH, HTTP clients, the secrets' cryptography,
+#: remediation and webhook delivery, and the profiles and health checks (validation's).
+_NOT_FOR_READS = (
+    "fastapi",
+    "starlette",
+    "procrastinate",
+    "asyncssh",
+    "httpx",
+    "jinja2",
+    "cryptography",
+    "gpufleet.service.remediation",
+    "gpufleet.service.webhooks",
+    "gpufleet.domain.profiles",
+    "gpufleet.domain.checks",
+)
+
+_READ_CODE = (
+    "import sys\n"
+    "sys.argv = ['gpufleet', *sys.argv[1:]]\n"
+    "code = 0\n"
+    "try:\n"
+    "    from gpufleet.cli.entry import main\n"
+    "    main()\n"
+    "except SystemExit as e:\n"
+    "    code = e.code or 0\n"
+    "sys.stdout.flush()\n"
+    f"bad = {_NOT_FOR_READS!r}\n"
+    "print('LOADED', code, *sorted(m for m in sys.modules if m.split('.')[0] in bad"
+    " or any(m == b or m.startswith(b + '.') for b in bad)))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["summary"],
+        ["hosts", "list", "--json"],
+        ["labels", "gpu-0*", "--json"],  # a selector: the full path
+        ["drift"],
+    ],
+)
+def test_the_read_commands_import_none_of_what_they_do_not_use(home: Path, argv: list[str]) -> None:
+    p = subprocess.run(
+        [sys.executable, "-c", _READ_CODE, *argv],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    body, loaded = p.stdout.rsplit("LOADED", 1)
+    code, *modules = loaded.split()
+    assert (code, p.stderr) == ("0", ""), p.stderr
+    assert body.strip(), "the command printed nothing"
+    assert modules == [], modules

@@ -6,11 +6,9 @@ from dataclasses import asdict
 
 import typer
 
-from gpufleet.cli.alloc import _time as parse_time
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.remediation import Action
 from gpufleet.errors import UsageError
-from gpufleet.service import gpu_health, remediation
 
 
 @boundary
@@ -30,6 +28,9 @@ def remediate_cmd(
     """Run one rung of the remediation ladder on a host, record it, send the host to
     validation (service-request: to maintenance with the ticket and ETA). Exit 1 when the
     step was refused or failed."""
+    from gpufleet.cli.alloc import _time as parse_time  # here: `drift` registers this module
+    from gpufleet.service import remediation
+
     rep = remediation.remediate(
         open_fleet(),
         host,
@@ -67,6 +68,8 @@ def pool_health_policy_cmd(
     """Show or set a pool's health policy."""
     if fallback_reboot not in (None, "on", "off"):
         raise UsageError(f"--fallback-reboot: 'on' or 'off', not {fallback_reboot!r}")
+    from gpufleet.service import gpu_health
+
     policy = gpu_health.set_pool_health_policy(
         open_fleet(),
         pool,

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from importlib import resources
 from typing import Any
 
@@ -34,6 +33,7 @@ from gpufleet.domain.checks import (
     CheckStatus,
 )
 from gpufleet.domain.checks.base import default_xid_policy
+from gpufleet.domain.decision import Decision as Decision  # defined there, for the store
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health, health_for
 from gpufleet.domain.spec import Baseline, ExpectedSpec
@@ -192,26 +192,6 @@ def _resolve(
 
 
 # ------------------------------------------------------------------------- evaluation
-
-
-class Decision(StrEnum):
-    """What validation says should happen to the host."""
-
-    AVAILABLE = "available"
-    QUARANTINE = "quarantine"
-    STAY_VALIDATING = "stay_validating"
-
-    @property
-    def event(self) -> Event:
-        """The lifecycle event the validate service fires for this decision."""
-        return _DECISION_EVENTS[self]
-
-
-_DECISION_EVENTS = {
-    Decision.AVAILABLE: Event.VALIDATION_PASSED,
-    Decision.QUARANTINE: Event.HARDWARE_FAULT,
-    Decision.STAY_VALIDATING: Event.VALIDATION_FAILED,
-}
 
 
 class ProfileOutcome(BaseModel):

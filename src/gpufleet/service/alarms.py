@@ -13,7 +13,6 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.errors import NotFound, UsageError
-from gpufleet.service import webhooks
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, Host
@@ -45,6 +44,8 @@ def raise_alarm(
         )
         s.add(alarm)
         alarm_data = {"kind": kind.value, "severity": severity.value, "message": message}
+        from gpufleet.service import webhooks  # here: the reads need none of it
+
         webhooks.after_commit(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
     return alarm
 
@@ -59,6 +60,8 @@ def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: 
         alarm.reason = reason
         n += 1
         closed = {"kind": kind.value, "reason": reason, "message": alarm.message}
+        from gpufleet.service import webhooks  # here: the reads need none of it
+
         webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
     return n
 
@@ -214,6 +217,8 @@ def resolve_alarm(fleet: Fleet, alarm_id: int, reason: str) -> AlarmRecord:
             data={"alarm": alarm_id, "kind": alarm.kind.value, "reason": reason},
         )
         closed = {"alarm": alarm_id, "kind": alarm.kind.value, "reason": alarm.reason}
+        from gpufleet.service import webhooks  # here: the reads need none of it
+
         webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
         s.flush()
         return _record(alarm, host.name)

@@ -11,7 +11,6 @@ from sqlalchemy import Row, Select, desc, func, select
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.leases import HOLDING
 from gpufleet.domain.states import HostState
-from gpufleet.service import remediation
 from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.leases import LeaseView, lease_view
@@ -227,6 +226,8 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
     for hl in host_labels(fleet, detail.view.name):
         if hl.host == detail.view.name:
             detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
+    from gpufleet.service import remediation  # here: its imports cost every listing ~0.3 s
+
     detail.remediations = remediation.ladder(fleet, detail.view.name)
     return detail
 

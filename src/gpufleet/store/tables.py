@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from gpufleet.domain.decision import Decision
 from gpufleet.domain.events import (
     AlarmKind,
     AlarmSeverity,
@@ -36,7 +37,6 @@ from gpufleet.domain.events import (
 )
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
-from gpufleet.domain.profiles import Decision
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.domain.states import HostState
 
