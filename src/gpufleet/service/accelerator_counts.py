@@ -65,7 +65,7 @@ def accelerators_beside_gpus(
                 select(GpuRow.snapshot_id, func.count())
                 .where(GpuRow.snapshot_id.in_(ids[i : i + 1000]))
                 .group_by(GpuRow.snapshot_id)
-            ).tuples()
+            ).all()
         )
     snaps = {sid: hid for hid, (sid, n) in counted.items() if n > rows.get(sid, 0)}
     return _decoded(s, snaps)
