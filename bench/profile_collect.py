@@ -28,11 +28,12 @@ import pstats
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from scale import pg_drop, pg_scratch  # bench/scale.py: the scratch database of every bench
 
 DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODELS = ("a100-8x", "h100-8x", "v100s-8x")
@@ -111,26 +112,6 @@ def parse_bench(repeat: int, profile: bool, top: int) -> None:
             print(out.getvalue())
 
 
-def _pg_scratch(admin: str) -> tuple[str, str]:
-    from sqlalchemy import create_engine, text
-
-    name = f"gpufleet_prof_{uuid.uuid4().hex[:8]}"
-    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    eng.dispose()
-    return name, admin.rsplit("/", 1)[0] + "/" + name
-
-
-def _pg_drop(admin: str, name: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    eng = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    eng.dispose()
-
-
 def collect_bench(
     hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
 ) -> None:
@@ -145,7 +126,7 @@ def collect_bench(
     scratch = None
     url = f"sqlite:///{tmp / 'fleet.db'}"
     if db == "pg":
-        scratch, url = _pg_scratch(pg_admin)
+        scratch, url = pg_scratch(pg_admin)
     try:
         lab = tmp / "lab"
         lab.mkdir()
@@ -199,7 +180,7 @@ def collect_bench(
             print(out.getvalue())
     finally:
         if scratch is not None:
-            _pg_drop(pg_admin, scratch)
+            pg_drop(pg_admin, scratch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
