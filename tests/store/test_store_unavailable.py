@@ -72,3 +72,37 @@ def test_an_unopenable_sqlite_file_is_a_permanent_store_error(tmp_path: Path) ->
     assert not isinstance(info.value, StoreUnavailable)
     assert "cannot open database file" in str(info.value)
     db.dispose()
+
+
+def test_sqlite_busy_timeout_defaults_to_30s_and_the_url_timeout_overrides_it(
+    tmp_path: Path,
+) -> None:
+    """Many writers at once may wait for each other well past 10 s on a slow machine; the
+    default waits 30 s, and ``?timeout=N`` (seconds, as ``sqlite3.connect`` reads it) sets it."""
+    path = tmp_path / "busy.db"
+    default = Database(f"sqlite:///{path}")
+    short = Database(f"sqlite:///{path}?timeout=0.25")
+    try:
+        with default.engine.connect() as c:
+            assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 30_000
+        with short.engine.connect() as c:
+            assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() == 250
+            c.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+            c.commit()
+        with default.engine.connect() as holder:
+            holder.exec_driver_sql("BEGIN IMMEDIATE")
+            with (
+                pytest.raises(StoreUnavailable, match="database is locked"),
+                short.session() as s,
+            ):
+                s.execute(text("INSERT INTO t VALUES (1)"))
+            holder.rollback()
+    finally:
+        default.dispose()
+        short.dispose()
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1", "7200"])
+def test_a_bad_sqlite_timeout_in_the_url_is_a_clear_store_error(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(StoreError, match=f"timeout={bad!r}"):
+        Database(f"sqlite:///{tmp_path / 'x.db'}?timeout={bad}")

@@ -8,7 +8,8 @@ inside a transaction).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +95,33 @@ def is_unavailable(message: str) -> bool:
     )
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+#: How long (seconds) an SQLite connection waits for another process's write lock before
+#: "database is locked" (:class:`~gpufleet.errors.StoreUnavailable`). SQLite's lock is not
+#: fair: with many writers at once (several CLI invocations, the server, a worker) one may
+#: wait for all the others, so this is generous; ``?timeout=N`` in the URL overrides it.
+SQLITE_BUSY_TIMEOUT_S = 30.0
+
+
+def sqlite_busy_timeout_s(query: Mapping[str, Any]) -> float:
+    """The busy timeout an SQLite URL asks for (its ``timeout`` query parameter, seconds, as
+    Python's ``sqlite3.connect`` reads it), else :data:`SQLITE_BUSY_TIMEOUT_S`."""
+    raw = query.get("timeout")
+    if raw is None:
+        return SQLITE_BUSY_TIMEOUT_S
+    value = raw[-1] if isinstance(raw, tuple) else raw
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"timeout={value!r} is not a number of seconds") from None
+    if not 0 <= seconds <= 3600:
+        raise ValueError(f"timeout={value!r} is outside 0-3600 seconds")
+    return seconds
+
+
+def _sqlite_pragmas(busy_ms: int, dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=10000")
+    cur.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     # WAL is stored in the file: switch only a new (empty) or gpufleet's own database, never
     # a foreign one that is about to be refused (it must be left exactly as it was).
     tables = {row[0] for row in cur.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -140,6 +164,9 @@ class Database:
             parsed = make_url(url)
             self.safe_url = parsed.render_as_string(hide_password=True)
             kwargs: dict[str, Any] = {}
+            busy_ms = 0
+            if parsed.get_backend_name() == "sqlite":
+                busy_ms = int(sqlite_busy_timeout_s(parsed.query) * 1000)
             if parsed.get_backend_name() == "postgresql":
                 kwargs["pool_pre_ping"] = True
                 kwargs["connect_args"] = {"connect_timeout": 10}
@@ -147,7 +174,7 @@ class Database:
         except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as exc:
             raise StoreError(f"invalid database URL '{_redact(url)}': {_first_line(exc)}") from exc
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine, "connect", functools.partial(_sqlite_pragmas, busy_ms))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @property
