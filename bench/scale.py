@@ -16,19 +16,32 @@ interval) = bytes per host per day.
 
 ``--keep DIR`` keeps the built fleet (DIR/sqlite, or a named PostgreSQL database recorded in
 DIR/pg/fleet.json) and a later run with the same ``--keep DIR`` reuses it, so the read
-commands can be measured again at 12,500 hosts without collecting again.
+commands can be measured again at 12,500 hosts without collecting again (the reused
+database is first brought to the running gpufleet's schema: ``gpufleet db upgrade``).
+
+``--serve N`` also measures the reads as the API server pays them: a real ``gpufleet serve``
+on loopback (a fresh process per read, a viewer token in a tokens file), one warm-up request
+then N timed ones of ``GET /api/v1/summary``, the whole host list (``/api/v1/hosts``,
+1,000 a page, every page), ``/api/v1/labels?selector=state:available`` and
+``/api/v1/drift``: the server's CPU per request (``/proc/PID/stat``: imports done, the
+process warm), its RSS before the first request and its peak (``VmHWM``) after the last,
+and a digest of each answer (to compare two trees' answers).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -63,6 +76,14 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("labels state:available --json", ("labels", "state:available", "--json")),
     ("drift", ("drift",)),
 )
+#: The reads ``--serve`` sends to a warm ``gpufleet serve``: (label, path); the host list is
+#: walked page by page (``next_cursor``), 1,000 hosts a page (the API's largest page).
+API_READS: tuple[tuple[str, str], ...] = (
+    ("summary", "/api/v1/summary"),
+    ("hosts list (every page)", "/api/v1/hosts?limit=1000"),
+    ("labels state:available", "/api/v1/labels?selector=state%3Aavailable"),
+    ("drift", "/api/v1/drift"),
+)
 #: The file a ``--keep`` run writes in the fleet's directory once the fleet is built.
 KEPT = "fleet.json"
 HISTORY_TABLES = ("fact_snapshots", "gpus", "nics", "collection_results", "collection_runs")
@@ -79,6 +100,22 @@ class Row:
     per_host_ms: float
     rss_mb: float
     history_bytes: int | None = None
+
+
+@dataclass
+class ApiRow:
+    db: str
+    read: str
+    hosts: int
+    requests: int
+    first_cpu_s: float  # the warm-up request (lazy imports of the route's modules)
+    median_cpu_s: float  # server CPU per request, the timed ones
+    min_cpu_s: float
+    median_wall_s: float
+    idle_rss_mb: float  # the server's RSS once it answers, before the first request
+    peak_rss_mb: float  # its VmHWM after the last request
+    answer_bytes: int
+    digest: str  # SHA-256 of the answer (every page of the host list)
 
 
 def lxml_floor_ms(repeat: int = 200) -> dict[str, float]:
@@ -214,6 +251,121 @@ def build_fleet(db: str, hosts: int, env: dict[str, str], home: Path) -> None:
     print(f"  [{db}] enrolled {hosts} hosts in {time.perf_counter() - t:.1f} s", flush=True)
 
 
+def _proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread) so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc_kb(pid: int, key: str) -> int:
+    """``key`` (``VmRSS``, ``VmHWM``) of ``/proc/PID/status``, in kB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _get_all(base: str, path: str, token: str) -> bytes:
+    """The answer to ``GET path``; for a paged list every page's, concatenated."""
+    out, url = b"", path
+    while True:
+        req = urllib.request.Request(base + url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                body = r.read()
+        except urllib.error.HTTPError as exc:  # e.g. 404: nothing matches; its answer counts
+            return out + f"{exc.code} ".encode() + exc.read()
+        out += body
+        if "/hosts?" not in path:
+            return out
+        cursor = json.loads(body)["next_cursor"]
+        if cursor is None:
+            return out
+        url = f"{path}&cursor={cursor}"
+
+
+def serve_reads(db: str, hosts: int, env: dict[str, str], home: Path, runs: int) -> list[ApiRow]:
+    """Each of :data:`API_READS` sent to a fresh ``gpufleet serve`` (loopback, a viewer token
+    in a tokens file): one warm-up request, then ``runs`` timed ones."""
+    token = "gfb_" + uuid.uuid4().hex
+    tokens = home / "bench-tokens.yaml"
+    tokens.write_text(f"{hashlib.sha256(token.encode()).hexdigest()}: viewer\n")
+    senv = dict(env, GPUFLEET_API_TOKENS_FILE=str(tokens))
+    rows: list[ApiRow] = []
+    for label, path in API_READS:
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        log = home / "bench-serve.log"
+        with log.open("w") as err:
+            server = subprocess.Popen(
+                [*CLI, "serve", "--port", str(port)],
+                env=senv,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(base + "/api/v1/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"gpufleet serve did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+            idle = _proc_kb(server.pid, "VmRSS") / 1024
+            cpus, walls, digests = [], [], set()
+            size = 0
+            for _ in range(runs + 1):
+                c0, t0 = _proc_cpu_s(server.pid), time.perf_counter()
+                body = _get_all(base, path, token)
+                walls.append(time.perf_counter() - t0)
+                cpus.append(_proc_cpu_s(server.pid) - c0)
+                digests.add(hashlib.sha256(body).hexdigest())
+                size = len(body)
+            peak = _proc_kb(server.pid, "VmHWM") / 1024
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        timed = cpus[1:] or cpus
+        row = ApiRow(
+            db,
+            label,
+            hosts,
+            len(timed),
+            cpus[0],
+            statistics.median(timed),
+            min(timed),
+            statistics.median(walls[1:] or walls),
+            idle,
+            peak,
+            size,
+            # every request answered the same (a summary's clock-free; else say so)
+            sorted(digests)[0][:16] + ("" if len(digests) == 1 else f" (+{len(digests) - 1})"),
+        )
+        rows.append(row)
+        print(
+            f"  [{db}] api {label:26} cpu first={row.first_cpu_s:6.2f}s "
+            f"median={row.median_cpu_s:6.2f}s min={row.min_cpu_s:6.2f}s "
+            f"wall={row.median_wall_s:6.2f}s rss {idle:6.1f} -> peak {peak:6.1f} MB "
+            f"{size:,} B sha256:{row.digest}",
+            flush=True,
+        )
+    return rows
+
+
 def kept_fleet(home: Path) -> dict[str, object] | None:
     """The fleet a ``--keep`` run left in ``home`` (``fleet.json``: hosts, database), if any."""
     marker = home / KEPT
@@ -228,9 +380,12 @@ def bench_db(
     only: set[str] | None,
     home: Path,
     keep: bool = False,
+    serve: int = 0,
+    api_rows: list[ApiRow] | None = None,
 ) -> list[Row]:
     """Build the fleet in ``home`` (or, with ``keep``, reuse the one a ``--keep`` run left
-    there) and run the commands on it."""
+    there, brought to this gpufleet's schema first) and run the commands on it; with
+    ``serve``, then the API reads (:func:`serve_reads`, appended to ``api_rows``)."""
     env = dict(os.environ, GPUFLEET_HOME=str(home), GPUFLEET_ACTOR="bench")
     env.pop("GPUFLEET_DATABASE_URL", None)
     scratch: str | None = None
@@ -241,6 +396,8 @@ def bench_db(
         print(f"  [{db}] reusing the {hosts}-host fleet kept in {home} ({kept.get('name', url)})")
         if db == "pg":
             env["GPUFLEET_DATABASE_URL"] = url
+        # a fleet kept by an older gpufleet: its reads need this one's schema (e.g. indexes)
+        subprocess.run([*CLI, "db", "upgrade"], env=env, check=True, stdout=subprocess.DEVNULL)
     elif db == "pg":
         scratch, url = pg_scratch(pg_admin, keep)
         env["GPUFLEET_DATABASE_URL"] = url
@@ -272,6 +429,8 @@ def bench_db(
             )
             if rc not in (0, 1, 5) and tail:  # 1/5: some hosts not ok/available is fine
                 print("    " + tail.replace("\n", "\n    "), flush=True)
+        if serve and api_rows is not None:
+            api_rows += serve_reads(db, hosts, env, home, serve)
     finally:
         if scratch is not None:
             pg_drop(pg_admin, scratch)
@@ -296,6 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "and validate)",
     )
     ap.add_argument(
+        "--serve",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also send the reads to a warm `gpufleet serve` (loopback): a warm-up and N "
+        "timed requests each; the server's CPU per request and RSS",
+    )
+    ap.add_argument(
         "--src",
         type=Path,
         help="run the gpufleet of this source tree (e.g. a worktree of an "
@@ -312,14 +479,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"floor: lxml parse of one 8-GPU -q -x, {k}: {v:.3f} ms")
     only = {x.strip() for x in a.only.split(",") if x.strip()} or None
     rows: list[Row] = []
+    api_rows: list[ApiRow] = []
     for db in [d.strip() for d in a.db.split(",") if d.strip()]:
         if a.keep is not None:
             home = a.keep.resolve() / db
             home.mkdir(parents=True, exist_ok=True)
-            rows += bench_db(db, a.hosts, a.pg, a.procs, only, home, keep=True)
+            rows += bench_db(db, a.hosts, a.pg, a.procs, only, home, True, a.serve, api_rows)
             continue
         with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
-            rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(tmp))
+            rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(tmp), False, a.serve, api_rows)
     print()
     print(
         "| db | command | hosts | CPU s | wall s | CPU ms/host | x lxml floor | peak RSS MB "
@@ -334,8 +502,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"| {r.db} | {r.command} | {r.hosts} | {r.cpu_s:.2f} | {r.wall_s:.2f} "
             f"| {r.per_host_ms:.2f} | {ratio} | {r.rss_mb:.0f} | {day} |"
         )
+    if api_rows:
+        print()
+        print(
+            "| db | API read (warm server) | hosts | CPU s first | CPU s median | CPU s min "
+            "| wall s median | RSS idle MB | peak RSS MB | answer bytes | sha256 |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in api_rows:
+            print(
+                f"| {r.db} | {r.read} | {r.hosts} | {r.first_cpu_s:.2f} | {r.median_cpu_s:.2f} "
+                f"| {r.min_cpu_s:.2f} | {r.median_wall_s:.2f} | {r.idle_rss_mb:.0f} "
+                f"| {r.peak_rss_mb:.0f} | {r.answer_bytes:,} | {r.digest} |"
+            )
     if a.json_out:
-        a.json_out.write_text(json.dumps({"floor_ms": floor, "rows": [asdict(r) for r in rows]}))
+        a.json_out.write_text(
+            json.dumps(
+                {
+                    "floor_ms": floor,
+                    "rows": [asdict(r) for r in rows],
+                    "api": [asdict(r) for r in api_rows],
+                }
+            )
+        )
     return 0 if all(r.rc in (0, 1, 5) for r in rows) else 1
 
 
