@@ -49,25 +49,23 @@ def accelerators_from_facts(s: Session, host_ids: Iterable[int]) -> dict[int, li
     return _decoded(s, snaps)
 
 
-def accelerators_beside_gpus(
-    s: Session, counted: Mapping[int, tuple[int, int]]
-) -> dict[int, list[Group]]:
-    """:func:`accelerators_from_facts` for hosts whose latest snapshot's id and
-    ``gpu_count`` the caller has read already (host id -> (snapshot id, gpu_count)): only
-    their GPU rows are counted, from the GPU rows' snapshot index (issue 8: on SQLite,
-    reading a snapshot's own columns walks its facts document's overflow pages)."""
-    ids = sorted({sid for sid, _ in counted.values()})
-    rows: dict[int, int] = {}
-    for i in range(0, len(ids), 1000):
-        rows.update(
-            (sid, n)
-            for sid, n in s.execute(
-                select(GpuRow.snapshot_id, func.count())
-                .where(GpuRow.snapshot_id.in_(ids[i : i + 1000]))
-                .group_by(GpuRow.snapshot_id)
-            ).all()
-        )
-    snaps = {sid: hid for hid, (sid, n) in counted.items() if n > rows.get(sid, 0)}
+#: Per host (a column of a read of hosts and their latest snapshots): its latest snapshot
+#: counts accelerators beside nvidia-smi's GPUs (``gpu_count`` above its GPU rows, counted
+#: on the GPU rows' snapshot index): only these hosts' facts are decoded
+#: (:func:`accelerators_of_snapshots`). NULL before the first collection.
+BESIDE_GPUS = (
+    FactSnapshot.gpu_count
+    > select(func.count())
+    .select_from(GpuRow)
+    .where(GpuRow.snapshot_id == FactSnapshot.id)
+    .scalar_subquery()
+).label("beside_gpus")
+
+
+def accelerators_of_snapshots(s: Session, snaps: Mapping[int, int]) -> dict[int, list[Group]]:
+    """:func:`accelerators_from_facts` for the snapshots the caller found with
+    :data:`BESIDE_GPUS` (snapshot id -> host id; issue 8: the summary reads it with the
+    hosts' other columns, so no snapshot row is read again)."""
     return _decoded(s, snaps)
 
 

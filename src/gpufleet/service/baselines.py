@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
 from gpufleet.domain.events import EventKind
@@ -16,6 +18,7 @@ from gpufleet.errors import ConfigError, NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import (
+    OWN_BASELINE,
     Baselines,
     latest_columns,
     latest_facts,
@@ -166,54 +169,58 @@ class DriftReport:
     no_facts: list[str]
 
 
-class _DriftHost(NamedTuple):
-    """What :func:`drift` reads of a host: its name, state, baseline inputs, latest snapshot."""
+class DriftHost(NamedTuple):
+    """What drift reads of a host: its name, state, baseline inputs (its own
+    ``gpufleet_baseline`` variable, :data:`~gpufleet.store.repo.OWN_BASELINE`, and its pool)
+    and latest snapshot id (None before the first collection)."""
 
     name: str
     state: Any  # HostState
-    vars: dict[str, Any]
+    own_baseline: str | None
     pool: str | None
     snapshot: int | None
+
+
+#: The columns of :class:`DriftHost` (issue 8: no ORM row, no JSON document).
+DRIFT_COLUMNS = (Host.name, Host.state, OWN_BASELINE, Host.pool, FactSnapshot.id)
 
 
 def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
     """Every selected host compared with its pool's baseline, field by field."""
     with fleet.db.session() as s:
-        # Each host's name, state, baseline inputs and latest snapshot id (issue 8: no ORM
-        # row, no JSON but ``vars``); facts are decoded only for hosts that have a baseline,
-        # a batch at a time.
         hosts = [
-            _DriftHost._make(r)  # a plain tuple: a Row's lookup by name costs more than the rest
-            for r in latest_columns(
-                s,
-                select_hosts(selector),
-                *(Host.name, Host.state, Host.vars, Host.pool, FactSnapshot.id),
-            )
+            DriftHost._make(r)  # a plain tuple: a Row's lookup by name costs more than the rest
+            for r in latest_columns(s, select_hosts(selector), *DRIFT_COLUMNS)
         ]
         if not hosts and is_explicit(selector):
             raise nothing_matches(selector)
-        by_host: dict[str, list[DriftItem]] = {}
-        names: dict[str, str] = {}
-        no_baseline: list[str] = []
-        no_facts: list[str] = []
-        baselines = Baselines(s)
-        compare: dict[int, tuple[str, Baseline]] = {}  # snapshot id -> (host, its baseline)
-        for h in hosts:
-            if h.state == "retired":
-                continue
-            baseline = baselines.for_host(h)
-            if baseline is None:
-                no_baseline.append(h.name)
-                continue
-            if h.snapshot is None:
-                no_facts.append(h.name)
-                continue
-            compare[h.snapshot] = (h.name, baseline)
-            names[h.name] = baseline.name
-        found: dict[str, list[DriftItem]] = {}
-        for sid, facts in latest_facts(s, list(compare)):
-            name, baseline = compare[sid]
-            if items := diff_against_baseline(facts, baseline):
-                found[name] = items
-        by_host = {n: found[n] for h in hosts if (n := h.name) in found}  # by name
+        return drift_of(s, hosts)
+
+
+def drift_of(s: Session, hosts: Sequence[DriftHost]) -> DriftReport:
+    """:func:`drift` of ``hosts`` (read by the caller, by name, in session ``s``): facts
+    are decoded only for hosts that have a baseline, a batch at a time."""
+    no_baseline: list[str] = []
+    no_facts: list[str] = []
+    names: dict[str, str] = {}
+    baselines = Baselines(s)
+    compare: dict[int, tuple[str, Baseline]] = {}  # snapshot id -> (host, its baseline)
+    for h in hosts:
+        if h.state == "retired":
+            continue
+        baseline = baselines.named(baselines.name_from(h.own_baseline, h.pool))
+        if baseline is None:
+            no_baseline.append(h.name)
+            continue
+        if h.snapshot is None:
+            no_facts.append(h.name)
+            continue
+        compare[h.snapshot] = (h.name, baseline)
+        names[h.name] = baseline.name
+    found: dict[str, list[DriftItem]] = {}
+    for sid, facts in latest_facts(s, list(compare)):
+        name, baseline = compare[sid]
+        if items := diff_against_baseline(facts, baseline):
+            found[name] = items
+    by_host = {n: found[n] for h in hosts if (n := h.name) in found}  # by name
     return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)

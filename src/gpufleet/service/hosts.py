@@ -23,7 +23,7 @@ from gpufleet.service.select import (
     select_hosts,
 )
 from gpufleet.service.summary import host_labels
-from gpufleet.store.repo import host_by_name
+from gpufleet.store.repo import execute_read, host_by_name, read_columns_only
 from gpufleet.store.tables import (
     CollectionResult,
     Event,
@@ -139,13 +139,15 @@ def list_query(
     pool: str | None = None,
     after: str | None = None,
     limit: int | None = None,
+    indexed: bool = True,
 ) -> Select[*tuple[Any, ...]]:
     """The statement :func:`list_hosts` runs (also for its plan): the hosts ``selector``
     selects AND every given filter, :data:`LIST_COLUMNS`, by name, after ``after`` (keyset),
     at most ``limit``. On PostgreSQL a filtered page walks the name index and stops after
     ``limit`` rows (the model filter is an ``ILIKE``, whose selectivity the planner takes from
     the column's statistics; ``lower(...) LIKE`` has none and was planned as a sort of every
-    match)."""
+    match). ``indexed``: the snapshots' columns are read from their index alone
+    (:func:`~gpufleet.store.repo.read_columns_only`, SQLite)."""
     stmt = (
         select(*LIST_COLUMNS)
         .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
@@ -163,6 +165,8 @@ def list_query(
         stmt = stmt.where(Host.state == check_state(state))
     if pool:
         stmt = stmt.where(Host.pool == pool)
+    if indexed:
+        stmt = read_columns_only(stmt)
     return stmt if limit is None else stmt.limit(limit)
 
 
@@ -205,11 +209,14 @@ def list_hosts(
 ) -> list[HostView]:
     """Hosts matching the selector AND every given filter, by name; ``after`` and ``limit``
     page through them (keyset on the name: the hosts after that name, at most ``limit``)."""
-    stmt = list_query(
-        selector, group=group, model=model, state=state, pool=pool, after=after, limit=limit
-    )
+    args: dict[str, Any] = {
+        "group": group, "model": model, "state": state, "pool": pool, "after": after,
+        "limit": limit,
+    }  # fmt: skip
+    stmt = list_query(selector, **args)
     with fleet.db.session() as s:
-        rows = [_row_view(r) for r in s.execute(stmt)]
+        got = execute_read(s, stmt, list_query(selector, **args, indexed=False))
+        rows = [_row_view(r) for r in got]
     if not rows and after is None and (is_explicit(selector) or group or model or state or pool):
         filters = [
             f"{k}:{v}"

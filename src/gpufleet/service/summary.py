@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -11,11 +12,11 @@ from sqlalchemy import Text, cast
 
 from gpufleet.domain.states import HostState
 from gpufleet.service.alarms import open_alarms
-from gpufleet.service.baselines import DriftReport, drift
+from gpufleet.service.baselines import DriftHost, DriftReport, drift_of
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import FleetLabels, HostLabels
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.repo import Baselines, latest_columns, latest_facts
+from gpufleet.store.repo import OWN_BASELINE, Baselines, latest_columns, latest_facts
 from gpufleet.store.tables import FactSnapshot, Host
 
 
@@ -81,14 +82,19 @@ class _SummaryHost(NamedTuple):
     status_reason: str | None
     last_outcome: Any  # CollectionOutcome | None
     last_reason: str | None
-    profiles: list[str]
+    profiles: str  # the JSON text (decoded once per distinct text)
     eta: datetime | None
+    pool: str | None
+    own_baseline: str | None
     snapshot: int | None
     gpu_count: Any  # int; None before the first collection (snapshot None)
     gpu_model: str | None
+    beside_gpus: Any  # bool: accelerators beside nvidia-smi's GPUs (BESIDE_GPUS)
 
 
-#: What :func:`fleet_summary` reads of each host and its latest snapshot.
+#: What :func:`fleet_summary` reads of each host and its latest snapshot: what it shows and
+#: what drift needs (:class:`~gpufleet.service.baselines.DriftHost`), read once for both;
+#: the snapshot columns from their index (:func:`~gpufleet.store.repo.latest_columns`).
 _SUMMARY_COLUMNS = (
     Host.id,
     Host.name,
@@ -99,18 +105,21 @@ _SUMMARY_COLUMNS = (
     Host.status_reason,
     Host.last_outcome,
     Host.last_reason,
-    Host.profiles,
+    cast(Host.profiles, Text).label("profiles"),
     Host.eta,
+    Host.pool,
+    OWN_BASELINE,
     FactSnapshot.id.label("snapshot"),
     FactSnapshot.gpu_count,
     FactSnapshot.gpu_model,
-)
+)  # and accelerator_counts.BESIDE_GPUS (imported when used)
 
 
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
     from gpufleet.service.accelerator_counts import (
-        accelerators_beside_gpus,
+        BESIDE_GPUS,
+        accelerators_of_snapshots,
         display_model,
         vendor_rows,
         vendor_totals,
@@ -119,25 +128,32 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     with fleet.db.session() as s:
         # The columns the summary shows (issue 8): no ORM row, no facts, no labels document.
         rows = list(
-            map(_SummaryHost._make, latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS))
+            map(
+                _SummaryHost._make,
+                latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS, BESIDE_GPUS),
+            )
         )
         explicit = is_explicit(selector)
+        if not rows and explicit:
+            raise nothing_matches(selector)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
             # every host selected: no list of ids to send
             for a in open_alarms(s, [h.id for h in rows] if explicit else None)
         ]
-        decoded = accelerators_beside_gpus(
-            s, {h.id: (h.snapshot, h.gpu_count) for h in rows if h.snapshot is not None}
+        decoded = accelerators_of_snapshots(
+            s, {h.snapshot: h.id for h in rows if h.snapshot is not None and h.beside_gpus}
         )
-    if not rows and explicit:
-        raise nothing_matches(selector)
+        drifted = drift_of(
+            s, [DriftHost(h.name, h.state, h.own_baseline, h.pool, h.snapshot) for h in rows]
+        )
     per_state = Counter(h.state.value for h in rows)
     by_profile: dict[str, Counter[str]] = {}
     hosts_per_profile: Counter[str] = Counter()
     gpus_total = gpus_avail = 0
     quarantined, validating, unreachable, warnings = [], [], [], []
     per_model: list[tuple[str, str, int, bool]] = []  # (vendor, model, count, available)
+    profiles: dict[str, list[str]] = {}  # JSON text -> the list (a fleet has a few)
     for h in rows:
         n = h.gpu_count if h.snapshot is not None else 0
         gpus_total += n
@@ -149,8 +165,13 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         per_model += [(v, name, c, available) for v, name, c in groups if c > 0]
         if available:
             gpus_avail += n
-            for p in h.profiles:
-                per = by_profile.setdefault(p, Counter())
+            names = profiles.get(h.profiles)
+            if names is None:
+                names = profiles[h.profiles] = json.loads(h.profiles) if h.profiles else []
+            for p in names:
+                per = by_profile.get(p)
+                if per is None:
+                    per = by_profile[p] = Counter()
                 for vendor, name, count in groups:
                     per[name if vendor == "nvidia" else display_model(vendor, name)] += count
                 hosts_per_profile[p] += 1
@@ -171,7 +192,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         validating=validating,
         unreachable=unreachable,
         warnings=warnings,
-        drift=drift(fleet, selector),
+        drift=drifted,
         gpus_total=gpus_total,
         gpus_available=gpus_avail,
         alarms=alarms,

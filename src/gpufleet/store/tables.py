@@ -232,6 +232,17 @@ class FactSnapshot(Base):
 
 #: issue 8: hosts by their latest snapshot (duplicate checks join snapshot -> host).
 Index("ix_hosts_latest_snapshot", Host.latest_snapshot_id)
+#: issue 8 (migration 0016): the derived columns fleet-wide reads take (summary, hosts list,
+#: drift), read from the index alone (on SQLite a snapshot's columns sit after its facts
+#: document: reading them from the row walks the document's overflow pages).
+Index(
+    "ix_fact_snapshots_read_columns",
+    FactSnapshot.id,
+    FactSnapshot.gpu_count,
+    FactSnapshot.gpu_model,
+    FactSnapshot.driver,
+    FactSnapshot.cuda,
+)
 
 
 class GpuRow(Base):
