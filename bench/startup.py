@@ -22,11 +22,12 @@ add`` of an older commit: "before" figures in the same run conditions): its
 ``gpufleet.cli.entry:main``, or ``gpufleet.cli.main:app`` where it has no entry module, run by
 ``python -c`` against the same database.
 
-``summary``, ``hosts list --json`` and ``drift`` (read commands that go through the ORM) are
-timed beside them, with ``import sqlalchemy.orm`` as their floor.
+``summary``, ``hosts list --json``, ``labels state:available --json`` and ``drift`` (read
+commands that go through the ORM) are timed beside them, with ``import sqlalchemy.orm`` as
+their floor.
 
-The host commands run on a scratch home with one enrolled and collected lab host (``hosts
-show``, ``labels HOST``), so they read a real (tiny) database.
+The commands run on a scratch home with one enrolled and validated (available) lab host, so
+they read a real (tiny) database.
 """
 
 from __future__ import annotations
@@ -145,8 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        subprocess.run(  # collected: labels HOST reads the snapshot's fact_labels
-            [GPUFLEET, "collect"],
+        subprocess.run(  # collected and judged (available): labels HOST reads the
+            # snapshot's fact_labels, labels state:available finds the host
+            [GPUFLEET, "validate"],
             env=env,
             check=True,
             stdout=subprocess.DEVNULL,
@@ -175,6 +177,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("gpufleet labels gpu-01 --json", ["labels", "gpu-01", "--json"]),
             ("gpufleet summary", ["summary"]),  # the read commands (through the ORM)
             ("gpufleet hosts list --json", ["hosts", "list", "--json"]),
+            (
+                "gpufleet labels state:available --json",
+                ["labels", "state:available", "--json"],
+            ),
             ("gpufleet drift", ["drift"]),
         ):
             for tree, (program, tree_env) in trees.items():

@@ -1,9 +1,11 @@
 """Issue 8, start-up: the ``gpufleet`` entry point (``gpufleet.cli.entry:main``) answers
 ``labels NAME [--json]`` without Typer, Click, SQLAlchemy, pydantic-settings or croniter (and
-without Rich under ``--json``) and ``hosts show NAME [--json]`` without Typer or Click, prints
-exactly what the Typer commands print, and leaves every other case (errors, warnings,
-selectors, other commands) to the Typer command, whose output is then the same as before; the
-settings read the environment as pydantic-settings did."""
+without Rich under ``--json``), and the plain shapes of the read commands (``hosts show NAME``,
+``labels [SELECTOR]``, ``hosts list [SELECTOR]``, ``summary [SELECTOR]``, ``drift
+[SELECTOR]``, each with or without ``--json``) without Typer or Click, prints exactly what
+the Typer commands print with the same exit code, and leaves every other case (errors,
+warnings, remote mode, other command lines) to the Typer command, whose output is then the
+same as before; the settings read the environment as pydantic-settings did."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ import pytest
 
 from gpufleet.cli.entry import Lean, lean_argv
 from gpufleet.config import KNOWN_CRON, environment_values, load_settings
+from gpufleet.domain.spec import Baseline
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
@@ -66,7 +70,8 @@ def _run(how: str, env: dict[str, str], *argv: str) -> tuple[int, str, str, list
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A home with three collected lab hosts (one without GPUs answering) and its database."""
+    """A home with three collected lab hosts (one without GPUs answering) and its database;
+    the A100 pool points at a baseline whose driver its hosts do not have (drift exits 1)."""
     root = tmp_path_factory.mktemp("startup")
     lab = root / "lab"
     lab.mkdir()
@@ -77,6 +82,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
         enroll(fleet, load_inventory(lab / "inventory.ini"))
         collect(fleet)
+        save_baseline(fleet, Baseline(name="ref", driver="1.2.3"))
+        set_pool_baseline(fleet, "train-a100", "ref")
     finally:
         fleet.db.dispose()
     return root / "home"
@@ -132,7 +139,6 @@ def test_hosts_show_starts_without_typer_and_prints_what_the_command_prints(
     [
         (["labels", "nope", "--json"], {}),  # no such host: the command's error, exit 4
         (["labels", "nope"], {}),
-        (["labels", "gpu-0*", "--json"], {}),  # a selector: the full path
         (["labels", "gpu-01", "--json"], {"GPUFLEET_FORKS": "x"}),  # a config error, exit 2
         (["labels", "gpu-01"], {"GPUFLEET_FROKS": "3"}),  # the unknown-variable warning
         (["labels", "gpu-01", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),  # remote
@@ -142,6 +148,31 @@ def test_hosts_show_starts_without_typer_and_prints_what_the_command_prints(
         (["hosts", "show", "gpu-01"], {"GPUFLEET_FROKS": "3"}),
         (["hosts", "show", "gpu-01", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),
         (["hosts", "show", "gpu-01", "--json"], {"GPUFLEET_ACTOR": " "}),  # config error
+        (["summary", "nope"], {}),  # a selector that matches nothing: exit 4
+        (["summary", "nope", "--json"], {}),
+        (["summary", "state:bogus"], {}),  # a bad selector
+        (["summary", "gpu-0[12]"], {}),
+        (["summary", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),  # remote: exit 3
+        (["summary"], {"GPUFLEET_FROKS": "3"}),
+        (["summary", "--json"], {"GPUFLEET_FORKS": "x"}),
+        (["--db", "sqlite:///nowhere/x.db", "summary"], {}),  # no database there: exit 2
+        (["--db", "postgresql+psycopg://nobody@127.0.0.1:9/x", "summary", "--json"], {}),
+        (["hosts", "list", "nope", "--json"], {}),
+        (["hosts", "list", "state:bogus"], {}),
+        (["hosts", "list"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),
+        (["hosts", "list", "--json"], {"GPUFLEET_FROKS": "3"}),
+        (["--db", "sqlite:///nowhere/x.db", "hosts", "list", "--json"], {}),
+        (["labels", "state:bogus", "--json"], {}),
+        (["labels", "state:available", "--json"], {}),  # matches nothing here: exit 4
+        (["labels", "state:bogus"], {}),
+        (["labels"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),
+        (["labels", "--json"], {"GPUFLEET_ACTOR": " "}),
+        (["--db", "sqlite:///nowhere/x.db", "labels", "state:available"], {}),
+        (["drift", "nope"], {}),
+        (["drift", "nope", "--json"], {}),
+        (["drift", "--json"], {"GPUFLEET_URL": "http://127.0.0.1:9"}),
+        (["drift"], {"GPUFLEET_FROKS": "3"}),
+        (["--db", "sqlite:///nowhere/x.db", "drift", "--json"], {}),
     ],
 )
 def test_what_the_lean_start_declines_the_command_reports_as_before(
@@ -164,10 +195,16 @@ def test_the_lean_command_line_is_only_the_plain_one() -> None:
         Lean(home, "sqlite:///x", False, show, "a", True)
     )
     assert lean_argv(["hosts", "show", "a"]) == Lean(None, None, False, show, "a", False)
+    assert lean_argv(["labels"]) == Lean(None, None, False, labels, None, False)
+    assert lean_argv(["summary", "--json"]) == Lean(None, None, False, ("summary",), None, True)
+    assert lean_argv(["summary", "a"]) == Lean(None, None, False, ("summary",), "a", False)
+    assert lean_argv(["hosts", "list", "state:x", "--json"]) == Lean(
+        None, None, False, ("hosts", "list"), "state:x", True
+    )
+    assert lean_argv(["--db", "u", "drift"]) == Lean(None, "u", False, ("drift",), None, False)
     for argv in (
         [],
         ["--help"],
-        ["labels"],
         ["labels", "--help"],
         ["labels", "a", "b"],
         ["labels", "a", "--json", "--json"],
@@ -178,11 +215,72 @@ def test_the_lean_command_line_is_only_the_plain_one() -> None:
         ["hosts", "show"],
         ["hosts", "show", "a", "b"],
         ["hosts", "show", "--help"],
-        ["hosts", "list", "a"],
+        ["hosts", "list", "a", "b"],
+        ["hosts", "list", "-g", "a"],
+        ["hosts", "list", "--state", "available"],
+        ["hosts", "list", "--json=1"],
         ["hosts", "a"],
-        ["summary", "a"],
+        ["hosts"],
+        ["summary", "a", "b"],
+        ["summary", "--help"],
+        ["summary", "--"],
+        ["drift", "-h"],
+        ["drift", "a", "--json", "b"],
+        ["summaries"],
+        ["pool", "list"],
+        ["baseline", "list"],
     ):
         assert lean_argv(argv) is None, argv
+
+
+#: The read commands' plain shapes the entry point answers itself (issue 8, start-up).
+_READS = [
+    ["summary"],
+    ["summary", "--json"],
+    ["summary", "gpu-01,gpu-02"],
+    ["--home", "HOME", "summary", "--json", "state:enrolled"],
+    ["hosts", "list"],
+    ["hosts", "list", "--json"],
+    ["hosts", "list", "model:H100", "--json"],
+    ["labels"],
+    ["labels", "state:enrolled", "--json"],
+    ["labels", "state:enrolled"],
+    ["labels", "gpu-0*"],  # a selector: the service's read
+    ["labels", "gpu-0*", "--json"],
+    ["drift"],  # exit 1: the A100 hosts drift from the pool's baseline
+    ["drift", "--json"],
+    ["drift", "gpu-02"],  # exit 0: the H100 pool has no baseline
+    ["--debug", "drift", "gpu-02", "--json"],
+    ["hosts", "show", "gpu-02"],
+]
+
+
+@pytest.mark.parametrize("argv", _READS, ids=" ".join)
+def test_the_read_commands_start_without_typer_and_print_what_the_command_prints(
+    home: Path, argv: list[str]
+) -> None:
+    argv = [str(home) if a == "HOME" else a for a in argv]
+    env = _env(home)
+    code, body, err, loaded = _run("entry", env, *argv)
+    assert "typer" not in loaded and "click" not in loaded, loaded
+    assert _run("typer", env, *argv)[:3] == (code, body, err)
+    assert body.strip() and err == ""
+    assert code == (1 if argv[-1] == "drift" or argv[-2:] == ["drift", "--json"] else 0)
+    if "--json" in argv:
+        json.loads(body)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["summary"], ["summary", "--json"], ["hosts", "list", "--json"], ["labels"], ["drift"]],
+    ids=" ".join,
+)
+def test_a_new_home_is_answered_as_the_command_answers_it(tmp_path: Path, argv: list[str]) -> None:
+    """No database yet: both ways create it and print the empty fleet (each in its own
+    new home, so neither sees the other's database)."""
+    got = [_run(how, _env(tmp_path / how), *argv)[:3] for how in ("entry", "typer")]
+    assert got[0] == got[1]
+    assert got[0][0] == 0
 
 
 def test_loading_the_settings_imports_neither_pydantic_settings_nor_croniter() -> None:
@@ -271,6 +369,7 @@ def test_the_read_commands_import_none_of_what_they_do_not_use(home: Path, argv:
     assert p.returncode == 0, p.stderr
     body, loaded = p.stdout.rsplit("LOADED", 1)
     code, *modules = loaded.split()
-    assert (code, p.stderr) == ("0", ""), p.stderr
+    # drift exits 1: the fixture's A100 pool drifts from its baseline
+    assert (code, p.stderr) == ("1" if argv == ["drift"] else "0", ""), p.stderr
     assert body.strip(), "the command printed nothing"
     assert modules == [], modules

@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, cell, console, lit, open_fleet, print_json
+from gpufleet.cli.drift import print_drift
 from gpufleet.domain.pins import PINS, Compare, Pin, PinValue
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
@@ -248,48 +249,7 @@ def drift_cmd(
 
 
 def show_drift(rep: svc.DriftReport, as_json: bool) -> None:
-    """Print a drift report; exit 1 when any host drifts."""
-    if as_json:
-        print_json(
-            {
-                "summary": [asdict(s) for s in rep.summary],
-                "hosts": {h: [asdict(i) for i in items] for h, items in rep.by_host.items()},
-                "baselines": rep.baselines,
-                "no_baseline": rep.no_baseline,
-                "no_facts": rep.no_facts,
-            }
-        )
-    else:
-        if rep.summary:
-            t = Table(title="drift, fleet-wide")
-            for col in ("field", "found", "on hosts", "baseline"):
-                t.add_column(col, overflow="fold")
-            for s in rep.summary:
-                t.add_row(s.field, lit(cell(s.actual)), str(len(s.hosts)), lit(cell(s.expected)))
-            console.print(t)
-            console.print(
-                ", ".join(
-                    f"{s.field} {lit(s.actual)} on {len(s.hosts)} host"
-                    f"{'s' if len(s.hosts) != 1 else ''}, baseline {lit(s.expected)}"
-                    for s in rep.summary
-                )
-            )
-            h = Table(title="hosts off baseline")
-            for col in ("host", "baseline", "field", "expected", "actual"):
-                h.add_column(col, overflow="fold")
-            for host, items in sorted(rep.by_host.items()):
-                for i in items:
-                    h.add_row(
-                        lit(host),
-                        lit(cell(rep.baselines.get(host))),
-                        i.field,
-                        lit(cell(i.expected)),
-                        lit(cell(i.actual)),
-                    )
-            console.print(h)
-        else:
-            console.print(f"no drift on {len(rep.baselines)} hosts with a baseline")
-        if rep.no_baseline:
-            console.print(f"[dim]{len(rep.no_baseline)} hosts have no baseline (pool unmapped)[/]")
-    if rep.by_host:
+    """Print a drift report (:func:`gpufleet.cli.drift.print_drift`); exit 1 when any host
+    drifts."""
+    if print_drift(rep, as_json=as_json):
         raise typer.Exit(1)

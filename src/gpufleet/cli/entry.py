@@ -2,18 +2,24 @@
 
 Issue 8, start-up: Typer, Click and the pydantic ``TypeAdapter`` Typer builds per parameter
 cost more than a whole ``gpufleet labels HOST``. So the entry point looks at the command line
-first: ``gpufleet [--home DIR] [--db URL] [--debug] labels NAME [--json]`` and ``... hosts show
-NAME [--json]`` are answered by :func:`gpufleet.cli.labels.lean_labels` and
-:func:`gpufleet.cli.hosts_show.lean_hosts_show` without importing Typer when they can answer
-exactly what the command would print; every other command line, and every case the lean
-start declines (an error to report, a warning to print, a selector that is not one plain
-name), runs the Typer application (:data:`gpufleet.cli.main.app`), which parses and reports
-as usual. Only the shape of the command line is read here; what is printed is the commands'
-own code.
+first: the plain shapes of the read commands, ``gpufleet [--home DIR] [--db URL] [--debug]``
+then ``labels [SELECTOR] [--json]``, ``hosts show NAME [--json]``, ``hosts list [SELECTOR]
+[--json]``, ``summary [SELECTOR] [--json]`` or ``drift [SELECTOR] [--json]`` (:data:`_LEAN`),
+are answered by the commands' lean starts (``lean_*`` in :mod:`gpufleet.cli.labels`,
+:mod:`~gpufleet.cli.hosts_show`, :mod:`~gpufleet.cli.hosts_list`,
+:mod:`~gpufleet.cli.summary_view`, :mod:`~gpufleet.cli.drift`) without importing Typer when
+they can answer exactly what the command would print; every other command line, and every
+case the lean start declines (an error to report, a warning to print, remote mode), runs the
+Typer application (:data:`gpufleet.cli.main.app`), which parses and reports as usual. Only
+the shape of the command line is read here; what is printed is the commands' own code.
+
+The imports run with the cyclic garbage collector off (:func:`gpufleet.cli.common.imports_done`
+turns it back on before a command reads).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -23,26 +29,35 @@ from pathlib import Path
 #: The global options (``gpufleet.cli.main.main``) that take a value.
 _VALUED = ("--home", "--db")
 
-#: The command lines answered lean: their words before NAME.
-_LEAN = (("labels",), ("hosts", "show"))
+#: The command lines answered lean: their words before the argument, and whether the
+#: argument (NAME or SELECTOR) must be given (else it is optional).
+_LEAN: dict[tuple[str, ...], bool] = {
+    ("labels",): False,
+    ("hosts", "show"): True,
+    ("hosts", "list"): False,
+    ("summary",): False,
+    ("drift",): False,
+}
 
 
 @dataclass(frozen=True)
 class Lean:
-    """``gpufleet [GLOBAL OPTIONS] COMMAND NAME [--json]``, parsed (``command``: one of
-    :data:`_LEAN`)."""
+    """``gpufleet [GLOBAL OPTIONS] COMMAND [ARGUMENT] [--json]``, parsed (``command``: one
+    of :data:`_LEAN`; ``argument``: its NAME or SELECTOR, None when not given)."""
 
     home: Path | None
     db_url: str | None
     debug: bool
     command: tuple[str, ...]
-    name: str
+    argument: str | None
     as_json: bool
 
 
 def lean_argv(argv: Sequence[str]) -> Lean | None:
-    """``argv`` (without the program) as a plain ``labels NAME [--json]`` or ``hosts show
-    NAME [--json]`` command line, or None for anything else (Typer parses it)."""
+    """``argv`` (without the program) as one of the plain command lines of :data:`_LEAN`
+    (global options, the command's words, at most one argument that does not start with
+    ``-``, ``--json`` at most once anywhere after the command), or None for anything else
+    (Typer parses it)."""
     given: dict[str, str] = {}
     debug = False
     i = 0
@@ -63,7 +78,12 @@ def lean_argv(argv: Sequence[str]) -> Lean | None:
     words = list(argv[i + len(command) :])
     as_json = "--json" in words
     rest = [w for w in words if w != "--json"]
-    if len(rest) != 1 or rest[0].startswith("-") or words.count("--json") > 1:
+    if (
+        len(rest) > 1
+        or (_LEAN[command] and not rest)
+        or any(w.startswith("-") for w in rest)
+        or words.count("--json") > 1
+    ):
         return None
     home = given.get("--home")
     return Lean(
@@ -71,28 +91,42 @@ def lean_argv(argv: Sequence[str]) -> Lean | None:
         db_url=given.get("--db"),
         debug=debug,
         command=command,
-        name=rest[0],
+        argument=rest[0] if rest else None,
         as_json=as_json,
     )
 
 
-def _lean(argv: Sequence[str]) -> bool:
-    """True when the command line was answered without Typer."""
+def _lean(argv: Sequence[str]) -> int | None:
+    """The exit code of the command line answered without Typer, or None (nothing printed)."""
     parsed = lean_argv(argv)
     if parsed is None:
-        return False
+        return None
     from gpufleet.cli.common import OPTIONS
 
     OPTIONS.home, OPTIONS.db_url, OPTIONS.debug = parsed.home, parsed.db_url, parsed.debug
     OPTIONS.settings = None
+    arg, as_json = parsed.argument, parsed.as_json
     if parsed.command == ("labels",):
         from gpufleet.cli.labels import lean_labels
 
-        done = lean_labels(parsed.name, as_json=parsed.as_json)
-    else:
+        done = lean_labels(arg, as_json=as_json)
+    elif parsed.command == ("hosts", "show"):
         from gpufleet.cli.hosts_show import lean_hosts_show
 
-        done = lean_hosts_show(parsed.name, as_json=parsed.as_json)
+        assert arg is not None  # required (lean_argv)
+        done = lean_hosts_show(arg, as_json=as_json)
+    elif parsed.command == ("hosts", "list"):
+        from gpufleet.cli.hosts_list import lean_hosts_list
+
+        done = lean_hosts_list(arg, as_json=as_json)
+    elif parsed.command == ("summary",):
+        from gpufleet.cli.summary_view import lean_summary
+
+        done = lean_summary(arg, as_json=as_json)
+    else:
+        from gpufleet.cli.drift import lean_drift
+
+        done = lean_drift(arg, as_json=as_json)
     OPTIONS.settings = None  # if declined, the command loads (and reports) them again
     return done
 
@@ -103,15 +137,20 @@ def main() -> None:
     # entry points for them (~10 ms of each start). Set PYDANTIC_DISABLE_PLUGINS to the empty
     # string to have pydantic load installed plugins anyway.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    gc.disable()  # until the imports are done (cli.common.imports_done)
     try:
-        if _lean(sys.argv[1:]):
+        code = _lean(sys.argv[1:])
+        if code is not None:
             sys.stdout.flush()
+            if code:
+                sys.exit(code)
             return
     except KeyboardInterrupt:
         sys.exit(130)  # as the Typer application exits on ^C
     except BrokenPipeError:  # the reader went away (| head): exit 1 quietly, as Typer does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
+    gc.enable()  # the Typer commands run as they always did
     from gpufleet.cli.main import app
 
     app()

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
-from rich import box
 from rich.table import Table
 
 from gpufleet.cli.common import (
@@ -19,35 +17,18 @@ from gpufleet.cli.common import (
     open_fleet,
     print_json,
 )
+from gpufleet.cli.hosts_list import (
+    PROFILE_SHORT,
+    STATE_STYLE,
+    print_host_list,
+    render_host_list,
+)
 from gpufleet.cli.hosts_show import print_host
-from gpufleet.service.hosts import HostView, list_events, list_hosts, show_host
+from gpufleet.service.hosts import list_events, list_hosts, show_host
 
-# Imported where used (issue 8, start-up): ``hosts show`` without --json needs neither the
-# API's models nor the operations.
-if TYPE_CHECKING:
-    from gpufleet.api.schemas import HostOut
+__all__ = ["PROFILE_SHORT", "STATE_STYLE", "app", "render_host_list"]
 
 app = typer.Typer(no_args_is_help=True)
-
-#: Profile names shortened for narrow tables (``--json`` keeps the full names).
-PROFILE_SHORT = {"training-multinode": "M", "training-single": "S", "inference": "I", "test": "T"}
-
-
-def _profile_order(name: str) -> tuple[int, str]:
-    order = list(PROFILE_SHORT)
-    return (order.index(name) if name in order else len(order), name)
-
-
-STATE_STYLE = {
-    "available": "green",
-    "allocated": "cyan",
-    "validating": "yellow",
-    "enrolled": "white",
-    "quarantined": "bold red",
-    "maintenance": "magenta",
-    "reclaiming": "yellow",
-    "retired": "dim",
-}
 
 
 @app.command("list")
@@ -63,43 +44,10 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """List hosts with state, GPUs, driver and last collection."""
-    rows = list_hosts(open_fleet(), selector, group=group, model=model, state=state, pool=pool)
-    if as_json:
-        from gpufleet.api.schemas import HostOut
-
-        print_json([HostOut.of(r).json_dict() for r in rows])
-        return
-    render_host_list(rows)
-
-
-def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
-    """The ``hosts list`` table (rows from the service, or from the API in remote mode)."""
-    t = Table(
-        title=f"{len(rows)} hosts",
-        box=box.SIMPLE_HEAD,
-        caption="profiles: " + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
+    print_host_list(
+        list_hosts(open_fleet(), selector, group=group, model=model, state=state, pool=pool),
+        as_json=as_json,
     )
-    for col in ("host", "state", "pool", "GPUs", "driver", "prof.", "collect"):
-        t.add_column(col, no_wrap=col in ("host", "state", "driver", "prof."), overflow="fold")
-    for r in rows:
-        gpus = (
-            f"{r.gpu_count}x {lit((r.gpu_model or '?').removeprefix('NVIDIA '))}"
-            if r.gpu_count
-            else ("-" if r.gpu_model is None else "0")
-        )
-        st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
-        if r.fault:
-            st += f"\n[dim]{lit(r.fault)}[/]"
-        t.add_row(
-            lit(r.name),
-            st,
-            lit(r.pool or ""),
-            gpus,
-            lit(r.driver or ""),
-            ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
-            r.last_outcome or "never",
-        )
-    console.print(t)
 
 
 @app.command("show")

@@ -15,7 +15,15 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from gpufleet.cli.common import cell, console, current_settings, lit, local_time, print_json
+from gpufleet.cli.common import (
+    cell,
+    console,
+    current_settings,
+    imports_done,
+    lit,
+    local_time,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from gpufleet.service.hosts import HostDetail
@@ -143,30 +151,32 @@ def render_host(d: HostDetail) -> None:
         console.print(e)
 
 
-def lean_hosts_show(name: str, *, as_json: bool) -> bool:
-    """Print ``gpufleet hosts show NAME [--json]`` and return True, or return False (nothing
-    printed) whenever the command must run instead and report in its one way: invalid
-    settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
+def lean_hosts_show(name: str, *, as_json: bool) -> int | None:
+    """Print ``gpufleet hosts show NAME [--json]`` and return its exit code (0), or return
+    None (nothing printed) whenever the command must run instead and report in its one way:
+    invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
     (``GPUFLEET_URL``), no such host, any failure while reading."""
     from gpufleet.cli.common import close_fleets, open_fleet
     from gpufleet.config import unknown_variables
     from gpufleet.service.hosts import show_host
 
+    imports_done()
     try:
-        if unknown_variables() or current_settings().url is not None:
-            return False
-        d = show_host(open_fleet(), name)
-        data = None
-        if as_json:
-            from gpufleet.api.schemas import HostDetailOut
+        try:
+            if unknown_variables() or current_settings().url is not None:
+                return None
+            d = show_host(open_fleet(), name)
+            data = None
+            if as_json:
+                from gpufleet.api.schemas import HostDetailOut
 
-            data = HostDetailOut.of(d).json_dict()
-    except Exception:  # reported by the command, through the error boundary
-        return False
+                data = HostDetailOut.of(d).json_dict()
+        except Exception:  # reported by the command, through the error boundary
+            return None
+        if data is not None:
+            print_json(data)
+        else:
+            render_host(d)
+        return 0
     finally:
         close_fleets()
-    if data is not None:
-        print_json(data)
-    else:
-        render_host(d)
-    return True

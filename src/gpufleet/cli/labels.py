@@ -1,10 +1,9 @@
 """``gpufleet labels``' output, and its lean start (issue 8, start-up).
 
-Importing this module imports neither Typer nor Rich: :func:`lean_labels` prints the labels of
-one host named plainly straight from the entry point (:mod:`gpufleet.cli.entry`), before
-Typer is imported; the command itself (:func:`gpufleet.cli.summary.labels_cmd`) and the remote
-mode print through :func:`print_labels` / :func:`render_labels` too, so the output is one
-code path.
+Importing this module imports neither Typer nor Rich: :func:`lean_labels` prints the labels
+straight from the entry point (:mod:`gpufleet.cli.entry`), before Typer is imported; the
+command itself (:func:`gpufleet.cli.summary.labels_cmd`) and the remote mode print through
+:func:`print_labels` / :func:`render_labels` too, so the output is one code path.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.cli.common import current_settings, lit, print_json
+from gpufleet.cli.common import current_settings, imports_done, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.service.labels import HostLabels
@@ -55,29 +54,37 @@ def render_labels(rows: Sequence[Any]) -> None:
         console.print(t)
 
 
-def lean_labels(selector: str, *, as_json: bool) -> bool:
-    """Print ``gpufleet labels SELECTOR [--json]`` when SELECTOR is one plain host name the
-    lean read answers (:func:`gpufleet.service.labels.lean_host_labels`), and return True.
+def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
+    """Print ``gpufleet labels [SELECTOR] [--json]`` as the command does and return its exit
+    code (0): one host named plainly is read lean
+    (:func:`gpufleet.service.labels.lean_host_labels`: no SQLAlchemy), any other selector
+    through the service (:func:`gpufleet.service.summary.host_labels`).
 
-    Only the plain successful read is answered here; False (nothing printed, nothing kept)
+    Only the plain successful read is answered here; None (nothing printed, nothing kept)
     whenever the ordinary command must run, which then reports what there is to report in
     its one way: invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote
-    mode (``GPUFLEET_URL``), a selector or a database the lean read does not answer, or any
-    failure while reading.
+    mode (``GPUFLEET_URL``), a selector that matches nothing, or any failure while reading.
     """
     from gpufleet.config import unknown_variables
     from gpufleet.service.labels import lean_host_labels
 
     try:
         if unknown_variables():
-            return False
+            return None
         settings = current_settings()
         if settings.url is not None:
-            return False
+            return None
         rows = lean_host_labels(settings.db_url(), selector)
+        if rows is None:
+            from gpufleet.cli.common import close_fleets, open_fleet
+            from gpufleet.service.summary import host_labels
+
+            imports_done()
+            try:
+                rows = host_labels(open_fleet(), selector)
+            finally:
+                close_fleets()
     except Exception:  # reported by the ordinary command, through the error boundary
-        return False
-    if rows is None:
-        return False
+        return None
     print_labels(rows, as_json=as_json)
-    return True
+    return 0

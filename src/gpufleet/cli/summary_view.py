@@ -1,0 +1,164 @@
+"""``gpufleet summary``'s output, and its lean start (issue 8, start-up).
+
+Importing this module imports no Typer: :func:`lean_summary` prints the summary straight from
+the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the command itself
+(:func:`gpufleet.cli.summary.summary_cmd`), the remote mode and the lab print through
+:func:`summary_json` / :func:`render_summary` too, so the output is one code path.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufleet.cli.common import current_settings, imports_done, lit, print_json
+
+if TYPE_CHECKING:
+    from gpufleet.service.summary import FleetSummary
+
+STATE_ORDER = [
+    "available",
+    "allocated",
+    "validating",
+    "enrolled",
+    "reclaiming",
+    "maintenance",
+    "quarantined",
+    "retired",
+]
+
+
+def summary_json(sm: FleetSummary) -> dict[str, object]:
+    """The summary as plain data: the API's ``SummaryOut`` (``GET /api/v1/summary``)."""
+    from gpufleet.api.schemas_summary import SummaryOut
+
+    return SummaryOut.of(sm).json_dict()
+
+
+def render_summary(sm: FleetSummary) -> None:
+    """Rich rendering of a fleet summary."""
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
+    console.rule("fleet summary")
+    console.print(f"[bold]{lit(sm.counts_line())}[/]")
+    st = Table(title="hosts per state")
+    st.add_column("state")
+    st.add_column("hosts", justify="right")
+    for s in STATE_ORDER:
+        if sm.per_state.get(s):
+            st.add_row(s, str(sm.per_state[s]))
+    console.print(st)
+    if sm.accelerators:
+        ac = Table(title="accelerators per vendor and model")
+        ac.add_column("vendor", no_wrap=True)
+        ac.add_column("model", overflow="fold")
+        for col in ("hosts", "total", "available"):
+            ac.add_column(col, justify="right")
+        for r in sm.accelerators:
+            ac.add_row(
+                lit(str(r["vendor"])),
+                lit(str(r["model"]).removeprefix("NVIDIA ")),
+                str(r["hosts"]),
+                str(r["accelerators"]),
+                str(r["available"]),
+            )
+        console.print(ac)
+    if sm.gpus_per_profile_model:
+        profiles = list(sm.gpus_per_profile_model)
+        models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})
+        gp = Table(title=f"available {sm.noun} per profile and model")
+        # The model is an identifier: it keeps one line; the profile headers wrap instead.
+        model_col = "GPU model" if sm.gpus_only else "model"
+        gp.add_column(model_col, no_wrap=True, min_width=max(map(len, models), default=9))
+        for p in profiles:
+            # "training-multinode" -> two header lines, so the table fits 80 columns.
+            head = p.replace("-", "-\n", 1) if len(p) > 10 else p
+            gp.add_column(head, justify="right", overflow="fold")
+        for m in models:
+            gp.add_row(
+                lit(m.removeprefix("NVIDIA ")),
+                *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles],
+            )
+        gp.add_row(
+            "[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]
+        )
+        console.print(gp)
+    _host_table("open alarms", sm.alarms, "alarm", "message", style="red")
+    _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
+    if sm.back:
+        console.print(
+            "[bold]expected back:[/] "
+            + "; ".join(f"{lit(b['host'])} ({b['state']}) by {lit(b['eta'])}" for b in sm.back)
+        )
+    _host_table("held in validating", sm.validating, None, "why")
+    _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")
+    if sm.drift.summary:
+        d = Table(title="drift from pool baselines")
+        for col in ("field", "found", "baseline", "hosts"):
+            d.add_column(col, overflow="fold")
+        for item in sm.drift.summary:
+            names = ", ".join(item.hosts[:6]) + (" ..." if len(item.hosts) > 6 else "")
+            d.add_row(
+                item.field, lit(item.actual), lit(item.expected), f"{len(item.hosts)}: {lit(names)}"
+            )
+        console.print(d)
+    _host_table("last collection failed", sm.unreachable, "outcome", "reason")
+
+
+def _host_table(
+    title: str,
+    rows: list[dict[str, str | None]],
+    fault_col: str | None,
+    reason_col: str,
+    *,
+    style: str | None = None,
+) -> None:
+    """One row per host: optional fault/outcome column, then the reason (printed if any)."""
+    if not rows:
+        return
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
+    t = Table(title=title)
+    t.add_column("host", no_wrap=True)
+    if fault_col:
+        t.add_column(fault_col, no_wrap=True)
+    t.add_column(reason_col, overflow="fold")
+    for row in rows:
+        cells = [lit(row["host"] or "")]
+        if fault_col:
+            fault = lit(row["fault"] or "")
+            cells.append(f"[red]{fault}[/]" if style == "red" else fault)
+        reason = lit(row["reason"] or "")
+        cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)
+        t.add_row(*cells)
+    console.print(t)
+
+
+def lean_summary(selector: str | None, *, as_json: bool) -> int | None:
+    """Print ``gpufleet summary [SELECTOR] [--json]`` and return its exit code (0), or return
+    None (nothing printed) whenever the command must run instead and report in its one way:
+    invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
+    (``GPUFLEET_URL``), a selector that matches nothing, any failure while reading."""
+    from gpufleet.cli.common import close_fleets, open_fleet
+    from gpufleet.config import unknown_variables
+    from gpufleet.service.summary import fleet_summary
+
+    imports_done()
+    try:
+        try:
+            if unknown_variables() or current_settings().url is not None:
+                return None
+            sm = fleet_summary(open_fleet(), selector)
+            data = summary_json(sm) if as_json else None
+        except Exception:  # reported by the command, through the error boundary
+            return None
+        if data is not None:
+            print_json(data)
+        else:
+            render_summary(sm)
+        return 0
+    finally:
+        close_fleets()
