@@ -51,8 +51,10 @@ class SummaryOut(Schema):
 
     @classmethod
     def of(cls, sm: Any) -> SummaryOut:
-        """From ``service.summary.FleetSummary`` (the API and ``summary --json``)."""
-        d = dataclasses.asdict(sm)
+        """From ``service.summary.FleetSummary`` (the API and ``summary --json``). Its drift
+        report is taken apart here, not copied whole first (issue 8: at 12,500 hosts it
+        names every host)."""
+        d = dataclasses.asdict(dataclasses.replace(sm, drift=None))
         d["drift"] = {
             "summary": [dataclasses.asdict(x) for x in sm.drift.summary],
             "hosts": {
@@ -81,6 +83,6 @@ class LabelsOut(Schema):
         """From ``service.summary.HostLabels`` (the API and ``labels --json``)."""
         return cls(
             host=r.host,
-            labels=dict(r.labels),
+            labels=r.labels,  # validation builds the model's own dict
             taints=[TaintOut(key=t.key, value=t.value, effect=t.effect) for t in r.taints],
         )

@@ -282,6 +282,26 @@ def derive_labels(
     checked by :func:`usable_fact_labels`): the labels are the same.
     """
     fl = None if facts is None else facts if isinstance(facts, dict) else fact_labels(facts)
+    own = own_labels(state, pool, baseline_name, rack, profiles_passed, spec, fault)
+    if fl is None:
+        return own
+    return with_fact_labels(
+        own, fact_tail(fl, spec, usable_gpus, unusable_gpus, accelerator_labels)
+    )
+
+
+def own_labels(
+    state: HostState,
+    pool: str | None,
+    baseline_name: str | None,
+    rack: str | None,
+    profiles_passed: Iterable[str],
+    spec: ExpectedSpec | None = None,
+    fault: Fault | None = None,
+) -> dict[str, str]:
+    """The labels :func:`derive_labels` takes from the host itself (its lifecycle, pool,
+    baseline, rack, fault and validated profiles), sanitized, in its order: the first part
+    of every host's labels."""
     labels: dict[str, str] = {f"{PREFIX}/state": str(state)}
     own = {
         "pool": pool,
@@ -292,21 +312,63 @@ def derive_labels(
     for key, value in own.items():
         if value:
             labels[f"{PREFIX}/{key}"] = value
-    for profile in sorted(set(profiles_passed)):
+    out = {k: sanitize_label_value(v) for k, v in labels.items()}
+    out.update(_validated(tuple(sorted(set(profiles_passed)))))
+    return out
+
+
+@lru_cache(maxsize=256)  # a fleet validates a few lists of profiles (issue 8)
+def _validated(profiles: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for profile in profiles:
         key = f"{PREFIX}/validated.{sanitize_label_value(profile)}"
         if is_valid_label_key(key):
             labels[key] = "true"
+    return labels
 
-    if fl is not None:
-        labels.update(fl["labels"])
-        if usable_gpus is not None and fl["gpus"]:
-            labels["nvidia.com/gpu.count"] = str(usable_gpus)
-            labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
-        labels[f"{PREFIX}/fabric"] = _fabric(fl["ports"], spec)
-        labels.update(fl["after"])
-        for key, value in (accelerator_labels or {}).items():
-            labels.setdefault(key, value)
-    return {k: sanitize_label_value(v) for k, v in labels.items()}
+
+@dataclass(frozen=True, slots=True)
+class FactTail:
+    """The labels :func:`derive_labels` takes from a host's facts (their stored
+    :func:`fact_labels`), its expected fabric and partial GPUs, sanitized: ``labels`` in
+    their order, set over the host's own; ``defaults`` (the vendors' own accelerator
+    labels) only where no label of that key is set. Hosts of one hardware configuration
+    share one (:class:`gpufleet.service.labels.FleetLabels`, issue 8)."""
+
+    labels: Mapping[str, str]
+    defaults: tuple[tuple[str, str], ...]
+
+
+def fact_tail(
+    fl: Mapping[str, Any],
+    spec: ExpectedSpec | None,
+    usable_gpus: int | None = None,
+    unusable_gpus: int = 0,
+    accelerator_labels: Mapping[str, str] | None = None,
+) -> FactTail:
+    """The :class:`FactTail` of stored :func:`fact_labels` ``fl`` (see :func:`derive_labels`
+    for the arguments); the spec matters only through its expected ports and rate."""
+    labels: dict[str, str] = {}
+    labels.update(fl["labels"])
+    if usable_gpus is not None and fl["gpus"]:
+        labels["nvidia.com/gpu.count"] = str(usable_gpus)
+        labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
+    labels[f"{PREFIX}/fabric"] = _fabric(fl["ports"], spec)
+    labels.update(fl["after"])
+    defaults = tuple(
+        (k, sanitize_label_value(v))
+        for k, v in (accelerator_labels or {}).items()
+        if k not in labels
+    )
+    return FactTail({k: sanitize_label_value(v) for k, v in labels.items()}, defaults)
+
+
+def with_fact_labels(own: dict[str, str], tail: FactTail) -> dict[str, str]:
+    """A host's labels: its :func:`own_labels` (updated in place) then its :class:`FactTail`."""
+    own.update(tail.labels)
+    for key, value in tail.defaults:
+        own.setdefault(key, value)
+    return own
 
 
 def _gfd_labels(facts: HostFacts) -> dict[str, str]:

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.domain.health import Fault
-from gpufleet.domain.labels import Taint, derive_labels, derive_taints, usable_fact_labels
+from gpufleet.domain.labels import (
+    FactTail,
+    Taint,
+    derive_labels,
+    derive_taints,
+    fact_tail,
+    own_labels,
+    usable_fact_labels,
+    with_fact_labels,
+)
 from gpufleet.domain.states import HostState
 
 if TYPE_CHECKING:
@@ -86,7 +95,7 @@ def _labels(
 ) -> HostLabels:
     """:func:`labels_of` given the host's expected spec and its facts' accelerator labels."""
     state = HostState(h.state)
-    fault = Fault(h.fault) if h.fault and h.fault in Fault.__members__.values() else None
+    fault = _fault(h.fault)
     labels = derive_labels(
         h.name,
         facts,
@@ -104,6 +113,11 @@ def _labels(
     return HostLabels(h.name, labels, derive_taints(state, fault))
 
 
+def _fault(fault: str | None) -> Fault | None:
+    """The host's fault as a :class:`Fault`; None when it has none or another kind."""
+    return Fault(fault) if fault and fault in Fault.__members__.values() else None
+
+
 class FleetLabels:
     """:func:`labels_of` for many hosts (``gpufleet labels`` of a selection, issue 8): what
     hosts share is decoded and derived once per distinct stored value, not once per host:
@@ -115,6 +129,7 @@ class FleetLabels:
     def __init__(self) -> None:
         self._specs: dict[str, ExpectedSpec] = {}
         self._facts: dict[str, tuple[dict[str, Any] | None, dict[str, str] | None]] = {}
+        self._tails: dict[tuple[Any, ...], FactTail] = {}
 
     def spec(self, expected: str | None) -> ExpectedSpec:
         """The expected spec stored as ``expected`` (the column's JSON text)."""
@@ -145,9 +160,33 @@ class FleetLabels:
     def labels(
         self, h: LabelledHost, expected: str | None, fact_labels: str | None, baseline: str | None
     ) -> HostLabels:
-        """``h``'s labels from its stored ``expected`` and usable ``fact_labels`` texts."""
+        """``h``'s labels from its stored ``expected`` and usable ``fact_labels`` texts: the
+        part the facts give (:func:`~gpufleet.domain.labels.fact_tail`) is derived once per
+        distinct stored value, expected fabric and partial GPU counts, then each host's own
+        labels are put before it (:func:`~gpufleet.domain.labels.with_fact_labels`): the
+        labels of :func:`labels_of`."""
         fl, accelerators = self._stored(fact_labels)
-        return _labels(h, self.spec(expected), fl, accelerators, baseline)
+        spec = self.spec(expected)
+        if fl is None or fact_labels is None:
+            return _labels(h, spec, fl, accelerators, baseline)
+        unusable = len(h.unusable_gpus or [])
+        key = (fact_labels, spec.ib_rate_gbps, spec.ib_ports, h.usable_gpus, unusable)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = fact_tail(fl, spec, h.usable_gpus, unusable, accelerators)
+            self._tails[key] = tail
+        state = HostState(h.state)
+        fault = _fault(h.fault)
+        own = own_labels(
+            state,
+            h.pool,
+            baseline,
+            h.rack,
+            h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
+            spec,
+            fault,
+        )
+        return HostLabels(h.name, with_fact_labels(own, tail), derive_taints(state, fault))
 
     def from_facts(
         self, h: LabelledHost, expected: str | None, facts: HostFacts | None, baseline: str | None

@@ -216,9 +216,21 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     usable one (written before migration 0015, or by another version of the rules) has its
     facts decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
-        rows = list(
-            map(_LabelHost._make, latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS))
-        )
+        decoded: dict[str, Any] = {}  # JSON text -> its value (shared: read only)
+
+        def value(text: str | None) -> Any:
+            if text is None:
+                return None
+            got = decoded.get(text, decoded)
+            if got is decoded:
+                got = decoded[text] = json.loads(text)
+            return got
+
+        rows = [
+            _LabelHost(r[0], r[1], r[2], r[3], r[4], value(r[5]), r[6], r[7], value(r[8]), r[9],
+                       r[10], r[11])
+            for r in latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS)
+        ]  # fmt: skip
         lookup = Baselines(s)
         labeller = FleetLabels()
         by_snapshot: dict[int, _LabelHost] = {}
@@ -229,12 +241,16 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
             if labeller.stored(h.fact_labels) is None:
                 by_snapshot[h.snapshot] = h
             else:
-                derived[h.name] = labeller.labels(h, h.expected, h.fact_labels, lookup.name_for(h))
+                derived[h.name] = labeller.labels(
+                    h, h.expected, h.fact_labels, lookup.name_from(h.own_baseline, h.pool)
+                )
         for sid, facts in latest_facts(s, list(by_snapshot)):
             h = by_snapshot[sid]
-            derived[h.name] = labeller.from_facts(h, h.expected, facts, lookup.name_for(h))
+            baseline = lookup.name_from(h.own_baseline, h.pool)
+            derived[h.name] = labeller.from_facts(h, h.expected, facts, baseline)
         out = [
-            derived.get(h.name) or labeller.from_facts(h, h.expected, None, lookup.name_for(h))
+            derived.get(h.name)
+            or labeller.from_facts(h, h.expected, None, lookup.name_from(h.own_baseline, h.pool))
             for h in rows
         ]
     if not rows and is_explicit(selector):
@@ -251,28 +267,28 @@ class _LabelHost(NamedTuple):
     fault: Any  # Fault | None
     pool: str | None
     rack: str | None
-    profiles: list[str]
-    vars: dict[str, Any]
+    profiles: list[str]  # shared by the hosts with the same list: read only
+    own_baseline: str | None  # its gpufleet_baseline variable (store.repo.OWN_BASELINE)
     usable_gpus: int | None
-    unusable_gpus: list[dict[str, Any]] | None
+    unusable_gpus: list[dict[str, Any]] | None  # shared, as profiles
     expected: Any  # str | None: the JSON text
     snapshot: int | None
     fact_labels: str | None
 
 
 #: What :func:`host_labels` reads of each host and its latest snapshot: the
-#: :class:`~gpufleet.service.labels.LabelledHost` attributes, ``vars`` (its baseline), and
-#: ``expected`` and ``fact_labels`` as their JSON text (decoded once per distinct text).
+#: :class:`~gpufleet.service.labels.LabelledHost` attributes, its own baseline variable, and
+#: the JSON documents as their text (decoded, or derived, once per distinct text: issue 8).
 _LABEL_COLUMNS = (
     Host.name,
     Host.state,
     Host.fault,
     Host.pool,
     Host.rack,
-    Host.profiles,
-    Host.vars,
+    cast(Host.profiles, Text).label("profiles"),
+    OWN_BASELINE,
     Host.usable_gpus,
-    Host.unusable_gpus,
+    cast(Host.unusable_gpus, Text).label("unusable_gpus"),
     cast(Host.expected, Text).label("expected"),
     FactSnapshot.id.label("snapshot"),
     cast(FactSnapshot.fact_labels, Text).label("fact_labels"),

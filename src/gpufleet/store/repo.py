@@ -104,7 +104,7 @@ def read_columns_only(stmt: Select[*tuple[Any, ...]]) -> Select[*tuple[Any, ...]
 
 def execute_read(
     s: Session, stmt: Select[*tuple[Any, ...]], plain: Select[*tuple[Any, ...]]
-) -> Sequence[Row[Any]]:
+) -> Sequence[Row[*tuple[Any, ...]]]:
     """The rows of ``stmt`` (:func:`read_columns_only`), or of ``plain`` (the same without
     the index) on a SQLite database without the index (a schema before 0016, which only
     tests that migrate down read). Run on the session's connection as a Core statement:
@@ -120,7 +120,7 @@ def execute_read(
 
 def latest_columns(
     s: Session, hosts: Select[Host], *columns: ColumnElement[Any] | Any
-) -> Sequence[Row[Any]]:
+) -> Sequence[Row[*tuple[Any, ...]]]:
     """``columns`` (of :class:`Host` and of its latest snapshot, :class:`FactSnapshot`: NULL
     before the first collection) of each host ``hosts`` selects, by name: plain rows, no ORM
     object and no column the caller did not name, for fleet-wide reads (issue 8: a
