@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import TypeAdapter
 from sqlalchemy import select
 
+from gpufleet.api.schemas_summary import LabelsOut
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import derive_labels, derive_taints, usable_fact_labels
@@ -58,7 +60,12 @@ def test_fleet_labels_equal_each_hosts_own_derivation_in_order(
         hosts["gpu-04"].vars = {**hosts["gpu-04"].vars, "gpufleet_baseline": "own"}
         hosts["gpu-05"].state, hosts["gpu-05"].fault = HostState.QUARANTINED, Fault.GPU_LOST
         hosts["gpu-06"].state, hosts["gpu-06"].profiles = HostState.ALLOCATED, ["inference"]
-    got = {x.host: x for x in host_labels(fleet)}
+    rows = host_labels(fleet)
+    got = {x.host: x for x in rows}
+    # the API's answer, written without a model per host, is the models' JSON byte for byte
+    models = TypeAdapter(list[LabelsOut]).dump_json([LabelsOut.of(r) for r in rows])
+    assert LabelsOut.json_of(rows) == models
+    assert b'"taints":[{"key":"gpufleet.io/quarantined","value":"gpu_lost"' in models
     with fleet.db.session() as s:
         want = {}
         for h, snap in s.execute(

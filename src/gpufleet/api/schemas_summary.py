@@ -5,8 +5,10 @@ responses as they come)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
+import pydantic_core
 from pydantic import Field
 
 from gpufleet.api.schemas import DriftItemOut, DriftSummaryOut, Schema
@@ -85,4 +87,23 @@ class LabelsOut(Schema):
             host=r.host,
             labels=r.labels,  # validation builds the model's own dict
             taints=[TaintOut(key=t.key, value=t.value, effect=t.effect) for t in r.taints],
+        )
+
+    @classmethod
+    def json_of(cls, rows: Iterable[Any]) -> bytes:
+        """The JSON of ``[LabelsOut.of(r) for r in rows]`` as the API sends it (pydantic's
+        compact JSON, the same bytes), without a model per host (issue 8: 12,500 hosts'
+        labels are ~12 MB): the fields are plain strings already (label keys and values
+        are sanitized, taints are strings)."""
+        return pydantic_core.to_json(
+            [
+                {
+                    "host": r.host,
+                    "labels": r.labels,
+                    "taints": [
+                        {"key": t.key, "value": t.value, "effect": t.effect} for t in r.taints
+                    ],
+                }
+                for r in rows
+            ]
         )

@@ -3,7 +3,7 @@ over HTTP (the CLI's remote mode reads them)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from gpufleet.api.deps import as_viewer
 from gpufleet.api.routes import ERRORS
@@ -23,9 +23,12 @@ def summary(
     return SummaryOut.of(fleet_summary(fleet, selector))
 
 
-@router.get("/labels", summary="Kubernetes labels and taints per host")
+@router.get(
+    "/labels", summary="Kubernetes labels and taints per host", response_model=list[LabelsOut]
+)
 def labels(
     selector: str | None = Query(None, description=SELECTOR),
     fleet: Fleet = Depends(as_viewer),
-) -> list[LabelsOut]:
-    return [LabelsOut.of(r) for r in host_labels(fleet, selector)]
+) -> Response:
+    # the JSON of list[LabelsOut] written straight from the service's rows (issue 8)
+    return Response(LabelsOut.json_of(host_labels(fleet, selector)), media_type="application/json")
