@@ -373,3 +373,49 @@ def test_the_read_commands_import_none_of_what_they_do_not_use(home: Path, argv:
     assert (code, p.stderr) == ("1" if argv == ["drift"] else "0", ""), p.stderr
     assert body.strip(), "the command printed nothing"
     assert modules == [], modules
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["summary", "--json"],  # a lean start
+        ["hosts", "list", "--group", "nope", "--json"],  # the Typer application
+        ["pool", "list"],
+    ],
+    ids=" ".join,
+)
+def test_the_garbage_collector_is_on_again_when_the_command_runs(
+    home: Path, argv: list[str]
+) -> None:
+    """The entry point imports with the collector off; the command itself runs with it on
+    (the imported modules frozen out of its collections)."""
+    code = (
+        "import gc, sys\n"
+        "sys.argv = ['gpufleet', *sys.argv[1:]]\n"
+        "from gpufleet.cli import common\n"
+        "seen = []\n"
+        "opened = common.open_fleet\n"
+        "def spy():\n"
+        "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0))\n"
+        "    return opened()\n"
+        "common.open_fleet = spy\n"
+        "for m in ('summary_view', 'hosts', 'baseline'):\n"
+        "    __import__('gpufleet.cli.' + m)\n"
+        "    mod = sys.modules['gpufleet.cli.' + m]\n"
+        "    if hasattr(mod, 'open_fleet'): mod.open_fleet = spy\n"
+        "from gpufleet.cli.entry import main\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('SEEN', seen)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.rsplit("SEEN", 1)[1].strip() == "[(True, True)]", p.stdout

@@ -253,4 +253,4 @@ def test_help_imports_no_command_module_nor_the_store() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "hosts" in out.stdout  # the help was printed
     loaded = out.stdout.rsplit("LOADED", 1)[1].split()
-    assert loaded == ["gpufleet.cli.main", "gpufleet.cli.plugins"], loaded
+    assert loaded == ["gpufleet.cli.entry", "gpufleet.cli.main", "gpufleet.cli.plugins"], loaded

@@ -18,7 +18,6 @@ host reaches the operator's terminal. JSON output keeps values faithful (JSON-es
 from __future__ import annotations
 
 import errno
-import gc
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -139,21 +138,6 @@ def close_fleets() -> None:
     """Release every database connection this process opened."""
     while _OPEN:
         _OPEN.popitem()[1].db.dispose()
-
-
-def imports_done() -> None:
-    """Start-up is over: turn the cyclic garbage collector back on (issue 8, start-up).
-
-    The entry point (:mod:`gpufleet.cli.entry`) imports with the collector off: a read
-    command's imports create some 100,000 objects the collector tracks, which live until the
-    process ends, and the collections they set off (~10% of its start-up CPU) find no
-    garbage. A command calls this once its modules are imported, before it reads: what
-    exists now is frozen out of later collections (it lives to the end anyway), and the
-    command's own work is collected as usual. Nothing to do when the collector is on (any
-    other caller)."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 def _aware(dt: datetime) -> datetime:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from gpufleet.cli.common import cell, current_settings, imports_done, lit, print_json
+from gpufleet.cli.common import cell, current_settings, lit, print_json
+from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
     from gpufleet.service.baselines import DriftReport

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.cli.common import current_settings, imports_done, lit, print_json
+from gpufleet.cli.common import current_settings, lit, print_json
+from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut

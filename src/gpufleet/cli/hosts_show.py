@@ -19,11 +19,11 @@ from gpufleet.cli.common import (
     cell,
     console,
     current_settings,
-    imports_done,
     lit,
     local_time,
     print_json,
 )
+from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
     from gpufleet.service.hosts import HostDetail

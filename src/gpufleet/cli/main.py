@@ -17,6 +17,7 @@ import typer
 from typer import _click
 from typer.core import TyperCommand
 
+from gpufleet.cli.entry import imports_done
 from gpufleet.cli.plugins import PluginGroup, plugins
 
 # -- registration, one function per command module (run when one of its commands is used) ---
@@ -254,7 +255,9 @@ class LazyGroup(PluginGroup):
         return [*COMMANDS, *(n for n in own if n not in COMMANDS)]
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        """A built-in command (its module imported now), else a plugin."""
+        """A built-in command (its module imported now), else a plugin. Once loaded, the
+        garbage collector the entry point kept off while importing is on again
+        (:func:`gpufleet.cli.entry.imports_done`)."""
         entry = COMMANDS.get(cmd_name)
         if entry is None:
             if self._listing and cmd_name not in self.commands:
@@ -264,11 +267,14 @@ class LazyGroup(PluginGroup):
                     if ep is None
                     else TyperCommand(name=cmd_name, short_help=f"Plugin {ep.value}.")
                 )
-            return super().get_command(ctx, cmd_name)
-        key, one_line = entry
-        if self._listing:
-            return TyperCommand(name=cmd_name, help=one_line, short_help=one_line)
-        return _loaded(key)[cmd_name]
+            found = super().get_command(ctx, cmd_name)
+        else:
+            key, one_line = entry
+            if self._listing:
+                return TyperCommand(name=cmd_name, help=one_line, short_help=one_line)
+            found = _loaded(key)[cmd_name]
+        imports_done()
+        return found
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """This group's help, in Click's plain layout (Rich's would cost more to import than

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet.cli.common import current_settings, imports_done, lit, print_json
+from gpufleet.cli.common import current_settings, lit, print_json
+from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
     from gpufleet.service.summary import FleetSummary
