@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import typer
 
 from gpufleet.cli.common import boundary, err_console, lit, open_fleet
@@ -54,6 +56,11 @@ def serve_cmd(
     if jobs is not None:
         jobs.start_in_process()
         err_console.print("background jobs run in this process (--with-worker)")
+    # Everything built so far (modules, the app, its routes and schemas) lives as long as the
+    # server: freeze it out of the cyclic collector, whose full collections would otherwise
+    # walk it again during every large read (0.1-0.3 s of a 12,500-host request, issue 8).
+    gc.collect()
+    gc.freeze()
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
     finally:
