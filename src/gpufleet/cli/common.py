@@ -140,6 +140,38 @@ def close_fleets() -> None:
         _OPEN.popitem()[1].db.dispose()
 
 
+def lean_shown(show: Callable[[R], object], value: R) -> Callable[[], int]:
+    """What prints ``value`` with ``show`` and gives the exit code 0 (:func:`lean_read`)."""
+
+    def shown() -> int:
+        show(value)
+        return 0
+
+    return shown
+
+
+def lean_read(read: Callable[[Fleet], Callable[[], int]]) -> int | None:
+    """Run a read command answered lean (:mod:`gpufleet.cli.entry`, issue 8 start-up):
+    ``read`` takes the fleet, does all that may fail and returns what prints the answer and
+    gives the exit code. None (nothing printed) whenever the Typer command must run instead
+    and report in its one way: unknown ``GPUFLEET_*`` variables (its warnings), remote mode
+    (``GPUFLEET_URL``), invalid settings, a selector that matches nothing, any failure while
+    reading."""
+    from gpufleet.cli.entry import imports_done
+
+    imports_done()
+    try:
+        try:
+            if unknown_variables() or current_settings().url is not None:
+                return None
+            show = read(open_fleet())
+        except Exception:  # reported by the command, through the error boundary
+            return None
+        return show()
+    finally:
+        close_fleets()
+
+
 def _aware(dt: datetime) -> datetime:
     return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
 

@@ -8,14 +8,15 @@ from the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from gpufleet.cli.common import cell, current_settings, lit, print_json
-from gpufleet.cli.entry import imports_done
+from gpufleet.cli.common import cell, lean_read, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.service.baselines import DriftReport
+    from gpufleet.service.fleet import Fleet
 
 
 def print_drift(rep: DriftReport, *, as_json: bool) -> int:
@@ -71,22 +72,12 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
 
 def lean_drift(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet drift [SELECTOR] [--json]`` and return its exit code (1 when any host
-    drifts), or return None (nothing printed) whenever the command must run instead and
-    report in its one way: invalid settings, unknown ``GPUFLEET_*`` variables (its
-    warnings), remote mode (``GPUFLEET_URL``), a selector that matches nothing, any failure
-    while reading."""
-    from gpufleet.cli.common import close_fleets, open_fleet
-    from gpufleet.config import unknown_variables
+    drifts), or None when the command must run instead
+    (:func:`~gpufleet.cli.common.lean_read`)."""
     from gpufleet.service.baselines import drift
 
-    imports_done()
-    try:
-        try:
-            if unknown_variables() or current_settings().url is not None:
-                return None
-            rep = drift(open_fleet(), selector)
-        except Exception:  # reported by the command, through the error boundary
-            return None
-        return print_drift(rep, as_json=as_json)
-    finally:
-        close_fleets()
+    def read(fleet: Fleet) -> Callable[[], int]:
+        rep = drift(fleet, selector)
+        return lambda: print_drift(rep, as_json=as_json)
+
+    return lean_read(read)

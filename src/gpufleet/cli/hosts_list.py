@@ -8,14 +8,14 @@ the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the comman
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.cli.common import current_settings, lit, print_json
-from gpufleet.cli.entry import imports_done
+from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
+    from gpufleet.service.fleet import Fleet
     from gpufleet.service.hosts import HostView
 
 #: Profile names shortened for narrow tables (``--json`` keeps the full names).
@@ -91,26 +91,14 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
 
 def lean_hosts_list(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet hosts list [SELECTOR] [--json]`` and return its exit code (0), or
-    return None (nothing printed) whenever the command must run instead and report in its
-    one way: invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
-    (``GPUFLEET_URL``), a selector that matches nothing, any failure while reading."""
-    from gpufleet.cli.common import close_fleets, open_fleet
-    from gpufleet.config import unknown_variables
+    None when the command must run instead (:func:`~gpufleet.cli.common.lean_read`)."""
     from gpufleet.service.hosts import list_hosts
 
-    imports_done()
-    try:
-        try:
-            if unknown_variables() or current_settings().url is not None:
-                return None
-            rows = list_hosts(open_fleet(), selector)
-            data = host_list_json(rows) if as_json else None
-        except Exception:  # reported by the command, through the error boundary
-            return None
-        if data is not None:
-            print_json(data)
-        else:
-            render_host_list(rows)
-        return 0
-    finally:
-        close_fleets()
+    def read(fleet: Fleet) -> Callable[[], int]:
+        rows = list_hosts(fleet, selector)
+        if as_json:
+            data = host_list_json(rows)
+            return lean_shown(print_json, data)
+        return lean_shown(render_host_list, rows)
+
+    return lean_read(read)

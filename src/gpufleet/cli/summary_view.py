@@ -8,12 +8,13 @@ the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the comman
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gpufleet.cli.common import current_settings, lit, print_json
-from gpufleet.cli.entry import imports_done
+from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 
 if TYPE_CHECKING:
+    from gpufleet.service.fleet import Fleet
     from gpufleet.service.summary import FleetSummary
 
 STATE_ORDER = [
@@ -139,27 +140,15 @@ def _host_table(
 
 
 def lean_summary(selector: str | None, *, as_json: bool) -> int | None:
-    """Print ``gpufleet summary [SELECTOR] [--json]`` and return its exit code (0), or return
-    None (nothing printed) whenever the command must run instead and report in its one way:
-    invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
-    (``GPUFLEET_URL``), a selector that matches nothing, any failure while reading."""
-    from gpufleet.cli.common import close_fleets, open_fleet
-    from gpufleet.config import unknown_variables
+    """Print ``gpufleet summary [SELECTOR] [--json]`` and return its exit code (0), or None
+    when the command must run instead (:func:`~gpufleet.cli.common.lean_read`)."""
     from gpufleet.service.summary import fleet_summary
 
-    imports_done()
-    try:
-        try:
-            if unknown_variables() or current_settings().url is not None:
-                return None
-            sm = fleet_summary(open_fleet(), selector)
-            data = summary_json(sm) if as_json else None
-        except Exception:  # reported by the command, through the error boundary
-            return None
-        if data is not None:
-            print_json(data)
-        else:
-            render_summary(sm)
-        return 0
-    finally:
-        close_fleets()
+    def read(fleet: Fleet) -> Callable[[], int]:
+        sm = fleet_summary(fleet, selector)
+        if as_json:
+            data = summary_json(sm)
+            return lean_shown(print_json, data)
+        return lean_shown(render_summary, sm)
+
+    return lean_read(read)
