@@ -103,7 +103,7 @@ def _labels(
         h.pool,
         baseline,
         h.rack,
-        h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
+        _profiles(h, state),
         spec,
         fault,
         usable_gpus=h.usable_gpus,
@@ -111,6 +111,11 @@ def _labels(
         accelerator_labels=accelerators,
     )
     return HostLabels(h.name, labels, derive_taints(state, fault))
+
+
+def _profiles(h: LabelledHost, state: HostState) -> list[str]:
+    """The profiles a host is labelled with: those it passed, while it may take work."""
+    return h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else []
 
 
 def _fault(fault: str | None) -> Fault | None:
@@ -177,15 +182,7 @@ class FleetLabels:
             self._tails[key] = tail
         state = HostState(h.state)
         fault = _fault(h.fault)
-        own = own_labels(
-            state,
-            h.pool,
-            baseline,
-            h.rack,
-            h.profiles if state in (HostState.AVAILABLE, HostState.ALLOCATED) else [],
-            spec,
-            fault,
-        )
+        own = own_labels(state, h.pool, baseline, h.rack, _profiles(h, state), spec, fault)
         return HostLabels(h.name, with_fact_labels(own, tail), derive_taints(state, fault))
 
     def from_facts(
