@@ -33,10 +33,24 @@ TOWER = HERE.parent / "fixtures" / "redfish" / "dmtf_public-tower"
 BIN = Path(sys.executable).parent
 
 
+#: Every port :func:`free_port` handed out in this process: never handed out twice.
+_ISSUED: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, never one this process handed out before.
+
+    The kernel may give the same free port to two ``bind(0)`` calls in a row once the first
+    socket is closed, and the tests use these ports both for emulators and for SSH ports where
+    nothing listens (an inventory with two hosts on one address and port is refused at enroll
+    as two names for one machine), so each port is handed out once per process."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _ISSUED:
+            _ISSUED.add(port)
+            return port
 
 
 @dataclass
