@@ -153,6 +153,28 @@ _PCI = re.compile(
 )
 
 
+#: Marks "not read before" in the value memos (``None`` is a memoised "no value").
+_UNSEEN = object()
+#: Per adapter, the values read before: raw text as printed -> its value (``None`` for a
+#: "no value" spelling). Adapters are pure functions of the text and their results
+#: immutable (str, int, float, bool), and most readings repeat from GPU to GPU and host to
+#: host ("Enabled", "N/A", "1410 MHz"), so a dict hit replaces the clean-up and the regex.
+#: A text the adapter refuses is never memoised (it raises again, the same way). Each memo
+#: is emptied when it grows past :data:`_MEMO_MAX`.
+_MEMOS: dict[Callable[[str], object], dict[str, object]] = {}
+_MEMO_MAX = 4096
+
+
+def _memo(convert: Callable[[str], object]) -> dict[str, object]:
+    """The value memo of ``convert`` (see :data:`_MEMOS`), emptied when full."""
+    memo = _MEMOS.get(convert)
+    if memo is None:
+        memo = _MEMOS[convert] = {}
+    elif len(memo) > _MEMO_MAX:
+        memo.clear()
+    return memo
+
+
 def normalize_pci_bus_id(value: str) -> str:
     """``"00000000:19:00.0"`` -> ``"0000:19:00.0"``: lower case, 4-digit domain like lspci.
 
@@ -201,9 +223,7 @@ class _XmlView:
     per-document index of children by tag built on first use: a report is read with ~1,000
     lookups, and a dict lookup costs a fraction of an ``Element.find``."""
 
-    def __init__(
-        self, elem: etree._Element, label: str, index: _XmlIndex | None = None
-    ) -> None:
+    def __init__(self, elem: etree._Element, label: str, index: _XmlIndex | None = None) -> None:
         self._elem = elem
         self._label = label
         self._index: _XmlIndex = {} if index is None else index

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufleet.collect.nvidia_smi.common import (
+    _UNSEEN,
     _as_str,
     _BadValue,
     _bool,
@@ -20,6 +21,7 @@ from gpufleet.collect.nvidia_smi.common import (
     _fit_error,
     _int,
     _link_width,
+    _memo,
     _mhz,
     _mib,
     _microseconds,
@@ -381,15 +383,26 @@ def _read(
     ctx: _Ctx, view: _View, paths: Sequence[str], convert: Callable[[str], Any], what: str
 ) -> Any:
     """First present, non-missing value among ``paths``, converted; ParseError if unreadable."""
+    memo = _memo(convert)
     for path in paths:
-        value = _clean(view.raw(path))
+        raw = view.raw(path)
+        if raw is None:
+            continue
+        known = memo.get(raw, _UNSEEN)
+        if known is not _UNSEEN:
+            if known is None:
+                continue
+            return known
+        value = _clean(raw)
         if value is None:
+            memo[raw] = None
             continue
         try:
-            return convert(value)
+            result = memo[raw] = convert(value)
         except _BadValue as exc:
             line, place = view.where(path)
             raise ParseError(ctx.source, f"{place} ({what}): {exc}", line=line) from None
+        return result
     return None
 
 
@@ -490,20 +503,32 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     # One read of each path serves both the value (the first present one, converted, as
     # _read does) and the error state (every path is looked at for a "GPU is lost").
     raw_of = view.raw
+    is_xml = ctx.is_xml
     for f in _GPU_FIELDS:
         value: Any = None
         found = False
-        for path in f.xml if ctx.is_xml else f.text:
+        memo = _memo(f.convert)
+        for path in f.xml if is_xml else f.text:
             raw = raw_of(path)
             if raw is None:
                 continue
             if error is None:
                 error = _error_state(f.attr, raw)
-            if found or (clean := _clean(raw)) is None:
+            if found:
+                continue
+            # memo: see _read; the error state above is read from every raw value still
+            known = memo.get(raw, _UNSEEN)
+            if known is not _UNSEEN:
+                if known is not None:
+                    found = True
+                    value = known
+                continue
+            if (clean := _clean(raw)) is None:
+                memo[raw] = None
                 continue
             found = True
             try:
-                value = f.convert(clean)
+                value = memo[raw] = f.convert(clean)
             except _BadValue as exc:
                 line, place = view.where(path)
                 raise ParseError(ctx.source, f"{place} ({f.attr}): {exc}", line=line) from None

@@ -36,6 +36,40 @@ def _split_key_value(body: str) -> tuple[str, str | None]:
     return key, body[colon + 2 :].strip()
 
 
+#: A line as printed -> (indent, label, value, normalised key, starts a GPU section), for
+#: the lines read before: most lines of a report ("Pending : No", the indentation of every
+#: block) repeat from GPU to GPU and host to host. Bounded: emptied when it grows past
+#: :data:`_LINE_CACHE_MAX` (a report of unique lines just reads them the long way).
+_LINE_CACHE: dict[str, tuple[int, str, str | None, str, bool]] = {}
+_LINE_CACHE_MAX = 50_000
+
+
+def _read_line(line: str, number: int, source: str) -> tuple[int, str, str | None, str, bool]:
+    """The parts of one non-blank line (see :data:`_LINE_CACHE`); ParseError for a tab in
+    the indentation."""
+    line = line.rstrip()
+    body = line.lstrip(" ")
+    indent = len(line) - len(body)  # spaces only, as nvidia-smi indents
+    if body[0].isspace():  # other white space after the spaces (rare)
+        if "\t" in line[: len(line) - len(line.lstrip())]:
+            raise ParseError(source, "tab in indentation", line=number)
+        body = body.lstrip()
+    colon = body.find(":")
+    if colon < 0:
+        label, value = body, None
+    else:
+        after = body[colon + 1 : colon + 2]
+        if after and not after.isspace():
+            label, value = body, None  # "GPU 00000000:07:00.0": a bare key with ':'
+        else:
+            label = body[:colon].strip()
+            if label:
+                value = body[colon + 2 :].strip()
+            else:
+                label, value = body, None
+    return indent, label, value, _norm_key(label), _GPU_HEADER.match(body) is not None
+
+
 def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
     """Build the indentation tree of ``-q`` text; returns (root, number of the last line)."""
     if "\r" in text:
@@ -53,54 +87,47 @@ def _text_tree(text: str, source: str) -> tuple[_TextNode, int]:
         )
     root = _TextNode(key="", label="<top>", value=None, line=first_no, indent=-1)
     stack = [root]
+    indents = [-1]  # the indent of each node on the stack
     last_no = first_no
-    norm = _norm_key
-    gpu_header = _GPU_HEADER.match
+    cache = _LINE_CACHE
+    if len(cache) > _LINE_CACHE_MAX:
+        cache.clear()
+    known = cache.get
     node_type = _TextNode
-    # One pass, the per-line work inlined (a 100k-line report is read once): the same
-    # tree, checks and messages as splitting each line with _split_key_value.
-    for number, line in enumerate(lines[first_no:], start=first_no + 1):
-        line = line.rstrip()
-        if not line:
-            continue
-        body = line.lstrip(" ")
-        indent = len(line) - len(body)  # spaces only, as nvidia-smi indents
-        if body[0].isspace():  # other white space after the spaces (rare)
-            if "\t" in line[: len(line) - len(line.lstrip())]:
-                raise ParseError(source, "tab in indentation", line=number)
-            body = body.lstrip()
+    # One pass, the per-line work cached by line (a 100k-line report is read once): the
+    # same tree, checks and messages as splitting each line with _split_key_value.
+    number = first_no
+    for line in lines[first_no:]:
+        number += 1
+        parts = known(line)
+        if parts is None:
+            if not line or line.isspace():
+                continue
+            parts = cache[line] = _read_line(line, number, source)
+        indent, label, value, key, gpu_header = parts
         last_no = number
-        colon = body.find(":")
-        if colon < 0:
-            label, value = body, None
-        else:
-            after = body[colon + 1 : colon + 2]
-            if after and not after.isspace():
-                label, value = body, None  # "GPU 00000000:07:00.0": a bare key with ':'
-            else:
-                label = body[:colon].strip()
-                if label:
-                    value = body[colon + 2 :].strip()
-                else:
-                    label, value = body, None
-        while stack[-1].indent >= indent:
+        while indents[-1] >= indent:
             stack.pop()
+            indents.pop()
         parent = stack[-1]
         # Siblings share one indentation; anything else is not nvidia-smi's layout.
-        if parent.child_indent is None:
+        child_indent = parent.child_indent
+        if child_indent is None:
             parent.child_indent = indent
-        elif parent.child_indent != indent:
+        elif child_indent != indent:
             raise ParseError(
                 source,
                 f"inconsistent indentation: {indent} spaces where siblings under "
-                f"'{parent.label}' have {parent.child_indent}",
+                f"'{parent.label}' have {child_indent}",
                 line=number,
             )
-        if parent is root and value is None and not gpu_header(body):
+        if parent is root and value is None and not gpu_header:
+            body = line.strip()
             raise ParseError(source, f"unexpected line {body[:60]!r}", line=number)
-        node = node_type(norm(label), label, value, number, indent)
+        node = node_type(key, label, value, number, indent)
         parent.children.append(node)
         stack.append(node)
+        indents.append(indent)
     return root, last_no
 
 
