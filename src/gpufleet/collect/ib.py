@@ -55,6 +55,27 @@ def _rate(value: str, source: str, line: int) -> float:
     return float(m.group(1))
 
 
+#: A stripped line -> what it is: ("diag",), ("ca", name), ("port", n), ("kv", key, value)
+#: or ("bad",); most lines of ``ibstat`` repeat from host to host, so the four regexes run
+#: once per distinct line. Emptied past 4096 entries.
+_KINDS: dict[str, tuple[str, ...]] = {}
+
+
+def _kind(line: str) -> tuple[str, ...]:
+    if _DIAG.match(line):
+        return ("diag",)
+    ca_head = _CA.match(line)
+    if ca_head:
+        return ("ca", ca_head.group(1))
+    port = _PORT.match(line)
+    if port:
+        return ("port", port.group(1))
+    pair = _KV.match(line)
+    if pair is None:
+        return ("bad",)
+    return ("kv", pair.group(1), pair.group(2))
+
+
 def parse_ibstat(
     text: str, source: str = "ibstat", *, problems: list[str] | None = None
 ) -> list[IbPort]:
@@ -64,29 +85,33 @@ def parse_ibstat(
     """
     cas: list[_Ca] = []
     current: _Ca | None = None
+    kinds = _KINDS
+    if len(kinds) > 4096:
+        kinds.clear()
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
             continue
-        if _DIAG.match(line):
+        kind = kinds.get(line)
+        if kind is None:
+            kind = kinds[line] = _kind(line)
+        what = kind[0]
+        if what == "diag":
             if problems is not None:
                 problems.append(f"{source}:{lineno}: {line}")
             continue
-        ca_head = _CA.match(line)
-        if ca_head:
-            current = _Ca(ca_head.group(1), lineno)
+        if what == "ca":
+            current = _Ca(kind[1], lineno)
             cas.append(current)
             continue
         if current is None:
             raise ParseError(source, f"expected \"CA '<name>'\", got {line[:60]!r}", line=lineno)
-        port = _PORT.match(line)
-        if port:
-            current.ports.append((int(port.group(1)), lineno, {}))
+        if what == "port":
+            current.ports.append((int(kind[1]), lineno, {}))
             continue
-        pair = _KV.match(line)
-        if pair is None:
+        if what == "bad":
             raise ParseError(source, f"unexpected line {line[:60]!r}", line=lineno)
-        key, value = pair.group(1), pair.group(2)
+        key, value = kind[1], kind[2]
         if current.ports:
             current.ports[-1][2][key] = value
         else:

@@ -30,6 +30,12 @@ _GPU_CLASS_NAMES = {"VGA compatible controller", "3D controller", "Display contr
 _NIC_CLASS_NAMES = {"Ethernet controller", "Infiniband controller", "Network controller"}
 
 
+#: A device line as printed -> its (frozen, so shareable) device, for the lines read before:
+#: every host of a model prints the same ones. Only lines that parsed are kept; emptied
+#: past 4096 entries.
+_MEMO: dict[str, PciDevice] = {}
+
+
 def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:
     """Parse ``lspci [-nn] [-D] [-vvv]`` output into one :class:`PciDevice` per function.
 
@@ -37,7 +43,14 @@ def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:
     and ``(prog-if ...)``. Empty output gives an empty list.
     """
     devices: list[PciDevice] = []
+    memo = _MEMO
+    if len(memo) > 4096:
+        memo.clear()
     for lineno, raw in enumerate(text.splitlines(), start=1):
+        known = memo.get(raw)
+        if known is not None:
+            devices.append(known)
+            continue
         if not raw.strip() or raw[:1].isspace():
             continue  # blank, or a -vvv detail line
         m = _HEADER.match(raw.rstrip())
@@ -50,13 +63,16 @@ def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:
             rest = rest[: ids.start()]
         domain = m.group("domain") or "0000"
         devices.append(
-            PciDevice(
-                address=normalize_pci_address(f"{domain}:{m.group('bdf')}"),
-                class_name=m.group("class").strip(),
-                class_id=m.group("class_id").lower() if m.group("class_id") else None,
-                vendor_id=ids.group("vendor").lower() if ids else None,
-                device_id=ids.group("device").lower() if ids else None,
-                description=rest.strip(),
+            memo.setdefault(
+                raw,
+                PciDevice(
+                    address=normalize_pci_address(f"{domain}:{m.group('bdf')}"),
+                    class_name=m.group("class").strip(),
+                    class_id=m.group("class_id").lower() if m.group("class_id") else None,
+                    vendor_id=ids.group("vendor").lower() if ids else None,
+                    device_id=ids.group("device").lower() if ids else None,
+                    description=rest.strip(),
+                ),
             )
         )
     return devices

@@ -150,6 +150,12 @@ _SPEED = re.compile(r"^(\d+(?:\.\d+)?) GB/s$")
 _UNSUPPORTED = re.compile(r"not supported|does not have or support", re.IGNORECASE)
 
 
+#: A ``Link N: ...`` line as printed -> its (frozen, so shareable) link, for the lines read
+#: before: every host of a model prints the same ones. Only lines that parsed are kept;
+#: emptied past 4096 entries.
+_LINK_MEMO: dict[str, NvlinkLink] = {}
+
+
 def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> NvlinkStatus:
     """Parse ``nvidia-smi nvlink -s``: per GPU, each link's state and speed.
 
@@ -167,7 +173,15 @@ def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> Nvli
         if current is not None:
             gpus.append(GpuNvlinks(gpu_index=current[0], uuid=current[1], links=current[2]))
 
+    memo = _LINK_MEMO
+    if len(memo) > 4096:
+        memo.clear()
     for lineno, raw in enumerate(strip_ansi(text).splitlines(), start=1):
+        if current is not None:
+            known = memo.get(raw)
+            if known is not None:  # a link line (not a GPU header) read before
+                current[2].append(known)
+                continue
         line = raw.strip()
         if not line:
             continue
@@ -182,14 +196,16 @@ def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> Nvli
         if link:
             value = link.group(2)
             if value == "<inactive>":
-                current[2].append(NvlinkLink(link=int(link.group(1)), active=False))
-                continue
-            speed = _SPEED.match(value)
-            if speed is None:
-                raise ParseError(source, f"unreadable link value {value!r}", line=lineno)
-            current[2].append(
-                NvlinkLink(link=int(link.group(1)), active=True, speed_gbps=float(speed.group(1)))
-            )
+                read = NvlinkLink(link=int(link.group(1)), active=False)
+            else:
+                speed = _SPEED.match(value)
+                if speed is None:
+                    raise ParseError(source, f"unreadable link value {value!r}", line=lineno)
+                read = NvlinkLink(
+                    link=int(link.group(1)), active=True, speed_gbps=float(speed.group(1))
+                )
+            memo[raw] = read
+            current[2].append(read)
             continue
         if "nvlink" in line.lower() or line.startswith("NVML:"):
             if _UNSUPPORTED.search(line):
