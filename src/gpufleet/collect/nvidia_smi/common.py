@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from lxml import etree
@@ -410,19 +410,22 @@ def _walk_trie(
             _walk_trie(child, sub, path + "/", flat, dups)
 
 
-@dataclass(slots=True)
 class _TextNode:
-    """One ``Key : Value`` (or bare ``Key``) line of ``nvidia-smi -q`` and its children."""
+    """One ``Key : Value`` (or bare ``Key``) line of ``nvidia-smi -q`` and its children
+    (a plain slotted class: one is made per line of a report)."""
 
-    key: str  # normalised: "FB Memory Usage" -> "fb_memory_usage"
-    label: str  # as printed, for messages
-    value: str | None
-    line: int
-    indent: int
-    children: list[_TextNode] = field(default_factory=list)
-    child_indent: int | None = None
-    #: children by key, in order (built on the first lookup, once the tree is complete)
-    by_key: dict[str, list[_TextNode]] | None = field(default=None, repr=False, compare=False)
+    __slots__ = ("by_key", "child_indent", "children", "indent", "key", "label", "line", "value")
+
+    def __init__(self, key: str, label: str, value: str | None, line: int, indent: int) -> None:
+        self.key = key  # normalised: "FB Memory Usage" -> "fb_memory_usage"
+        self.label = label  # as printed, for messages
+        self.value = value
+        self.line = line
+        self.indent = indent
+        self.children: list[_TextNode] = []
+        self.child_indent: int | None = None
+        #: children by key, in order (built on the first lookup, once the tree is complete)
+        self.by_key: dict[str, list[_TextNode]] | None = None
 
     def named(self, key: str) -> list[_TextNode]:
         """The children called ``key``, in order."""
@@ -496,3 +499,77 @@ class _TextView:
         if found is None:
             return self._node.line, f"'{self._node.label}'"
         return found.line, f"'{found.label}'"
+
+
+class _TextFlatView:
+    """A ``-q`` node (a GPU) whose trie paths were resolved in one walk of its subtree.
+
+    :class:`_TextView` looks a path up as "the first child called ``a``, then the first
+    child called ``b`` of that one ..."; ``flat`` holds, for every path of the trie, that
+    node (the walk records the first child of each name and descends into it only), so a
+    lookup is one dict access. A path outside the trie, and ``nodes``/``leaves``/``where``,
+    go to a :class:`_TextView` of the same node: same answers, only slower.
+    """
+
+    __slots__ = ("_all", "_flat", "_node", "_paths", "_prefix")
+
+    def __init__(
+        self,
+        node: _TextNode,
+        paths: XmlPaths,
+        flat: dict[str, _TextNode] | None = None,
+        prefix: str = "",
+    ) -> None:
+        self._node = node
+        self._paths = paths
+        self._all = paths.all
+        self._prefix = prefix
+        if flat is None:
+            flat = {}
+            _walk_text_trie(node, paths.trie, "", flat)
+        self._flat = flat
+
+    def raw(self, path: str) -> str | None:
+        full = self._prefix + path
+        found = self._flat.get(full)
+        if found is not None:
+            return found.value if found.value is not None else ""
+        if full in self._all:
+            return None
+        return _TextView(self._node).raw(path)
+
+    def node(self, path: str) -> _View | None:
+        full = self._prefix + path
+        if full not in self._all:
+            return _TextView(self._node).node(path)
+        found = self._flat.get(full)
+        if found is None:
+            return None
+        return _TextFlatView(found, self._paths, self._flat, full + "/")
+
+    def nodes(self, path: str) -> list[_View]:
+        return _TextView(self._node).nodes(path)
+
+    def leaves(self) -> list[tuple[str, str | None, _View]]:
+        return _TextView(self._node).leaves()
+
+    def where(self, path: str) -> tuple[int | None, str]:
+        return _TextView(self._node).where(path)
+
+
+def _walk_text_trie(
+    node: _TextNode, trie: XmlTrie, prefix: str, flat: dict[str, _TextNode]
+) -> None:
+    """Record under ``prefix + key`` the first child of each trie name below ``node`` and
+    walk on into that child only (later children of the same name are never looked into)."""
+    for child in node.children:
+        key = child.key
+        sub = trie.get(key)
+        if sub is None:
+            continue
+        path = prefix + key
+        if path in flat:
+            continue
+        flat[path] = child
+        if sub:
+            _walk_text_trie(child, sub, path + "/", flat)

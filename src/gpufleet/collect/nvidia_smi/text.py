@@ -4,12 +4,48 @@ from __future__ import annotations
 
 import re
 
-from gpufleet.collect.nvidia_smi.common import _norm_key, _TextNode, _TextView
-from gpufleet.collect.nvidia_smi.fields import _Ctx, _gpu, _report, _report_header, _too_many
+from gpufleet.collect.nvidia_smi.common import (
+    _norm_key,
+    _TextFlatView,
+    _TextNode,
+    _TextView,
+    xml_paths,
+)
+from gpufleet.collect.nvidia_smi.fields import (
+    _CLOCK_EVENT_REASONS,
+    _FABRIC,
+    _GPU_FIELDS,
+    _REMAPPED_ROWS,
+    _RETIRED_PAGES,
+    _TEMPERATURE_THRESHOLDS,
+    _Ctx,
+    _gpu,
+    _report,
+    _report_header,
+    _SubTable,
+    _too_many,
+)
 from gpufleet.domain.facts import NvidiaSmiReport
 from gpufleet.errors import ParseError
 
 # ------------------------------------------------------------------------------ text
+
+
+def _sub_paths(prefix: str, table: _SubTable) -> list[str]:
+    return [prefix + path for _xml, text, _conv in table.values() for path in text]
+
+
+#: Every path :func:`_gpu` looks up under a GPU section with ``raw``/``node`` (the rest, and
+#: any path missing here, is still answered, through the slower :class:`_TextView`).
+_GPU_PATHS = xml_paths(
+    [path for f in _GPU_FIELDS for path in f.text]
+    + ["ecc_errors/volatile", "ecc_errors/aggregate", "processes"]
+    + _sub_paths("retired_pages/", _RETIRED_PAGES)
+    + _sub_paths("remapped_rows/", _REMAPPED_ROWS)
+    + _sub_paths("", _CLOCK_EVENT_REASONS)
+    + _sub_paths("temperature/", _TEMPERATURE_THRESHOLDS)
+    + _sub_paths("fabric/", _FABRIC)
+)
 
 _BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")
 # "Key      : value" -- the key never contains ':'; a bare key ("MIG Mode", "GPU 0000:..")
@@ -149,7 +185,7 @@ def parse_nvidia_smi_text(text: str, source: str = "nvidia-smi -q") -> NvidiaSmi
     gpus = []
     for i, node in enumerate(sections):
         m = _GPU_HEADER.match(node.label)
-        gpus.append(_gpu(ctx, _TextView(node), i, m["bus"] if m else None))
+        gpus.append(_gpu(ctx, _TextFlatView(node, _GPU_PATHS), i, m["bus"] if m else None))
     attached = header["attached_gpus"]
     if attached is None:
         raise ParseError(
