@@ -86,7 +86,14 @@ API_READS: tuple[tuple[str, str], ...] = (
 )
 #: The file a ``--keep`` run writes in the fleet's directory once the fleet is built.
 KEPT = "fleet.json"
-HISTORY_TABLES = ("fact_snapshots", "gpus", "nics", "collection_results", "collection_runs")
+HISTORY_TABLES = (
+    "fact_snapshots",
+    "fact_label_sets",
+    "gpus",
+    "nics",
+    "collection_results",
+    "collection_runs",
+)
 
 
 @dataclass

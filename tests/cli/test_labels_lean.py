@@ -78,7 +78,7 @@ def test_lean_labels_equal_the_full_path_and_fall_back_when_unsure(
     # a snapshot without usable fact_labels: the facts must be decoded, by the full path
     with fleet.db.session() as s:
         sid = s.scalar(select(Host.latest_snapshot_id).where(Host.name == "gpu-02"))
-        s.execute(update(FactSnapshot).where(FactSnapshot.id == sid).values(fact_labels=None))
+        s.execute(update(FactSnapshot).where(FactSnapshot.id == sid).values(fact_labels_id=None))
     assert lean_host_labels(url, "gpu-02") is None
     assert lean_host_labels(url, "gpu-01") is not None
     # a database at another schema revision: not read lean
@@ -136,7 +136,7 @@ def test_labels_host_cli_prints_what_the_full_path_prints(fleet: Fleet, tmp_path
     lean_table, loaded = _run(env, "labels", "gpu-01")
     assert "gpufleet.store.tables" not in loaded
     with fleet.db.session() as s:  # the same host through the full path
-        s.execute(update(FactSnapshot).values(fact_labels=None))
+        s.execute(update(FactSnapshot).values(fact_labels_id=None))
     full_table, loaded = _run(env, "labels", "gpu-01")
     assert "gpufleet.store.tables" in loaded
     assert lean_table == full_table

@@ -31,7 +31,7 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import labels_of
 from gpufleet.service.summary import host_labels
 from gpufleet.store.repo import baseline_name_for_host
-from gpufleet.store.tables import FactSnapshot, Host, Pool
+from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host, Pool
 
 PROFILES = ["training-multinode", "inference", "test"]
 
@@ -68,10 +68,10 @@ def test_fleet_labels_equal_each_hosts_own_derivation_in_order(
     assert b'"taints":[{"key":"gpufleet.io/quarantined","value":"gpu_lost"' in models
     with fleet.db.session() as s:
         want = {}
-        for h, snap in s.execute(
-            select(Host, FactSnapshot).join(
-                FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id
-            )
+        for h, snap, stored_value in s.execute(
+            select(Host, FactSnapshot, FactLabelSet.value)
+            .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+            .outerjoin(FactLabelSet, FactLabelSet.id == FactSnapshot.fact_labels_id)
         ):
             state = HostState(h.state)
             fault = Fault(h.fault) if h.fault else None
@@ -88,11 +88,12 @@ def test_fleet_labels_equal_each_hosts_own_derivation_in_order(
                 usable_gpus=h.usable_gpus,
                 unusable_gpus=len(h.unusable_gpus or []),
             )
-            # one host at a time from its stored fact_labels: the same labels in the same
-            # order (on PostgreSQL the stored JSONB keeps its own key order, on SQLite the
-            # facts' order: then also the order derive_labels gives from the full facts)
+            # one host at a time from its stored fact_labels (its label set's value, 0017):
+            # the same labels in the same order (on PostgreSQL the stored JSONB keeps its own
+            # key order, on SQLite the facts' order: then also the order derive_labels gives
+            # from the full facts)
             stored = labels_of(
-                h, usable_fact_labels(snap.fact_labels), baseline_name_for_host(s, h)
+                h, usable_fact_labels(stored_value), baseline_name_for_host(s, h)
             )
             assert stored.labels == labels, h.name
             if fleet.db.dialect == "sqlite":

@@ -1,4 +1,5 @@
-"""Migration 0016 (issue 8): the snapshot columns fleet-wide reads take, in one index.
+"""Migrations 0016, 0017 (issue 8): the snapshot columns fleet-wide reads take, in one index
+(0017 adds the label set's id, ``fact_labels_id``).
 
 The index is created and dropped on both databases; on SQLite the host list and the
 summary's read take the snapshots' columns from the index alone (a covering index: the row,
@@ -49,8 +50,15 @@ def test_0016_adds_the_read_columns_index_and_goes_back(empty_url: str) -> None:
     db = Database(empty_url)
     db.migrate("0011")
     assert INDEX not in _indexes(db)
-    db.migrate()
+    db.migrate("0016")
     assert db.current_revision() == "0016"
+    assert _indexes(db)[INDEX] == ["id", "gpu_count", "gpu_model", "driver", "cuda"]
+    db.migrate()
+    assert db.current_revision() == "0017"
+    assert _indexes(db)[INDEX] == [
+        "id", "gpu_count", "gpu_model", "driver", "cuda", "fact_labels_id"
+    ]  # fmt: skip
+    _down(db, "0016")
     assert _indexes(db)[INDEX] == ["id", "gpu_count", "gpu_model", "driver", "cuda"]
     _down(db, "0011")
     assert INDEX not in _indexes(db)

@@ -31,8 +31,13 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts
 from gpufleet.service.select import select_hosts
 from gpufleet.service.summary import fleet_summary, host_labels
-from gpufleet.store.repo import baseline_for_host, baseline_name_for_host, latest_facts_query
-from gpufleet.store.tables import Event, FactSnapshot, Host
+from gpufleet.store.repo import (
+    baseline_for_host,
+    baseline_name_for_host,
+    label_set_id,
+    latest_facts_query,
+)
+from gpufleet.store.tables import Event, FactLabelSet, FactSnapshot, Host
 
 FAULTS = {"gpu-05": ["gpu-missing"], "gpu-06": ["nvidia-smi-missing"]}
 
@@ -65,10 +70,22 @@ def _full(fleet: Fleet) -> dict[str, tuple[Host, FactSnapshot, HostFacts]]:
         return {h.name: (h, snap, HostFacts.model_validate(snap.facts)) for h, snap in rows}
 
 
-def _assert_derived(full: dict[str, tuple[Host, FactSnapshot, HostFacts]]) -> None:
+def _stored_labels(fleet: Fleet) -> dict[str, Any]:
+    """Each host's latest snapshot's stored ``fact_labels``: its label set's value (0017)."""
+    with fleet.db.session() as s:
+        rows = s.execute(
+            select(Host.name, FactLabelSet.value)
+            .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+            .outerjoin(FactLabelSet, FactLabelSet.id == FactSnapshot.fact_labels_id)
+        ).all()
+        return {name: value for name, value in rows}
+
+
+def _assert_derived(fleet: Fleet, full: dict[str, tuple[Host, FactSnapshot, HostFacts]]) -> None:
     """Every snapshot's derived columns are what its full facts say: the accelerator
     columns from every vendor's accelerators (issue 15), an NVIDIA-only host's exactly
     what nvidia-smi gave (as before issue 15)."""
+    stored = _stored_labels(fleet)
     for name, (_h, snap, facts) in full.items():
         accs = accelerators_of(facts)
         mems = [a.memory_total_mib for a in accs if a.memory_total_mib is not None]
@@ -94,7 +111,7 @@ def _assert_derived(full: dict[str, tuple[Host, FactSnapshot, HostFacts]]) -> No
         assert snap.os == (facts.os.pretty_name if facts.os else None), name
         assert snap.dmi_uuid == (dmi.upper() if dmi else None), name
         assert snap.content_hash == facts_digest(facts.model_dump(mode="json")), name
-        assert snap.fact_labels == fact_labels(facts), name  # migration 0015
+        assert stored[name] == fact_labels(facts), name  # migrations 0015, 0017
 
 
 MIXED = ["h100-8x", "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "ascend-910b3-8x"]
@@ -115,7 +132,7 @@ def test_derived_columns_of_a_mixed_fleet_count_every_vendor(
     collect(fleet)
     full = _full(fleet)
     assert len(full) == 5
-    _assert_derived(full)
+    _assert_derived(fleet, full)
     got = {n: (s.gpu_count, s.gpu_model, s.driver) for n, (_, s, _) in full.items()}
     assert got == {
         "gpu-01": (8, "NVIDIA H100 80GB HBM3", full["gpu-01"][2].driver_version),
@@ -143,7 +160,7 @@ def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: 
 
     full = _full(fleet)
     assert len(full) == 7
-    _assert_derived(full)
+    _assert_derived(fleet, full)
     assert full["gpu-06"][1].gpu_count == 0 and full["gpu-05"][1].gpu_count == 7
 
     # listing: what the full facts give
@@ -183,11 +200,12 @@ def test_derived_columns_and_reads_equal_the_full_facts(fleet: Fleet, tmp_path: 
     assert {x.host: x.labels for x in host_labels(fleet)} == want_labels
     # ... and from the facts where fact_labels is missing or of another version
     with fleet.db.session() as s:
+        other_version = label_set_id(s, {"v": -1})
         for name, (_, snap, _) in full.items():
             s.execute(
                 update(FactSnapshot)
                 .where(FactSnapshot.id == snap.id)
-                .values(facts=snap.facts, fact_labels={"v": -1} if name < "gpu-04" else None)
+                .values(facts=snap.facts, fact_labels_id=other_version if name < "gpu-04" else None)
             )
     assert {x.host: x.labels for x in host_labels(fleet)} == want_labels
     rep = drift(fleet)
@@ -280,8 +298,9 @@ def test_migration_0015_backfills_the_latest_snapshots_fact_labels(
     assert fleet.db.current_revision() == SCHEMA_REVISION
     full = _full(fleet)
     assert len(full) == 7
-    for name, (_, snap, facts) in full.items():
-        assert snap.fact_labels == fact_labels(facts), name
+    stored = _stored_labels(fleet)
+    for name, (_, _snap, facts) in full.items():
+        assert stored[name] == fact_labels(facts), name
     assert {x.host: x.labels for x in host_labels(fleet)} == want
 
 
@@ -321,7 +340,7 @@ def test_migration_0011_recomputes_the_accelerator_columns(fleet: Fleet, tmp_pat
     assert {v.name: v.gpu_count for v in list_hosts(fleet)} == {
         "gpu-01": 8, "gpu-02": 0, "gpu-03": 0}
     fleet.db.migrate()
-    assert fleet.db.current_revision() == SCHEMA_REVISION == "0016"
+    assert fleet.db.current_revision() == SCHEMA_REVISION == "0017"
     got = {n: (s.gpu_count, s.gpu_model, s.gpu_memory_mib, s.driver)
            for n, (_, s, _) in _full(fleet).items()}
     assert got == want

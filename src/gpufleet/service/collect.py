@@ -62,6 +62,7 @@ from gpufleet.service.pipeline import renew_claims as renew_claims
 from gpufleet.service.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.policies import Policies
+from gpufleet.store.repo import label_set_id
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
@@ -575,7 +576,8 @@ def _store_facts(
     A host whose facts are the same as its latest snapshot's (content hash) writes no new
     snapshot: the collection result row and ``hosts.last_collected_at`` record that it was
     seen unchanged, and that snapshot stays the latest. Otherwise one snapshot row and its
-    GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work).
+    GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
+    labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
     """
     doc = facts.model_dump(mode="json")
     digest = facts_digest(doc)
@@ -601,7 +603,7 @@ def _store_facts(
                 "os": facts.os.pretty_name if facts.os else None,
                 "content_hash": digest,
                 "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
-                "fact_labels": fact_labels(facts),
+                "fact_labels_id": label_set_id(s, fact_labels(facts)),
             }
         ],
     ).scalar_one()

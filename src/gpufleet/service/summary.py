@@ -17,7 +17,7 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import FleetLabels, HostLabels
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import OWN_BASELINE, Baselines, latest_columns, latest_facts
-from gpufleet.store.tables import FactSnapshot, Host
+from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host
 
 
 @dataclass
@@ -210,11 +210,13 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host.
 
     The hosts are read as the columns labels take, without their facts (issue 8): each
-    latest snapshot's ``fact_labels`` (what the labels take from the facts) is enough, and it
-    and the host's expected spec are read as their JSON text, decoded and derived once per
-    distinct text (:class:`~gpufleet.service.labels.FleetLabels`). Only a snapshot without a
-    usable one (written before migration 0015, or by another version of the rules) has its
-    facts decoded, a batch at a time, dropped once the host's labels are derived."""
+    latest snapshot's ``fact_labels`` (what the labels take from the facts; its shared
+    ``fact_label_sets`` row, by the id the snapshots' read index holds: migration 0017) is
+    enough, and it and the host's expected spec are read as their JSON text, decoded and
+    derived once per distinct text (:class:`~gpufleet.service.labels.FleetLabels`). Only a
+    snapshot without a usable one (written before migration 0015, or by another version of
+    the rules) has its facts decoded, a batch at a time, dropped once the host's labels are
+    derived."""
     with fleet.db.session() as s:
         decoded: dict[str, Any] = {}  # JSON text -> its value (shared: read only)
 
@@ -291,5 +293,5 @@ _LABEL_COLUMNS = (
     cast(Host.unusable_gpus, Text).label("unusable_gpus"),
     cast(Host.expected, Text).label("expected"),
     FactSnapshot.id.label("snapshot"),
-    cast(FactSnapshot.fact_labels, Text).label("fact_labels"),
+    cast(FactLabelSet.value, Text).label("fact_labels"),  # by the snapshot's fact_labels_id
 )

@@ -58,7 +58,8 @@ def baseline_name(host_vars: object, pool_baseline: str | None) -> str | None:
 class HostLabelRow:
     """What a host's labels are derived from (the :class:`~gpufleet.store.tables.Host`
     attributes of the same names, its baseline's name and its latest snapshot's
-    ``fact_labels``; ``has_snapshot`` False before the first collection)."""
+    ``fact_labels``, its ``fact_label_sets`` value; ``has_snapshot`` False before the first
+    collection)."""
 
     name: str
     state: str
@@ -76,9 +77,10 @@ class HostLabelRow:
 
 _HOST_LABELS = (
     "SELECT h.name, h.state, h.fault, h.pool, h.rack, h.profiles, h.expected, h.vars,"
-    " h.usable_gpus, h.unusable_gpus, h.latest_snapshot_id, s.fact_labels, p.baseline"
+    " h.usable_gpus, h.unusable_gpus, h.latest_snapshot_id, l.value, p.baseline"
     " FROM hosts h"
     " LEFT JOIN fact_snapshots s ON s.id = h.latest_snapshot_id"
+    " LEFT JOIN fact_label_sets l ON l.id = s.fact_labels_id"
     " LEFT JOIN pools p ON p.name = h.pool"
     " WHERE lower(h.name) = {p}"
 )

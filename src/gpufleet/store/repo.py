@@ -7,10 +7,13 @@ a transaction, commits or does network I/O. Selectors are built by
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from sqlalchemy import Column, ColumnElement, Row, Select, Table, desc, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, defer
@@ -22,7 +25,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.errors import NotFound
 from gpufleet.store.readmodel import baseline_name
-from gpufleet.store.tables import BaselineRow, Event, FactSnapshot, Host, Pool
+from gpufleet.store.tables import BaselineRow, Event, FactLabelSet, FactSnapshot, Host, Pool
 
 
 def host_by_name(s: Session, name: str, *, for_update: bool = False) -> Host:
@@ -75,10 +78,11 @@ def latest_facts_query(
     return stmt
 
 
-#: The index of the snapshot columns fleet-wide reads take (migration 0016).
+#: The index of the snapshot columns fleet-wide reads take (migrations 0016, 0017).
 READ_COLUMNS_INDEX = "ix_fact_snapshots_read_columns"
-#: Those columns: a read that takes only these (and the hosts') reads the index alone.
-READ_COLUMNS = frozenset({"id", "gpu_count", "gpu_model", "driver", "cuda"})
+#: Those columns: a read that takes only these (and the hosts', and the snapshot's
+#: :class:`FactLabelSet`'s) reads the index alone.
+READ_COLUMNS = frozenset({"id", "gpu_count", "gpu_model", "driver", "cuda", "fact_labels_id"})
 
 
 @compiles(Table, "sqlite")
@@ -121,28 +125,29 @@ def execute_read(
 def latest_columns(
     s: Session, hosts: Select[Host], *columns: ColumnElement[Any] | Any
 ) -> Sequence[Row[*tuple[Any, ...]]]:
-    """``columns`` (of :class:`Host` and of its latest snapshot, :class:`FactSnapshot`: NULL
-    before the first collection) of each host ``hosts`` selects, by name: plain rows, no ORM
-    object and no column the caller did not name, for fleet-wide reads (issue 8: a
-    ``Host`` row carries six JSON documents, a snapshot its facts and labels). When every
-    snapshot column named is one of :data:`READ_COLUMNS`, the snapshots are read from
-    their index alone (:func:`read_columns_only`)."""
+    """``columns`` (of :class:`Host`, of its latest snapshot, :class:`FactSnapshot`, and of
+    that snapshot's :class:`FactLabelSet`: NULL before the first collection) of each host
+    ``hosts`` selects, by name: plain rows, no ORM object and no column the caller did not
+    name, for fleet-wide reads (issue 8: a ``Host`` row carries six JSON documents, a
+    snapshot its facts). When every snapshot column named is one of :data:`READ_COLUMNS`,
+    the snapshots are read from their index alone (:func:`read_columns_only`); the label
+    set, when named, is joined by its id (a fleet has a few: a primary-key probe each)."""
     ids = hosts.with_only_columns(Host.id).order_by(None)
     stmt = (
         select(*columns)
         .select_from(Host)
         .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-        .where(Host.id.in_(ids))
-        .order_by(Host.name)
     )
-    if _snapshot_columns(columns) <= READ_COLUMNS:
+    if _columns_of(columns, FactLabelSet.__table__):
+        stmt = stmt.outerjoin(FactLabelSet, FactLabelSet.id == FactSnapshot.fact_labels_id)
+    stmt = stmt.where(Host.id.in_(ids)).order_by(Host.name)
+    if _columns_of(columns, FactSnapshot.__table__) <= READ_COLUMNS:
         return execute_read(s, read_columns_only(stmt), stmt)
     return s.connection().execute(stmt).all()
 
 
-def _snapshot_columns(columns: Sequence[Any]) -> set[str]:
-    """Names of the :class:`FactSnapshot` columns ``columns`` (selected expressions) read."""
-    table = FactSnapshot.__table__
+def _columns_of(columns: Sequence[Any], table: Any) -> set[str]:
+    """Names of the columns of ``table`` that ``columns`` (selected expressions) read."""
     names: set[str] = set()
     for c in columns:
         expr = c.__clause_element__() if hasattr(c, "__clause_element__") else c
@@ -150,6 +155,35 @@ def _snapshot_columns(columns: Sequence[Any]) -> set[str]:
             if isinstance(el, Column) and el.table is table:
                 names.add(el.name)
     return names
+
+
+def label_set_digest(value: Mapping[str, Any]) -> str:
+    """The :attr:`FactLabelSet.digest` of ``value`` (a ``domain.labels.fact_labels``
+    value): SHA-256 of its canonical JSON text (keys sorted, no spaces), so equal values
+    have one set whatever their key order (migration 0017 backfills with the same)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def label_set_id(s: Session, value: Mapping[str, Any]) -> int:
+    """The id of the :class:`FactLabelSet` holding ``value``, inserted when there is none
+    yet (issue 8: a snapshot refers to its labels' value, stored once per distinct value).
+    Safe with several writers: the insert does nothing when another transaction holds or
+    committed the same digest (PostgreSQL waits for that one to end), and the set is then
+    read back; sets are never updated nor deleted, so the id stays valid."""
+    digest = label_set_digest(value)
+    by_digest = select(FactLabelSet.id).where(FactLabelSet.digest == digest)
+    got = s.scalar(by_digest)
+    if got is not None:
+        return got
+    dialect = s.get_bind().dialect.name
+    ins = (postgresql if dialect == "postgresql" else sqlite).insert(FactLabelSet)
+    s.execute(
+        ins.values(digest=digest, value=dict(value)).on_conflict_do_nothing(
+            index_elements=[FactLabelSet.digest]
+        )
+    )
+    return s.execute(by_digest).scalar_one()
 
 
 #: Facts documents decoded at once by :func:`latest_facts` (memory stays bounded).

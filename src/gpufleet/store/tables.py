@@ -225,16 +225,33 @@ class FactSnapshot(Base):
     content_hash: Mapped[str | None] = mapped_column(String(64))
     dmi_uuid: Mapped[str | None] = mapped_column(String(64), index=True)
     gpu_memory_mib: Mapped[int | None] = mapped_column(Integer)
-    #: issue 8 (migration 0015): what the labels take from the facts
-    #: (``domain.labels.fact_labels``, versioned), so labels need not decode ``facts``.
-    fact_labels: Mapped[dict[str, Any] | None] = mapped_column(JsonType, nullable=True)
+    #: issue 8 (migrations 0015, 0017): what the labels take from the facts
+    #: (``domain.labels.fact_labels``, versioned), so labels need not decode ``facts``: the
+    #: :class:`FactLabelSet` holding that value (a fleet has a few distinct ones).
+    fact_labels_id: Mapped[int | None] = mapped_column(
+        ForeignKey("fact_label_sets.id"), nullable=True
+    )
+
+
+class FactLabelSet(Base):
+    """One distinct value of what the labels take from the facts
+    (``domain.labels.fact_labels``), shared by every snapshot that has it (issue 8,
+    migration 0017): a 1.4 KB value stored once per fleet-wide variant instead of per
+    snapshot, and referenced by id from the snapshots' covering read index. Never updated.
+    ``digest``: SHA-256 of the value's canonical JSON text (``store.repo.label_set_digest``)."""
+
+    __tablename__ = "fact_label_sets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    value: Mapped[dict[str, Any]] = mapped_column(JsonType)
 
 
 #: issue 8: hosts by their latest snapshot (duplicate checks join snapshot -> host).
 Index("ix_hosts_latest_snapshot", Host.latest_snapshot_id)
-#: issue 8 (migration 0016): the derived columns fleet-wide reads take (summary, hosts list,
-#: drift), read from the index alone (on SQLite a snapshot's columns sit after its facts
-#: document: reading them from the row walks the document's overflow pages).
+#: issue 8 (migrations 0016, 0017): the derived columns fleet-wide reads take (summary,
+#: hosts list, drift, labels), read from the index alone (on SQLite a snapshot's columns sit
+#: after its facts document: reading them from the row walks the document's overflow pages).
 Index(
     "ix_fact_snapshots_read_columns",
     FactSnapshot.id,
@@ -242,6 +259,7 @@ Index(
     FactSnapshot.gpu_model,
     FactSnapshot.driver,
     FactSnapshot.cuda,
+    FactSnapshot.fact_labels_id,
 )
 
 
