@@ -166,13 +166,18 @@ _MEMO_MAX = 4096
 
 
 def _memo(convert: Callable[[str], object]) -> dict[str, object]:
-    """The value memo of ``convert`` (see :data:`_MEMOS`), emptied when full."""
+    """The value memo of ``convert`` (see :data:`_MEMOS`); the same dict for good."""
     memo = _MEMOS.get(convert)
     if memo is None:
         memo = _MEMOS[convert] = {}
-    elif len(memo) > _MEMO_MAX:
-        memo.clear()
     return memo
+
+
+def _trim_memos() -> None:
+    """Empty the memos grown past :data:`_MEMO_MAX` (once per report read)."""
+    for memo in _MEMOS.values():
+        if len(memo) > _MEMO_MAX:
+            memo.clear()
 
 
 def normalize_pci_bus_id(value: str) -> str:

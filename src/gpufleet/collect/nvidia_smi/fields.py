@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufleet.collect.nvidia_smi.common import (
+    _MEMOS,
     _UNSEEN,
     _as_str,
     _BadValue,
@@ -383,7 +384,9 @@ def _read(
     ctx: _Ctx, view: _View, paths: Sequence[str], convert: Callable[[str], Any], what: str
 ) -> Any:
     """First present, non-missing value among ``paths``, converted; ParseError if unreadable."""
-    memo = _memo(convert)
+    memo = _MEMOS.get(convert)
+    if memo is None:
+        memo = _memo(convert)
     for path in paths:
         raw = view.raw(path)
         if raw is None:
@@ -497,6 +500,12 @@ def _own_int(ctx: _Ctx, view: _View, raw: str | None, what: str) -> int:
         raise ParseError(ctx.source, f"{place} ({what}): {exc}", line=line) from None
 
 
+#: Each Gpu field with the value memo of its adapter.
+_GPU_PLAN: tuple[tuple[_Field, dict[str, object]], ...] = tuple(
+    (f, _memo(f.convert)) for f in _GPU_FIELDS
+)
+
+
 def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     values: dict[str, Any] = {"index": index}
     error: str | None = None
@@ -504,10 +513,9 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
     # _read does) and the error state (every path is looked at for a "GPU is lost").
     raw_of = view.raw
     is_xml = ctx.is_xml
-    for f in _GPU_FIELDS:
+    for f, memo in _GPU_PLAN:
         value: Any = None
         found = False
-        memo = _memo(f.convert)
         for path in f.xml if is_xml else f.text:
             raw = raw_of(path)
             if raw is None:

@@ -9,6 +9,7 @@ from gpufleet.collect.nvidia_smi.common import (
     _TextFlatView,
     _TextNode,
     _TextView,
+    _trim_memos,
     xml_paths,
 )
 from gpufleet.collect.nvidia_smi.fields import (
@@ -176,6 +177,7 @@ def parse_nvidia_smi_text(text: str, source: str = "nvidia-smi -q") -> NvidiaSmi
     mid-way; a mismatch raises :class:`ParseError` naming the last line. Lines that are not
     the ``==NVSMI LOG==`` layout (no banner, broken indentation) raise too.
     """
+    _trim_memos()
     root, last_line = _text_tree(text, source)
     ctx = _Ctx(source, is_xml=False)
     top = _TextView(root)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from lxml import etree
 
-from gpufleet.collect.nvidia_smi.common import _XmlFlatView, _XmlIndex, _XmlView, xml_paths
+from gpufleet.collect.nvidia_smi.common import (
+    _trim_memos,
+    _XmlFlatView,
+    _XmlIndex,
+    _XmlView,
+    xml_paths,
+)
 from gpufleet.collect.nvidia_smi.fields import (
     _CLOCK_EVENT_REASONS,
     _FABRIC,
@@ -81,6 +87,7 @@ def parse_nvidia_smi_xml(text: str, source: str = "nvidia-smi -q -x") -> NvidiaS
             source, f"root element is <{root.tag!s}>, expected <nvidia_smi_log>", line=1
         )
     ctx = _Ctx(source, is_xml=True)
+    _trim_memos()
     index: _XmlIndex = {}
     top = _XmlView(root, "nvidia_smi_log", index)
     elems = root.findall("gpu")
