@@ -420,6 +420,10 @@ def _sub(ctx: _Ctx, view: _View | None, table: _SubTable, what: str) -> dict[str
     return values if any(v is not None for v in values.values()) else None
 
 
+#: The value memo of :func:`_int` (ECC counts).
+_INT_MEMO: dict[str, Any] = _memo(_int)
+
+
 def _ecc_side(ctx: _Ctx, view: _View | None, what: str) -> EccErrors | None:
     """Sum ECC counts over memory locations for one of ``volatile`` / ``aggregate``.
 
@@ -431,7 +435,14 @@ def _ecc_side(ctx: _Ctx, view: _View | None, what: str) -> EccErrors | None:
         return None
     correctable: list[int] = []
     uncorrectable: list[int] = []
-    for key, raw, child in view.leaves():
+    leaves = view.leaves()
+    # What view.raw(key) answers (the first child called key), for the memo shortcut below.
+    first: dict[str, str] = {}
+    for key, raw, _ in leaves:
+        if key not in first:
+            first[key] = raw if raw is not None else ""
+    memo = _INT_MEMO
+    for key, raw, child in leaves:
         if key in ("single_bit", "double_bit"):
             bucket = correctable if key == "single_bit" else uncorrectable
             total = _read(ctx, child, ("total",), _int, f"{what}.{key}.total")
@@ -444,7 +455,8 @@ def _ecc_side(ctx: _Ctx, view: _View | None, what: str) -> EccErrors | None:
         elif "uncorrectable" in key or "correctable" in key:
             if _clean(raw) is None:
                 continue
-            value = _read(ctx, view, (key,), _int, f"{what}.{key}")
+            known = memo.get(first[key])  # a count read before: what _read would return
+            value = known if known is not None else _read(ctx, view, (key,), _int, f"{what}.{key}")
             (uncorrectable if "uncorrectable" in key else correctable).append(value)
     if not correctable and not uncorrectable:
         return None
