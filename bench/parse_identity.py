@@ -191,6 +191,15 @@ def xml_mutations(text: str, seed: str) -> Iterator[tuple[str, str]]:
     yield "root-other", text.replace("nvidia_smi_log", "nvidia_log")
     yield "crlf", text.replace("\n", "\r\n")
     yield "entity", text.replace("<uuid>", "<uuid>&amp;", 1)
+    # declared entities stay unexpanded references (resolve_entities=False): in a value and
+    # between the elements of a <gpu>
+    root_at = text.find("<nvidia_smi_log")
+    if root_at >= 0:
+        dtd = '<!DOCTYPE nvidia_smi_log [<!ENTITY e "GPU is lost">]>\n'
+        with_dtd = re.sub(r"<!DOCTYPE[^>]*>", "", text[:root_at]) + dtd + text[root_at:]
+        yield "dtd-entity-value", with_dtd.replace("<uuid>", "<uuid>&e;", 1)
+        yield "dtd-entity-between", with_dtd.replace("<uuid>", "&e;<uuid>", 1)
+        yield "dtd-entity-pci", with_dtd.replace("<pci>", "<pci>&e;", 1)
     yield "empty", "   \n"
 
 

@@ -381,9 +381,15 @@ class _Ctx:
 
 
 def _read(
-    ctx: _Ctx, view: _View, paths: Sequence[str], convert: Callable[[str], Any], what: str
+    ctx: _Ctx,
+    view: _View,
+    paths: Sequence[str],
+    convert: Callable[[str], Any],
+    what: str,
+    attr: str = "",
 ) -> Any:
-    """First present, non-missing value among ``paths``, converted; ParseError if unreadable."""
+    """First present, non-missing value among ``paths``, converted; ParseError if unreadable
+    (naming ``what``, or ``what.attr`` when ``attr`` is given)."""
     memo = _MEMOS.get(convert)
     if memo is None:
         memo = _memo(convert)
@@ -404,7 +410,8 @@ def _read(
             result = memo[raw] = convert(value)
         except _BadValue as exc:
             line, place = view.where(path)
-            raise ParseError(ctx.source, f"{place} ({what}): {exc}", line=line) from None
+            name = f"{what}.{attr}" if attr else what
+            raise ParseError(ctx.source, f"{place} ({name}): {exc}", line=line) from None
         return result
     return None
 
@@ -414,7 +421,7 @@ def _sub(ctx: _Ctx, view: _View | None, table: _SubTable, what: str) -> dict[str
     if view is None:
         return None
     values = {
-        attr: _read(ctx, view, xml if ctx.is_xml else text, conv, f"{what}.{attr}")
+        attr: _read(ctx, view, xml if ctx.is_xml else text, conv, what, attr)
         for attr, (xml, text, conv) in table.items()
     }
     return values if any(v is not None for v in values.values()) else None
