@@ -107,10 +107,8 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
         )
     pos = len(text) if nl < 0 else nl + 1
     sections: dict[str, Section] = {}
-    starts: dict[str, int] = {}  # section name -> line of its begin marker
-    # Lines are counted from the last begin marker on, not from the top each time (a 200 kB
-    # bundle has ~20 sections: counting from the top was a tenth of the split).
-    counted, line = 0, 1
+    # Section name -> offset of its begin marker; its line is counted only for a message.
+    starts: dict[str, int] = {}
     markers = _markers(text, pos)
     for m in markers:
         gap = text[pos : m.start()]
@@ -121,18 +119,15 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
         name = m["begin"]
         if name is None:  # a stderr or end marker outside any section
             _unexpected(text, source, m.start(), m.group())
-        line += text.count("\n", counted, m.start())
-        counted = m.start()
-        begin_line = line
         if name in starts:
             # A second copy (a tool printing our framing, or a tampered stream) could
             # replace the real output unnoticed: refuse the whole bundle.
             raise ParseError(
                 source,
-                f"section '{name}' appears twice (first at line {starts[name]})",
-                line=begin_line,
+                f"section '{name}' appears twice (first at line {_line_of(text, starts[name])})",
+                line=_line_of(text, m.start()),
             )
-        starts[name] = begin_line
+        starts[name] = m.start()
         out: list[str] = []
         err: list[str] = []
         target = out
@@ -152,7 +147,9 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
                 break
         if rc is None:
             raise ParseError(
-                source, f"section '{name}' is truncated (no end marker)", line=begin_line
+                source,
+                f"section '{name}' is truncated (no end marker)",
+                line=_line_of(text, m.start()),
             )
         sections[name] = Section(name, _strip_frame(out), _strip_frame(err), rc)
     if text[pos:].strip():
