@@ -6,6 +6,9 @@ collect a few hundred lab hosts once (``scale.py --hosts 300 --keep DIR --only
 rows under new names (``NAME-x1``, ``NAME-x2`` ...; GPU UUIDs and serials suffixed too) until
 there are N, and measure the reads at N (``scale.py --keep DIR --only summary,...``) without
 a collection of N hosts. History (older snapshots, events, collection results) is not copied.
+Every column of a copied row is copied as it is (the tables' columns are read from the
+database, so any schema works): a snapshot keeps its ``fact_labels_id``, the copies share the
+``fact_label_sets`` rows (migration 0017) as equal collected values would.
 
     .venv/bin/python bench/grow_fleet.py --keep DIR --db sqlite|pg [--hosts 12500]
 """

@@ -196,7 +196,11 @@ def history_bytes(url: str) -> int:
                 )
                 return used * page
             return sum(
-                int(c.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar_one())
+                int(
+                    c.execute(  # 0: a table this schema does not have (a tree before 0017)
+                        text(f"SELECT coalesce(pg_total_relation_size(to_regclass('{t}')), 0)")
+                    ).scalar_one()
+                )
                 for t in HISTORY_TABLES
             )
     finally:

@@ -16,8 +16,14 @@ from gpufleet.service.baselines import DriftHost, DriftReport, drift_of
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import FleetLabels, HostLabels
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.store.repo import OWN_BASELINE, Baselines, latest_columns, latest_facts
-from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host
+from gpufleet.store.repo import (
+    OWN_BASELINE,
+    Baselines,
+    label_set_texts,
+    latest_columns,
+    latest_facts,
+)
+from gpufleet.store.tables import FactSnapshot, Host
 
 
 @dataclass
@@ -210,13 +216,13 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     """Scheduling labels (GFD-compatible + gpufleet.io) and taints per selected host.
 
     The hosts are read as the columns labels take, without their facts (issue 8): each
-    latest snapshot's ``fact_labels`` (what the labels take from the facts; its shared
-    ``fact_label_sets`` row, by the id the snapshots' read index holds: migration 0017) is
-    enough, and it and the host's expected spec are read as their JSON text, decoded and
-    derived once per distinct text (:class:`~gpufleet.service.labels.FleetLabels`). Only a
-    snapshot without a usable one (written before migration 0015, or by another version of
-    the rules) has its facts decoded, a batch at a time, dropped once the host's labels are
-    derived."""
+    latest snapshot's ``fact_labels`` (what the labels take from the facts: its shared
+    ``fact_label_sets`` row, by the id the snapshots' read index holds, migration 0017; the
+    few sets read once) is enough, and it and the host's expected spec are read as their
+    JSON text, decoded and derived once per distinct text
+    (:class:`~gpufleet.service.labels.FleetLabels`). Only a snapshot without a usable one
+    (written before migration 0015, or by another version of the rules) has its facts
+    decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
         decoded: dict[str, Any] = {}  # JSON text -> its value (shared: read only)
 
@@ -228,10 +234,12 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
                 got = decoded[text] = json.loads(text)
             return got
 
+        read = latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS)
+        sets = label_set_texts(s, {r[11] for r in read})
         rows = [
             _LabelHost(r[0], r[1], r[2], r[3], r[4], value(r[5]), r[6], r[7], value(r[8]), r[9],
-                       r[10], r[11])
-            for r in latest_columns(s, select_hosts(selector), *_LABEL_COLUMNS)
+                       r[10], sets.get(r[11]))
+            for r in read
         ]  # fmt: skip
         lookup = Baselines(s)
         labeller = FleetLabels()
@@ -293,5 +301,5 @@ _LABEL_COLUMNS = (
     cast(Host.unusable_gpus, Text).label("unusable_gpus"),
     cast(Host.expected, Text).label("expected"),
     FactSnapshot.id.label("snapshot"),
-    cast(FactLabelSet.value, Text).label("fact_labels"),  # by the snapshot's fact_labels_id
+    FactSnapshot.fact_labels_id,  # its FactLabelSet: the JSON text read once per set
 )

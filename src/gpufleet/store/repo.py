@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import Column, ColumnElement, Row, Select, Table, desc, select
+from sqlalchemy import Column, ColumnElement, Row, Select, Table, Text, cast, desc, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.compiler import compiles
@@ -80,8 +80,7 @@ def latest_facts_query(
 
 #: The index of the snapshot columns fleet-wide reads take (migrations 0016, 0017).
 READ_COLUMNS_INDEX = "ix_fact_snapshots_read_columns"
-#: Those columns: a read that takes only these (and the hosts', and the snapshot's
-#: :class:`FactLabelSet`'s) reads the index alone.
+#: Those columns: a read that takes only these (and the hosts') reads the index alone.
 READ_COLUMNS = frozenset({"id", "gpu_count", "gpu_model", "driver", "cuda", "fact_labels_id"})
 
 
@@ -125,22 +124,21 @@ def execute_read(
 def latest_columns(
     s: Session, hosts: Select[Host], *columns: ColumnElement[Any] | Any
 ) -> Sequence[Row[*tuple[Any, ...]]]:
-    """``columns`` (of :class:`Host`, of its latest snapshot, :class:`FactSnapshot`, and of
-    that snapshot's :class:`FactLabelSet`: NULL before the first collection) of each host
-    ``hosts`` selects, by name: plain rows, no ORM object and no column the caller did not
-    name, for fleet-wide reads (issue 8: a ``Host`` row carries six JSON documents, a
-    snapshot its facts). When every snapshot column named is one of :data:`READ_COLUMNS`,
-    the snapshots are read from their index alone (:func:`read_columns_only`); the label
-    set, when named, is joined by its id (a fleet has a few: a primary-key probe each)."""
+    """``columns`` (of :class:`Host` and of its latest snapshot, :class:`FactSnapshot`: NULL
+    before the first collection) of each host ``hosts`` selects, by name: plain rows, no ORM
+    object and no column the caller did not name, for fleet-wide reads (issue 8: a
+    ``Host`` row carries six JSON documents, a snapshot its facts). When every snapshot
+    column named is one of :data:`READ_COLUMNS`, the snapshots are read from their index
+    alone (:func:`read_columns_only`); a snapshot's labels' facts are its
+    ``fact_labels_id``, the few values read once (:func:`label_set_texts`)."""
     ids = hosts.with_only_columns(Host.id).order_by(None)
     stmt = (
         select(*columns)
         .select_from(Host)
         .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.id.in_(ids))
+        .order_by(Host.name)
     )
-    if _columns_of(columns, FactLabelSet.__table__):
-        stmt = stmt.outerjoin(FactLabelSet, FactLabelSet.id == FactSnapshot.fact_labels_id)
-    stmt = stmt.where(Host.id.in_(ids)).order_by(Host.name)
     if _columns_of(columns, FactSnapshot.__table__) <= READ_COLUMNS:
         return execute_read(s, read_columns_only(stmt), stmt)
     return s.connection().execute(stmt).all()
@@ -163,6 +161,19 @@ def label_set_digest(value: Mapping[str, Any]) -> str:
     have one set whatever their key order (migration 0017 backfills with the same)."""
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def label_set_texts(s: Session, ids: Iterable[int | None]) -> dict[int, str]:
+    """The JSON text of each :class:`FactLabelSet` of ``ids`` (None ignored), by id: what a
+    fleet-wide read joins to its snapshots' ``fact_labels_id`` (a fleet has a few sets; one
+    read of them instead of a 1.4 KB text per host, issue 8)."""
+    wanted = {i for i in ids if i is not None}
+    if not wanted:
+        return {}
+    stmt = select(FactLabelSet.id, cast(FactLabelSet.value, Text)).where(
+        FactLabelSet.id.in_(wanted)
+    )
+    return {i: t for i, t in s.connection().execute(stmt)}
 
 
 def label_set_id(s: Session, value: Mapping[str, Any]) -> int:
