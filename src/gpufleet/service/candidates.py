@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
@@ -20,10 +21,13 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     String,
+    Text,
     and_,
+    cast,
     exists,
     false,
     func,
+    null,
     or_,
     select,
     type_coerce,
@@ -45,6 +49,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
 from gpufleet.service.placement_index import blocking_alarm, read_summary, want_rebuild
 from gpufleet.service.select import is_explicit, select_hosts
+from gpufleet.store.repo import execute_read, read_columns_only
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, LeaseHost
 
 
@@ -323,11 +328,12 @@ def host_views(
         Host.rack,
         Host.pool,
         Host.expected["fabric"].as_string(),
-        Host.profiles,
+        cast(Host.profiles, Text),  # decoded once per distinct list below
         Host.eta,
         _gpus(),
         FactSnapshot.gpu_model,
-        _min_memory(),
+        # read only when asked: every other snapshot column here is in the snapshot index
+        _min_memory() if req.min_gpu_memory_mib else null(),
     ]
     stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
     if is_explicit(selector):
@@ -340,7 +346,13 @@ def host_views(
         stmt = stmt.where(Host.state.in_(states))
     if req.model:
         stmt = stmt.where(func.lower(FactSnapshot.gpu_model).contains(req.model.lower()))
-    rows = s.execute(stmt).all()
+    # issue 8: the snapshots' columns from their index alone (on SQLite a snapshot row's
+    # facts document sits before them), the rows as plain Core rows
+    rows = (
+        s.execute(stmt).all()
+        if req.min_gpu_memory_mib
+        else execute_read(s, read_columns_only(stmt), stmt)
+    )
     alarmed = set(
         s.scalars(select(Alarm.host_id).where(Alarm.closed_at.is_(None), blocking_alarm()))
     )
@@ -363,8 +375,12 @@ def host_views(
         )
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
-    for hid, name, state, version, rack, pool, fabric, profiles, eta, gpus, model, mem in rows:
+    profile_sets: dict[str | None, frozenset[str]] = {None: frozenset()}
+    for hid, name, state, version, rack, pool, fabric, text, eta, gpus, model, mem in rows:
         st = _STATES[state]
+        profiles = profile_sets.get(text)
+        if profiles is None:
+            profiles = profile_sets[text] = frozenset(json.loads(text) or ())
         views.append(
             HostView(
                 name=name,
@@ -375,7 +391,7 @@ def host_views(
                 rack=rack,
                 fabric=fabric,
                 pool=pool,
-                profiles=frozenset(profiles or ()),
+                profiles=profiles,
                 alarm=hid in alarmed,
                 busy_until=busy.get(hid),
                 eta=eta if st in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
