@@ -4,7 +4,8 @@
 ``--repeat``) of each step one host's result goes through in the controller:
 ``split_bundle``, ``assemble_facts`` (and
 inside it each section parser alone), ``model_dump`` + content hash, the derived columns and
-labels; against lxml parsing the same ``-q -x`` document (the floor the issue names).
+labels; against lxml parsing the same ``-q -x`` document (the floor the issue names). With
+``--hosts N``: split + assemble per host over a lab fleet of N different hosts.
 
 ``collect``: builds a lab fleet of N hosts on SQLite or PostgreSQL (a scratch database,
 dropped afterwards), enrolls it and runs ``collect`` in this process; prints the CPU time of
@@ -12,6 +13,7 @@ the apply thread per host (parse + store, without the sim transport's rendering,
 in the other thread) and, with ``--profile``, the top entries of a cProfile of that thread.
 
     .venv/bin/python bench/profile_collect.py parse [--repeat 50]
+    .venv/bin/python bench/profile_collect.py parse --hosts 300 [--repeat 5]
     .venv/bin/python bench/profile_collect.py collect [--hosts 150] [--db sqlite|pg]
         [--profile] [--top 30] [--again]
 """
@@ -112,6 +114,34 @@ def parse_bench(repeat: int, profile: bool, top: int) -> None:
             print(out.getvalue())
 
 
+def parse_fleet_bench(hosts: int, repeat: int) -> None:
+    """CPU ms per host of ``split_bundle`` + ``assemble_facts`` over a lab fleet of ``hosts``
+    different hosts (round robin over :data:`MODELS`, distinct serials and UUIDs), each parsed
+    once per round: the first round on cold caches, then the best of ``repeat`` rounds (the
+    value and line memos see each host's unique lines once per round, as a collection does)."""
+    from gpufleet.collect.assemble import assemble_facts
+    from gpufleet.collect.bundle import render_bundle, split_bundle
+    from gpufleet.lab.fleet import create_fleet
+    from gpufleet.lab.renderers import render_sections
+
+    now = datetime.now(UTC)
+    fl = create_fleet(hosts, models=list(MODELS), faults={})
+    bundles = [(h.name, render_bundle(list(render_sections(h).values()))) for h in fl.hosts]
+
+    def one_round() -> float:
+        t = time.process_time()
+        for name, bundle in bundles:
+            assemble_facts(split_bundle(bundle), now, name)
+        return (time.process_time() - t) / len(bundles) * 1000
+
+    cold = one_round()
+    best = min(one_round() for _ in range(repeat))
+    print(
+        f"parse fleet of {hosts} hosts ({', '.join(MODELS)}): split_bundle + assemble_facts "
+        f"{cold:.2f} ms/host cold, {best:.2f} ms/host best of {repeat} rounds"
+    )
+
+
 def collect_bench(
     hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
 ) -> None:
@@ -190,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=50)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument(
+        "--hosts", type=int, default=0, help="parse a lab fleet of N hosts instead (per host)"
+    )
     c = sub.add_parser("collect")
     c.add_argument("--hosts", type=int, default=150)
     c.add_argument("--db", choices=("sqlite", "pg"), default="sqlite")
@@ -200,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     c.add_argument("--dump", default="", help="write the profile (pstats) to this file")
     a = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
-    if a.what == "parse":
+    if a.what == "parse" and a.hosts:
+        parse_fleet_bench(a.hosts, a.repeat)
+    elif a.what == "parse":
         parse_bench(a.repeat, a.profile, a.top)
     else:
         collect_bench(a.hosts, a.db, a.profile, a.top, a.again, a.pg, a.dump)

@@ -78,7 +78,7 @@ def _split_key_value(body: str) -> tuple[str, str | None]:
 #: block) repeat from GPU to GPU and host to host. Bounded: emptied when it grows past
 #: :data:`_LINE_CACHE_MAX` (a report of unique lines just reads them the long way).
 _LINE_CACHE: dict[str, tuple[int, str, str | None, str, bool]] = {}
-_LINE_CACHE_MAX = 50_000
+_LINE_CACHE_MAX = 16_384  # ~400 bytes an entry: a few MB at most
 
 
 def _read_line(line: str, number: int, source: str) -> tuple[int, str, str | None, str, bool]:
