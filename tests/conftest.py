@@ -38,16 +38,32 @@ def pg_database_url() -> Iterator[str]:
     admin.dispose()
 
 
+#: The sequences owned by the schema's tables' columns (what ``TRUNCATE ... RESTART IDENTITY``
+#: restarts), each with its start value.
+_OWNED_SEQUENCES = text(
+    "SELECT s.seqrelid::regclass::text, s.seqstart FROM pg_sequence s"
+    " JOIN pg_depend d ON d.objid = s.seqrelid AND d.classid = 'pg_class'::regclass"
+    " AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')"
+    " JOIN pg_class t ON t.oid = d.refobjid"
+    " WHERE t.relname = ANY(:tables) AND t.relnamespace = to_regnamespace(current_schema())"
+)
+
+
 def _truncate(db: Database) -> None:
-    """Empty every table of the schema (from the models, so a new table is never forgotten)."""
+    """Empty every table of the schema (from the models, so a new table is never forgotten)
+    and, on PostgreSQL, restart the tables' identity sequences as ``TRUNCATE ... RESTART
+    IDENTITY`` does. DELETE rather than TRUNCATE on both backends: the tables of a test hold
+    a few rows, and PostgreSQL's TRUNCATE of the 32 tables (a new file per table and index)
+    took 0.5-0.9 s per test against 0.02 s."""
     tables = [t.name for t in Base.metadata.sorted_tables]
     with db.engine.begin() as c:
+        c.execute(text("UPDATE hosts SET latest_snapshot_id = NULL"))
+        for t in reversed(tables):  # children before parents
+            c.execute(text(f"DELETE FROM {t}"))
         if db.dialect == "postgresql":
-            c.execute(text("TRUNCATE " + ", ".join(tables) + " RESTART IDENTITY CASCADE"))
-        else:
-            c.execute(text("UPDATE hosts SET latest_snapshot_id = NULL"))
-            for t in reversed(tables):  # children before parents
-                c.execute(text(f"DELETE FROM {t}"))
+            for seq, start in c.execute(_OWNED_SEQUENCES, {"tables": tables}).all():
+                c.execute(text("SELECT setval(CAST(:seq AS regclass), :start, false)"),
+                          {"seq": seq, "start": start})
 
 
 @pytest.fixture(scope="session")
