@@ -111,3 +111,27 @@ def clock(fleet: Fleet) -> FakeClock:
     """The fleet's clock."""
     assert isinstance(fleet.clock, FakeClock)
     return fleet.clock
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep ``--dist loadgroup`` (``make test``) honouring ``xdist_group`` under pytest 9.2.
+
+    pytest-xdist (3.8) tells its controller an item's group by appending ``@GROUP`` to the
+    item's ``_nodeid`` on the worker; pytest 9.2 builds ``nodeid`` from a structured ``_id``
+    instead, so the suffix is lost and every grouped test was scheduled on its own: both
+    workers started their own Slurm cluster, Redfish emulators and probe world, and built the
+    wheel twice (pytest-dev/pytest-xdist#1386). Where the suffix is missing, set it the way
+    xdist means to (its group names, sorted, joined by ``_``); a no-op once xdist does it."""
+    if not config.getoption("loadgroup", default=False):  # set on xdist workers only
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest before 9.2: xdist's own suffix works
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = NodeId.parse(item.nodeid + suffix)
