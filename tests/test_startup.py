@@ -5,7 +5,16 @@ without Rich under ``--json``), and the plain shapes of the read commands (``hos
 [SELECTOR]``, each with or without ``--json``) without Typer or Click, prints exactly what
 the Typer commands print with the same exit code, and leaves every other case (errors,
 warnings, remote mode, other command lines) to the Typer command, whose output is then the
-same as before; the settings read the environment as pydantic-settings did."""
+same as before; the settings read the environment as pydantic-settings did.
+
+Every ``gpufleet`` run through the entry point is a fresh process (what it imports is the
+point). The Typer command whose output is the reference runs in a process forked, per
+command, from one that has already imported the Typer application and the read commands'
+modules (:class:`_TyperForks`): the same modules a fresh ``gpufleet`` imports for these
+commands (none reads the environment at import but Rich's console, built for the same
+``COLUMNS=100``), while the command line, the environment, the settings, stdout/stderr
+(files, not terminals) and the exit status are the command's own; so it prints what a fresh
+process prints without paying the imports (about 1 s of CPU) again in each of the 70 cases."""
 
 from __future__ import annotations
 
@@ -13,7 +22,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -53,8 +64,105 @@ _CODE = (
 )
 
 
+#: The Typer application's fork server: imports what a fresh ``python -c`` running
+#: ``gpufleet.cli.main.app`` imports for the read commands, then, per request line (JSON:
+#: env, argv, out, err), forks a child that takes the request's environment, stdin from
+#: /dev/null, stdout/stderr to the given files, runs ``app()`` as :data:`_CODE` does, runs
+#: the exit handlers, flushes and exits with the command's code; the server answers with the
+#: child's wait status.
+_SERVER = (
+    "import atexit, json, os, sys, threading\n"
+    "from gpufleet.cli.main import app\n"
+    "import gpufleet.cli.drift, gpufleet.cli.hosts, gpufleet.cli.hosts_list\n"
+    "import gpufleet.cli.hosts_show, gpufleet.cli.labels, gpufleet.cli.summary_view\n"
+    "assert threading.active_count() == 1\n"
+    "print('READY', flush=True)\n"
+    "for line in sys.stdin:\n"
+    "    req = json.loads(line)\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        os.environ.clear()\n"
+    "        os.environ.update(req['env'])\n"
+    "        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)\n"
+    "        for fd, path in ((1, req['out']), (2, req['err'])):\n"
+    "            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)\n"
+    "        sys.argv = ['gpufleet', *req['argv']]\n"
+    "        code = 0\n"
+    "        try:\n"
+    "            app()\n"
+    "        except SystemExit as e:\n"
+    "            code = e.code or 0\n"
+    "        atexit._run_exitfuncs()\n"
+    "        sys.stdout.flush()\n"
+    "        sys.stderr.flush()\n"
+    "        os._exit(code)\n"
+    "    print(os.waitpid(pid, 0)[1], flush=True)\n"
+)
+
+
+class _TyperForks:
+    """The Typer command of :data:`_SERVER`, one fork per command (started on first use)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.proc: subprocess.Popen[str] | None = None
+        self.count = 0
+
+    def _server(self) -> tuple[IO[str], IO[str]]:
+        if self.proc is None:
+            env = {k: v for k, v in os.environ.items() if not k.upper().startswith("GPUFLEET_")}
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _SERVER],
+                env=env | {"COLUMNS": "100"},  # as _env: Rich reads COLUMNS at import
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self.proc.stdout is not None and self.proc.stdout.readline() == "READY\n"
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        return self.proc.stdin, self.proc.stdout
+
+    def run(self, env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+        assert env.get("COLUMNS") == "100", "the server's Rich console was built for 100"
+        stdin, stdout = self._server()
+        self.count += 1
+        out, err = self.tmp / f"{self.count}.out", self.tmp / f"{self.count}.err"
+        req = {"env": env, "argv": list(argv), "out": str(out), "err": str(err)}
+        stdin.write(json.dumps(req) + "\n")
+        stdin.flush()
+        status = int(stdout.readline())
+        assert os.WIFEXITED(status), f"the Typer command died: wait status {status}"
+        return os.WEXITSTATUS(status), out.read_text(), err.read_text()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            assert self.proc.wait(30) == 0
+            self.proc = None
+
+
+_typer: _TyperForks | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _typer_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    global _typer
+    _typer = _TyperForks(tmp_path_factory.mktemp("typer-out"))
+    try:
+        yield
+    finally:
+        _typer.close()
+        _typer = None
+
+
 def _run(how: str, env: dict[str, str], *argv: str) -> tuple[int, str, str, list[str]]:
-    """(exit code, stdout, stderr, heavy modules loaded) of ``gpufleet ARGV``."""
+    """(exit code, stdout, stderr, heavy modules loaded) of ``gpufleet ARGV``: "entry", a
+    fresh process through the entry point; "typer", the Typer command (:class:`_TyperForks`;
+    its modules are not reported)."""
+    if how == "typer":
+        assert _typer is not None
+        return (*_typer.run(env, *argv), [])
     p = subprocess.run(
         [sys.executable, "-c", _CODE, how, *argv],
         env=env,
