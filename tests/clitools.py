@@ -12,7 +12,7 @@ from typer.testing import CliRunner, Result
 
 from gpufleet.cli.main import app
 from gpufleet.store.db import Database
-from tests.conftest import _truncate
+from tests.conftest import _truncate, copy_sqlite_template
 
 
 def flat(text: str) -> str:
@@ -52,8 +52,9 @@ class Cli:
 
 
 def cli_for_backend(request: pytest.FixtureRequest, tmp_path: Path, actor: str) -> Cli:
-    """SQLite under --home, or the session's PostgreSQL via --db (tables truncated); the
-    environment is cleared of GPUFLEET_* so nothing outside the test leaks in."""
+    """SQLite under --home (its database a copy of the session's migrated one), or the
+    session's PostgreSQL via --db (tables emptied); the environment is cleared of GPUFLEET_*
+    so nothing outside the test leaks in."""
     home = tmp_path / "home"
     env: dict[str, str | None] = {
         "GPUFLEET_ACTOR": actor,
@@ -61,6 +62,10 @@ def cli_for_backend(request: pytest.FixtureRequest, tmp_path: Path, actor: str) 
         "GPUFLEET_HOME": None,
     }
     args = ["--home", str(home)]  # also with --db, so nothing is written under ~
+    if request.param == "sqlite":
+        # the home's database as the first command creates it (migrated to the current
+        # schema), copied rather than migrated again in every test: tests/conftest.py
+        copy_sqlite_template(request.getfixturevalue("sqlite_template"), home / "gpufleet.db")
     if request.param == "postgres":
         url: str = request.getfixturevalue("pg_database_url")
         db = Database(url)
