@@ -27,6 +27,10 @@ from typer.testing import CliRunner
 
 from gpufleet.cli.main import app as cli_app
 
+#: One worker runs the module (``make test``: ``--dist loadgroup``), so the fleet, the
+#: server and Chromium of the module fixtures start once, not once per worker.
+pytestmark = pytest.mark.xdist_group("browser")
+
 CHROMIUM = "/usr/bin/chromium"
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 ARTIFACTS = Path(
