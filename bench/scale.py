@@ -25,7 +25,11 @@ then N timed ones of ``GET /api/v1/summary``, the whole host list (``/api/v1/hos
 1,000 a page, every page), ``/api/v1/labels?selector=state:available`` and
 ``/api/v1/drift``: the server's CPU per request (``/proc/PID/stat``: imports done, the
 process warm), its RSS before the first request and its peak (``VmHWM``) after the last,
-and a digest of each answer (to compare two trees' answers).
+and a digest of each answer (to compare two trees' answers); ``capacity`` and ``capacity
+check --gpus 64`` too, as commands and as ``/api/v1/capacity[/check]``.
+
+The commands run with bytecode caches (the bench compiles the tree's gpufleet package first
+and drops ``PYTHONDONTWRITEBYTECODE``), as an installed gpufleet has them.
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ COMMANDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hosts list --json", ("hosts", "list", "--json")),
     ("labels state:available --json", ("labels", "state:available", "--json")),
     ("drift", ("drift",)),
+    ("capacity --json", ("capacity", "--json")),
+    ("capacity check --gpus 64", ("capacity", "check", "--gpus", "64")),
 )
 #: The reads ``--serve`` sends to a warm ``gpufleet serve``: (label, path); the host list is
 #: walked page by page (``next_cursor``), 1,000 hosts a page (the API's largest page).
@@ -83,6 +89,8 @@ API_READS: tuple[tuple[str, str], ...] = (
     ("hosts list (every page)", "/api/v1/hosts?limit=1000"),
     ("labels state:available", "/api/v1/labels?selector=state%3Aavailable"),
     ("drift", "/api/v1/drift"),
+    ("capacity", "/api/v1/capacity"),
+    ("capacity check --gpus 64", "/api/v1/capacity/check?gpus=64"),
 )
 #: The file a ``--keep`` run writes in the fleet's directory once the fleet is built.
 KEPT = "fleet.json"
@@ -483,6 +491,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.src is not None:
         os.environ["PYTHONPATH"] = str(a.src.resolve())
         CLI[:] = [str(ROOT / ".venv" / "bin" / "python"), "-c", LAUNCH]
+    # The commands run with bytecode caches, as an installed gpufleet has them (pip compiles
+    # what it installs): without, every command compiles gpufleet's modules again (~0.2 s of
+    # a read command's CPU on the 2-core machine), e.g. where PYTHONDONTWRITEBYTECODE is set.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    package = (a.src.resolve() if a.src is not None else ROOT / "src") / "gpufleet"
+    subprocess.run(
+        [str(ROOT / ".venv" / "bin" / "python"), "-m", "compileall", "-q", str(package)],
+        check=True,
+    )
     floor = lxml_floor_ms()
     ref = floor["a100-8x (lab)"]
     print(f"nproc={os.cpu_count()} hosts={a.hosts} procs={a.procs}")
