@@ -185,9 +185,16 @@ def test_hosts_show_never_cuts_an_identifier(tmp_path: Path, columns: int) -> No
         return subprocess.run([*gf, *argv], env=env, check=True, capture_output=True,
                               text=True).stdout
 
-    run("lab", "create", "--hosts", "1", "--model", "h100-8x", "--dir", str(tmp_path / "lab"))
-    run("enroll", "-i", str(tmp_path / "lab" / "inventory.ini"))
-    run("collect")
+    def setup(*argv: str) -> None:
+        """The same commands in this process: only the home they leave matters here (the
+        width under test is that of ``hosts show`` in a process of its own, below)."""
+        r = CliRunner().invoke(app, list(argv), env={
+            "GPUFLEET_DATABASE_URL": None, "GPUFLEET_HOME": str(home), "GPUFLEET_ACTOR": ACTOR})
+        assert r.exit_code == 0 and r.exception is None, (argv, r.output, r.exception)
+
+    setup("lab", "create", "--hosts", "1", "--model", "h100-8x", "--dir", str(tmp_path / "lab"))
+    setup("enroll", "-i", str(tmp_path / "lab" / "inventory.ini"))
+    setup("collect")
     import json
 
     gpus = json.loads(run("hosts", "show", "gpu-01", "--json"))["facts"]["nvidia_smi"]["gpus"]
