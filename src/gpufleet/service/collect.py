@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
@@ -40,6 +40,7 @@ from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
+from gpufleet.domain.telemetry import stable_view
 from gpufleet.errors import ParseError
 from gpufleet.service import gpu_health
 from gpufleet.service.alarms import close_alarms, raise_alarm
@@ -560,10 +561,12 @@ def flag_duplicate(
 
 
 def facts_digest(doc: dict[str, Any]) -> str:
-    """Content hash of a facts document (``model_dump(mode="json")``) without its
-    ``collected_at``: equal digests, same facts. Migration 0006 backfills with the same."""
-    body = {k: v for k, v in doc.items() if k != "collected_at"}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """Content hash of a facts document (``model_dump(mode="json")``) without its readings
+    (``collected_at``, temperatures, power, utilization ...: :mod:`gpufleet.domain.telemetry`):
+    equal digests, same facts apart from what moves by itself. (Migration 0006 backfilled
+    with the whole document but ``collected_at``, the digest before issue 8's telemetry
+    change: such a host writes one new snapshot at its next collection.)"""
+    text = json.dumps(stable_view(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -573,9 +576,14 @@ def _store_facts(
     """Record ``facts`` as ``host``'s latest; returns (its snapshot id, the previous facts
     when they differ, for change detection).
 
-    A host whose facts are the same as its latest snapshot's (content hash) writes no new
-    snapshot: the collection result row and ``hosts.last_collected_at`` record that it was
-    seen unchanged, and that snapshot stays the latest. Otherwise one snapshot row and its
+    A host whose facts are the same as its latest snapshot's apart from their readings
+    (content hash, :func:`facts_digest`) writes no new snapshot, GPU or NIC rows: that
+    snapshot stays the latest and its facts document becomes this collection's (one UPDATE),
+    so every reader of the latest facts sees the latest readings, never stale ones; the
+    collection result row and ``hosts.last_collected_at`` record the collection. The
+    snapshot's columns (derived columns, labels' set, DMI UUID, ``collected_at``: when these
+    facts were first seen) and its GPU/NIC rows read no reading, so they stay right.
+    Otherwise one snapshot row and its
     GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
     labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
     """
@@ -585,6 +593,7 @@ def _store_facts(
     if prev_id is not None:
         prev_hash = s.scalar(select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id))
         if prev_hash == digest:
+            s.execute(update(FactSnapshot).where(FactSnapshot.id == prev_id).values(facts=doc))
             return prev_id, None
     gpus = facts.gpus
     derived = derived_columns(facts)
