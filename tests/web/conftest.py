@@ -13,13 +13,12 @@ from gpufleet.api.auth import TokenStore
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.tokens import Role, create_token
 from gpufleet.web.app import attach
-from tests.api.conftest import lab
+from tests.api.conftest import sqlite_lab, with_lab  # noqa: F401 (sqlite_lab: a fixture)
 
 
 @pytest.fixture
-def web_fleet(fleet: Fleet, tmp_path: Path) -> Fleet:
-    lab(fleet, tmp_path)
-    return fleet
+def web_fleet(fleet: Fleet, tmp_path: Path, request: pytest.FixtureRequest) -> Fleet:
+    return with_lab(fleet, tmp_path, request)
 
 
 @pytest.fixture
