@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -32,26 +31,6 @@ from scale import pg_drop, pg_scratch  # bench/scale.py: the scratch database of
 
 TABLES = ("fact_snapshots", "gpus", "nics")
 PER_DAY = 24 * 60 // 5
-
-_VARIED = (
-    (r"(<gpu_temp>)(\d+)( C</gpu_temp>)", 7, "{:.0f}"),
-    (r"(<power_draw>)([\d.]+)( W</power_draw>)", 11.5, "{:.2f}"),
-    (r"(<gpu_util>)(\d+)( %</gpu_util>)", 1, "{:.0f}"),
-    (r"(GPU Current Temp\s+: )(\d+)( C)", 7, "{:.0f}"),
-    (r"(Power Draw\s+: )([\d.]+)( W)", 11.5, "{:.2f}"),
-)
-
-
-def vary_readings(output: str, k: int) -> str:
-    for pat, step, fmt in _VARIED:
-
-        def sub(m: re.Match[str], d: float = step * k, f: str = fmt) -> str:
-            return f"{m.group(1)}{f.format(float(m.group(2)) + d)}{m.group(3)}"
-
-        output = re.sub(pat, sub, output)
-    return re.sub(
-        r"(<timestamp>)[^<]+(</timestamp>)", rf"\g<1>Mon Dec  1 10:{k:02d}:00 2026\g<2>", output
-    )
 
 
 def full_digest(doc: dict[str, Any]) -> str:
@@ -92,6 +71,7 @@ def run(hosts: int, rounds: int, db: str, digest: str, pg_admin: str) -> None:
     import gpufleet.service.collect as svc
     from gpufleet.inventory import load_inventory
     from gpufleet.lab.fleet import create_fleet, write_inventory
+    from gpufleet.lab.readings import vary_readings
     from gpufleet.service.enroll import enroll
     from gpufleet.service.fleet import Fleet
     from gpufleet.store.db import Database

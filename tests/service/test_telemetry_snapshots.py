@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from gpufleet.domain.snapshot_columns import derived_columns
 from gpufleet.domain.telemetry import ACCELERATOR_READINGS, GPU_READINGS, READINGS, stable_view
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.renderers import render_output
 from gpufleet.service.collect import collect, facts_digest
 from gpufleet.service.enroll import enroll
@@ -52,35 +52,6 @@ from gpufleet.store.tables import Event, FactSnapshot, GpuRow, Host, NicRow
 from gpufleet.testing import FakeClock
 
 MODELS = ["a100-8x", "h100-8x", "mi100-4x"]  # nvidia-smi XML, nvidia-smi -q text, rocm-smi
-
-
-def _add(delta: float, fmt: str) -> Callable[[re.Match[str]], str]:
-    def sub(m: re.Match[str]) -> str:
-        return f"{m.group(1)}{fmt.format(float(m.group(2)) + delta)}{m.group(3)}"
-
-    return sub
-
-
-#: Reading -> (pattern of the rendered value, step per round, format).
-_VARIED = (
-    (r"(<gpu_temp>)(\d+)( C</gpu_temp>)", 7, "{:.0f}"),
-    (r"(<power_draw>)([\d.]+)( W</power_draw>)", 11.5, "{:.2f}"),
-    (r"(<gpu_util>)(\d+)( %</gpu_util>)", 1, "{:.0f}"),
-    (r"(GPU Current Temp\s+: )(\d+)( C)", 7, "{:.0f}"),
-    (r"(Power Draw\s+: )([\d.]+)( W)", 11.5, "{:.2f}"),
-    (r'("Temperature \(Sensor \w+\) \(C\)": ")([\d.]+)(")', 7, "{:.1f}"),
-    (r'("Average Graphics Package Power \(W\)": ")([\d.]+)(")', 11.5, "{:.1f}"),
-)
-
-
-def vary_readings(output: str, k: int) -> str:
-    """A lab host's rendered answer with its readings moved ``k`` steps (temperatures +7 C,
-    power +11.5 W, utilization +1 %, nvidia-smi's timestamp), as a real host's would be."""
-    for pat, step, fmt in _VARIED:
-        output = re.sub(pat, _add(step * k, fmt), output)
-    return re.sub(
-        r"(<timestamp>)[^<]+(</timestamp>)", rf"\g<1>Mon Dec  1 10:{k:02d}:00 2026\g<2>", output
-    )
 
 
 @pytest.fixture
