@@ -458,13 +458,16 @@ def _ecc_side(ctx: _Ctx, view: _View | None, what: str) -> EccErrors | None:
             else:  # no total printed: add up the locations that have a count
                 for loc, loc_raw, _ in child.leaves():
                     if loc != "total" and _clean(loc_raw) is not None:
-                        bucket.append(_read(ctx, child, (loc,), _int, f"{what}.{key}.{loc}"))
+                        count = _read(ctx, child, (loc,), _int, f"{what}.{key}.{loc}")
+                        if count is not None:  # a repeated name whose first says no value
+                            bucket.append(count)
         elif "uncorrectable" in key or "correctable" in key:
             if _clean(raw) is None:
                 continue
             known = memo.get(first[key])  # a count read before: what _read would return
             value = known if known is not None else _read(ctx, view, (key,), _int, f"{what}.{key}")
-            (uncorrectable if "uncorrectable" in key else correctable).append(value)
+            if value is not None:  # the first child of a repeated name said no value
+                (uncorrectable if "uncorrectable" in key else correctable).append(value)
     if not correctable and not uncorrectable:
         return None
     return EccErrors(
