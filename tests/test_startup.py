@@ -31,11 +31,9 @@ import pytest
 from gpufleet.cli.entry import Lean, lean_argv
 from gpufleet.config import KNOWN_CRON, environment_values, load_settings
 from gpufleet.domain.spec import Baseline
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import host_labels
 
@@ -181,14 +179,15 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A home with three collected lab hosts (one without GPUs answering) and its database;
     the A100 pool points at a baseline whose driver its hosts do not have (drift exits 1)."""
     root = tmp_path_factory.mktemp("startup")
-    lab = root / "lab"
-    lab.mkdir()
-    fl = create_fleet(3, models=["a100-8x", "h100-8x"], faults={"gpu-03": ["gpu-missing"]})
-    fl.save(lab)
-    write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
     fleet = Fleet.open(home=root / "home", actor="pytest")
     try:
-        enroll(fleet, load_inventory(lab / "inventory.ini"))
+        enroll_lab(
+            fleet,
+            root / "lab",
+            3,
+            models=["a100-8x", "h100-8x"],
+            faults={"gpu-03": ["gpu-missing"]},
+        )
         collect(fleet)
         save_baseline(fleet, Baseline(name="ref", driver="1.2.3"))
         set_pool_baseline(fleet, "train-a100", "ref")

@@ -13,9 +13,7 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore, token_digest
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.enroll import enroll
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.testing import FakeClock
@@ -41,12 +39,7 @@ def write_tokens(path: Path, roles: dict[str, str] = TOKENS) -> Path:
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 6) -> None:
     """``n`` validated 8x H100 hosts of the simulated lab."""
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults={})
     validate(fleet)
 
 

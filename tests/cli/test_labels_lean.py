@@ -13,7 +13,7 @@ from pathlib import Path
 from sqlalchemy import select, text, update
 
 from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
@@ -35,11 +35,7 @@ def _as_json(r: HostLabels) -> dict[str, object]:
 
 def _lab(fleet: Fleet, tmp_path: Path) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(6, models=["a100-8x", "h100-8x", "v100s-8x"], faults=FAULTS)
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 6, models=["a100-8x", "h100-8x", "v100s-8x"], faults=FAULTS)
     return d
 
 

@@ -10,10 +10,9 @@ import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
 from gpufleet.errors import ConfigError
-from gpufleet.inventory import load_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 
@@ -47,11 +46,7 @@ def test_bad_timeout_and_forks_exit_2(cli: Cli, cmd: tuple[str, ...]) -> None:
 
 
 def test_services_refuse_the_same_values(fleet: Fleet, tmp_path: Path) -> None:
-    d = tmp_path / "lab"
-    fl = create_fleet(1, models=["a100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 1, models=["a100-8x"], faults={})
     for t in (float("nan"), float("inf"), -1.0, 0.0):
         with pytest.raises(ConfigError, match="timeout"):
             collect(fleet, timeout_s=t)

@@ -13,12 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import create_fleet
 from gpufleet.service import operations
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.failures import failure_report, import_failures, record_failure
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts
@@ -32,11 +31,7 @@ def test_failures_point_at_the_two_bad_hosts(fleet: Fleet, tmp_path: Path) -> No
     clock = fleet.clock
     assert isinstance(clock, FakeClock)
     d = tmp_path / "lab"
-    d.mkdir()
-    lf = create_fleet(12, models=["h100-8x"], faults={FABRIC: ["ib-down"]}, now=fleet.now())
-    lf.save(d)
-    write_inventory(lf, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 12, models=["h100-8x"], faults={FABRIC: ["ib-down"]}, now=fleet.now())
     collect(fleet)
     pool = list_hosts(fleet, "gpu-01")[0].pool
     assert pool

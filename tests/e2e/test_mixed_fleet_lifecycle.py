@@ -11,11 +11,10 @@ from pathlib import Path
 from gpufleet.domain.accelerators import Vendor, accelerators_of, inventories_of
 from gpufleet.domain.k8s import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.vendors import plugin
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host
 from gpufleet.service.summary import host_labels
@@ -29,11 +28,7 @@ def test_mixed_fleet_enrolls_collects_validates_drifts_and_labels(
     fleet: Fleet, tmp_path: Path
 ) -> None:
     d = tmp_path / "lab"
-    d.mkdir()
-    lab = create_fleet(5, models=MODELS, faults=FAULTS, now=fleet.now())
-    lab.save(d)
-    write_inventory(lab, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    lab = enroll_lab(fleet, d, 5, models=MODELS, faults=FAULTS, now=fleet.now())
 
     outcomes = {r.host: r.outcome.value for r in collect(fleet).results}
     assert outcomes == dict.fromkeys(["gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"], "ok")

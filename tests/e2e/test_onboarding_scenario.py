@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts, show_host
 from gpufleet.service.summary import host_labels
@@ -24,16 +23,14 @@ A, B, C, D = "gpu-02", "gpu-05", "gpu-09", "gpu-13"
 
 def build(tmp_path: Path, fleet: Fleet) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(
+    enroll_lab(
+        fleet,
+        d,
         16,
         models=["h100-8x"],
         faults={A: ["driver-drift"], B: ["ib-down"], C: ["gpu-missing"], D: ["xid:79"]},
         now=fleet.now(),
     )
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
     collect(fleet)
     pool = list_hosts(fleet, "gpu-01")[0].pool
     assert pool

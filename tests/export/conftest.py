@@ -15,9 +15,7 @@ from pathlib import Path
 import pytest
 from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
 
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.enroll import enroll
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.slurm import write_slurm_config
 from gpufleet.service.validate import validate
@@ -30,11 +28,7 @@ SLURM_HOSTS = 3
 def slurm_lab_fleet(fleet: Fleet, where: Path) -> None:
     """Enroll and validate the lab fleet whose hosts are the Slurm lab's nodes
     (gpu-01..gpu-03, 8x H100; deterministic, so every test gets the same facts)."""
-    where.mkdir(parents=True, exist_ok=True)
-    fl = create_fleet(SLURM_HOSTS, models=["h100-8x"], faults={})
-    fl.save(where)
-    write_inventory(fl, where / "inventory.ini", transport="sim", lab_dir=where)
-    enroll(fleet, load_inventory(where / "inventory.ini"))
+    enroll_lab(fleet, where, SLURM_HOSTS, models=["h100-8x"], faults={})
     validate(fleet)
 
 

@@ -12,10 +12,8 @@ from pathlib import Path
 from sqlalchemy import select
 
 from gpufleet.domain.placement import Request
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.allocation import allocate
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import LeaseHost
@@ -65,12 +63,7 @@ def _race(fleet: Fleet, n: int, start: datetime | None) -> list[str | None]:
 def test_fifty_processes_ten_hosts_exactly_ten_leases_and_no_double_booking(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(10, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 10, models=["h100-8x"], faults={})
     validate(fleet)
 
     now_results = _race(fleet, 50, None)

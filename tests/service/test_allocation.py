@@ -14,10 +14,8 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import OnExpiry
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity, leases, operations
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts, show_host
 from gpufleet.service.validate import sweep, validate
@@ -27,12 +25,7 @@ from gpufleet.testing import FakeClock
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 6) -> None:
     """``n`` validated 8x H100 hosts, four per rack (gpu-01..04 in r01, the rest in r02)."""
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults={})
     validate(fleet)
 
 

@@ -12,11 +12,9 @@ from typing import Any
 
 from sqlalchemy import event
 
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.capacity import capacity, check
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.repo import READ_COLUMNS_INDEX
 from gpufleet.store.tables import Host
@@ -24,11 +22,7 @@ from gpufleet.store.tables import Host
 
 def _lab(fleet: Fleet, tmp_path: Path) -> None:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(5, models=["a100-8x", "h100-8x", "ascend-910b3-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 5, models=["a100-8x", "h100-8x", "ascend-910b3-8x"], faults={})
     collect(fleet, "gpu-01,gpu-02,gpu-03,gpu-04")  # gpu-05: no snapshot yet
 
 

@@ -25,6 +25,7 @@ from tests.sshlab_fixtures import SshLabFactory
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.inventory import load_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import collect as collect_mod
 from gpufleet.service.collect import claim, collect
@@ -35,11 +36,7 @@ from gpufleet.store.tables import Host
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 4) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["a100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, n, models=["a100-8x"], faults={})
     return d
 
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 from gpufleet.collect.transport import Outcome
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_events, show_host
@@ -27,11 +26,7 @@ from gpufleet.service.validate import validate
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 2) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, n, models=["h100-8x"], faults={})
     return d
 
 

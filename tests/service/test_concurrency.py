@@ -17,11 +17,9 @@ from typing import Any
 
 from sqlalchemy import select
 
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import gpu_health, operations
 from gpufleet.service import validate as validate_mod
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import Event, Host
 
@@ -29,12 +27,7 @@ CTX = mp.get_context("spawn")  # a fresh interpreter per process, nothing shared
 
 
 def _lab(fleet: Fleet, tmp_path: Path, n: int = 1) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults={})
 
 
 def _open(url: str, home: str) -> Fleet:

@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import ConfigError, NotFound
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.enroll import enroll
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_events
@@ -17,12 +15,7 @@ from gpufleet.service.validate import validate
 
 
 def lab(fleet: Fleet, tmp_path: Path) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["h100-8x"], faults={"gpu-02": ["unreachable"]})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 2, models=["h100-8x"], faults={"gpu-02": ["unreachable"]})
 
 
 def test_active_tests_run_stored_and_used(fleet: Fleet, tmp_path: Path) -> None:

@@ -22,11 +22,9 @@ from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import derive_labels, derive_taints, usable_fact_labels
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import labels_of
 from gpufleet.service.summary import host_labels
@@ -39,12 +37,7 @@ PROFILES = ["training-multinode", "inference", "test"]
 def test_fleet_labels_equal_each_hosts_own_derivation_in_order(
     fleet: Fleet, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(6, models=["a100-8x", "a100-8x", "h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 6, models=["a100-8x", "a100-8x", "h100-8x"], faults={})
     collect(fleet)
     save_baseline(fleet, baseline_from_host(fleet, "gpu-01", "b1"))
     with fleet.db.session() as s:

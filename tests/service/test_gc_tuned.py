@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collect.transport import RawResult
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.pipeline import GC_YOUNG_THRESHOLD, gc_tuned
 
@@ -53,12 +51,7 @@ def test_a_failed_run_restores_the_collector() -> None:
 
 
 def test_a_collection_runs_tuned_and_stores_the_same(fleet: Fleet, tmp_path: Path) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(3, models=["a100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 3, models=["a100-8x"], faults={})
     before, frozen = gc.get_threshold(), gc.get_freeze_count()
     during: list[tuple[int, int]] = []
 

@@ -9,10 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from gpufleet.domain.placement import Request
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import allocation, capacity, gpu_health
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts
 from gpufleet.service.summary import host_labels
@@ -22,11 +21,7 @@ from gpufleet.store.tables import Host, PartEvent
 
 def _lab(fleet: Fleet, tmp_path: Path, n: int = 2) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, n, models=["h100-8x"], faults={})
     validate(fleet)
     return d
 

@@ -13,10 +13,9 @@ from sqlalchemy import select
 
 from gpufleet.domain.events import AlarmKind
 from gpufleet.domain.placement import Request
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.service.candidates import candidate_filters
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import fleet_alarms, inspect
 from gpufleet.service.validate import validate
@@ -35,11 +34,7 @@ FAULTS = {
 
 def lab(fleet: Fleet, tmp_path: Path, n: int) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, n, models=["h100-8x"], faults={})
     assert {v.state for v in validate(fleet).verdicts} == {"available"}
     return d
 
@@ -237,11 +232,7 @@ def test_nvlink_rules_only_where_the_facts_show_nvlink(
 ) -> None:
     fleet.settings.guard_share = 1.0
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["h100-8x", "l40s-1x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    fl = enroll_lab(fleet, d, 2, models=["h100-8x", "l40s-1x"], faults={})
     validate(fleet)
     models = {h.name: h.model for h in fl.hosts}
     inspect(fleet)

@@ -21,11 +21,10 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.runs import RunKind, RunState, claim_token
 from gpufleet.errors import ConfigError, NotFound, StoreUnavailable
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet
 from gpufleet.service import jobs
 from gpufleet.service.collect import claim_into_run, collect_claimed
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.pipeline import Claim, claim_hosts
 from gpufleet.service.policies import Policies
@@ -56,12 +55,7 @@ def make_lab(
     faults: dict[str, list[str]] | None = None,
     model: str = "a100-8x",
 ) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=[model], faults=faults or {})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", n, models=[model], faults=faults or {})
 
 
 def results_per_host(fleet: Fleet, coll_id: int) -> Counter[str]:

@@ -11,11 +11,9 @@ from tests.conftest import FakeClock
 
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import InvalidTransition
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import sweep, validate
@@ -25,12 +23,7 @@ from gpufleet.store.tables import Event, Host
 def lab(
     fleet: Fleet, tmp_path: Path, n: int = 3, faults: dict[str, list[str]] | None = None
 ) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(n, models=["h100-8x"], faults=faults or {})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults=faults or {})
 
 
 def state(fleet: Fleet, name: str) -> str:

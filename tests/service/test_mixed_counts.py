@@ -26,13 +26,12 @@ from gpufleet.cli.summary import summary_json
 from gpufleet.collect.bundle import Section, render_bundle
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.facts import HostFacts
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service import accelerator_counts
 from gpufleet.service.capacity import capacity
 from gpufleet.service.collect import apply_result, claim
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import FleetSummary, fleet_summary
 from gpufleet.service.tokens import Role, create_token
@@ -42,11 +41,7 @@ from gpufleet.web.app import attach
 
 
 def _lab(fleet: Fleet, d: Path, models: list[str], faults: dict[str, list[str]]) -> Path:
-    d.mkdir()
-    lf = create_fleet(len(models), models=models, faults=faults, now=fleet.now())
-    lf.save(d)
-    write_inventory(lf, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, len(models), models=models, faults=faults, now=fleet.now())
     validate(fleet)
     return d
 

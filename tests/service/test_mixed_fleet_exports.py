@@ -13,13 +13,11 @@ import pytest
 from gpufleet.domain.drift import DriftItem
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.spec import Baseline
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import operations
 from gpufleet.service.ansible import inventory_list
 from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
 from gpufleet.service.capacity import capacity
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.slurm import slurm_config
 from gpufleet.service.summary import fleet_summary, host_labels
@@ -30,11 +28,7 @@ MODELS = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]  # gpu-01, gpu-02, gpu-03
 
 def mixed_fleet(fleet: Fleet, d: Path) -> Fleet:
     """The three lab hosts (lab files in ``d``) enrolled, collected and validated."""
-    d.mkdir()
-    lf = create_fleet(3, models=MODELS, faults={}, now=fleet.now())
-    lf.save(d)
-    write_inventory(lf, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 3, models=MODELS, faults={}, now=fleet.now())
     validate(fleet)
     return fleet
 

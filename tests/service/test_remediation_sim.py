@@ -8,22 +8,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpufleet.domain.remediation import Action
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.lab.templates import fault_gpu_index
 from gpufleet.service import gpu_health, remediation
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 
 
 def _lab(fleet: Fleet, tmp_path: Path) -> tuple[Path, str]:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(1, models=["a100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    fl = enroll_lab(fleet, d, 1, models=["a100-8x"], faults={})
     validate(fleet)
     return d, fl.hosts[0].spec.pool
 

@@ -41,12 +41,11 @@ from gpufleet.domain.facts import (
 from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.snapshot_columns import derived_columns
 from gpufleet.domain.telemetry import ACCELERATOR_READINGS, GPU_READINGS, READINGS, stable_view
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet
 from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.renderers import render_output
 from gpufleet.service.collect import collect, facts_digest
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import Event, FactSnapshot, GpuRow, Host, NicRow
 from gpufleet.testing import FakeClock
@@ -71,11 +70,7 @@ def readings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 def _lab(fleet: Fleet, tmp_path: Path, models: list[str] = MODELS) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(len(models), models=models, faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, len(models), models=models, faults={})
     return d
 
 

@@ -200,17 +200,14 @@ def test_lease_events_are_delivered_through_the_hook_point(
 def test_a_slow_receiver_never_delays_an_inspection_sweep(
     fleet: Fleet, clock: FakeClock, tmp_path: Path, receiver: Receiver
 ) -> None:
-    from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
+    from gpufleet.lab.demo import enroll_lab
+    from gpufleet.lab.fleet import LabFleet
     from gpufleet.service.inspect import inspect
     from gpufleet.service.validate import validate
 
     fleet.settings.guard_share = 1.0
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 2, models=["h100-8x"], faults={})
     validate(fleet)
     inspect(fleet)
     fl = LabFleet.load(d)

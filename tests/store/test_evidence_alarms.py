@@ -17,10 +17,9 @@ from sqlalchemy.dialects import postgresql
 from gpufleet.collect.active import parse_dcgm_diag_json, parse_gpu_burn, parse_nccl_tests
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EvidenceKind
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import create_fleet
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_events, show_host
@@ -38,12 +37,7 @@ BURN = CAPTURED / "active" / "superbench_gpu_burn.excerpt.log"
 
 
 def _lab(fleet: Fleet, tmp_path: Path, faults: dict[str, list[str]] | None = None) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["h100-8x"], faults=faults or {})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 2, models=["h100-8x"], faults=faults or {})
 
 
 def _evidence_rows(fleet: Fleet) -> list[EvidenceRow]:

@@ -24,10 +24,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.labels import fact_labels
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import host_labels
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION
@@ -37,11 +36,7 @@ from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host
 
 def _lab(fleet: Fleet, tmp_path: Path, models: list[str]) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(len(models), models=models, faults={}, now=fleet.now())
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, len(models), models=models, faults={}, now=fleet.now())
     collect(fleet)
     return d
 

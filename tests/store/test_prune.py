@@ -9,10 +9,8 @@ from sqlalchemy import func, select, update
 
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.prune import prune
 from gpufleet.service.validate import validate
@@ -35,12 +33,7 @@ def _snaps(fleet: Fleet) -> dict[str, list[int]]:
 def test_prune_keeps_latest_recent_validated_and_changed(
     fleet: Fleet, clock: FakeClock, tmp_path: Path
 ) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["h100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 2, models=["h100-8x"], faults={})
     for i in range(5):  # snapshots at day 0, 10, 20, 30, 40
         collect(fleet)
         # Lab facts never change, and an unchanged host writes no new snapshot (issue 8):

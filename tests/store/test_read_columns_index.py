@@ -15,10 +15,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, text
 
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts, list_query
 from gpufleet.service.select import select_hosts
@@ -69,12 +67,7 @@ def test_0016_adds_the_read_columns_index_and_goes_back(empty_url: str) -> None:
 
 
 def _lab(fleet: Fleet, tmp_path: Path) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(5, models=["a100-8x", "h100-8x", "v100s-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 5, models=["a100-8x", "h100-8x", "v100s-8x"], faults={})
     collect(fleet, "gpu-01,gpu-02,gpu-03,gpu-04")  # gpu-05: no snapshot yet
 
 

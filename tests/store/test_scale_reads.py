@@ -22,11 +22,10 @@ from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import derive_labels, fact_labels
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline
 from gpufleet.service.collect import collect, facts_digest
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts
 from gpufleet.service.select import select_hosts
@@ -44,11 +43,7 @@ FAULTS = {"gpu-05": ["gpu-missing"], "gpu-06": ["nvidia-smi-missing"]}
 
 def _lab(fleet: Fleet, tmp_path: Path) -> Path:
     d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(7, models=["a100-8x", "h100-8x", "v100s-8x"], faults=FAULTS)
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, d, 7, models=["a100-8x", "h100-8x", "v100s-8x"], faults=FAULTS)
     return d
 
 
@@ -122,13 +117,8 @@ def test_derived_columns_of_a_mixed_fleet_count_every_vendor(
 ) -> None:
     """Issue 15: an Ascend or AMD host's snapshot counts its NPUs / GPUs, names their model,
     smallest memory and driver; the host list shows them (no facts decoded)."""
-    d = tmp_path / "lab"
-    d.mkdir()
     faults = {"gpu-03": ["npu-alarm:5"], "gpu-05": ["npu-missing:3"]}
-    fl = create_fleet(5, models=MIXED, faults=faults, now=fleet.now())
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 5, models=MIXED, faults=faults, now=fleet.now())
     collect(fleet)
     full = _full(fleet)
     assert len(full) == 5
@@ -313,13 +303,8 @@ def test_migration_0011_recomputes_the_accelerator_columns(fleet: Fleet, tmp_pat
 
     from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION
 
-    d = tmp_path / "lab"
-    d.mkdir()
     models = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]
-    fl = create_fleet(3, models=models, faults={}, now=fleet.now())
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 3, models=models, faults={}, now=fleet.now())
     collect(fleet)
     want = {n: (s.gpu_count, s.gpu_model, s.gpu_memory_mib, s.driver)
             for n, (_, s, _) in _full(fleet).items()}

@@ -14,10 +14,8 @@ from sqlalchemy import select
 from gpufleet.domain import facts as facts_mod
 from gpufleet.domain.facts import FACTS_VERSION
 from gpufleet.domain.facts_upgrade import UPGRADERS
-from gpufleet.inventory import load_inventory
-from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
@@ -26,12 +24,7 @@ from gpufleet.store.tables import FactSnapshot
 
 
 def _collected(fleet: Fleet, tmp_path: Path) -> None:
-    d = tmp_path / "lab"
-    d.mkdir()
-    fl = create_fleet(2, models=["a100-8x"], faults={})
-    fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
-    enroll(fleet, load_inventory(d / "inventory.ini"))
+    enroll_lab(fleet, tmp_path / "lab", 2, models=["a100-8x"], faults={})
     assert {r.outcome.value for r in collect(fleet).results} == {"ok"}
 
 

@@ -4,7 +4,7 @@ prints the report this returns, step by step as ``on_step`` hands it over."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -88,6 +88,26 @@ def build_lab(
                 fl = apply_change(fl, host.name, add_faults=list(demo_faults))
     fl.save(directory)
     write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
+    return fl
+
+
+def enroll_lab(
+    fleet: Fleet,
+    directory: Path,
+    n: int,
+    *,
+    models: Sequence[str],
+    faults: Mapping[str, list[str]],
+    now: datetime | None = None,
+) -> LabFleet:
+    """A lab fleet of ``n`` hosts enrolled into ``fleet``: :func:`create_fleet` with
+    ``models``, ``faults`` and ``now`` (as given: no demo defaults), saved in ``directory``
+    (made if absent) with its ``sim`` inventory ``directory/inventory.ini``, then enrolled.
+    The fleet the tests and benches build; neither collected nor validated."""
+    fl = create_fleet(n, models=models, faults=faults, now=now)
+    fl.save(directory)
+    write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
+    enroll(fleet, load_inventory(directory / "inventory.ini"))
     return fl
 
 
