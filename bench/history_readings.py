@@ -21,13 +21,10 @@ import argparse
 import hashlib
 import json
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from profile_collect import DEFAULT_PG, MODELS  # bench/profile_collect.py
-from scale import pg_drop, pg_scratch  # bench/scale.py: the scratch database of every bench
+from profile_collect import DEFAULT_PG, lab_fleet  # bench/profile_collect.py
 
 TABLES = ("fact_snapshots", "gpus", "nics")
 PER_DAY = 24 * 60 // 5
@@ -69,58 +66,36 @@ def _vacuum(fleet: Any, db: str) -> None:
 def run(hosts: int, rounds: int, db: str, digest: str, pg_admin: str) -> None:
     import gpufleet.lab.transport as sim
     import gpufleet.service.collect as svc
-    from gpufleet.inventory import load_inventory
-    from gpufleet.lab.fleet import create_fleet, write_inventory
     from gpufleet.lab.readings import vary_readings
-    from gpufleet.service.enroll import enroll
-    from gpufleet.service.fleet import Fleet
-    from gpufleet.store.db import Database
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpufleet-hist-"))
-    scratch = None
-    url = f"sqlite:///{tmp / 'fleet.db'}"
-    if db == "pg":
-        scratch, url = pg_scratch(pg_admin)
     real_render: Callable[..., str] = sim.render_output
     real_digest = svc.facts_digest
     step = [0]
-    try:
-        lab = tmp / "lab"
-        lab.mkdir()
-        fl = create_fleet(hosts, models=list(MODELS), faults={})
-        fl.save(lab)
-        write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
-        if db == "pg":
-            scratch_db = Database(url)
-            scratch_db.migrate()
-            scratch_db.dispose()
-        fleet = Fleet.open(home=tmp / "home", url=url, actor="bench")
-        enroll(fleet, load_inventory(lab / "inventory.ini"))
-        setattr(sim, "render_output",  # noqa: B010 (the transport calls the name it imported)
-                lambda h, asked=None: vary_readings(real_render(h, asked), step[0]))
-        if digest == "full":
-            svc.facts_digest = full_digest
-        svc.collect(fleet)
-        _vacuum(fleet, db)
-        start = _sizes(fleet, db)
-        for k in range(1, rounds):
-            step[0] = k
-            rep = svc.collect(fleet)
-            assert rep.counts == {"ok": hosts}, rep.counts
+    with lab_fleet(hosts, db, pg_admin, "bench") as fleet:
+        try:
+            setattr(sim, "render_output",  # noqa: B010 (the transport calls the name it imported)
+                    lambda h, asked=None: vary_readings(real_render(h, asked), step[0]))
+            if digest == "full":
+                svc.facts_digest = full_digest
+            svc.collect(fleet)
             _vacuum(fleet, db)
-        grown = _sizes(fleet, db) - start
-        per = grown / hosts / (rounds - 1)
-        print(
-            f"[{db}, {digest} digest] {hosts} hosts x {rounds} collections: history "
-            f"({', '.join(TABLES)}) grew {grown} bytes after the first: {per:.0f} bytes/host/"
-            f"collection, {per * PER_DAY / 1e6:.2f} MB/host/day at 5 minutes"
-        )
-        fleet.db.dispose()
-    finally:
-        setattr(sim, "render_output", real_render)  # noqa: B010
-        svc.facts_digest = real_digest
-        if scratch is not None:
-            pg_drop(pg_admin, scratch)
+            start = _sizes(fleet, db)
+            for k in range(1, rounds):
+                step[0] = k
+                rep = svc.collect(fleet)
+                assert rep.counts == {"ok": hosts}, rep.counts
+                _vacuum(fleet, db)
+            grown = _sizes(fleet, db) - start
+            per = grown / hosts / (rounds - 1)
+            print(
+                f"[{db}, {digest} digest] {hosts} hosts x {rounds} collections: history "
+                f"({', '.join(TABLES)}) grew {grown} bytes after the first: {per:.0f} bytes/host/"
+                f"collection, {per * PER_DAY / 1e6:.2f} MB/host/day at 5 minutes"
+            )
+            fleet.db.dispose()
+        finally:
+            setattr(sim, "render_output", real_render)  # noqa: B010
+            svc.facts_digest = real_digest
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,12 +30,15 @@ import pstats
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scale import pg_drop, pg_scratch  # bench/scale.py: the scratch database of every bench
+
+if TYPE_CHECKING:
+    from gpufleet.service.fleet import Fleet
 
 DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODELS = ("a100-8x", "h100-8x", "v100s-8x")
@@ -142,34 +145,39 @@ def parse_fleet_bench(hosts: int, repeat: int) -> None:
     )
 
 
-def collect_bench(
-    hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
-) -> None:
-    import gpufleet.service.collect as svc
-    from gpufleet.inventory import load_inventory
-    from gpufleet.lab.fleet import create_fleet, write_inventory
-    from gpufleet.service.enroll import enroll
+@contextlib.contextmanager
+def lab_fleet(hosts: int, db: str, pg_admin: str, actor: str) -> Iterator[Fleet]:
+    """A fleet of ``hosts`` enrolled lab hosts (:data:`MODELS` in turn, no faults) in a new
+    temporary directory, on SQLite there or (``db`` "pg") on a scratch PostgreSQL database of
+    the server ``pg_admin`` names, dropped on the way out; ``actor`` is the fleet's actor."""
+    from gpufleet.lab.demo import enroll_lab
     from gpufleet.service.fleet import Fleet
     from gpufleet.store.db import Database
 
-    tmp = Path(tempfile.mkdtemp(prefix="gpufleet-prof-"))
+    tmp = Path(tempfile.mkdtemp(prefix=f"gpufleet-{actor}-"))
     scratch = None
     url = f"sqlite:///{tmp / 'fleet.db'}"
     if db == "pg":
         scratch, url = pg_scratch(pg_admin)
     try:
-        lab = tmp / "lab"
-        lab.mkdir()
-        fl = create_fleet(hosts, models=list(MODELS), faults={})
-        fl.save(lab)
-        write_inventory(fl, lab / "inventory.ini", transport="sim", lab_dir=lab)
         if db == "pg":
             scratch_db = Database(url)
             scratch_db.migrate()
             scratch_db.dispose()
-        fleet = Fleet.open(home=tmp / "home", url=url, actor="prof")
-        enroll(fleet, load_inventory(lab / "inventory.ini"))
+        fleet = Fleet.open(home=tmp / "home", url=url, actor=actor)
+        enroll_lab(fleet, tmp / "lab", hosts, models=list(MODELS), faults={})
+        yield fleet
+    finally:
+        if scratch is not None:
+            pg_drop(pg_admin, scratch)
 
+
+def collect_bench(
+    hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
+) -> None:
+    import gpufleet.service.collect as svc
+
+    with lab_fleet(hosts, db, pg_admin, "prof") as fleet:
         real = svc.apply_result
         spent = [0.0]
         prof = cProfile.Profile()
@@ -208,9 +216,6 @@ def collect_bench(
             st.sort_stats("tottime").print_stats(top)
             st.sort_stats("cumulative").print_stats(top)
             print(out.getvalue())
-    finally:
-        if scratch is not None:
-            pg_drop(pg_admin, scratch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
