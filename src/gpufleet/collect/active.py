@@ -11,6 +11,7 @@ import json
 import re
 from typing import Any, cast
 
+from gpufleet.collect.fit import build, int_of
 from gpufleet.domain.evidence import (
     DcgmDiagResult,
     DcgmGpuResult,
@@ -57,8 +58,8 @@ def _gpu_ids(value: Any, where: str, source: str) -> list[int]:
         return [value]
     if isinstance(value, str):
         parts = [p.strip() for p in value.split(",") if p.strip()]
-        if parts and all(p.isdigit() for p in parts):
-            return [int(p) for p in parts]
+        if parts and all(p.isascii() and p.isdigit() for p in parts):
+            return [int_of(p, source, f"{where}: gpu_ids") for p in parts]
     raise ParseError(source, f"{where}: bad gpu_ids {value!r}")
 
 
@@ -111,6 +112,8 @@ def parse_dcgm_diag_json(
         raise ParseError(
             source, f"invalid JSON: {exc.msg}", line=exc.lineno, column=exc.colno
         ) from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting past the stack
+        raise ParseError(source, f"JSON that cannot be read: {str(exc)[:80]}") from None
     root_obj = _obj(doc, "top level", source)
     root_key = next((k for k in _DIAG_ROOTS if k in root_obj), None)
     if root_key is None:
@@ -155,13 +158,33 @@ def parse_dcgm_diag_json(
                     raise ParseError(source, f"{where_r}: bad status {res_obj.get('status')!r}")
                 warns = _warnings(res_obj.get("warnings"), where_r, source)
                 for gpu in _gpu_ids(ids_value, where_r, source):
-                    results.append(DcgmGpuResult(gpu_id=gpu, status=status, warnings=warns))
-            tests.append(DcgmTest(name=name, category=category, results=results))
+                    results.append(
+                        build(
+                            DcgmGpuResult,
+                            source,
+                            where=f"{where_r}: ",
+                            gpu_id=gpu,
+                            status=status,
+                            warnings=warns,
+                        )
+                    )
+            tests.append(
+                build(
+                    DcgmTest,
+                    source,
+                    where=f"{where_t}: ",
+                    name=name,
+                    category=category,
+                    results=results,
+                )
+            )
 
     version = diag.get("version")
     gpu_ids = sorted({r.gpu_id for t in tests for r in t.results})
     failed = any(r.status == "FAIL" for t in tests for r in t.results)
-    return DcgmDiagResult(
+    return build(
+        DcgmDiagResult,
+        source,
         dcgm_version=str(version) if version is not None else None,
         level=level,
         gpu_ids=gpu_ids,
@@ -211,9 +234,14 @@ def parse_nccl_tests(
             elif m := _NCCL_OP.match(line):
                 found_op = m.group(1)
             elif m := _NCCL_OOB.match(line):
-                oob = int(m.group(1))
+                oob = int_of(m.group(1), source, "out of bounds values", line=lineno)
             elif m := _NCCL_AVG.match(line):
-                avg = float(m.group(1))
+                try:
+                    avg = float(m.group(1))
+                except ValueError:
+                    raise ParseError(
+                        source, f"unreadable average bus bandwidth {m.group(1)[:40]!r}", line=lineno
+                    ) from None
             continue
         fields = line.split()
         if not fields[0].isdigit():
@@ -229,7 +257,9 @@ def parse_nccl_tests(
         raise ParseError(source, "no '# size count type ...' header (did the test start?)", line=1)
     if not rows:
         raise ParseError(source, "no result rows (did the test finish?)")
-    return NcclResult(
+    return build(
+        NcclResult,
+        source,
         op=op or found_op or source.split()[0].rsplit("/", 1)[-1],
         max_bus_bw_gbps=max(max(r.out_of_place.busbw_gbps, r.in_place.busbw_gbps) for r in rows),
         avg_bus_bw_gbps=avg,
@@ -292,7 +322,7 @@ def parse_gpu_burn(text: str, source: str = "gpu_burn") -> GpuBurnResult:
     for i, line in enumerate(lines):
         m = _BURN_TESTED.match(line.strip())
         if m:
-            tested_at, expected = i, int(m.group(1))
+            tested_at, expected = i, int_of(m.group(1), source, "GPUs tested", line=i + 1)
     if tested_at is None:
         raise ParseError(source, "no 'Tested N GPUs:' summary (gpu_burn did not finish?)")
 
@@ -304,7 +334,7 @@ def parse_gpu_burn(text: str, source: str = "gpu_burn") -> GpuBurnResult:
         v = _BURN_VERDICT.match(line)
         if v is None:
             raise ParseError(source, f"unexpected line in summary {line[:60]!r}", line=j + 1)
-        verdicts.append((int(v.group(1)), v.group(2) == "OK"))
+        verdicts.append((int_of(v.group(1), source, "GPU", line=j + 1), v.group(2) == "OK"))
     if len(verdicts) != expected:
         raise ParseError(
             source, f"summary lists {len(verdicts)} of {expected} GPUs", line=tested_at + 1
@@ -314,14 +344,20 @@ def parse_gpu_burn(text: str, source: str = "gpu_burn") -> GpuBurnResult:
     progress = _BURN_ERRORS.findall(text)
     if progress:
         counts = [re.match(r"\s*(\d+)", item) for item in progress[-1].split(" - ")]
-        errors = [int(c.group(1)) for c in counts if c is not None]
+        errors = [int_of(c.group(1), source, "errors") for c in counts if c is not None]
         if len(errors) != expected or len(counts) != expected:
             errors = None  # progress line of a different GPU set: do not misattribute
-    return GpuBurnResult(
+    return build(
+        GpuBurnResult,
+        source,
         gpus=[
-            GpuBurnGpu(
-                index=idx, ok=ok, errors=errors[idx] if errors and idx < len(errors) else None
+            build(
+                GpuBurnGpu,
+                source,
+                index=idx,
+                ok=ok,
+                errors=errors[idx] if errors and idx < len(errors) else None,
             )
             for idx, ok in verdicts
-        ]
+        ],
     )

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufleet.collect.bundle import Section
+from gpufleet.collect.fit import is_unfit
 from gpufleet.collect.sections import (
     NOT_FOUND_RC,
     REGISTRY,
@@ -105,6 +106,10 @@ def _read(
     try:
         values = dict(spec.parse(read))
     except ParseError as exc:
+        if is_unfit(exc):  # parsed, but does not fit: refuse the collection (as below)
+            if exc.source == source:
+                raise
+            raise ParseError(source, f"{exc.where}: {exc.message}") from None
         if spec.essential:
             raise
         problems.append(str(exc))

@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gpufleet.collect.fit import int_of
 from gpufleet.errors import ParseError
 
 _HEADER = "@@gpufleet:script v1@@"
@@ -142,7 +143,9 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
             elif own["end"] == name:
                 if (lines := _lines_between(text, chunk, own.start())) is not None:
                     target.append(lines)
-                rc = int(own["rc"])
+                rc = int_of(
+                    own["rc"], source, f"section '{name}' rc", line=_line_of(text, own.start())
+                )
                 pos = own.end() + 1
                 break
         if rc is None:

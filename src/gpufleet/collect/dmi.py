@@ -8,6 +8,9 @@ never a problem for the host. Pure: text in, :class:`~gpufleet.domain.facts.DmiI
 
 from __future__ import annotations
 
+from typing import Any
+
+from gpufleet.collect.fit import build
 from gpufleet.domain.facts import DmiIdentity
 
 __all__ = ["DMI_FILES", "parse_dmi"]
@@ -32,13 +35,14 @@ _FIELDS = {
 }
 
 
-def parse_dmi(text: str) -> DmiIdentity:
+def parse_dmi(text: str, source: str = "/sys/class/dmi/id") -> DmiIdentity:
     """The ``name=value`` lines of the ``dmi`` section. An empty value, a file that was not
     printed (unreadable: not root) and an unknown name are all "not collected" (``None``).
 
     Two lines without ``=`` (``vendor`` then ``product``) are the pre-identity layout of this
-    section (older lab captures): read as vendor and product."""
-    values: dict[str, str] = {}
+    section (older lab captures): read as vendor and product. A value longer than its field
+    allows raises a :class:`~gpufleet.errors.ParseError` naming ``source`` and the field."""
+    values: dict[str, Any] = {}
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     if lines and not any("=" in ln for ln in lines):
         for key, value in zip(("vendor", "product"), lines, strict=False):
@@ -49,4 +53,4 @@ def parse_dmi(text: str) -> DmiIdentity:
             field = _FIELDS.get(name.strip())
             if sep and field and value.strip():
                 values[field] = value.strip()
-    return DmiIdentity(**values)
+    return build(DmiIdentity, source, **values)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpufleet.collect.fit import build, int_of
 from gpufleet.domain.facts import IbPort
 from gpufleet.errors import ParseError
 
@@ -39,8 +40,13 @@ class _Ca:
         expected = self.attrs.get("Number of ports")
         if not self.ports:
             return "no 'Port N:' block"
-        if expected is not None and expected.isdigit() and len(self.ports) < int(expected):
-            return f"{len(self.ports)} of {expected} ports printed"
+        if (
+            expected is not None
+            and expected.isascii()
+            and expected.isdigit()
+            and (len(expected) > 6 or len(self.ports) < int(expected))
+        ):
+            return f"{len(self.ports)} of {expected[:20]} ports printed"
         for port, _, kv in self.ports:
             lacking = [k for k in _PORT_REQUIRED if k not in kv]
             if lacking:
@@ -107,7 +113,7 @@ def parse_ibstat(
         if current is None:
             raise ParseError(source, f"expected \"CA '<name>'\", got {line[:60]!r}", line=lineno)
         if what == "port":
-            current.ports.append((int(kind[1]), lineno, {}))
+            current.ports.append((int_of(kind[1], source, "port number", line=lineno), lineno, {}))
             continue
         if what == "bad":
             raise ParseError(source, f"unexpected line {line[:60]!r}", line=lineno)
@@ -132,7 +138,11 @@ def parse_ibstat(
             raise ParseError(source, f"CA '{ca.name}' is incomplete: {why}", line=ca.line)
         for port_no, port_line, kv in ca.ports:
             ports.append(
-                IbPort(
+                build(
+                    IbPort,
+                    source,
+                    line=port_line,
+                    where=f"CA {ca.name[:64]!a} port {port_no}: ",
                     ca=ca.name,
                     port=port_no,
                     ca_type=ca.attrs.get("CA type") or None,
@@ -164,7 +174,8 @@ def parse_ibstatus(text: str, source: str = "ibstatus") -> list[IbPort]:
             continue
         head = _STATUS_HEAD.match(line)
         if head:
-            blocks.append((head.group(1), int(head.group(2)), lineno, {}))
+            port = int_of(head.group(2), source, "port number", line=lineno)
+            blocks.append((head.group(1), port, lineno, {}))
             continue
         pair = _KV.match(line) if blocks else None
         if pair is None:
@@ -179,7 +190,11 @@ def parse_ibstatus(text: str, source: str = "ibstatus") -> list[IbPort]:
         if lacking:
             raise ParseError(source, f"{ca} port {port} lacks {', '.join(lacking)}", line=lineno)
         ports.append(
-            IbPort(
+            build(
+                IbPort,
+                source,
+                line=lineno,
+                where=f"{ca[:64]!a} port {port}: ",
                 ca=ca,
                 port=port,
                 state=_drop_code(kv["state"]).capitalize(),

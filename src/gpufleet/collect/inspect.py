@@ -207,7 +207,8 @@ def parse_gpus(text: str, source: str = "nvidia-smi --query-gpu") -> tuple[GpuSa
     lines = text.splitlines()
     rc_line = next((x for x in reversed(lines) if x.startswith("@@rc ")), None)
     body = "\n".join(x for x in lines if not x.startswith("@@rc "))
-    rc = rc_line.split()[1] if rc_line else "?"
+    rc_words = rc_line.split() if rc_line else []
+    rc = rc_words[1] if len(rc_words) > 1 else "?"
     if rc != "0":
         first = body.strip().splitlines()[0][:160] if body.strip() else "no output"
         raise ParseError(source, f"nvidia-smi exited {rc}: {first}")

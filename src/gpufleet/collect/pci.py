@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from gpufleet.collect.fit import build
 from gpufleet.domain.accelerators import normalize_pci_address as normalize_pci_address
 from gpufleet.domain.facts import PciDevice
 from gpufleet.errors import ParseError
@@ -65,7 +66,10 @@ def parse_lspci(text: str, source: str = "lspci -nn") -> list[PciDevice]:
         devices.append(
             memo.setdefault(
                 raw,
-                PciDevice(
+                build(
+                    PciDevice,
+                    source,
+                    line=lineno,
                     address=normalize_pci_address(f"{domain}:{m.group('bdf')}"),
                     class_name=m.group("class").strip(),
                     class_id=m.group("class_id").lower() if m.group("class_id") else None,

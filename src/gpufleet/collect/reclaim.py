@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.collect.bundle import Section
+from gpufleet.collect.fit import build, int_of
 from gpufleet.domain.reclaim import Mount, Process, ReclaimFindings
 from gpufleet.errors import ParseError
 
@@ -34,7 +35,14 @@ def parse_mounts(text: str, source: str) -> list[Mount]:
         if len(parts) < 3:
             raise ParseError(source, f"not a mount table line: {line[:80]!r}", line=n)
         out.append(
-            Mount(device=_unescape(parts[0]), mountpoint=_unescape(parts[1]), fstype=parts[2])
+            build(
+                Mount,
+                source,
+                line=n,
+                device=_unescape(parts[0]),
+                mountpoint=_unescape(parts[1]),
+                fstype=parts[2],
+            )
         )
     return out
 
@@ -46,13 +54,16 @@ def parse_ps(text: str, source: str) -> list[Process]:
         if not line.strip():
             continue
         parts = line.split(None, 3)
-        if len(parts) < 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        if len(parts) < 3 or not all(p.isascii() and p.isdigit() for p in parts[1:3]):
             raise ParseError(source, f"not a 'user uid pid comm' line: {line[:80]!r}", line=n)
         out.append(
-            Process(
+            build(
+                Process,
+                source,
+                line=n,
                 user=parts[0],
-                uid=int(parts[1]),
-                pid=int(parts[2]),
+                uid=int_of(parts[1], source, "uid", line=n),
+                pid=int_of(parts[2], source, "pid", line=n),
                 comm=parts[3].strip() if len(parts) > 3 else "",
             )
         )

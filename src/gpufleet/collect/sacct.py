@@ -112,7 +112,12 @@ def _number(value: Any) -> int | None:
 
 def _time(value: Any) -> datetime | None:
     n = _number(value)
-    return datetime.fromtimestamp(n, UTC) if n else None  # 0: not started / not ended
+    if not n:
+        return None  # 0: not started / not ended
+    try:
+        return datetime.fromtimestamp(n, UTC)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"time {str(n)[:24]} is out of range") from None
 
 
 def _state(job: dict[str, Any]) -> tuple[str, str | None]:
@@ -193,6 +198,8 @@ def parse_sacct_json(text: str, source: str = "sacct --json") -> SacctResult:
     except json.JSONDecodeError as exc:
         msg = f"not JSON: {exc.msg}"
         raise ParseError(source, msg, line=exc.lineno, column=exc.colno) from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting past the stack
+        raise ParseError(source, f"not JSON that can be read: {str(exc)[:80]}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ParseError(source, "no 'jobs' list: not sacct --json output")
     errors = doc.get("errors")

@@ -28,6 +28,8 @@ def parse_sinfo_json(text: str, source: str = "sinfo --json") -> list[SlurmNode]
     except json.JSONDecodeError as exc:
         msg = f"not JSON: {exc.msg}"
         raise ParseError(source, msg, line=exc.lineno, column=exc.colno) from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit number, nesting past the stack
+        raise ParseError(source, f"not JSON that can be read: {str(exc)[:80]}") from None
     nodes = doc.get("nodes") if isinstance(doc, dict) else None
     if not isinstance(nodes, list):
         raise ParseError(source, "no 'nodes' list: not sinfo --json output")
@@ -36,7 +38,10 @@ def parse_sinfo_json(text: str, source: str = "sinfo --json") -> list[SlurmNode]
         if not isinstance(node, dict) or not isinstance(node.get("name"), str):
             raise ParseError(source, f"node #{n}: no name")
         state: Any = node.get("state")
-        flags = {str(f).upper() for f in node.get("state_flags") or []}
+        state_flags = node.get("state_flags") or []
+        if not isinstance(state_flags, list):
+            raise ParseError(source, f"node {node['name'][:64]!a}: state_flags is not a list")
+        flags = {str(f).upper() for f in state_flags}
         if isinstance(state, list):
             words = [str(s).upper() for s in state]
             base = next((w for w in words if w in _BASE_STATES), words[0] if words else "")

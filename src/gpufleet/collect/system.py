@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from gpufleet.collect.fit import build, int_of
 from gpufleet.domain.facts import BlockDevice, OsRelease
 from gpufleet.errors import ParseError
 
@@ -36,7 +37,9 @@ def parse_os_release(text: str, source: str = "/etc/os-release") -> OsRelease:
         values[m.group(1)] = " ".join(words)
     if not values:
         raise ParseError(source, "no KEY=value lines", line=1)
-    return OsRelease(
+    return build(
+        OsRelease,
+        source,
         id=values.get("ID") or None,
         version_id=values.get("VERSION_ID") or None,
         pretty_name=values.get("PRETTY_NAME") or None,
@@ -113,15 +116,18 @@ def parse_lsblk_pairs(text: str, source: str = "lsblk") -> list[BlockDevice]:
             pairs[m.group(1)] = _lsblk_unescape(m.group(2))
             pos = m.end()
         name, size = pairs.get("NAME"), pairs.get("SIZE")
-        if not name or size is None or not size.isdigit():
+        if not name or size is None or not (size.isascii() and size.isdigit()):
             raise ParseError(source, "NAME and a byte SIZE (-b) are required", line=lineno)
         rota = pairs.get("ROTA")
         if rota not in (None, "", "0", "1"):
             raise ParseError(source, f"ROTA must be 0 or 1, got {rota!r}", line=lineno)
         devices.append(
-            BlockDevice(
+            build(
+                BlockDevice,
+                source,
+                line=lineno,
                 name=name,
-                size_bytes=int(size),
+                size_bytes=int_of(size, source, "SIZE", line=lineno),
                 transport=pairs.get("TRAN") or None,
                 rotational=(rota == "1") if rota else None,
                 model=(pairs.get("MODEL") or "").strip() or None,
@@ -140,7 +146,7 @@ def parse_meminfo_total_kib(text: str, source: str = "/proc/meminfo") -> int:
             m = _MEMTOTAL.match(line)
             if m is None:
                 raise ParseError(source, f"unreadable MemTotal line {line!r}", line=lineno)
-            return int(m.group(1))
+            return int_of(m.group(1), source, "MemTotal", line=lineno)
     raise ParseError(source, "no MemTotal line")
 
 

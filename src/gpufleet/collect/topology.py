@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from gpufleet.collect.fit import build, int_of
 from gpufleet.domain.facts import GpuNvlinks, NvlinkLink, NvlinkStatus, TopoMatrix
 from gpufleet.errors import ParseError
 
@@ -134,7 +135,9 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> TopoMatr
         if nic not in links:
             raise ParseError(source, f"NIC legend names {nic}, which is not in the matrix")
 
-    return TopoMatrix(
+    return build(
+        TopoMatrix,
+        source,
         devices=devices,
         links=links,
         cpu_affinity=cpu_affinity,
@@ -171,7 +174,9 @@ def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> Nvli
 
     def flush() -> None:
         if current is not None:
-            gpus.append(GpuNvlinks(gpu_index=current[0], uuid=current[1], links=current[2]))
+            gpus.append(
+                build(GpuNvlinks, source, gpu_index=current[0], uuid=current[1], links=current[2])
+            )
 
     memo = _LINK_MEMO
     if len(memo) > 4096:
@@ -188,22 +193,21 @@ def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> Nvli
         header = _GPU_HEADER.match(line)
         if header:
             flush()
-            current = (int(header.group(1)), header.group(3), [])
+            current = (int_of(header.group(1), source, "GPU", line=lineno), header.group(3), [])
             continue
         if current is None:
             raise ParseError(source, f"expected 'GPU <n>: ...', got {line[:60]!r}", line=lineno)
         link = _LINK_LINE.match(raw)
         if link:
             value = link.group(2)
+            number = int_of(link.group(1), source, "link", line=lineno)
             if value == "<inactive>":
-                read = NvlinkLink(link=int(link.group(1)), active=False)
+                read = NvlinkLink(link=number, active=False)
             else:
                 speed = _SPEED.match(value)
                 if speed is None:
                     raise ParseError(source, f"unreadable link value {value!r}", line=lineno)
-                read = NvlinkLink(
-                    link=int(link.group(1)), active=True, speed_gbps=float(speed.group(1))
-                )
+                read = NvlinkLink(link=number, active=True, speed_gbps=float(speed.group(1)))
             memo[raw] = read
             current[2].append(read)
             continue
@@ -217,4 +221,5 @@ def parse_nvlink_status(text: str, source: str = "nvidia-smi nvlink -s") -> Nvli
     flush()
     if not gpus:
         raise ParseError(source, "no 'GPU <n>:' sections found", line=1)
-    return NvlinkStatus(supported=supported, message="; ".join(messages) or None, gpus=gpus)
+    message = "; ".join(messages) or None
+    return build(NvlinkStatus, source, supported=supported, message=message, gpus=gpus)

@@ -287,7 +287,10 @@ def _csv_gpu(row: dict[str, str], position: int, number: int, source: str) -> Gp
             values[attr] = value
     for outer, sub in subs.items():
         has_value = any(v is not None for v in sub.values())
-        values[outer] = _SUB_MODELS[outer](**sub) if has_value else None
+        try:
+            values[outer] = _SUB_MODELS[outer](**sub) if has_value else None
+        except ValidationError as exc:  # e.g. a negative ECC count
+            raise ParseError(source, f"{outer}.{_fit_error(exc)}", line=number) from None
     if values.get("index") is None:
         values["index"] = position
     try:

@@ -571,30 +571,35 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
             line, place = view.where("")
             raise ParseError(ctx.source, f"{place}: {exc}", line=line) from None
 
-    ecc = view.node("ecc_errors")
-    if ecc is not None:
-        values["ecc_volatile"] = _ecc_side(ctx, ecc.node("volatile"), "ecc_volatile")
-        values["ecc_aggregate"] = _ecc_side(ctx, ecc.node("aggregate"), "ecc_aggregate")
-    retired = _sub(ctx, view.node("retired_pages"), _RETIRED_PAGES, "retired_pages")
-    values["retired_pages"] = RetiredPages(**retired) if retired else None
-    remapped = _sub(ctx, view.node("remapped_rows"), _REMAPPED_ROWS, "remapped_rows")
-    values["remapped_rows"] = RemappedRows(**remapped) if remapped else None
-    reasons = _sub(ctx, view, _CLOCK_EVENT_REASONS, "clock_event_reasons")
-    values["clock_event_reasons"] = ClockEventReasons(**reasons) if reasons else None
-    thresholds = _sub(
-        ctx, view.node("temperature"), _TEMPERATURE_THRESHOLDS, "temperature_thresholds"
-    )
-    values["temperature_thresholds"] = TemperatureThresholds(**thresholds) if thresholds else None
-    fabric = _sub(ctx, view.node("fabric"), _FABRIC, "fabric")
-    values["fabric"] = GpuFabric(**fabric) if fabric else None
-    values["mig_devices"] = _mig_devices(ctx, view)
-    values["processes"] = _processes(ctx, view)
-    values["error"] = error
+    # The sub-records are bounded too (a negative ECC count or clock-event time, a process
+    # without a name ...): they are built inside the try, so they refuse as the Gpu does.
     try:
+        ecc = view.node("ecc_errors")
+        if ecc is not None:
+            values["ecc_volatile"] = _ecc_side(ctx, ecc.node("volatile"), "ecc_volatile")
+            values["ecc_aggregate"] = _ecc_side(ctx, ecc.node("aggregate"), "ecc_aggregate")
+        retired = _sub(ctx, view.node("retired_pages"), _RETIRED_PAGES, "retired_pages")
+        values["retired_pages"] = RetiredPages(**retired) if retired else None
+        remapped = _sub(ctx, view.node("remapped_rows"), _REMAPPED_ROWS, "remapped_rows")
+        values["remapped_rows"] = RemappedRows(**remapped) if remapped else None
+        reasons = _sub(ctx, view, _CLOCK_EVENT_REASONS, "clock_event_reasons")
+        values["clock_event_reasons"] = ClockEventReasons(**reasons) if reasons else None
+        thresholds = _sub(
+            ctx, view.node("temperature"), _TEMPERATURE_THRESHOLDS, "temperature_thresholds"
+        )
+        values["temperature_thresholds"] = (
+            TemperatureThresholds(**thresholds) if thresholds else None
+        )
+        fabric = _sub(ctx, view.node("fabric"), _FABRIC, "fabric")
+        values["fabric"] = GpuFabric(**fabric) if fabric else None
+        values["mig_devices"] = _mig_devices(ctx, view)
+        values["processes"] = _processes(ctx, view)
+        values["error"] = error
         return Gpu(**values)
     except ValidationError as exc:  # a value that parses but does not fit the bounds
         line, place = view.where("")
-        raise ParseError(ctx.source, f"{place}: {_fit_error(exc)}", line=line) from None
+        record = "" if exc.title == "Gpu" else f"{exc.title} "  # a sub-record: name it
+        raise ParseError(ctx.source, f"{place}: {record}{_fit_error(exc)}", line=line) from None
 
 
 def _report(source: str, header: dict[str, Any], gpus: list[Gpu]) -> NvidiaSmiReport:

@@ -74,7 +74,11 @@ def parse_nvidia_smi_xml(text: str, source: str = "nvidia-smi -q -x") -> NvidiaS
     if not text.strip():
         raise ParseError(source, "empty output, expected <nvidia_smi_log> XML")
     try:
-        root = etree.fromstring(text.encode("utf-8", "surrogateescape"), _PARSER)
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:  # a lone surrogate no byte decodes to
+        raise ParseError(source, f"not text: {exc.reason} at offset {exc.start}") from None
+    try:
+        root = etree.fromstring(data, _PARSER)
     except etree.XMLSyntaxError as exc:
         line, column = exc.position  # column counted from 1
         raise ParseError(
