@@ -143,8 +143,15 @@ def split_bundle(text: str, source: str = "collection output") -> dict[str, Sect
             elif own["end"] == name:
                 if (lines := _lines_between(text, chunk, own.start())) is not None:
                     target.append(lines)
-                rc = int_of(
-                    own["rc"], source, f"section '{name}' rc", line=_line_of(text, own.start())
+                # the line is counted only for a refusal: counting it for every section
+                # cost more than the rest of the split (7eae507: +46% parse time)
+                digits = own["rc"]
+                rc = (
+                    int(digits)
+                    if len(digits) <= 18
+                    else int_of(
+                        digits, source, f"section '{name}' rc", line=_line_of(text, own.start())
+                    )
                 )
                 pos = own.end() + 1
                 break
