@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpufleet.collect.bundle import Section
-from gpufleet.collect.fit import is_unfit
+from gpufleet.collect.fit import fit_error, is_unfit
 from gpufleet.collect.sections import (
     NOT_FOUND_RC,
     REGISTRY,
@@ -67,7 +67,7 @@ def assemble_facts(
         loc = exc.errors()[0]["loc"]
         field = str(loc[0]) if loc else ""
         section = field_sections(specs).get(field, "facts")
-        raise ParseError(f"{host}:{section}", _fit_error(exc)) from None
+        raise ParseError(f"{host}:{section}", fit_error(exc)) from None
 
 
 def _read(
@@ -115,7 +115,7 @@ def _read(
         problems.append(str(exc))
         return spec.missing_values()
     except ValidationError as exc:  # parsed, but does not fit: refuse the collection
-        detail = f"value does not fit: {exc}" if spec.essential else _fit_error(exc)
+        detail = f"value does not fit: {exc}" if spec.essential else fit_error(exc)
         raise ParseError(source, detail) from None
     except FitError as exc:
         raise ParseError(source, str(exc)) from None
@@ -125,15 +125,3 @@ def _read(
     if unknown:
         raise ValueError(f"section {spec.name}: parser filled undeclared {sorted(unknown)}")
     return {**spec.missing_values(), **values}
-
-
-def _fit_error(exc: ValidationError) -> str:
-    """The first complaint of a bounds check: "field: message (got 'value...')"."""
-    err = exc.errors()[0]
-    field = ".".join(str(p) for p in err["loc"]) or "value"
-    value = err.get("input")
-    if not isinstance(value, str | int | float):
-        return f"{field}: {err['msg']}"
-    got = repr(value)
-    got = got if len(got) <= 60 else got[:57] + "..."
-    return f"{field}: {err['msg']} (got {got})"
