@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test probe lint bench env system-deps wheelhouse clean
+.PHONY: demo test check probe lint bench env system-deps wheelhouse clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,17 @@ test: env system-deps
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 --dist loadgroup
+
+## The edit-test loop (under 3 minutes on 2 cores): lint, types, import contracts and the
+## unit tests that need no service (domain, parsers, vendor plugins, settings, errors).
+## `make test` stays the whole suite and what CI runs.
+CHECK_TESTS := tests/domain tests/collect tests/vendors tests/test_errors.py tests/test_config.py \
+	tests/store/test_migrations_frozen.py
+check: env
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -n 2 -p no:cacheprovider $(CHECK_TESTS)
 
 ## Issue 6 acceptance probe: the bad-input catalogue through the real CLI (also part of `test`).
 probe: env system-deps
