@@ -1,10 +1,20 @@
 """Many processes allocate at once: 50 requests for one host each against 10 available
 hosts grant exactly 10, no host is in two leases, and a future window is never
-double-booked; on SQLite and PostgreSQL."""
+double-booked; on SQLite and PostgreSQL.
+
+Deterministic, and it fails rather than hangs (issue 25, item 6): every child waits at one
+barrier (with a timeout, so a child that died before it breaks the barrier for the others
+instead of leaving them waiting), the parent collects one answer per child while watching the
+children (a child that exited without an answer fails the test at once, naming its exit
+code), everything is bounded by one deadline, and no child outlives the test. On SQLite the
+busy timeout is the database URL's own setting (``?timeout=``, :func:`gpufleet.store.db.
+sqlite_busy_timeout_s`), set here explicitly rather than relying on the default."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
+import time
 from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
@@ -24,8 +34,8 @@ def _worker(
     url: str, home: str, now: datetime, start: datetime | None, barrier: object, out: object
 ) -> None:
     fleet = Fleet.open(home=Path(home), url=url, actor="racer", clock=FakeClock(now))
-    barrier.wait()  # type: ignore[attr-defined]
     try:
+        barrier.wait(BARRIER_S)  # type: ignore[attr-defined]
         got = allocate(
             fleet,
             Request(hosts=1),
@@ -41,22 +51,57 @@ def _worker(
         fleet.db.dispose()
 
 
+#: How long a child waits at the barrier for the others (all of them start within this).
+BARRIER_S = 60.0
+#: The whole race, from the first start to the last answer.
+DEADLINE_S = 180.0
+#: SQLite's busy timeout for the racers (seconds): a writer waits at most this for the lock.
+SQLITE_BUSY_S = 60
+
+
+def _racer_url(fleet: Fleet) -> str:
+    url = fleet.db.url
+    if url.startswith("sqlite"):
+        url += ("&" if "?" in url else "?") + f"timeout={SQLITE_BUSY_S}"
+    return url
+
+
 def _race(fleet: Fleet, n: int, start: datetime | None) -> list[str | None]:
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(n), ctx.Queue()
     fleet.db.dispose()  # no connection is shared with the children
+    url = _racer_url(fleet)
     procs = [
         ctx.Process(
-            target=_worker,
-            args=(fleet.db.url, str(fleet.home), fleet.now(), start, barrier, out),
+            target=_worker, args=(url, str(fleet.home), fleet.now(), start, barrier, out)
         )
         for _ in range(n)
     ]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    results: list[str | None] = []
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while len(results) < n:
+            try:
+                results.append(out.get(timeout=0.5))
+                continue
+            except queue.Empty:
+                pass
+            # every answer is queued before its child exits: a dead child with none missing
+            # from the queue after a drain is a child that died without answering
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            assert not dead, f"racer died without an answer: exit codes {dead}"
+            assert time.monotonic() < deadline, (
+                f"race not finished in {DEADLINE_S:.0f} s: {len(results)} of {n} answers")
+        for p in procs:
+            p.join(timeout=30)
+            assert p.exitcode == 0, f"racer exit code {p.exitcode}"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
     return results
 
 
