@@ -127,7 +127,7 @@ def test_0017_round_trip_keeps_every_snapshots_labels(fleet: Fleet, tmp_path: Pa
         fleet.db.migrate()
     assert _by_snapshot_0017(fleet)[sid] is None
     # gpu-04's labels from its facts: the same (in the facts' key order: PostgreSQL's stored
-    # JSONB has its own, bench/README.md)
+    # JSONB has its own, bench/notes/lab-notebook.md)
     assert [(h, dict(items), t) for h, items, t in _labels_json(fleet)] == [
         (h, dict(items), t) for h, items, t in labels
     ]
