@@ -513,6 +513,16 @@ class Settings(BaseModel):
         allow_inf_nan=False,
         doc="Blast-radius guard: the window automatic quarantines are counted in.",
     )
+    guard_min_hosts: int = _setting(
+        2,
+        env="GPUFLEET_GUARD_MIN_HOSTS",
+        group="inspect",
+        ge=1,
+        le=100_000,
+        doc="Blast-radius guard: automatic quarantines within the window always allowed; the "
+        "guard trips only past both the share and this count (a small fleet still "
+        "quarantines a critical fault).",
+    )
 
     # -- notify (issue 10: webhooks for alarms, remediation, lease expiry) --------------------
     webhook_url: str | None = _setting(

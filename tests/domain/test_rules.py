@@ -156,7 +156,7 @@ def test_overlay_changes_a_rule_by_id_adds_one_and_refuses_nonsense() -> None:
     assert rules_of([sample(0)]) == []
     got = evaluate_host(site, [sample(0, [gpu(temperature_c=82, fan_pct=0)])], {}, XIDS)
     assert sorted(f.rule for f in got) == ["fan-stuck", "gpu-temperature"]
-    with pytest.raises(ConfigError, match=r"site.yaml: rule 'x'.*metric"):
+    with pytest.raises(ConfigError, match=r"site.yaml:2: rule 'x'.*metric"):
         POLICY.merged("rules:\n  - {id: x, kind: threshold, severity: info}\n", source="site.yaml")
     with pytest.raises(ConfigError, match="clears unknown"):
         POLICY.merged("rules:\n  - {id: gpu-temperature, clears: [nope]}\n")

@@ -179,10 +179,13 @@ def test_blast_radius_guard_stops_at_the_share(
     assert report.guard_tripped
     (alarm,) = fleet_alarms(fleet)
     assert alarm["kind"] == "blast-radius" and alarm["data"]["held"] == ["gpu-03", "gpu-04"]
-    # Held-back hosts keep an alarm (a warning, marked held) and stay allocatable.
+    # Held-back hosts keep their critical alarm, marked held: not quarantined, but out of
+    # placement (issue 24 item 9: restricted, never allocatable with a critical finding).
     held = health_alarms(fleet)
     assert held["gpu-03"][0].data["held"] == "blast-radius guard"
-    assert {"gpu-03", "gpu-04"} <= allocatable(fleet)
+    assert held["gpu-03"][0].severity.value == "critical"
+    assert {states(fleet)[n] for n in ("gpu-03", "gpu-04")} == {"available"}
+    assert not {"gpu-03", "gpu-04"} & allocatable(fleet)
     # The next sweep: still one fleet alarm, no more automatic quarantines.
     clock.advance(minutes=5)
     inspect(fleet)

@@ -12,6 +12,17 @@ The probe prints framed parts, each after a ``@@probe NAME`` line:
 ``driver``  seconds since the ``nvidia`` kernel module was loaded: the host's clock minus the
             modification time of ``/sys/module/nvidia`` (sysfs creates the directory when the
             module loads; grace after a driver reload without a reboot); empty when not loaded
+``boot``    ``/proc/sys/kernel/random/boot_id`` (issue 24 item 4: faults belong to a boot);
+            where it cannot be read, the boot is named by the boot time the uptime gives
+            (``uptime:<ISO minute>``)
+
+No data is a fault (issue 24 item 1): every failure to observe becomes a
+:class:`~gpufleet.domain.samples.ProbeFailure` of a kind the rules name (``observe`` rules):
+nvidia-smi not found (rc 127), the driver not loaded ("couldn't communicate with the NVIDIA
+driver", rc 9), a GPU handle error ("Unable to determine the device handle ... Unknown Error",
+rc 15), a GPU in an error state (a row saying "GPU is lost", "ERR!" ...), the tool timing out
+(``timeout``'s rc 124), any other failure or unreadable answer, cut kernel-log Xid lines and
+unreadable parts.
 
 Whether the GPUs have NVLink (topology-aware rules) is not probed: the service takes it from
 the host's latest collected facts (``nvidia-smi nvlink -s``). File paths are prefixed with
@@ -24,12 +35,20 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi.csv import parse_query_gpu_csv
-from gpufleet.domain.facts import Gpu
-from gpufleet.domain.rules import DiskSample, GpuSample, HostSample, PortSample, XidSeen
+from gpufleet.domain.facts import Gpu, UnreadableXid
+from gpufleet.domain.rules import PORT_METRICS
+from gpufleet.domain.samples import (
+    DiskSample,
+    GpuSample,
+    HostSample,
+    PortSample,
+    ProbeFailure,
+    XidSeen,
+)
 from gpufleet.errors import ParseError
 
 #: Marker the lab's ``sim`` transport recognises (it answers with rendered captures).
@@ -76,16 +95,7 @@ PROBE_FIELDS: tuple[str, ...] = (
 )
 
 #: IB/RoCE port counters read from ``/sys/class/infiniband/*/ports/*/counters``.
-IB_COUNTERS: tuple[str, ...] = (
-    "link_downed",
-    "link_error_recovery",
-    "symbol_error",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_xmit_discards",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-)
+IB_COUNTERS: tuple[str, ...] = PORT_METRICS
 
 _REASONS = (
     "sw_power_cap",
@@ -131,6 +141,8 @@ def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) ->
             'cat "$R"/proc/uptime 2>/dev/null',
             "echo '@@probe driver'",
             'm=$(stat -c %Y "$R"/sys/module/nvidia 2>/dev/null) && echo "$(( $(date +%s) - m ))"',
+            "echo '@@probe boot'",
+            'cat "$R"/proc/sys/kernel/random/boot_id 2>/dev/null',
             "echo '@@probe end'",
             "",
         ]
@@ -145,6 +157,11 @@ class ProbeResult:
     sample: HostSample
     kmsg_cursor: str | None
     problems: tuple[str, ...]
+
+    @property
+    def observed(self) -> bool:
+        """True only when every part was read and nothing failed (outcome ``ok``)."""
+        return not self.problems and not self.sample.failures
 
 
 def split_probe(text: str, source: str = "probe") -> dict[str, str]:
@@ -204,15 +221,58 @@ def _gpu_sample(g: Gpu) -> GpuSample:
 
 def parse_gpus(text: str, source: str = "nvidia-smi --query-gpu") -> tuple[GpuSample, ...]:
     """The ``gpu`` part: the CSV (header row first) and its ``@@rc`` line."""
+    return tuple(_gpu_sample(g) for g in _parse_gpu_part(text, source))
+
+
+def _split_rc(text: str) -> tuple[str, str]:
     lines = text.splitlines()
     rc_line = next((x for x in reversed(lines) if x.startswith("@@rc ")), None)
     body = "\n".join(x for x in lines if not x.startswith("@@rc "))
     rc_words = rc_line.split() if rc_line else []
-    rc = rc_words[1] if len(rc_words) > 1 else "?"
+    return body, rc_words[1] if len(rc_words) > 1 else "?"
+
+
+def _parse_gpu_part(text: str, source: str) -> list[Gpu]:
+    body, rc = _split_rc(text)
     if rc != "0":
         first = body.strip().splitlines()[0][:160] if body.strip() else "no output"
         raise ParseError(source, f"nvidia-smi exited {rc}: {first}")
-    return tuple(_gpu_sample(g) for g in parse_query_gpu_csv(body, PROBE_FIELDS, source))
+    return parse_query_gpu_csv(body, PROBE_FIELDS, source)
+
+
+#: What nvidia-smi says when the driver is not loaded / a GPU cannot be reached.
+_DRIVER_DOWN = ("couldn't communicate with the nvidia driver", "driver/library version mismatch")
+_HANDLE = ("unable to determine the device handle", "unknown error", "gpu is lost")
+
+
+def gpu_failure(text: str, source: str) -> ProbeFailure | None:
+    """The kind of failure of the ``gpu`` part (None: it answered); the detail quotes it."""
+    body, rc = _split_rc(text)
+    low = body.lower()
+    first = body.strip().splitlines()[0][:200] if body.strip() else "no output"
+    if rc == "0":
+        return None
+    if rc == "127" or "not found" in low or "no such file" in low:
+        return ProbeFailure("gpu_tool_missing", f"{source}: nvidia-smi not found: {first}")
+    if rc == "124":
+        return ProbeFailure("probe_timeout", f"{source}: nvidia-smi did not answer in time")
+    if any(m in low for m in _DRIVER_DOWN):
+        return ProbeFailure("driver_not_loaded", f"{source}: nvidia-smi exited {rc}: {first}")
+    if any(m in low for m in _HANDLE):
+        line = next((x for x in body.splitlines() if any(m in x.lower() for m in _HANDLE)), first)
+        return ProbeFailure("gpu_handle_error", f"{source}: nvidia-smi exited {rc}: {line[:200]}")
+    return ProbeFailure("gpu_tool_error", f"{source}: nvidia-smi exited {rc}: {first}")
+
+
+def boot_identity(text: str, at: datetime, uptime_s: float | None) -> str | None:
+    """The ``boot`` part's boot id, else ``uptime:<boot time to the minute>``, else None."""
+    words = text.split()
+    if words and len(words[0]) <= 64:
+        return words[0]
+    if uptime_s is None:
+        return None
+    booted = (at - timedelta(seconds=uptime_s)).replace(second=0, microsecond=0)
+    return f"uptime:{booted.astimezone(UTC).isoformat()}"
 
 
 def parse_ports(text: str, source: str = "ib") -> tuple[PortSample, ...]:
@@ -277,16 +337,30 @@ def parse_probe(
     """
     parts = split_probe(text, source)
     problems: list[str] = []
+    failures: list[ProbeFailure] = []
     gpus: tuple[GpuSample, ...] | None = None
+    gpu_source = f"{source}: nvidia-smi --query-gpu"
     try:
-        gpus = parse_gpus(parts.get("gpu", ""), f"{source}: nvidia-smi --query-gpu")
+        read = _parse_gpu_part(parts.get("gpu", ""), gpu_source)
     except ParseError as exc:
         problems.append(str(exc))
+        failures.append(
+            gpu_failure(parts.get("gpu", ""), gpu_source)
+            or ProbeFailure("gpu_tool_error", str(exc))
+        )
+    else:
+        gpus = tuple(_gpu_sample(g) for g in read)
+        broken = [f"GPU {g.index}: {g.error}" for g in read if g.error]
+        if broken:
+            detail = f"{gpu_source}: " + "; ".join(broken)
+            problems.append(detail)
+            failures.append(ProbeFailure("gpu_error_state", detail))
     since = _iso(kmsg_since)
     xids: list[XidSeen] = []
     cursor = kmsg_since
     newest = since
-    for e in parse_xids(parts.get("kmsg", ""), f"{source}: kernel log", unreadable=[]):
+    cut: list[UnreadableXid] = []
+    for e in parse_xids(parts.get("kmsg", ""), f"{source}: kernel log", unreadable=cut):
         t = e.time.replace(tzinfo=UTC) if e.time and e.time.tzinfo is None else e.time
         if t is not None and since is not None and t <= since:
             continue
@@ -295,6 +369,14 @@ def parse_probe(
         xids.append(XidSeen(e.code, e.pci_address, t, e.message))
         if t is not None and (newest is None or t > newest):
             newest, cursor = t, t.isoformat()
+    new_cut = [u for u in cut if _is_new(u.time, since)]
+    if new_cut:  # a cut Xid line may be a fatal one: never dropped silently
+        detail = f"{source}: kernel log: {len(new_cut)} unreadable Xid line(s): " + "; ".join(
+            f"line {u.line}: {u.text}" for u in new_cut[:3]
+        )
+        problems.append(detail)
+        failures.append(ProbeFailure("kmsg_unreadable", detail))
+    parts_from = len(problems)  # what follows: the other parts (each a part_unreadable)
     ports: tuple[PortSample, ...] = ()
     try:
         ports = parse_ports(parts.get("ib", ""), f"{source}: ib")
@@ -321,6 +403,7 @@ def parse_probe(
             problems.append(
                 f"{source}: driver load age (/sys/module/nvidia): not a number: {raw[0][:40]!r}"
             )
+    failures += [ProbeFailure("part_unreadable", p) for p in problems[parts_from:]]
     sample = HostSample(
         at=at,
         gpus=gpus,
@@ -329,8 +412,20 @@ def parse_probe(
         disks=disks,
         uptime_s=uptime,
         driver_age_s=driver_age,
+        failures=tuple(failures),
+        boot_id=boot_identity(parts.get("boot", ""), at, uptime),
     )
     return ProbeResult(sample, cursor, tuple(problems))
+
+
+def _is_new(t: datetime | None, since: datetime | None) -> bool:
+    """A kernel-log line newer than the cursor (one without a time: the first sweep only)."""
+    if since is None:
+        return True
+    if t is None:
+        return False
+    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t
+    return t > since
 
 
 def _iso(text: str | None) -> datetime | None:

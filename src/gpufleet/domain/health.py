@@ -53,6 +53,9 @@ class Fault(StrEnum):
     """Collection could not reach the host."""
     ACCELERATOR_ALARM = "accelerator_alarm"
     """An accelerator of another vendor reports health Alarm (Ascend npu-smi; issue 15)."""
+    TELEMETRY_LOST = "telemetry_lost"
+    """The inspection probe could not observe the GPUs (tool missing, failing or timing out)
+    for as many sweeps in a row as the policy says (issue 24: no data is a fault)."""
 
 
 #: Faults that quarantine a host whatever its profiles say. Others fail checks (and may cost

@@ -19,8 +19,8 @@ from __future__ import annotations
 import operator
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from importlib import resources
 from typing import Any, Literal
@@ -29,6 +29,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpufleet.domain.preflight import XID_ACTIONS, Action
+from gpufleet.domain.samples import (
+    OBSERVE_KINDS,
+    DiskSample,
+    GpuSample,
+    HostSample,
+    PortSample,
+    ProbeFailure,
+    XidSeen,
+    same_pci,
+)
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
 
@@ -39,12 +49,14 @@ __all__ = [
     "GpuSample",
     "HostSample",
     "PortSample",
+    "ProbeFailure",
     "Rule",
     "RulePolicy",
     "Severity",
     "XidSeen",
     "evaluate_host",
     "fleet_medians",
+    "same_boot",
     "same_pci",
 ]
 
@@ -55,123 +67,6 @@ class Severity(StrEnum):
     INFO = "info"
     WARNING = "warning"
     CRITICAL = "critical"
-
-
-# ------------------------------------------------------------------------------ samples
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One GPU in one sweep (the ``--query-gpu`` CSV row); None: not reported."""
-
-    index: int
-    uuid: str | None = None
-    model: str | None = None
-    pci_bus_id: str | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    sm_clock_mhz: float | None = None
-    max_sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    utilization_gpu_pct: float | None = None
-    utilization_memory_pct: float | None = None
-    memory_used_mib: float | None = None
-    ecc_volatile_correctable: int | None = None
-    ecc_volatile_uncorrectable: int | None = None
-    ecc_aggregate_correctable: int | None = None
-    ecc_aggregate_uncorrectable: int | None = None
-    retired_single_bit: int | None = None
-    retired_double_bit: int | None = None
-    retired_pending: bool | None = None
-    remap_correctable: int | None = None
-    remap_uncorrectable: int | None = None
-    remap_pending: bool | None = None
-    remap_failure: bool | None = None
-    fan_pct: float | None = None
-    pcie_gen: int | None = None
-    pcie_gen_max: int | None = None
-    pcie_width: int | None = None
-    pcie_width_max: int | None = None
-    #: Active clock-event reasons (``hw_slowdown``, ``hw_power_brake_slowdown`` ...).
-    reasons: frozenset[str] = frozenset()
-
-    @property
-    def pcie_width_ratio(self) -> float | None:
-        if self.pcie_width is None or not self.pcie_width_max:
-            return None
-        return self.pcie_width / self.pcie_width_max
-
-
-@dataclass(frozen=True)
-class PortSample:
-    """One IB/RoCE port (``mlx5_0/1``): its state and error counters from sysfs."""
-
-    name: str
-    state: str | None = None
-    counters: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DiskSample:
-    """Space on one configured path."""
-
-    path: str
-    size_kib: int
-    used_kib: int
-
-    @property
-    def used_pct(self) -> float:
-        return 100.0 * self.used_kib / self.size_kib if self.size_kib else 0.0
-
-
-@dataclass(frozen=True)
-class XidSeen:
-    """One kernel-log Xid line new since the previous sweep."""
-
-    code: int
-    pci: str | None = None
-    time: datetime | None = None
-    message: str = ""
-
-
-@dataclass(frozen=True)
-class HostSample:
-    """What one sweep saw on one host. ``gpus`` None: the GPU query failed (not "no GPUs")."""
-
-    at: datetime
-    gpus: tuple[GpuSample, ...] | None
-    xids: tuple[XidSeen, ...] = ()
-    ports: tuple[PortSample, ...] = ()
-    disks: tuple[DiskSample, ...] = ()
-    uptime_s: float | None = None
-    nvlink: bool = False
-    #: Seconds since the NVIDIA driver (module ``nvidia``) was loaded; None: not known.
-    driver_age_s: float | None = None
-
-    @property
-    def settled_s(self) -> float | None:
-        """Seconds since the later of boot and driver load (what a rule's grace counts)."""
-        known = [x for x in (self.uptime_s, self.driver_age_s) if x is not None]
-        return min(known) if known else None
-
-
-def same_pci(xid_pci: str | None, bus_id: str | None) -> bool:
-    """True when an Xid's ``PCI:0000:19:00`` names the GPU at ``00000000:19:00.0``."""
-    if not xid_pci or not bus_id:
-        return False
-
-    def key(text: str, drop_function: bool) -> tuple[str, str] | None:
-        text = text.removeprefix("PCI:").strip().lower()
-        if drop_function:
-            text = text.split(".")[0]
-        parts = text.split(":")
-        if len(parts) < 2:
-            return None
-        return parts[-2].lstrip("0") or "0", parts[-1].lstrip("0") or "0"
-
-    a, b = key(xid_pci, True), key(bus_id, True)
-    return a is not None and a == b
 
 
 # ------------------------------------------------------------------------------ policy
@@ -212,6 +107,27 @@ GPU_METRICS: frozenset[str] = frozenset(
         "pcie_width_ratio",
     }
 )
+#: Host metrics a ``scope: host`` threshold rule may name (properties of :class:`HostSample`).
+HOST_METRICS: frozenset[str] = frozenset({"gpus_missing"})
+#: Port counters a ``scope: port`` rule may name (what the probe reads from sysfs).
+PORT_METRICS: tuple[str, ...] = (
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+#: What the engine evaluates, per scope: the kinds it dispatches there (issue 24 item 4: a
+#: rule it cannot evaluate is refused at load, never accepted to never fire).
+SCOPE_KINDS: dict[str, frozenset[str]] = {
+    "gpu": frozenset({"threshold", "increase", "flag", "straggler"}),
+    "port": frozenset({"threshold", "increase"}),
+    "disk": frozenset({"threshold"}),
+    "host": frozenset({"threshold", "xid", "observe"}),
+}
 CLOCK_REASONS: frozenset[str] = frozenset(
     {
         "sw_power_cap",
@@ -231,7 +147,7 @@ class Rule(BaseModel):
 
     id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: str = ""
-    kind: Literal["threshold", "increase", "flag", "xid", "straggler"]
+    kind: Literal["threshold", "increase", "flag", "xid", "straggler", "observe"]
     scope: Literal["gpu", "port", "disk", "host"] = "gpu"
     metric: str | None = None
     op: str = ">"
@@ -253,21 +169,38 @@ class Rule(BaseModel):
     def _check(self) -> Rule:
         if self.op not in _OPS:
             raise ValueError(f"op must be one of {' '.join(_OPS)}, not {self.op!r}")
+        if self.kind in ("xid", "observe"):
+            if "scope" in self.model_fields_set and self.scope != "host":
+                raise ValueError(f"a {self.kind} rule is about the host (scope: host)")
+            object.__setattr__(self, "scope", "host")
+        if self.kind not in SCOPE_KINDS[self.scope]:
+            kinds = ", ".join(sorted(SCOPE_KINDS[self.scope]))
+            raise ValueError(
+                f"kind {self.kind} with scope {self.scope} cannot be evaluated "
+                f"(scope {self.scope} takes: {kinds})"
+            )
         if self.kind == "xid":
             if not self.codes:
                 raise ValueError("an xid rule needs codes")
-            object.__setattr__(self, "scope", "host")
             return self
         if not self.metric:
             raise ValueError(f"a {self.kind} rule needs a metric")
-        if self.scope == "gpu":
+        known: Iterable[str]
+        if self.kind == "observe":
+            known = OBSERVE_KINDS
+        elif self.scope == "gpu":
             known = GPU_METRICS | (CLOCK_REASONS if self.kind == "flag" else frozenset())
-            if self.metric not in known:
-                raise ValueError(f"unknown GPU metric {self.metric!r}")
-        if self.scope == "disk" and self.metric != "used_pct":
-            raise ValueError("a disk rule reads used_pct")
-        if self.kind == "straggler" and self.scope != "gpu":
-            raise ValueError("a straggler rule is about GPUs")
+        elif self.scope == "port":
+            known = PORT_METRICS
+        elif self.scope == "disk":
+            known = ("used_pct",)
+        else:
+            known = HOST_METRICS
+        if self.metric not in known:
+            raise ValueError(
+                f"metric {self.metric!r} cannot be evaluated for kind {self.kind} scope "
+                f"{self.scope} (known: {', '.join(sorted(known))})"
+            )
         return self
 
 
@@ -292,7 +225,8 @@ class RulePolicy:
         rules = doc.get("rules")
         if not isinstance(rules, list):
             raise ConfigError(f"{source}: 'rules' must be a list")
-        out = [_rule(r, source, i) for i, r in enumerate(rules)]
+        lines = _rule_lines(text)
+        out = [_rule(r, source, i, lines) for i, r in enumerate(rules)]
         ids = [r.id for r in out]
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
@@ -310,12 +244,20 @@ class RulePolicy:
             raise ConfigError(f"{source}: 'rules' must be a list")
         by_id = {r.id: r for r in self.rules}
         order = [r.id for r in self.rules]
+        lines = _rule_lines(text)
         for i, row in enumerate(rules):
             if not isinstance(row, dict) or not isinstance(row.get("id"), str):
-                raise ConfigError(f"{source}: rules[{i}]: each rule needs an 'id'")
+                raise ConfigError(
+                    f"{_where(source, i, lines)}: rules[{i}]: each rule needs an 'id'"
+                )
             base = by_id.get(row["id"])
-            merged = {**base.model_dump(exclude_none=True), **row} if base else row
-            by_id[row["id"]] = _rule(merged, source, i)
+            if base is not None and base.kind in ("xid", "observe") and "scope" not in row:
+                # a new kind re-derives its scope (an xid rule's forced "host" is not kept)
+                dumped = base.model_dump(exclude_none=True, exclude={"scope"})
+            else:
+                dumped = base.model_dump(exclude_none=True) if base else {}
+            merged = {**dumped, **row} if base else row
+            by_id[row["id"]] = _rule(merged, source, i, lines)
             if base is None:
                 order.append(row["id"])
         version = str(doc.get("version", f"{self.version}+site"))
@@ -358,15 +300,35 @@ def _load(text: str, source: str) -> dict[str, Any]:
     return doc
 
 
-def _rule(row: object, source: str, i: int) -> Rule:
+def _rule_lines(text: str) -> list[int]:
+    """The 1-based line where each item of ``rules`` starts (empty when not composable)."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(root, yaml.MappingNode):
+        return []
+    for key, value in root.value:
+        if getattr(key, "value", None) == "rules" and isinstance(value, yaml.SequenceNode):
+            return [item.start_mark.line + 1 for item in value.value]
+    return []
+
+
+def _where(source: str, i: int, lines: Sequence[int]) -> str:
+    return f"{source}:{lines[i]}" if i < len(lines) else source
+
+
+def _rule(row: object, source: str, i: int, lines: Sequence[int] = ()) -> Rule:
+    where_line = _where(source, i, lines)
     if not isinstance(row, dict):
-        raise ConfigError(f"{source}: rules[{i}] must be a mapping")
+        raise ConfigError(f"{where_line}: rules[{i}] must be a mapping")
     try:
         return Rule.model_validate(row)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "rule"
-        raise ConfigError(f"{source}: rule {row.get('id', i)!r}: {where}: {err['msg']}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{where_line}: rule {row.get('id', i)!r}: {where}: {msg}") from None
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -515,7 +477,14 @@ def _disk_findings(rule: Rule, history: Sequence[HostSample]) -> list[Finding]:
 def _xid_findings(rule: Rule, history: Sequence[HostSample], xids: XidPolicy) -> list[Finding]:
     latest = history[-1]
     since = latest.at - timedelta(seconds=rule.window)
-    seen = [x for s in history if s.at >= since for x in s.xids if x.code in rule.codes]
+    # Faults belong to a boot (issue 24 item 4): an Xid seen in an earlier boot is history.
+    seen = [
+        x
+        for s in history
+        if s.at >= since and same_boot(s, latest)
+        for x in s.xids
+        if x.code in rule.codes
+    ]
     if len(seen) < rule.count:
         return []
     # One finding per GPU the lines name (a line whose GPU is unknown: the host).
@@ -598,6 +567,37 @@ def evaluate_host(
     return [f for f in found if f.key not in cleared]
 
 
+def same_boot(a: HostSample, b: HostSample) -> bool:
+    """True unless both samples know their boot and the boots differ."""
+    return a.boot_id is None or b.boot_id is None or a.boot_id == b.boot_id
+
+
+def _host_holds(rule: Rule, s: HostSample) -> tuple[bool, str]:
+    if rule.kind == "observe":
+        f = s.failed(rule.metric or "")
+        return f is not None, f.detail if f is not None else ""
+    v = s.gpus_missing if rule.metric == "gpus_missing" else None
+    if v is None:
+        return False, ""
+    why = f"{rule.metric} {v:g} ({len(s.gpus or ())} of {s.expected_gpus} GPUs answer)"
+    return _OPS[rule.op](float(v), rule.value), why
+
+
+def _host_findings(rule: Rule, history: Sequence[HostSample]) -> list[Finding]:
+    """A host-scope rule (``observe`` or a host threshold) over the last ``consecutive``
+    samples, all of the current boot."""
+    latest = history[-1]
+    hit, why = _host_holds(rule, latest)
+    if not hit:
+        return []
+    if rule.consecutive > 1:
+        before = history[-rule.consecutive : -1]
+        if len(before) < rule.consecutive - 1 or not all(_host_holds(rule, s)[0] for s in before):
+            return []
+        why += f" ({rule.consecutive} sweeps in a row)"
+    return [_finding(rule, why)]
+
+
 def _rule_findings(
     rule: Rule,
     history: Sequence[HostSample],
@@ -613,4 +613,4 @@ def _rule_findings(
         return _port_findings(rule, history)
     if rule.scope == "disk":
         return _disk_findings(rule, history)
-    return []
+    return _host_findings(rule, history)

@@ -25,8 +25,22 @@ RECLAIM_FAULTS: frozenset[str] = frozenset(
 #: Faults only the inspection probe shows (lab/probe.py; issue 10): a GPU over temperature,
 #: HW power brake, a straggler GPU (each ``KIND[:<gpu index>]``), IB ``link_downed`` raised
 #: (``ib-link-downed[:N]``), a full root file system. The collection's sections ignore them.
+#: Issue 24 (no data is a fault): the GPU query failing as a host's nvidia-smi does when a
+#: GPU cannot be reached (``gpu-handle-error``, rc 15), when the driver is not loaded
+#: (``driver-not-loaded``, rc 9), when it hangs past the probe's ``timeout`` (``probe-timeout``,
+#: rc 124), and cut kernel-log Xid lines (``xid-cut``).
 PROBE_FAULTS: frozenset[str] = frozenset(
-    {"hot", "power-brake", "straggler", "ib-link-downed", "disk-full"}
+    {
+        "hot",
+        "power-brake",
+        "straggler",
+        "ib-link-downed",
+        "disk-full",
+        "gpu-handle-error",
+        "driver-not-loaded",
+        "probe-timeout",
+        "xid-cut",
+    }
 )
 #: What ``gpufleet remediate`` meets on the host (lab/remedy.py; issue 10): a GPU reset that
 #: fails (nvidia-smi -r exits non-zero).

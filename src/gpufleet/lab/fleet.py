@@ -47,6 +47,9 @@ class LabHost(BaseModel):
     # A GPU moved in from another host (issue 10 parts history; templates.move_gpu): its
     # serial and UUID replace those of the GPU at fault_gpu_index.
     moved_in: dict[str, str] | None = None
+    # Boots since the lab created the host (issue 24: faults belong to a boot): the probe's
+    # boot_id changes with it, and the kernel log of a new boot starts empty of old Xids.
+    boot: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> LabHost:

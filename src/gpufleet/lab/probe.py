@@ -3,13 +3,18 @@
 ``gpu``   the ``load :: query-gpu`` CSV row of the model's nvidia_gpu_exporter bundle (header
           and values exactly as captured, with units: the capture's ``--format=csv``), one row
           per GPU with the host's GPU identity (index, UUID, PCI bus id) put in; models
-          without such a bundle (the XML-captured ones) answer ``nvidia-smi`` exit 6 with a
-          message saying so
+          without such a bundle (the XML-captured ones: A100, V100S, A10G) answer with rows
+          DERIVED from the model's real ``nvidia-smi -q -x`` capture as the lab renders it
+          for the host (issue 24): the XML is parsed by the collection's own parser and each
+          probe field written from it (``--format=csv,nounits``; ``[N/A]`` where the XML
+          has no value), so every value is the capture's, none invented
 ``kmsg``  the host's Xid faults, as the collection's kernel-log section renders them
 ``ib``    the ports and counters of the captured ``/sys/class/infiniband`` tree of an H100
           host (``ib/gpud_sys-class-infiniband-h100.0``) for models with RDMA adapters
 ``disk``  ``df -P -k /`` of a 1 TiB root file system, 20% used
 ``uptime`` ten days
+``boot``  a boot id derived from the host and its ``boot`` count (a reboot changes it; the
+          kernel log of the new boot holds only the Xid faults the host has now)
 
 Probe faults change the answer between sweeps (the GPU is the host's fault GPU unless the
 fault names one: ``hot:3``): ``hot`` (92 C), ``ecc-uncorrectable`` (2 volatile and aggregate
@@ -17,17 +22,28 @@ uncorrectable), ``power-brake`` (HW power brake slowdown active, clocks and powe
 ``straggler`` (SM clock and power far below the model's under full load), ``ib-link-downed``
 (``link_downed`` of the first port raised to N, default 1), ``xid:<code>`` (kernel log),
 ``disk-full`` (98% used); ``nvidia-smi-missing`` makes the GPU query fail (exit 127).
+
+Issue 24 (no data is a fault): ``driver-not-loaded`` answers nvidia-smi's real message for a
+driver it cannot reach (exit 9, as in the collection lab's ``driver-down``) and no ``driver``
+age; ``probe-timeout`` is what ``timeout`` leaves of a hung query (no output, exit 124);
+``gpu-handle-error`` is an EDITED capture: the model's real query rows with the fault GPU's
+row replaced by the line nvidia-smi prints for a GPU it cannot reach ("Unable to determine
+the device handle for GPU<bus id>: Unknown Error", the wording of the real reports quoted in
+``domain/checks/gpu.py``), exit 15; ``xid-cut`` adds a real Xid line of the capture's format
+cut after its PCI address (as a ring buffer or a log shipper cuts it).
 """
 
 from __future__ import annotations
 
+import uuid
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
 from gpufleet.lab.faults import _split_fault
 from gpufleet.lab.fleet import LabHost
-from gpufleet.lab.renderers import _xids
+from gpufleet.lab.renderers import _gpu_sections, _xids
 from gpufleet.lab.templates import _identity, _template, fault_gpu_index
 
 _IB_TREE = "ib/gpud_sys-class-infiniband-h100.0"
@@ -64,23 +80,79 @@ def _col(header: list[str], name: str) -> int:
     raise KeyError(name)
 
 
+#: nvidia-smi's words when the driver is not loaded (the collection lab's ``driver-down``).
+_DRIVER_DOWN = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running."
+)
+
+
+def _dotted(obj: Any, path: str) -> Any:
+    for name in path.split("."):
+        if obj is None:
+            return None
+        obj = getattr(obj, name, None)
+    return obj
+
+
+def _cell(field: str, value: Any) -> str:
+    if value is None:
+        return "[N/A]"
+    if isinstance(value, bool):
+        if field.startswith("clocks_event_reasons."):
+            return "Active" if value else "Not Active"
+        return "Yes" if value else "No"
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _derived_rows(host: LabHost) -> tuple[list[str], dict[int, list[str]]]:
+    """(header, per present GPU index its cells) derived from the model's real -q -x capture
+    as rendered for ``host`` (identity and the XML-level faults already in it)."""
+    from gpufleet.collect.inspect import PROBE_FIELDS
+    from gpufleet.collect.nvidia_smi.csv import _CSV_COLUMNS
+    from gpufleet.collect.nvidia_smi.xml import parse_nvidia_smi_xml
+
+    tpl = _template(host.model)
+    _, xml, _ = _gpu_sections(host, tpl)
+    report = parse_nvidia_smi_xml(xml, f"lab {host.model} capture")
+    rows: dict[int, list[str]] = {}
+    for g in report.gpus:
+        rows[g.index] = [_cell(f, _dotted(g, _CSV_COLUMNS[f][0])) for f in PROBE_FIELDS]
+    return list(PROBE_FIELDS), rows
+
+
 def _gpu_part(host: LabHost) -> str:
     spec = host.spec
-    tpl = _csv_template(spec.smi_file)
-    if tpl is None:
-        # nvidia-smi's own exit code for a query it cannot answer
-        return f"lab: no --query-gpu capture for a {host.model} host\n@@rc 6"
-    header, values = tpl
     faults = [_split_fault(f) for f in host.faults]
-    if any(k == "nvidia-smi-missing" for k, _ in faults):
+    kinds = {k for k, _ in faults}
+    if "nvidia-smi-missing" in kinds:
         return "sh: 1: nvidia-smi: not found\n@@rc 127"
+    if "driver-not-loaded" in kinds:
+        return f"{_DRIVER_DOWN}\n@@rc 9"
+    if "probe-timeout" in kinds:
+        return "@@rc 124"
     suspect = fault_gpu_index(host)
     bus_ids = _template(host.model).bus_ids
+    tpl = _csv_template(spec.smi_file)
+    if tpl is None:
+        header, derived = _derived_rows(host)
+        base = {i: cells for i, cells in derived.items()}
+    else:
+        header, values = tpl
+        base = {
+            i: list(values)
+            for i in range(spec.gpu_count)
+            if not ("gpu-missing" in kinds and i == suspect)
+        }
     rows: list[str] = []
-    for i in range(spec.gpu_count):
-        if any(k == "gpu-missing" for k, _ in faults) and i == suspect:
+    for i, row in sorted(base.items()):
+        if "gpu-handle-error" in kinds and i == suspect:
+            dom, bus, devfn = bus_ids[i].split(":")
+            bus_id = f"0000{dom}:{bus}:{devfn}".upper()
+            rows.append(f"Unable to determine the device handle for GPU{bus_id}: Unknown Error")
             continue
-        row = list(values)
 
         def put(name: str, value: str, row: list[str] = row) -> None:
             row[_col(header, name)] = value
@@ -89,7 +161,8 @@ def _gpu_part(host: LabHost) -> str:
         dom, bus, devfn = bus_ids[i].split(":")
         put("index", str(i))
         put("uuid", ident["uuid"])
-        put("serial", ident["serial"])
+        if tpl is not None:
+            put("serial", ident["serial"])
         put("pci.bus_id", f"0000{dom}:{bus}:{devfn}".upper())
         for kind, arg in faults:
             target = int(arg) if arg is not None and arg.isdigit() else suspect
@@ -109,7 +182,8 @@ def _gpu_part(host: LabHost) -> str:
                 put("clocks.current.sm", "1095 MHz")
                 put("power.draw", "288.40 W")
         rows.append(", ".join(row))
-    return "\n".join([", ".join(header), *rows, "@@rc 0"])
+    rc = 15 if "gpu-handle-error" in kinds else 0
+    return "\n".join([", ".join(header), *rows, f"@@rc {rc}"])
 
 
 @cache
@@ -150,12 +224,20 @@ def _ib_part(host: LabHost) -> str:
     return "\n".join(lines)
 
 
+def _boot_key(host: LabHost) -> str:
+    return f"gpufleet-lab:{host.name}:{host.serial_salt}:{host.boot}"
+
+
 def render_probe(host: LabHost) -> str:
     """The probe's answer for ``host`` (see the module doc)."""
     full = any(_split_fault(f)[0] == "disk-full" for f in host.faults)
     size = 1024**3  # KiB: 1 TiB
     used = size * 98 // 100 if full else size // 5
     kmsg = _xids(host, _template(host.model))
+    if any(_split_fault(f)[0] == "xid-cut" for f in host.faults):
+        whole = _xids(host.model_copy(update={"faults": ["xid:79"]}), _template(host.model))
+        kmsg += whole[: whole.index("(PCI:") + len("(PCI:0000:")] + "\n"
+    boot = uuid.uuid5(uuid.NAMESPACE_URL, _boot_key(host))
     parts = {
         "gpu": _gpu_part(host),
         "kmsg": kmsg.rstrip("\n"),
@@ -163,6 +245,7 @@ def render_probe(host: LabHost) -> str:
         "disk": "Filesystem 1024-blocks Used Available Capacity Mounted on\n"
         f"/dev/nvme0n1p2 {size} {used} {size - used} {used * 100 // size}% /",
         "uptime": "864000.00 1700000.00",
+        "boot": str(boot),
         "end": "",
     }
     return "".join(f"@@probe {k}\n{v}\n" if v else f"@@probe {k}\n" for k, v in parts.items())

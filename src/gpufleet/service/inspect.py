@@ -19,16 +19,21 @@ One sweep:
    sweep quarantined whose findings have all cleared goes back to ``validating`` (never
    straight to ``available``), guard or no guard.
 
-The blast-radius guard: when more than ``GPUFLEET_GUARD_SHARE`` of the fleet or
-``GPUFLEET_GUARD_HOSTS`` hosts would be quarantined automatically within
-``GPUFLEET_GUARD_WINDOW_MINUTES``, automatic quarantine stops at that limit, one fleet alarm
-(``fleet_alarms``, kind ``blast-radius``) is raised, and the held-back hosts' alarms are
-opened as warnings (data ``held``) so they stay allocatable. Manual actions are untouched.
+The blast-radius guard (:mod:`gpufleet.service.inspect_guard`): past both its share and its
+minimum count, automatic quarantine stops, one fleet alarm is raised, and the held-back hosts
+keep their critical alarms (data ``held``): out of placement, not quarantined.
+
+No data is a fault (issue 24 item 1): a probe that answered but could not observe (the GPU
+tool missing, the driver not loaded, a GPU handle error, a timeout, cut Xid lines ...) gives
+the host the outcome ``probe_failed`` (never ``ok``) and failures that the ``observe`` rules
+judge; fewer GPUs than the host's expected count is the ``gpu-count-low`` rule. Faults belong
+to a boot (item 4): alarms and events carry the sample's ``boot_id``, and an Xid from an
+earlier boot never opens an alarm (:func:`gpufleet.domain.rules.same_boot`). A host whose
+transport failed (unreachable, timeout, auth) goes to :func:`transport_unobserved`.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,15 +41,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import event as sa_event
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
 from gpufleet.collect.transport import Outcome, RawResult, Transport, TransportKey
-from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
-from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import (
     Finding,
     HostSample,
@@ -53,17 +55,27 @@ from gpufleet.domain.rules import (
     evaluate_host,
     fleet_medians,
 )
-from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
-from gpufleet.service import webhooks
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.fleet import Fleet
+from gpufleet.service.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
+from gpufleet.service.inspect_guard import (
+    GUARD_KIND,
+    Budget,
+    close_fleet_alarm,
+    fleet_alarms,
+    guard_budget,
+    trip_guard,
+)
+from gpufleet.service.inspect_observe import (
+    PROBE_FAILED,
+    expected_gpu_counts,
+    transport_unobserved,
+)
 from gpufleet.service.inspect_store import (
     histories,
     roll_up_and_prune,
     store_samples,
 )
-from gpufleet.service.leases import call_hooks, lease_view
-from gpufleet.service.lifecycle import transition
 from gpufleet.service.pipeline import (
     Claimed,
     Pipeline,
@@ -75,33 +87,22 @@ from gpufleet.service.pipeline import (
 )
 from gpufleet.service.policies import Policies
 from gpufleet.store.tables import (
-    Alarm,
     FactSnapshot,
-    FleetAlarm,
     Host,
     HostSampleRow,
-    InspectQuarantine,
-    LeaseHost,
-    Validation,
 )
 
-#: States a critical finding quarantines at once (a leased host keeps running its job).
-QUARANTINES = frozenset(
-    {HostState.ENROLLED, HostState.VALIDATING, HostState.AVAILABLE, HostState.RECLAIMING}
-)
-#: The fault recorded on the host for a rule (rules not listed record no fault kind).
-RULE_FAULTS: dict[str, Fault] = {
-    "ecc-uncorrectable": Fault.ECC_UNCORRECTABLE,
-    "remap-failure": Fault.ROW_REMAP_FAILURE,
-    "xid-79": Fault.GPU_LOST,
-    "xid-64": Fault.FATAL_XID,
-    "xid-fatal": Fault.FATAL_XID,
-    "xid-nvlink": Fault.NVLINK_DOWN,
-    "ib-link-downed": Fault.IB_DOWN,
-    "pcie-link-degraded": Fault.PCIE_DEGRADED,
-}
-GUARD_KIND = "blast-radius"
-ACTOR = "inspect"
+__all__ = [
+    "ACTOR",
+    "GUARD_KIND",
+    "QUARANTINES",
+    "RULE_FAULTS",
+    "HostInspection",
+    "close_fleet_alarm",
+    "fleet_alarms",
+    "inspect",
+    "inspect_loop",
+]
 
 
 def load_policy(fleet: Fleet) -> RulePolicy:
@@ -112,18 +113,6 @@ def load_policy(fleet: Fleet) -> RulePolicy:
 
 
 # ------------------------------------------------------------------------------ results
-
-
-@dataclass
-class HostInspection:
-    """One host of a sweep: how the probe went, what the rules found, what was done."""
-
-    host: str
-    outcome: str
-    reason: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -209,6 +198,7 @@ def inspect(
     script = probe_script(fleet.settings.path_list(fleet.settings.inspect_disk_paths))
     parsed: dict[int, ProbeResult] = {}
     by_id: dict[int, HostInspection] = {}
+    unobserved: dict[int, HostInspection] = {}
 
     def apply(c: Claimed, raw: RawResult) -> HostInspection:
         out = HostInspection(c.target.name, raw.outcome.value, raw.reason)
@@ -222,6 +212,11 @@ def inspect(
             else:
                 parsed[c.host_id] = res
                 out.problems = list(res.problems)
+                if not res.observed:  # no data is a fault: never "ok" beside a failure
+                    out.outcome = PROBE_FAILED
+                    out.reason = "; ".join(f.detail for f in res.sample.failures)[:500]
+        else:
+            unobserved[c.host_id] = out
         by_id[c.host_id] = out
         return out
 
@@ -248,6 +243,7 @@ def inspect(
         )
     report = SweepReport(at, policy.version, sorted(results, key=lambda h: h.host), claim.busy)
     judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report)
+    transport_unobserved(fleet, policy, at, unobserved)
     return report
 
 
@@ -303,6 +299,10 @@ def judge(
     since = at - max(policy.longest_window, timedelta(hours=1))
     with fleet.db.session() as s:
         hist = histories(s, list(hosts), since)
+        expected = expected_gpu_counts(s, list(hosts))
+    hist = {  # the count the host should have, from the store (never from the probe)
+        hid: [replace(x, expected_gpus=expected.get(hid)) for x in h] for hid, h in hist.items()
+    }
     medians = fleet_medians((h[-1] for h in hist.values() if h and h[-1].at == at), policy.rules)
     findings = {
         hid: evaluate_host(policy, h, medians, xids) if h and h[-1].at == at else []
@@ -310,19 +310,20 @@ def judge(
     }
     for hid, fs in findings.items():
         hosts[hid].findings = fs
-    budget = _Budget(_guard_budget(fleet, at))
+    budget = Budget(guard_budget(fleet, at))
     held: list[str] = []
     quarantined: list[int] = []
     for hid in sorted(findings, key=lambda hid: hosts[hid].host):
         blind = _blind_rules(policy, hist[hid][-1], hist[hid][:-1])
-        acted = _act(fleet, hid, findings[hid], hosts[hid], budget, at, blind)
+        boot = hist[hid][-1].boot_id
+        acted = act(fleet, hid, findings[hid], hosts[hid], budget, at, blind, boot)
         if acted == "held":
             held.append(hosts[hid].host)
         elif acted == "quarantined":
             quarantined.append(hid)
     if held:
         report.guard_tripped = True
-        report.guard_message = _trip_guard(fleet, at, held)
+        report.guard_message = trip_guard(fleet, at, held)
     for hid in quarantined:  # after the alarms are committed: remediation does network I/O
         _first_rung(fleet, hosts[hid], findings[hid])
 
@@ -353,282 +354,15 @@ def _blind_rules(policy: RulePolicy, latest: HostSample, before: list[HostSample
     had are not in this sample."""
     out: set[str] = set()
     if latest.gpus is None:
-        out |= {r.id for r in policy.rules if r.scope == "gpu" or r.kind == "xid"}
+        out |= {
+            r.id
+            for r in policy.rules
+            if r.scope == "gpu" or r.kind == "xid" or r.metric == "gpus_missing"
+        }
     had_ports = any(smp.ports for smp in before)
     if had_ports and not latest.ports:
         out |= {r.id for r in policy.rules if r.scope == "port"}
     return out
-
-
-@dataclass
-class _Budget:
-    """Automatic quarantines left to this sweep under the blast-radius guard."""
-
-    left: int
-
-    def take(self) -> bool:
-        if self.left <= 0:
-            return False
-        self.left -= 1
-        return True
-
-
-def _guard_budget(fleet: Fleet, at: datetime) -> int:
-    """How many more hosts may be quarantined automatically now."""
-    st = fleet.settings
-    with fleet.db.session() as s:
-        fleet_size = (
-            s.scalar(select(func.count()).select_from(Host).where(Host.state != HostState.RETIRED))
-            or 0
-        )
-        recent = (
-            s.scalar(
-                select(func.count(func.distinct(InspectQuarantine.host_id))).where(
-                    InspectQuarantine.at > at - timedelta(minutes=st.guard_window_minutes)
-                )
-            )
-            or 0
-        )
-    # At least one host: a fleet of nine must still be able to lose its one broken host.
-    limit = max(1, min(st.guard_hosts, math.floor(st.guard_share * fleet_size)))
-    return max(0, limit - recent)
-
-
-def _trip_guard(fleet: Fleet, at: datetime, held: list[str]) -> str:
-    st = fleet.settings
-    message = (
-        f"blast-radius guard tripped: more than {st.guard_share:.0%} of the fleet or "
-        f"{st.guard_hosts} hosts would be quarantined within {st.guard_window_minutes:g} min; "
-        f"automatic quarantine stopped, held back: {', '.join(held) or 'none'}"
-    )
-    with fleet.db.session() as s:
-        alarm = s.scalar(
-            select(FleetAlarm).where(FleetAlarm.kind == GUARD_KIND, FleetAlarm.closed_at.is_(None))
-        )
-        if alarm is None:
-            s.add(
-                FleetAlarm(
-                    kind=GUARD_KIND,
-                    severity=AlarmSeverity.CRITICAL,
-                    opened_at=at,
-                    message=message,
-                    data={"held": held},
-                )
-            )
-        else:
-            alarm.data = {"held": sorted(set(alarm.data.get("held", [])) | set(held))}
-        record_event(s, fleet, EventKind.ALARM, message, data={"fleet": GUARD_KIND, "held": held})
-        if alarm is None:
-            note = {"kind": GUARD_KIND, "severity": "critical", "message": message, "held": held}
-            webhooks.after_commit(s, fleet, "alarm-opened", None, note)
-    return message
-
-
-def _key(a: Alarm) -> tuple[str, int | None, str | None]:
-    return a.data.get("rule", ""), a.data.get("gpu_index"), a.data.get("subject")
-
-
-def _act(
-    fleet: Fleet,
-    host_id: int,
-    findings: list[Finding],
-    out: HostInspection,
-    budget: _Budget,
-    at: datetime,
-    blind: frozenset[str] | set[str] = frozenset(),
-) -> str:
-    """Alarms and lifecycle for one host, in one transaction: ``quarantined``, ``held`` (by
-    the guard) or ``""``."""
-    result = ""
-    with fleet.db.session() as s:
-        host = s.scalar(select(Host).where(Host.id == host_id).with_for_update())
-        if host is None:
-            return result
-        open_alarms = {
-            _key(a): a
-            for a in s.scalars(
-                select(Alarm).where(
-                    Alarm.host_id == host_id,
-                    Alarm.kind == AlarmKind.HEALTH,
-                    Alarm.closed_at.is_(None),
-                )
-            )
-        }
-        now_keys = {f.key for f in findings}
-        critical = [f for f in findings if f.severity is Severity.CRITICAL]
-        new_critical = [f for f in critical if f.key not in open_alarms]
-        wants = bool(new_critical) and host.state in QUARANTINES
-        held = wants and not budget.take()
-        for f in findings:
-            if f.severity is Severity.INFO:
-                out.actions.append(f"noted: {f.message}")
-                continue
-            a = open_alarms.get(f.key)
-            if a is not None:
-                if a.data.get("cleared_at"):
-                    a.data = {k: v for k, v in a.data.items() if k != "cleared_at"}
-                continue
-            sev = (
-                AlarmSeverity.CRITICAL if f.severity is Severity.CRITICAL else AlarmSeverity.WARNING
-            )
-            data: dict[str, Any] = {
-                "rule": f.rule,
-                "severity": f.severity.value,
-                "action": f.action.value,
-                "gpu_index": f.gpu_index,
-                "gpu_uuid": f.gpu_uuid,
-                "subject": f.subject,
-                "source": ACTOR,
-            }
-            if sev is AlarmSeverity.CRITICAL and held:
-                sev = AlarmSeverity.WARNING
-                data["held"] = "blast-radius guard"
-            s.add(
-                Alarm(
-                    host_id=host_id,
-                    kind=AlarmKind.HEALTH,
-                    severity=sev,
-                    opened_at=at,
-                    message=f"{f.message} (recommended: {f.action.value})",
-                    data=data,
-                )
-            )
-            record_event(s, fleet, EventKind.ALARM, f.message, host=host, data=data, actor=ACTOR)
-            out.actions.append(f"alarm {sev.value}: {f.message}")
-            # queued after the commit; sent by the outbox's thread, never inside the sweep
-            note = {"kind": AlarmKind.HEALTH.value, "severity": sev.value, "message": f.message}
-            webhooks.after_commit(s, fleet, "alarm-opened", host.name, note | data)
-        # Findings that cleared: warnings close, criticals wait for a passed validation.
-        for k, a in open_alarms.items():
-            if k in now_keys or k[0] in blind:
-                continue  # still found, or not seen this sweep (never cleared on no data)
-            cleared = a.data.get("cleared_at")
-            if not cleared:
-                a.data = {**a.data, "cleared_at": at.isoformat()}
-                cleared = at.isoformat()
-                out.actions.append(f"cleared: {a.message}")
-            if a.severity is AlarmSeverity.WARNING or _validated_since(
-                s, host_id, datetime.fromisoformat(cleared)
-            ):
-                a.closed_at = at
-                a.reason = "finding cleared" + (
-                    "" if a.severity is AlarmSeverity.WARNING else " and the host re-validated"
-                )
-                out.actions.append(f"closed: {a.message}")
-                closed = {"kind": a.kind.value, "reason": a.reason, "message": a.message}
-                webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed | dict(a.data))
-        if held:
-            out.actions.append("quarantine held by the blast-radius guard")
-            result = "held"
-        elif new_critical and _quarantine(s, fleet, host, critical, out, at):
-            result = "quarantined"
-        if not critical:
-            _heal(s, fleet, host, out)
-    return result
-
-
-def _validated_since(s: Session, host_id: int, since: datetime) -> bool:
-    from gpufleet.domain.profiles import Decision
-
-    return (
-        s.scalar(
-            select(func.count())
-            .select_from(Validation)
-            .where(
-                Validation.host_id == host_id,
-                Validation.at >= since,
-                Validation.decision == Decision.AVAILABLE,
-            )
-        )
-        or 0
-    ) > 0
-
-
-def _quarantine(
-    s: Session, fleet: Fleet, host: Host, critical: list[Finding], out: HostInspection, at: datetime
-) -> bool:
-    reason = "; ".join(f.message for f in critical)
-    views: list[Any] = []
-    if host.state is HostState.ALLOCATED:
-        for lh in s.scalars(
-            select(LeaseHost).where(LeaseHost.host_id == host.id, LeaseHost.holding)
-        ):
-            view = lease_view(lh.lease)
-            record_event(
-                s,
-                fleet,
-                EventKind.LEASE_HOST_UNHEALTHY,
-                f"lease {view.id} of {view.owner}: {host.name}: {reason}",
-                host=host,
-                data={
-                    "lease": view.id,
-                    "owner": view.owner,
-                    "findings": [f.rule for f in critical],
-                },
-                actor=ACTOR,
-            )
-            out.actions.append(f"lease {view.id} owner {view.owner} notified (lease kept)")
-            views.append(view)
-        if views:
-            # the lease hooks (webhooks) run after the commit, never inside the transaction
-            def owners(_: Session) -> None:
-                for v in views:
-                    out.actions.extend(call_hooks(EventKind.LEASE_HOST_UNHEALTHY, v))
-
-            sa_event.listen(s, "after_commit", owners, once=True)
-        return False
-    if host.state not in QUARANTINES:
-        return False
-    fault = next((RULE_FAULTS[f.rule] for f in critical if f.rule in RULE_FAULTS), None)
-    transition(
-        s,
-        fleet,
-        host,
-        Event.HARDWARE_FAULT,
-        f"inspection: {reason}",
-        actor=ACTOR,
-        data={"source": ACTOR, "rules": sorted({f.rule for f in critical})},
-        health=Health.CRITICAL,
-        fault=fault,
-        fault_reason=reason,
-    )
-    s.add(InspectQuarantine(host_id=host.id, at=at, rule=critical[0].rule))
-    out.actions.append(f"quarantined: {reason}")
-    return True
-
-
-def _heal(s: Session, fleet: Fleet, host: Host, out: HostInspection) -> None:
-    """A host the inspection quarantined, whose health alarms have all cleared, goes back to
-    validation (the blast-radius guard never blocks this)."""
-    if host.state is not HostState.QUARANTINED:
-        return
-    mine = s.scalar(
-        select(func.count())
-        .select_from(InspectQuarantine)
-        .where(InspectQuarantine.host_id == host.id, InspectQuarantine.at >= host.state_entered_at)
-    )
-    if not mine:
-        return  # quarantined by someone else: only they (or an operator) let it out
-    still = s.scalars(
-        select(Alarm).where(
-            Alarm.host_id == host.id, Alarm.kind == AlarmKind.HEALTH, Alarm.closed_at.is_(None)
-        )
-    ).all()
-    if any(not a.data.get("cleared_at") for a in still):
-        return
-    transition(
-        s,
-        fleet,
-        host,
-        Event.UNQUARANTINE,
-        "inspection: every finding cleared; validating again",
-        actor=ACTOR,
-        data={"source": ACTOR},
-        health=Health.OK,
-        fault=None,
-        fault_reason=None,
-    )
-    out.actions.append("findings cleared: back to validating")
 
 
 def inspect_loop(
@@ -676,34 +410,3 @@ def inspect_loop(
     finally:
         cache.close()
     return sweeps
-
-
-def fleet_alarms(fleet: Fleet, *, include_closed: bool = False) -> list[dict[str, Any]]:
-    """Fleet alarms (the blast-radius guard), oldest first."""
-    with fleet.db.session() as s:
-        stmt = select(FleetAlarm).order_by(FleetAlarm.opened_at, FleetAlarm.id)
-        if not include_closed:
-            stmt = stmt.where(FleetAlarm.closed_at.is_(None))
-        return [
-            {
-                "id": a.id,
-                "kind": a.kind,
-                "severity": a.severity.value,
-                "opened_at": a.opened_at.isoformat(),
-                "message": a.message,
-                "closed_at": a.closed_at.isoformat() if a.closed_at else None,
-                "data": dict(a.data),
-            }
-            for a in s.scalars(stmt)
-        ]
-
-
-def close_fleet_alarm(fleet: Fleet, alarm_id: int, reason: str) -> None:
-    """Close a fleet alarm by hand (the operator looked at the guard)."""
-    with fleet.db.session() as s:
-        s.execute(
-            update(FleetAlarm)
-            .where(FleetAlarm.id == alarm_id, FleetAlarm.closed_at.is_(None))
-            .values(closed_at=fleet.now(), reason=reason)
-        )
-        record_event(s, fleet, EventKind.ALARM_RESOLVED, f"fleet alarm {alarm_id}: {reason}")

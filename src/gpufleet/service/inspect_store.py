@@ -14,7 +14,14 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult
-from gpufleet.domain.rules import DiskSample, GpuSample, HostSample, PortSample, XidSeen
+from gpufleet.domain.samples import (
+    DiskSample,
+    GpuSample,
+    HostSample,
+    PortSample,
+    ProbeFailure,
+    XidSeen,
+)
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow, SampleRollup
 
@@ -95,12 +102,14 @@ def host_row(host_id: int, at: datetime, res: ProbeResult) -> dict[str, Any]:
         ],
         "problems": list(res.problems),
         "kmsg_cursor": res.kmsg_cursor,
+        "boot_id": smp.boot_id,
+        "failures": [{"kind": f.kind, "detail": f.detail[:500]} for f in smp.failures],
     }
 
 
 _GPU_COLUMNS = [c.name for c in GpuSampleRow.__table__.columns]
 _HOST_COLUMNS = [c.name for c in HostSampleRow.__table__.columns]
-_JSON_COLUMNS = frozenset({"xids", "ports", "disks", "problems"})
+_JSON_COLUMNS = frozenset({"xids", "ports", "disks", "problems", "failures"})
 
 
 def bulk_insert(
@@ -307,6 +316,8 @@ def _sample_of(row: HostSampleRow, gpus: Iterable[GpuSampleRow]) -> HostSample:
         uptime_s=row.uptime_s,
         driver_age_s=row.driver_age_s,
         nvlink=row.nvlink,
+        failures=tuple(ProbeFailure(f["kind"], f.get("detail", "")) for f in row.failures or ()),
+        boot_id=row.boot_id,
     )
 
 

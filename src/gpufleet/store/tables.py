@@ -666,6 +666,10 @@ class HostSampleRow(Base):
     disks: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
     problems: Mapped[list[str]] = mapped_column(JsonType, default=list)
     kmsg_cursor: Mapped[str | None] = mapped_column(String(64))
+    #: issue 24 (migration 0018): the boot the sample was taken in (boot_id, else
+    #: ``uptime:<boot time>``), and what the probe could not observe (``{kind, detail}``).
+    boot_id: Mapped[str | None] = mapped_column(String(80))
+    failures: Mapped[list[dict[str, str]] | None] = mapped_column(JsonType, default=list)
 
 
 class SampleRollup(Base):

@@ -1,0 +1,166 @@
+"""What one inspection sweep saw on one host (:class:`HostSample`), and what it could not
+see (:class:`ProbeFailure`): the data the health rules (:mod:`gpufleet.domain.rules`) judge.
+
+No data is a fault (issue 24 item 1): every failure to observe is named by a kind of
+:data:`OBSERVE_KINDS`, so a rule of kind ``observe`` can act on it; a sample whose GPU query
+failed keeps ``gpus`` None (the rules see nothing, never "healthy").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+#: Kinds of failure to observe the probe reports (``kind: observe`` rules name one):
+OBSERVE_KINDS: dict[str, str] = {
+    "gpu_tool_missing": "the GPU tool (nvidia-smi) is not installed or not on the PATH",
+    "driver_not_loaded": "the GPU tool cannot talk to the driver (driver not loaded)",
+    "gpu_handle_error": "the driver cannot reach a GPU (device handle / Unknown Error)",
+    "gpu_error_state": "a GPU reports an error state (GPU is lost, requires reset, ERR!)",
+    "gpu_tool_error": "the GPU tool failed or answered something unreadable",
+    "probe_timeout": "the GPU tool did not answer within the probe's timeout",
+    "kmsg_unreadable": "kernel-log Xid lines that cannot be read (cut or garbled)",
+    "part_unreadable": "a part of the probe (ports, disks, uptime, driver age) unreadable",
+}
+
+
+@dataclass(frozen=True)
+class ProbeFailure:
+    """One failure to observe: its kind (a key of :data:`OBSERVE_KINDS`) and the tool's words."""
+
+    kind: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU in one sweep (the ``--query-gpu`` CSV row); None: not reported."""
+
+    index: int
+    uuid: str | None = None
+    model: str | None = None
+    pci_bus_id: str | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    max_sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    utilization_gpu_pct: float | None = None
+    utilization_memory_pct: float | None = None
+    memory_used_mib: float | None = None
+    ecc_volatile_correctable: int | None = None
+    ecc_volatile_uncorrectable: int | None = None
+    ecc_aggregate_correctable: int | None = None
+    ecc_aggregate_uncorrectable: int | None = None
+    retired_single_bit: int | None = None
+    retired_double_bit: int | None = None
+    retired_pending: bool | None = None
+    remap_correctable: int | None = None
+    remap_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    fan_pct: float | None = None
+    pcie_gen: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width: int | None = None
+    pcie_width_max: int | None = None
+    #: Active clock-event reasons (``hw_slowdown``, ``hw_power_brake_slowdown`` ...).
+    reasons: frozenset[str] = frozenset()
+
+    @property
+    def pcie_width_ratio(self) -> float | None:
+        if self.pcie_width is None or not self.pcie_width_max:
+            return None
+        return self.pcie_width / self.pcie_width_max
+
+
+@dataclass(frozen=True)
+class PortSample:
+    """One IB/RoCE port (``mlx5_0/1``): its state and error counters from sysfs."""
+
+    name: str
+    state: str | None = None
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DiskSample:
+    """Space on one configured path."""
+
+    path: str
+    size_kib: int
+    used_kib: int
+
+    @property
+    def used_pct(self) -> float:
+        return 100.0 * self.used_kib / self.size_kib if self.size_kib else 0.0
+
+
+@dataclass(frozen=True)
+class XidSeen:
+    """One kernel-log Xid line new since the previous sweep."""
+
+    code: int
+    pci: str | None = None
+    time: datetime | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class HostSample:
+    """What one sweep saw on one host. ``gpus`` None: the GPU query failed (not "no GPUs")."""
+
+    at: datetime
+    gpus: tuple[GpuSample, ...] | None
+    xids: tuple[XidSeen, ...] = ()
+    ports: tuple[PortSample, ...] = ()
+    disks: tuple[DiskSample, ...] = ()
+    uptime_s: float | None = None
+    nvlink: bool = False
+    #: Seconds since the NVIDIA driver (module ``nvidia``) was loaded; None: not known.
+    driver_age_s: float | None = None
+    #: What the probe could not observe (issue 24 item 1): one entry per failure, in order.
+    failures: tuple[ProbeFailure, ...] = ()
+    #: The boot this sample was taken in (``/proc/sys/kernel/random/boot_id``, else
+    #: ``uptime:<boot time>``); None: not known (a sample stored before issue 24).
+    boot_id: str | None = None
+    #: The GPUs the host should have (its validated/expected count, set by the sweep from the
+    #: store, never by the probe); None: not known.
+    expected_gpus: int | None = None
+
+    @property
+    def gpus_missing(self) -> int | None:
+        """GPUs fewer than expected; None when either count is unknown (the query failed)."""
+        if self.gpus is None or self.expected_gpus is None:
+            return None
+        return max(0, self.expected_gpus - len(self.gpus))
+
+    def failed(self, kind: str) -> ProbeFailure | None:
+        """The first failure of ``kind`` in this sample."""
+        return next((f for f in self.failures if f.kind == kind), None)
+
+    @property
+    def settled_s(self) -> float | None:
+        """Seconds since the later of boot and driver load (what a rule's grace counts)."""
+        known = [x for x in (self.uptime_s, self.driver_age_s) if x is not None]
+        return min(known) if known else None
+
+
+def same_pci(xid_pci: str | None, bus_id: str | None) -> bool:
+    """True when an Xid's ``PCI:0000:19:00`` names the GPU at ``00000000:19:00.0``."""
+    if not xid_pci or not bus_id:
+        return False
+
+    def key(text: str, drop_function: bool) -> tuple[str, str] | None:
+        text = text.removeprefix("PCI:").strip().lower()
+        if drop_function:
+            text = text.split(".")[0]
+        parts = text.split(":")
+        if len(parts) < 2:
+            return None
+        return parts[-2].lstrip("0") or "0", parts[-1].lstrip("0") or "0"
+
+    a, b = key(xid_pci, True), key(bus_id, True)
+    return a is not None and a == b
