@@ -370,6 +370,10 @@ def parse_probe(
         if t is not None and (newest is None or t > newest):
             newest, cursor = t, t.isoformat()
     new_cut = [u for u in cut if _is_new(u.time, since)]
+    for u in new_cut:  # the cursor passes a cut line too: reported once, not every sweep
+        ut = u.time.replace(tzinfo=UTC) if u.time and u.time.tzinfo is None else u.time
+        if ut is not None and (newest is None or ut > newest):
+            newest, cursor = ut, ut.isoformat()
     if new_cut:  # a cut Xid line may be a fatal one: never dropped silently
         detail = f"{source}: kernel log: {len(new_cut)} unreadable Xid line(s): " + "; ".join(
             f"line {u.line}: {u.text}" for u in new_cut[:3]

@@ -47,6 +47,8 @@ def _column(h: HostView, lease_state: str | None) -> str:
         return "allocated"
     if lease_state == LeaseState.RESERVED.value:
         return "reserved"
+    if h.state is HostState.AVAILABLE and h.alarm:
+        return "other"  # issue 24: an open blocking alarm (a held quarantine) is not free
     if h.state is HostState.AVAILABLE or h.free_by_start:
         return "free"
     if h.state is HostState.ALLOCATED:
