@@ -171,7 +171,7 @@ class Rule(BaseModel):
             raise ValueError(f"op must be one of {' '.join(_OPS)}, not {self.op!r}")
         if self.kind in ("xid", "observe"):
             if "scope" in self.model_fields_set and self.scope != "host":
-                raise ValueError(f"a {self.kind} rule is about the host (scope: host)")
+                raise ValueError(f"an {self.kind} rule is about the host (scope: host)")
             object.__setattr__(self, "scope", "host")
         if self.kind not in SCOPE_KINDS[self.scope]:
             kinds = ", ".join(sorted(SCOPE_KINDS[self.scope]))

@@ -150,7 +150,7 @@ def _gpu_part(host: LabHost) -> str:
     for i, row in sorted(base.items()):
         if "gpu-handle-error" in kinds and i == suspect:
             dom, bus, devfn = bus_ids[i].split(":")
-            bus_id = f"0000{dom}:{bus}:{devfn}".upper()
+            bus_id = f"{dom}:{bus}:{devfn}".upper()  # as the real reports quote it
             rows.append(f"Unable to determine the device handle for GPU{bus_id}: Unknown Error")
             continue
 
