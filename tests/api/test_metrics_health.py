@@ -41,6 +41,7 @@ def test_health_metrics_follow_the_inspections(
     clock = fleet.clock
     assert isinstance(clock, FakeClock)
     fleet.settings.guard_share = 0.2  # 1 of 6 hosts may be quarantined automatically
+    fleet.settings.guard_min_hosts = 1  # (issue 24: the guard trips past both limits)
     lab(fleet, tmp_path)
     d = tmp_path / "lab"
     inspect(fleet)
