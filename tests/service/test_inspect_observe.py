@@ -184,8 +184,14 @@ def test_a_cut_xid_line_is_a_finding_not_dropped(
     assert kinds == {"kmsg_unreadable"}
     clock.advance(minutes=5)
     again = {h.host: h for h in inspect(fleet).hosts}
-    assert again["gpu-01"].problems == []  # the cursor passed it: reported once
+    assert again["gpu-01"].problems == []  # the cursor passed it: read once ...
+    (still,) = health_alarms(fleet)["gpu-01"]  # ... and the alarm holds for the rule's hour
+    assert still.id == alarm.id and "cleared_at" not in still.data
     assert states(fleet)["gpu-01"] == "available"  # a warning: still allocatable
+    assert "gpu-01" in allocatable(fleet)
+    clock.advance(hours=1)
+    inspect(fleet)
+    assert "gpu-01" not in health_alarms(fleet)  # past the window the warning closes
 
 
 def test_an_xid_from_before_a_reboot_never_reopens_an_alarm(

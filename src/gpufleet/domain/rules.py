@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufleet.domain.preflight import XID_ACTIONS, Action
 from gpufleet.domain.samples import (
+    EVENT_KINDS,
     OBSERVE_KINDS,
     DiskSample,
     GpuSample,
@@ -587,6 +588,13 @@ def _host_findings(rule: Rule, history: Sequence[HostSample]) -> list[Finding]:
     """A host-scope rule (``observe`` or a host threshold) over the last ``consecutive``
     samples, all of the current boot."""
     latest = history[-1]
+    if rule.kind == "observe" and rule.metric in EVENT_KINDS:
+        since = latest.at - timedelta(seconds=rule.window)
+        seen = [s for s in history if s.at >= since and same_boot(s, latest)]
+        hits = [why for s in seen for hit, why in [_host_holds(rule, s)] if hit]
+        if len(hits) < rule.count:
+            return []
+        return [_finding(rule, f"{hits[-1]} ({len(hits)} in {rule.window:g} s)")]
     hit, why = _host_holds(rule, latest)
     if not hit:
         return []

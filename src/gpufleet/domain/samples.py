@@ -25,6 +25,12 @@ OBSERVE_KINDS: dict[str, str] = {
 }
 
 
+#: Failures that are events, seen once (a cut log line is reported by the sweep that first
+#: reads it), not states: an ``observe`` rule counts them within its ``window`` (current boot),
+#: as an Xid rule counts Xid lines.
+EVENT_KINDS: frozenset[str] = frozenset({"kmsg_unreadable"})
+
+
 @dataclass(frozen=True)
 class ProbeFailure:
     """One failure to observe: its kind (a key of :data:`OBSERVE_KINDS`) and the tool's words."""
