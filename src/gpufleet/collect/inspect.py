@@ -40,8 +40,8 @@ from datetime import UTC, datetime, timedelta
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi.csv import parse_query_gpu_csv
 from gpufleet.domain.facts import Gpu, UnreadableXid
-from gpufleet.domain.rules import PORT_METRICS
 from gpufleet.domain.samples import (
+    PORT_METRICS,
     DiskSample,
     GpuSample,
     HostSample,

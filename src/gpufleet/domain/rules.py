@@ -30,8 +30,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpufleet.domain.preflight import XID_ACTIONS, Action
 from gpufleet.domain.samples import (
+    CLOCK_REASONS,
     EVENT_KINDS,
+    GPU_METRICS,
+    HOST_METRICS,
     OBSERVE_KINDS,
+    PORT_METRICS,
+    SCOPE_KINDS,
     DiskSample,
     GpuSample,
     HostSample,
@@ -44,6 +49,11 @@ from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
 
 __all__ = [
+    "CLOCK_REASONS",
+    "GPU_METRICS",
+    "HOST_METRICS",
+    "PORT_METRICS",
+    "SCOPE_KINDS",
     "Action",
     "DiskSample",
     "Finding",
@@ -80,65 +90,6 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
-
-#: GPU metrics a rule may name (attributes of :class:`GpuSample`, flags and clock reasons).
-GPU_METRICS: frozenset[str] = frozenset(
-    {
-        "temperature_c",
-        "power_w",
-        "sm_clock_mhz",
-        "mem_clock_mhz",
-        "utilization_gpu_pct",
-        "utilization_memory_pct",
-        "memory_used_mib",
-        "ecc_volatile_correctable",
-        "ecc_volatile_uncorrectable",
-        "ecc_aggregate_correctable",
-        "ecc_aggregate_uncorrectable",
-        "retired_single_bit",
-        "retired_double_bit",
-        "retired_pending",
-        "remap_correctable",
-        "remap_uncorrectable",
-        "remap_pending",
-        "remap_failure",
-        "fan_pct",
-        "pcie_gen",
-        "pcie_width",
-        "pcie_width_ratio",
-    }
-)
-#: Host metrics a ``scope: host`` threshold rule may name (properties of :class:`HostSample`).
-HOST_METRICS: frozenset[str] = frozenset({"gpus_missing"})
-#: Port counters a ``scope: port`` rule may name (what the probe reads from sysfs).
-PORT_METRICS: tuple[str, ...] = (
-    "link_downed",
-    "link_error_recovery",
-    "symbol_error",
-    "port_rcv_errors",
-    "port_rcv_remote_physical_errors",
-    "port_xmit_discards",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-)
-#: What the engine evaluates, per scope: the kinds it dispatches there (issue 24 item 4: a
-#: rule it cannot evaluate is refused at load, never accepted to never fire).
-SCOPE_KINDS: dict[str, frozenset[str]] = {
-    "gpu": frozenset({"threshold", "increase", "flag", "straggler"}),
-    "port": frozenset({"threshold", "increase"}),
-    "disk": frozenset({"threshold"}),
-    "host": frozenset({"threshold", "xid", "observe"}),
-}
-CLOCK_REASONS: frozenset[str] = frozenset(
-    {
-        "sw_power_cap",
-        "hw_slowdown",
-        "hw_thermal_slowdown",
-        "hw_power_brake_slowdown",
-        "sw_thermal_slowdown",
-        "sync_boost",
-    }
-)
 
 
 class Rule(BaseModel):

@@ -31,6 +31,69 @@ OBSERVE_KINDS: dict[str, str] = {
 EVENT_KINDS: frozenset[str] = frozenset({"kmsg_unreadable"})
 
 
+# ------------------------------------------------------------------------------ metrics
+# What a health rule may name (:mod:`gpufleet.domain.rules` refuses anything else at load).
+
+#: GPU metrics a rule may name (attributes of :class:`GpuSample`, flags and clock reasons).
+GPU_METRICS: frozenset[str] = frozenset(
+    {
+        "temperature_c",
+        "power_w",
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "utilization_gpu_pct",
+        "utilization_memory_pct",
+        "memory_used_mib",
+        "ecc_volatile_correctable",
+        "ecc_volatile_uncorrectable",
+        "ecc_aggregate_correctable",
+        "ecc_aggregate_uncorrectable",
+        "retired_single_bit",
+        "retired_double_bit",
+        "retired_pending",
+        "remap_correctable",
+        "remap_uncorrectable",
+        "remap_pending",
+        "remap_failure",
+        "fan_pct",
+        "pcie_gen",
+        "pcie_width",
+        "pcie_width_ratio",
+    }
+)
+#: Host metrics a ``scope: host`` threshold rule may name (properties of :class:`HostSample`).
+HOST_METRICS: frozenset[str] = frozenset({"gpus_missing"})
+#: Port counters a ``scope: port`` rule may name (what the probe reads from sysfs).
+PORT_METRICS: tuple[str, ...] = (
+    "link_downed",
+    "link_error_recovery",
+    "symbol_error",
+    "port_rcv_errors",
+    "port_rcv_remote_physical_errors",
+    "port_xmit_discards",
+    "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+#: What the engine evaluates, per scope: the kinds it dispatches there (issue 24 item 4: a
+#: rule it cannot evaluate is refused at load, never accepted to never fire).
+SCOPE_KINDS: dict[str, frozenset[str]] = {
+    "gpu": frozenset({"threshold", "increase", "flag", "straggler"}),
+    "port": frozenset({"threshold", "increase"}),
+    "disk": frozenset({"threshold"}),
+    "host": frozenset({"threshold", "xid", "observe"}),
+}
+CLOCK_REASONS: frozenset[str] = frozenset(
+    {
+        "sw_power_cap",
+        "hw_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "sw_thermal_slowdown",
+        "sync_boost",
+    }
+)
+
+
 @dataclass(frozen=True)
 class ProbeFailure:
     """One failure to observe: its kind (a key of :data:`OBSERVE_KINDS`) and the tool's words."""
