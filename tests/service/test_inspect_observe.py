@@ -287,3 +287,60 @@ def test_the_guard_lets_a_small_fleet_quarantine_its_second_fault(
     assert "gpu-03" not in allocatable(fleet)  # ... but out of placement
     assert capacity_free(fleet) == free - 8
     assert allocatable(fleet) == {f"gpu-0{i}" for i in range(4, 9)}
+
+
+FIXTURES = Path(__file__).parents[1] / "fixtures/inspect"
+
+
+def _with_gpu_part(answer: str, gpu: str) -> str:
+    head, rest = answer.split("@@probe gpu\n", 1)
+    return head + "@@probe gpu\n" + gpu + "\n@@probe kmsg" + rest.split("\n@@probe kmsg", 1)[1]
+
+
+@pytest.mark.parametrize(
+    ("gpu", "kind"),
+    [
+        ("sh: 1: nvidia-smi: not found\n@@rc 127", "gpu_tool_missing"),
+        (
+            "timeout: failed to run command 'nvidia-smi': No such file or directory\n@@rc 127",
+            "gpu_tool_missing",
+        ),
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make "
+            "sure that the latest NVIDIA driver is installed and running.\n@@rc 9",
+            "driver_not_loaded",
+        ),
+        ("@@rc 124", "probe_timeout"),
+        ("Segmentation fault\n@@rc 139", "gpu_tool_error"),
+        ("index, uuid\n0, GPU-1, extra\n@@rc 0", "gpu_tool_error"),
+        ("FILE", "gpu_handle_error"),
+    ],
+)
+def test_each_failure_to_observe_is_named(gpu: str, kind: str) -> None:
+    """The GPU part's failure is classified (the tool's words kept in the detail); the GPU
+    rules see nothing (``gpus`` None), never "healthy"; the result is not observed. FILE: the
+    EDITED real H100 capture of a handle error (tests/fixtures/inspect/PROVENANCE.md)."""
+    if gpu == "FILE":
+        edited = FIXTURES / "nvidia-smi-query-gpu-h100-handle-error.EDITED.csv"
+        gpu = edited.read_text().rstrip("\n") + "\n@@rc 15"
+    host = create_fleet(1, models=["h100-8x"], faults={}).hosts[0]
+    res = parse_probe(_with_gpu_part(render_probe(host), gpu), FakeClock().now, source="h1")
+    assert [f.kind for f in res.sample.failures] == [kind]
+    assert res.sample.failures[0].detail.startswith("h1: nvidia-smi --query-gpu")
+    assert res.sample.gpus is None and not res.observed
+
+
+def test_a_gpu_in_an_error_state_is_a_failure_with_its_gpu() -> None:
+    """A row of the real H100 capture EDITED so that GPU 2's UUID reads ``[GPU is lost]``
+    (the way nvidia-smi marks a lost GPU in a CSV row): the other GPUs are still sampled,
+    the failure names GPU 2."""
+    host = create_fleet(1, models=["h100-8x"], faults={}).hosts[0]
+    answer = render_probe(host)
+    gpu = answer.split("@@probe gpu\n", 1)[1].split("\n@@probe kmsg", 1)[0]
+    lines = gpu.splitlines()
+    uuid = lines[3].split(", ")[[c.split(" [")[0] for c in lines[0].split(", ")].index("uuid")]
+    lines[3] = lines[3].replace(uuid, "[GPU is lost]")
+    res = parse_probe(_with_gpu_part(answer, "\n".join(lines)), FakeClock().now, source="h1")
+    assert [f.kind for f in res.sample.failures] == ["gpu_error_state"]
+    assert "GPU 2: GPU is lost (uuid)" in res.sample.failures[0].detail
+    assert res.sample.gpus is not None and len(res.sample.gpus) == 8 and not res.observed
