@@ -57,7 +57,7 @@ def _print_sweep(report: SweepReport) -> None:
     for h in report.hosts:
         lines = [f"{f.severity.value}: {f.message} -> {f.action.value}" for f in h.findings]
         lines += h.actions + h.problems
-        if h.reason:
+        if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
             lines.append(h.reason)
         t.add_row(lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-"))
     console.print(t)
