@@ -324,6 +324,24 @@ class Settings(BaseModel):
         allow_inf_nan=False,
         doc="Seconds to connect to a BMC and for each Redfish request (--timeout).",
     )
+    bmc_deadline_s: float = _setting(
+        60.0,
+        env="GPUFLEET_BMC_DEADLINE",
+        group="bmc",
+        gt=0,
+        le=86_400,
+        allow_inf_nan=False,
+        doc="Seconds one BMC's whole read by bmc status may take, every request included "
+        "(--deadline); a BMC past it is reported timed out, the others as they finish.",
+    )
+    bmc_max_body_bytes: int = _setting(
+        16 * 1024 * 1024,
+        env="GPUFLEET_BMC_MAX_BODY_BYTES",
+        group="bmc",
+        ge=1024,
+        le=1024**3,
+        doc="Largest body of one Redfish answer read from a BMC; a larger one is refused.",
+    )
     bmc_settle_s: float = _setting(
         120.0,
         env="GPUFLEET_BMC_SETTLE",
@@ -361,6 +379,23 @@ class Settings(BaseModel):
         doc="YAML of API bearer tokens: SHA-256 of the token -> role (viewer, operator, "
         "admin) or {role, name}; tokens are never stored in clear. Unset: every API call "
         "is refused (401).",
+    )
+    api_max_body_bytes: int = _setting(
+        1024 * 1024,
+        env="GPUFLEET_API_MAX_BODY_BYTES",
+        group="api",
+        ge=1024,
+        le=1024**3,
+        doc="Largest request body the API reads (413 beyond), checked after the token and "
+        "before the body is read.",
+    )
+    api_max_upload_bytes: int = _setting(
+        16 * 1024 * 1024,
+        env="GPUFLEET_API_MAX_UPLOAD_BYTES",
+        group="api",
+        ge=1024,
+        le=4 * 1024**3,
+        doc="Largest request body of a bulk upload (POST /api/v1/failures/import).",
     )
     # -- remote (issue 12: the CLI through a gpufleet server instead of the database) ------
     url: str | None = _setting(

@@ -79,12 +79,17 @@ def status_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (selector); all by default."),
     forks: int | None = typer.Option(None, "--forks", help="BMCs read at once."),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds per request."),
+    deadline: float | None = typer.Option(
+        None, "--deadline", help="Seconds one BMC's whole read may take (60)."),
     as_json: bool = typer.Option(False, "--json", help="Print the reads as JSON."),
 ) -> None:
     """Read each host's BMC: identity, power, health, GPU processors, event-log entries new
     since the last read; store them; open alarms (identity mismatch, health Critical, new
-    critical SEL entries). Exit 1 when a BMC could not be read."""
-    rows = svc.bmc_status(open_fleet(), selector, forks=forks, timeout_s=timeout)
+    critical SEL entries). A BMC whose read outlasts --deadline is reported timed out (the
+    others as they finish); an answer over GPUFLEET_BMC_MAX_BODY_BYTES is refused. Exit 1
+    when a BMC could not be read."""
+    rows = svc.bmc_status(open_fleet(), selector, forks=forks, timeout_s=timeout,
+                          deadline_s=deadline)
     if as_json:
         print_json({"hosts": [r.as_json() for r in rows]})
     else:

@@ -27,6 +27,12 @@ from pydantic import ValidationError
 from sushy import exceptions as sx
 from sushy.auth import BasicAuth  # type: ignore[import-untyped]
 
+from gpufleet.collect.redfish_guard import (
+    DeadlineExceeded,
+    Exchange,
+    GuardedConnector,
+    guard_failure,
+)
 from gpufleet.domain.bmc import (
     BmcGpu,
     BmcIdentity,
@@ -41,6 +47,8 @@ logging.getLogger("sushy").setLevel(logging.WARNING)
 
 #: Most log entries read per log service (newest pages are not fetched beyond this).
 MAX_SEL_ENTRIES = 2000
+#: Largest body of one Redfish answer read by default (GPUFLEET_BMC_MAX_BODY_BYTES).
+MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,10 @@ class BmcTarget:
     verify: bool | str = True
     system_id: str | None = None
     timeout_s: float = 10.0
+    #: Seconds the whole exchange with the BMC may take (every request of one read or
+    #: action); None: only each request's ``timeout_s``.
+    deadline_s: float | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
 
     @property
     def base_url(self) -> str:
@@ -84,6 +96,12 @@ def _classify(exc: BaseException, target: BmcTarget) -> BmcFailure:
     where = target.base_url
     if isinstance(exc, BmcFailure):
         return exc
+    guard = guard_failure(exc)
+    if isinstance(guard, DeadlineExceeded):
+        return BmcFailure(t, BmcOutcome.TIMEOUT, f"{where}: no complete answer within "
+                          f"{target.deadline_s:g} s (the deadline of the whole exchange)")
+    if guard is not None:
+        return BmcFailure(t, BmcOutcome.BAD_RESPONSE, f"{where}: refused: {guard}")
     if isinstance(exc, sx.AccessError):
         return BmcFailure(
             t, BmcOutcome.AUTH_FAILED,
@@ -123,17 +141,21 @@ def _classify(exc: BaseException, target: BmcTarget) -> BmcFailure:
 def _session(target: BmcTarget) -> Iterator[sushy.Sushy]:
     """A sushy root for ``target``; every failure inside becomes a :class:`BmcFailure`."""
     root: sushy.Sushy | None = None
+    exchange = Exchange(target.deadline_s, target.max_body_bytes)
     try:
-        root = sushy.Sushy(
-            target.base_url + "/redfish/v1",
-            auth=BasicAuth(username=target.username, password=target.password),
-            verify=target.verify,
-            read_timeout=target.timeout_s,
-            connect_timeout=target.timeout_s,
-            server_side_retries=0,
-            server_side_retries_delay=0,
-        )
-        yield root
+        with exchange:
+            url = target.base_url + "/redfish/v1"
+            root = sushy.Sushy(
+                url,
+                auth=BasicAuth(username=target.username, password=target.password),
+                connector=GuardedConnector(
+                    url, exchange, verify=target.verify,
+                    default_request_timeout=target.timeout_s,
+                    connect_timeout=target.timeout_s,
+                    server_side_retries=0, server_side_retries_delay=0,
+                ),
+            )
+            yield root
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             raise

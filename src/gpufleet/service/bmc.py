@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +114,12 @@ def _password(host: Host, fleet: Fleet) -> str:
     )
 
 
-def bmc_target(host: Host, fleet: Fleet, timeout_s: float | None = None) -> BmcTarget:
+def bmc_target(host: Host, fleet: Fleet, timeout_s: float | None = None,
+               deadline_s: float | None = None) -> BmcTarget:
     """How to reach ``host``'s BMC; :class:`ConfigError` naming the host and the variable
-    when it has none or its credentials cannot be opened."""
+    when it has none or its credentials cannot be opened. ``deadline_s`` bounds the whole
+    exchange (None: each request only); every answer's body is capped
+    (``bmc_max_body_bytes``)."""
     v = host.vars
     address = v.get(ADDRESS)
     if not address:
@@ -137,6 +140,8 @@ def bmc_target(host: Host, fleet: Fleet, timeout_s: float | None = None) -> BmcT
         verify=verify,
         system_id=v.get(SYSTEM) or None,
         timeout_s=timeout_s if timeout_s is not None else fleet.settings.bmc_timeout_s,
+        deadline_s=deadline_s,
+        max_body_bytes=fleet.settings.bmc_max_body_bytes,
     )
 
 
@@ -259,7 +264,8 @@ def _inband(s: Session, h: Host) -> InBand:
                   dmi_serial=dmi.serial if dmi else None, dmi_uuid=dmi.uuid if dmi else None)
 
 
-def _load(fleet: Fleet, selector: str | None, timeout_s: float) -> list[_Job]:
+def _load(fleet: Fleet, selector: str | None, timeout_s: float,
+          deadline_s: float | None = None) -> list[_Job]:
     jobs: list[_Job] = []
     with fleet.db.session() as s:
         hosts = list(s.scalars(select_hosts(selector)))
@@ -271,7 +277,7 @@ def _load(fleet: Fleet, selector: str | None, timeout_s: float) -> list[_Job]:
             target: BmcTarget | None = None
             refused: str | None = None
             try:
-                target = bmc_target(h, fleet, timeout_s)
+                target = bmc_target(h, fleet, timeout_s, deadline_s)
             except ConfigError as exc:
                 refused = str(exc)
             last = s.scalar(
@@ -340,14 +346,19 @@ def bmc_status(
     forks: int | None = None,
     timeout_s: float | None = None,
     on_result: Callable[[BmcStatus], None] | None = None,
+    deadline_s: float | None = None,
 ) -> list[BmcStatus]:
-    """Read every selected host's BMC (at most ``forks`` at once, ``timeout_s`` each), store
-    each read with history and apply the cross-checks. Hosts without a BMC, or whose
-    credentials cannot be opened, are reported (``not configured``) and not read."""
+    """Read every selected host's BMC (at most ``forks`` at once, ``timeout_s`` per request,
+    ``deadline_s`` for one BMC's whole read), store each read with history and apply the
+    cross-checks; each is reported (``on_result``) as it finishes, a BMC past its deadline
+    as ``timeout``. Hosts without a BMC, or whose credentials cannot be opened, are
+    reported (``not configured``) and not read."""
     forks = check_forks(forks if forks is not None else fleet.settings.bmc_forks, "--forks")
     timeout = check_timeout(timeout_s if timeout_s is not None else fleet.settings.bmc_timeout_s,
                             "--timeout")
-    jobs = _load(fleet, selector, timeout)
+    deadline = check_timeout(
+        deadline_s if deadline_s is not None else fleet.settings.bmc_deadline_s, "--deadline")
+    jobs = _load(fleet, selector, timeout, deadline)
     out: list[BmcStatus] = []
 
     def done(st: BmcStatus) -> None:
@@ -422,6 +433,12 @@ def _target_for(fleet: Fleet, name: str, *, force: bool, verb: str,
         return bmc_target(h, fleet), h.id
 
 
+def _action_deadline(target: BmcTarget, settle_s: float) -> BmcTarget:
+    """``target`` bounded for an action: it waits for the power to settle (twice for a
+    cycle done as off, on) on top of its requests."""
+    return replace(target, deadline_s=2 * (settle_s + 2 * target.timeout_s))
+
+
 def _record(fleet: Fleet, host_id: int, message: str, data: dict[str, Any]) -> None:
     with fleet.db.session() as s:
         h = s.get(Host, host_id)
@@ -436,6 +453,7 @@ def power(fleet: Fleet, name: str, action: PowerAction, *, force: bool = False,
     as a ``bmc`` event, failed or not."""
     target, host_id = _target_for(fleet, name, force=force, verb=f"power {action}")
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
+    target = _action_deadline(target, settle)
     try:
         state = call(target, lambda t: redfish_power(t, action, settle_s=settle))
     except BmcFailure as exc:
@@ -475,6 +493,7 @@ def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str 
     url = image_for(fleet, name, image, baseline)
     target, host_id = _target_for(fleet, name, force=False, verb="reimage", forceable=False)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
+    target = _action_deadline(target, settle)
     try:
         res: MediaResult = call(target, lambda t: boot_from_media(t, url, settle_s=settle))
     except BmcFailure as exc:

@@ -121,9 +121,13 @@ def parts_show(serial: str, fleet: Fleet = Depends(as_viewer)) -> PartHistoryOut
 def bmc_status(
     selector: str | None = Query(None, description="Hosts (the CLI's selectors)."),
     timeout_s: float = Query(10.0, gt=0, le=300),
+    deadline_s: float | None = Query(
+        None, gt=0, le=600, description="Seconds one BMC's whole read may take "
+        "(default GPUFLEET_BMC_DEADLINE); a BMC past it is reported timed out."),
     fleet: Fleet = Depends(as_viewer),
 ) -> list[BmcStatusOut]:
-    return [BmcStatusOut.of(b) for b in bmc.bmc_status(fleet, selector, timeout_s=timeout_s)]
+    got = bmc.bmc_status(fleet, selector, timeout_s=timeout_s, deadline_s=deadline_s)
+    return [BmcStatusOut.of(b) for b in got]
 
 
 @router.post(
