@@ -99,7 +99,7 @@ def test_0017_round_trip_keeps_every_snapshots_labels(fleet: Fleet, tmp_path: Pa
         assert "fact_labels" in columns and "fact_labels_id" not in columns
         assert _by_snapshot_0016(fleet) == want
         fleet.db.migrate()
-        assert fleet.db.current_revision() == SCHEMA_REVISION == "0017"
+        assert fleet.db.current_revision() == SCHEMA_REVISION
         assert _by_snapshot_0017(fleet) == want
         columns = {c["name"] for c in inspect(fleet.db.engine).get_columns("fact_snapshots")}
         assert "fact_labels_id" in columns and "fact_labels" not in columns

@@ -21,7 +21,7 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.hosts import list_hosts, list_query
 from gpufleet.service.select import select_hosts
 from gpufleet.service.summary import fleet_summary
-from gpufleet.store.db import MIGRATIONS, Database
+from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database
 from gpufleet.store.repo import READ_COLUMNS_INDEX, latest_columns
 from gpufleet.store.tables import FactSnapshot, Host
 
@@ -52,7 +52,7 @@ def test_0016_adds_the_read_columns_index_and_goes_back(empty_url: str) -> None:
     assert db.current_revision() == "0016"
     assert _indexes(db)[INDEX] == ["id", "gpu_count", "gpu_model", "driver", "cuda"]
     db.migrate()
-    assert db.current_revision() == "0017"
+    assert db.current_revision() == SCHEMA_REVISION
     assert _indexes(db)[INDEX] == [
         "id", "gpu_count", "gpu_model", "driver", "cuda", "fact_labels_id"
     ]  # fmt: skip

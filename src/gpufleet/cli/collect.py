@@ -167,8 +167,9 @@ def collect_cmd(
 ) -> None:
     """Collect facts from hosts over SSH (or the lab / this machine) and store them.
 
-    Exit code 0 when every host was collected, 1 when any was not, 6 when nothing was
-    collected because every selected host is being collected by another worker.
+    Exit code 0 when every host was collected, 1 when any was not (failed, or skipped
+    because another worker holds it), 6 when nothing was collected because every selected
+    host is being collected by another worker.
     """
     if local:
         selector = ensure_local_host(open_fleet())
@@ -190,7 +191,7 @@ def collect_cmd(
         if rep.skipped_locked:
             console.print(
                 f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
-                f"by another worker[/]"
+                f"by another worker: {lit(', '.join(rep.skipped_locked))}[/]"
             )
     if rep.all_held_elsewhere:
         typer.echo(

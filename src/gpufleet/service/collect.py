@@ -108,7 +108,8 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        return not self.all_held_elsewhere and all(r.outcome is Outcome.OK for r in self.results)
+        """Every selected host collected: none failed, none skipped as held elsewhere."""
+        return not self.skipped_locked and all(r.outcome is Outcome.OK for r in self.results)
 
 
 #: The claim a collection holds on one host (see :mod:`gpufleet.service.pipeline`).

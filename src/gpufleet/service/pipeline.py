@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import math
 import queue
 import signal
@@ -31,7 +32,7 @@ from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import or_, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import (
@@ -47,9 +48,12 @@ from gpufleet.collect.transport import (
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.secrets import ssh_password
+from gpufleet.service.claim_owner import local_prefix, owner_gone, this_owner
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import select_hosts
 from gpufleet.store.tables import Host
+
+log = logging.getLogger(__name__)
 
 R = TypeVar("R")
 
@@ -146,8 +150,12 @@ def claim_hosts(
     skipped = [st.value for st in skip_states]
     claimed: list[Claimed] = []
     refused: list[tuple[str, str]] = []
+    owner = this_owner()
     with fleet.db.session() as s:
         run_id = start_run(s) if start_run else None
+        orphans = orphaned_tokens(s, now)
+        if orphans:
+            free = or_(free, Host.claim_token.in_(orphans))
         wanted = [] if follow_up else [h.name for h in s.scalars(select_hosts(selector))]
         if selector and not wanted and not follow_up:
             raise NotFound(f"no hosts match selector '{selector}'")
@@ -197,8 +205,12 @@ def claim_hosts(
             )
         until = now + lease(len(rows))
         for h in rows:
+            if h.claim_token in orphans:
+                log.info("%s: took over the claim of a process gone from this machine (%s)",
+                            h.name, h.claim_owner)
             h.claim_token = token
             h.claimed_until = until
+            h.claim_owner = owner
         got = {c.target.name for c in claimed} | {name for name, _ in refused}
         left_out = (
             set()
@@ -209,13 +221,28 @@ def claim_hosts(
     return Claim(run_id, token, claimed, busy, refused, last)
 
 
+def orphaned_tokens(s: Session, now: datetime) -> set[str]:
+    """The tokens of running claims whose owner was a process of this machine's current
+    boot that is gone (killed, crashed): taken over at once (``service/claim_owner.py``)."""
+    prefix = local_prefix()
+    if prefix is None:
+        return set()
+    rows = s.execute(
+        select(Host.claim_token, Host.claim_owner)
+        .where(Host.claim_token.is_not(None), Host.claimed_until >= now)
+        .where(Host.claim_owner.startswith(prefix, autoescape=True))
+        .distinct()
+    ).all()
+    return {str(tok) for tok, who in rows if tok is not None and owner_gone(who)}
+
+
 def release_claims(fleet: Fleet, token: str) -> int:
     """Drop every claim still held under ``token`` (an interrupted or failed run)."""
     with fleet.db.session() as s:
         res = s.execute(
             update(Host)
             .where(Host.claim_token == token)
-            .values(claim_token=None, claimed_until=None)
+            .values(claim_token=None, claimed_until=None, claim_owner=None)
             .execution_options(synchronize_session=False)
         )
         return int(getattr(res, "rowcount", 0) or 0)
@@ -243,6 +270,7 @@ def drop_claim(host: Host, now: datetime) -> None:
     """Release ``host``'s claim in the caller's apply transaction."""
     host.claim_token = None
     host.claimed_until = None
+    host.claim_owner = None
     host.updated_at = now
 
 

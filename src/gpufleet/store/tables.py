@@ -152,6 +152,9 @@ class Host(Base):
     # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
     claim_token: Mapped[str | None] = mapped_column(String(36))
     claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
+    # Who holds the claim: "BOOT_ID PID START HOSTNAME" (service/claim_owner.py); a claim of
+    # a process gone from this machine's current boot is taken over at once.
+    claim_owner: Mapped[str | None] = mapped_column(String(200))
 
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
