@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 import gpufleet
 from gpufleet.api.auth import Authenticator, Principal, TokenStore
 from gpufleet.api.deps import ApiContext
+from gpufleet.api.limits import BodyLimit
 from gpufleet.api.metrics import JobQueueCollector, registry_for
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes import campaigns as campaign_routes
@@ -74,6 +75,12 @@ def create_app(
     )
     store = tokens if tokens is not None else TokenStore(fleet.settings.api_tokens_file)
     app.state.ctx = ApiContext(fleet=fleet, tokens=Authenticator(fleet, store))
+    # the token, then the size, before any route reads a body (api/limits.py)
+    app.add_middleware(
+        BodyLimit, authenticate=app.state.ctx.tokens.authenticate, prefix=PREFIX,
+        body_limit=fleet.settings.api_max_body_bytes,
+        upload_limit=fleet.settings.api_max_upload_bytes,
+    )
 
     @app.middleware("http")
     async def audit(request: Request, call_next: Any) -> Any:
@@ -98,6 +105,19 @@ def create_app(
             f"{_field(e.get('loc', ()))}: {e.get('msg', 'invalid')}" for e in exc.errors()
         )
         return _error(ConfigError(f"invalid request: {problems}"))
+
+    @app.exception_handler(OverflowError)
+    async def out_of_range(request: Request, exc: OverflowError) -> JSONResponse:
+        # a well-formed value past what a date or number can hold (year 9999, 1e300 s)
+        return _error(ConfigError(f"{request.method} {request.url.path}: a value is out of "
+                                  f"range ({exc})"))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        # never a plain-text 500: the one JSON shape; the traceback goes to the server's log
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return _error(GpufleetError(f"{request.method} {request.url.path}: internal error "
+                                    f"({type(exc).__name__})"))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -37,9 +37,12 @@ def caller(
     request: Request,
     creds: HTTPAuthorizationCredentials | None = Depends(bearer),
 ) -> Principal:
-    """The authenticated caller (401 otherwise)."""
-    header = f"{creds.scheme} {creds.credentials}" if creds is not None else None
-    who = context(request).tokens.authenticate(header)
+    """The authenticated caller (401 otherwise); authenticated once per request (a request
+    with a body already was, by api/limits.py, before its body was read)."""
+    who = getattr(request.state, "principal", None)
+    if not isinstance(who, Principal):
+        header = f"{creds.scheme} {creds.credentials}" if creds is not None else None
+        who = context(request).tokens.authenticate(header)
     request.state.principal = who  # the audit of mutating calls names it (app.py)
     return who
 

@@ -70,7 +70,13 @@ def parse_duration(text: str, what: str = "duration") -> timedelta:
     seconds = float(m.group(1)) * _UNITS[m.group(2).lower()]
     if seconds <= 0:
         raise ConfigError(f"{what} '{text}' must be longer than zero")
+    if not seconds < _LONGEST_S:
+        raise ConfigError(f"{what} '{text}' is too long (at most {_LONGEST_S // 86_400:.0f}d)")
     return timedelta(seconds=seconds)
+
+
+#: The longest duration a timedelta holds, in seconds (999,999,999 days).
+_LONGEST_S = timedelta.max.days * 86_400.0
 
 
 _MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(g|gb|gib|m|mb|mib|t|tb|tib)?\s*$", re.IGNORECASE)
@@ -118,7 +124,18 @@ def lease_window(
     begin = max(start, now) if start is not None else now
     if (duration is None) == (until is None):
         raise ConfigError("give exactly one of --for DURATION or --until TIME")
-    end = begin + duration if duration is not None else until
+    if duration is not None and duration > policy.max_duration:
+        raise ConfigError(
+            f"a lease may run at most {_human(policy.max_duration)} before it is renewed "
+            f"(asked {_human(duration)}); ask for less and renew it"
+        )
+    try:
+        end = begin + duration if duration is not None else until
+    except OverflowError:
+        raise ConfigError(
+            f"the lease would end after the year 9999 (from {begin.isoformat()}); "
+            "ask for an earlier start"
+        ) from None
     assert end is not None
     if end <= begin:
         raise ConfigError(

@@ -70,12 +70,29 @@ def model_clause(model: str) -> ColumnElement[bool]:
     return FactSnapshot.gpu_model.ilike(f"%{like_literal(model)}%", escape="\\")
 
 
+#: Most terms one selector may have (each is one SQL condition; SQLite's parser refuses an
+#: expression deeper than 1000). A longer list is better said with group:, pool: or a glob.
+MAX_TERMS = 500
+
+
+def check_term_count(selector: str) -> None:
+    """:class:`ConfigError` (exit 2, HTTP 422) when ``selector`` has more than
+    :data:`MAX_TERMS` comma-separated terms."""
+    n = selector.count(",") + 1
+    if n > MAX_TERMS:
+        raise ConfigError(
+            f"selector has {n} terms, at most {MAX_TERMS}: select by group:, pool:, rack: "
+            "or a name glob instead"
+        )
+
+
 def select_hosts(selector: str | None) -> Select[Host]:
     """A SELECT of the hosts matching ``selector`` ordered by name."""
     stmt = select(Host).order_by(Host.name)
     if not is_explicit(selector):
         return stmt
     assert selector is not None
+    check_term_count(selector)
     clauses: list[ColumnElement[bool]] = []
     for term in (t.strip() for t in selector.split(",")):
         if not term:

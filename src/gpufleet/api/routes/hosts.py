@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from datetime import datetime
 
 from fastapi import APIRouter, Depends, Query
 
@@ -16,6 +15,7 @@ from gpufleet.api.schemas import (
     HostOut,
     HostOutcomeOut,
     HostPage,
+    InTime,
     MaintenanceOffIn,
     MaintenanceOnIn,
 )
@@ -87,8 +87,8 @@ def hosts_show(name: str, fleet: Fleet = Depends(as_viewer)) -> HostDetailOut:
 def events_list(
     host: str | None = None,
     kind: EventKind | None = Query(None, description="transition, alarm, change-detected ..."),
-    since: datetime | None = Query(None, description="At or after this time."),
-    until: datetime | None = Query(None, description="Before this time."),
+    since: InTime | None = Query(None, description="At or after this time (UTC unless zoned)."),
+    until: InTime | None = Query(None, description="Before this time (UTC unless zoned)."),
     limit: int = Query(50, ge=1, le=1000),
     fleet: Fleet = Depends(as_viewer),
 ) -> list[EventOut]:
