@@ -22,10 +22,8 @@ depends_on = None
 
 def upgrade() -> None:
     # -- the owner of a host's claim (meaningful only while claim_token is set)
-    with op.batch_alter_table("hosts") as batch:
-        batch.add_column(sa.Column("claim_owner", sa.String(200), nullable=True))
+    op.add_column("hosts", sa.Column("claim_owner", sa.String(200), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("hosts") as batch:
-        batch.drop_column("claim_owner")
+    op.drop_column("hosts", "claim_owner")
