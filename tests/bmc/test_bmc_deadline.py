@@ -108,3 +108,9 @@ def test_a_trickling_bmc_is_cut_at_the_deadline_the_others_reported(
         assert took < DEADLINE + 4, f"GET /api/v1/bmc took {took:.1f} s"
         got = {b["host"]: b["outcome"] for b in r.json()}
         assert got == {"gpu-good": "ok", "gpu-slow": "timeout"}
+
+
+def test_a_deadline_out_of_range_is_refused(gf: Cli) -> None:
+    for bad in ("1e300", "inf", "0", "-3"):
+        r = gf.run("bmc", "status", "--deadline", bad, code=2)
+        assert "--deadline must be" in r.stderr, r.stderr

@@ -52,7 +52,8 @@ class Exchange:
     """One bounded conversation with a BMC; use as a context manager (starts the timer)."""
 
     def __init__(self, deadline_s: float | None, max_body_bytes: int) -> None:
-        self.deadline_s = deadline_s
+        # (a timer cannot wait longer than the platform's TIMEOUT_MAX: ~292 years on Linux)
+        self.deadline_s = None if deadline_s is None else min(deadline_s, threading.TIMEOUT_MAX)
         self.max_body_bytes = max_body_bytes
         self.expired = False
         self._ends: float | None = None

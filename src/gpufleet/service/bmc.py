@@ -73,6 +73,8 @@ SERIAL = "gpufleet_bmc_serial"
 UUID = "gpufleet_bmc_uuid"
 
 _TRUE = {"1", "true", "yes", "on", "y"}
+#: The longest deadline of one BMC's read (a day; GPUFLEET_BMC_DEADLINE has the same bound).
+MAX_DEADLINE_S = 86_400
 
 
 def _password(host: Host, fleet: Fleet) -> str:
@@ -358,6 +360,8 @@ def bmc_status(
                             "--timeout")
     deadline = check_timeout(
         deadline_s if deadline_s is not None else fleet.settings.bmc_deadline_s, "--deadline")
+    if deadline > MAX_DEADLINE_S:
+        raise ConfigError(f"--deadline must be at most {MAX_DEADLINE_S} seconds, not {deadline:g}")
     jobs = _load(fleet, selector, timeout, deadline)
     out: list[BmcStatus] = []
 
