@@ -12,7 +12,8 @@ answers real XML), writes one Ansible INI inventory that both tools read, then t
   (default ControlPersist, no pipelining; fresh control path dir per run). Every host must
   answer ``CHANGED`` with 8 GPUs in its XML.
 
-Run it with ``make bench`` (or ``N=200 make bench``); see bench/notes/lab-notebook.md for the caveats.
+Run it with ``make bench`` (or ``N=200 make bench``); the caveats are in
+bench/notes/lab-notebook.md.
 """
 
 from __future__ import annotations

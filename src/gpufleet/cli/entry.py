@@ -100,13 +100,13 @@ def imports_done() -> None:
     """Start-up is over: turn the cyclic garbage collector back on (issue 8, start-up).
 
     :func:`main` imports with the collector off: a read command's imports create ~100,000
-    objects the collector tracks, all kept to the end of the process, and its collections
-    during the imports and the read walk them again and again for no garbage (~0.4 s of a
-    ~1.5 s ``summary`` on a loaded 2-core machine, ``bench/notes/lab-notebook.md``). A command calls this
-    once its modules are imported, before it reads (the lean starts; the Typer application
-    once it has loaded the command: ``LazyGroup.get_command`` in :mod:`gpufleet.cli.main`):
-    what exists now is frozen out of later collections, and the command's own work is
-    collected as usual. Nothing to do when the collector is on (any other caller)."""
+    objects the collector tracks, all kept to the end of the process, and its collections during
+    the imports and the read walk them again and again for no garbage (~0.4 s of a ~1.5 s
+    ``summary`` on a loaded 2-core machine, ``bench/notes/lab-notebook.md``). A command calls
+    this once its modules are imported, before it reads (the lean starts; the Typer application
+    once it has loaded the command: ``LazyGroup.get_command`` in :mod:`gpufleet.cli.main`): what
+    exists now is frozen out of later collections, and the command's own work is collected as
+    usual. Nothing to do when the collector is on (any other caller)."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()
