@@ -39,6 +39,7 @@ from gpufleet.collect import (
     dmi,
     ib,
     inspect,
+    inspect_vendors,
     kernel_log,
     pci,
     reclaim,
@@ -323,6 +324,32 @@ def _probes() -> list[str]:
 
 
 @cache
+def _vendor_probes() -> list[str]:
+    """The probe answers of the lab's Ascend and AMD hosts (real captures), healthy and with
+    each of their faults (an NPU in Alarm, missing, its RoCE port down or unhealthy, npu-smi's
+    error about it; a card missing)."""
+    hosts = [
+        LabHost(name="npu-01", model="ascend-910b3-8x", serial_salt=1),
+        LabHost(name="npu-02", model="ascend-910b3-8x", serial_salt=2, faults=["npu-alarm:3"]),
+        LabHost(name="npu-03", model="ascend-910b3-8x", serial_salt=3, faults=["npu-missing"]),
+        LabHost(name="npu-04", model="ascend-910b3-8x", serial_salt=4, faults=["npu-link-down"]),
+        LabHost(
+            name="npu-05",
+            model="ascend-910b3-8x",
+            serial_salt=5,
+            faults=["npu-net-unhealthy:1", "npu-smi-error:6"],
+        ),
+        LabHost(name="amd-01", model="mi100-4x", serial_salt=1),
+        LabHost(name="amd-02", model="mi100-4x", serial_salt=2, faults=["gpu-missing"]),
+    ]
+    return [render_probe(h) for h in hosts]
+
+
+def _vendor_probe(text: str) -> object:
+    return inspect.parse_probe(text, AT, expected={"huawei": 8, "amd": 4})
+
+
+@cache
 def _probe_part(name: str) -> list[str]:
     parts = [inspect.split_probe(p)[name] for p in _probes()]
     # the lab's models without a --query-gpu capture answer "exit 6": not an input to damage
@@ -412,6 +439,11 @@ CASES = [
     Case("inspect-ports", (inspect.parse_ports,), lambda: _probe_part("ib")),
     Case("inspect-df", (inspect.parse_df,), lambda: _probe_part("disk")),
     Case("inspect-probe", (lambda t: inspect.parse_probe(t, AT),), _probes),
+    Case(
+        "inspect-vendor-probe",
+        (_vendor_probe, lambda t: inspect_vendors.parse_vendor_parts(inspect.split_probe(t))),
+        _vendor_probes,
+    ),
     Case(
         "reclaim-mounts",
         (lambda t: reclaim.parse_mounts(t, "mounts"),),
@@ -512,6 +544,7 @@ def test_the_cases_cover_every_public_parser() -> None:
         "inspect.parse_df",
         "inspect.parse_probe",
         "inspect.split_probe",
+        "inspect_vendors.parse_vendor_parts",
         "reclaim.parse_mounts",
         "reclaim.parse_ps",
         "reclaim.parse_crontab_users",

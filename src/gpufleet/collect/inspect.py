@@ -37,8 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from gpufleet.collect.inspect_vendors import parse_vendor_parts, vendor_probe_lines
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi.csv import parse_query_gpu_csv
+from gpufleet.domain.device_health import DeviceFault
 from gpufleet.domain.facts import Gpu, UnreadableXid
 from gpufleet.domain.samples import (
     PORT_METRICS,
@@ -107,18 +109,34 @@ _REASONS = (
 )
 
 
-def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) -> str:
-    """The probe command for one host (same text for every host of a sweep)."""
+def probe_script(
+    disk_paths: Sequence[str] = ("/",),
+    gpu_timeout_s: int = 20,
+    vendors: Sequence[str] | None = None,
+) -> str:
+    """The probe command for one host. ``vendors``: the host's accelerator vendors (None:
+    NVIDIA only); the ``gpu`` and ``driver`` parts are NVIDIA's, every other vendor's parts
+    are its plugin's (:mod:`gpufleet.collect.inspect_vendors`)."""
     paths = " ".join(shlex.quote(p) for p in disk_paths) or "/"
     counters = " ".join(IB_COUNTERS)
+    nvidia = vendors is None or "nvidia" in vendors
+    others = [v for v in vendors or () if v != "nvidia"]
+    gpu = [
+        "echo '@@probe gpu'",
+        f"timeout {gpu_timeout_s} nvidia-smi --query-gpu={','.join(PROBE_FIELDS)} "
+        "--format=csv,nounits 2>&1",
+        'echo "@@rc $?"',
+    ]
+    driver = [
+        "echo '@@probe driver'",
+        'm=$(stat -c %Y "$R"/sys/module/nvidia 2>/dev/null) && echo "$(( $(date +%s) - m ))"',
+    ]
     return "\n".join(
         [
             f"# {PROBE_MARK} v1",
             'R="${GPUFLEET_SYSROOT:-}"',
-            "echo '@@probe gpu'",
-            f"timeout {gpu_timeout_s} nvidia-smi --query-gpu={','.join(PROBE_FIELDS)} "
-            "--format=csv,nounits 2>&1",
-            'echo "@@rc $?"',
+            *(gpu if nvidia else []),
+            *(vendor_probe_lines(others, gpu_timeout_s) if others else []),
             "echo '@@probe kmsg'",
             "{ dmesg --time-format iso 2>/dev/null || journalctl -k -o short-iso --no-pager "
             "2>/dev/null; } | grep 'NVRM: Xid' | tail -n 500",
@@ -139,8 +157,7 @@ def probe_script(disk_paths: Sequence[str] = ("/",), gpu_timeout_s: int = 20) ->
             f"df -P -k {paths} 2>/dev/null",
             "echo '@@probe uptime'",
             'cat "$R"/proc/uptime 2>/dev/null',
-            "echo '@@probe driver'",
-            'm=$(stat -c %Y "$R"/sys/module/nvidia 2>/dev/null) && echo "$(( $(date +%s) - m ))"',
+            *(driver if nvidia else []),
             "echo '@@probe boot'",
             'cat "$R"/proc/sys/kernel/random/boot_id 2>/dev/null',
             "echo '@@probe end'",
@@ -157,6 +174,8 @@ class ProbeResult:
     sample: HostSample
     kmsg_cursor: str | None
     problems: tuple[str, ...]
+    #: what the vendor plugins' parts say is wrong (judged by the policy's device rules)
+    faults: tuple[DeviceFault, ...] = ()
 
     @property
     def observed(self) -> bool:
@@ -333,7 +352,10 @@ def parse_probe(
     Only Xid lines newer than ``kmsg_since`` (the cursor the previous sweep returned, an ISO
     time) count; the new cursor is the newest Xid time seen. A GPU part that cannot be read
     leaves ``gpus`` None (the rules see nothing, they do not see "healthy"); other unreadable
-    parts are named in ``problems``.
+    parts are named in ``problems``. Other vendors' parts are read by their plugins
+    (:func:`~gpufleet.collect.inspect_vendors.parse_vendor_parts`): on a host without the
+    NVIDIA ``gpu`` part their devices are the sample's ``gpus`` and their tools' failures the
+    sample's failures.
     """
     parts = split_probe(text, source)
     problems: list[str] = []
@@ -355,6 +377,12 @@ def parse_probe(
             detail = f"{gpu_source}: " + "; ".join(broken)
             problems.append(detail)
             failures.append(ProbeFailure("gpu_error_state", detail))
+    vendor = parse_vendor_parts(parts, source)  # other vendors: their plugins
+    if vendor is not None and "gpu" not in parts:  # no NVIDIA GPUs: theirs are the devices
+        gpus, problems, failures = vendor.devices, list(vendor.problems), list(vendor.failures)
+    elif vendor is not None:
+        problems += vendor.problems
+        failures += vendor.failures
     since = _iso(kmsg_since)
     xids: list[XidSeen] = []
     cursor = kmsg_since
@@ -386,6 +414,7 @@ def parse_probe(
         ports = parse_ports(parts.get("ib", ""), f"{source}: ib")
     except ParseError as exc:
         problems.append(str(exc))
+    ports += vendor.ports if vendor is not None else ()
     disks: tuple[DiskSample, ...] = ()
     try:
         disks = parse_df(parts.get("disk", ""), f"{source}: df")
@@ -419,7 +448,7 @@ def parse_probe(
         failures=tuple(failures),
         boot_id=boot_identity(parts.get("boot", ""), at, uptime),
     )
-    return ProbeResult(sample, cursor, tuple(problems))
+    return ProbeResult(sample, cursor, tuple(problems), vendor.faults if vendor is not None else ())
 
 
 def _is_new(t: datetime | None, since: datetime | None) -> bool:

@@ -99,7 +99,7 @@ class Rule(BaseModel):
 
     id: str = Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9-]*$")
     description: str = ""
-    kind: Literal["threshold", "increase", "flag", "xid", "straggler", "observe"]
+    kind: Literal["threshold", "increase", "flag", "xid", "straggler", "observe", "device"]
     scope: Literal["gpu", "port", "disk", "host"] = "gpu"
     metric: str | None = None
     op: str = ">"
@@ -121,6 +121,14 @@ class Rule(BaseModel):
     def _check(self) -> Rule:
         if self.op not in _OPS:
             raise ValueError(f"op must be one of {' '.join(_OPS)}, not {self.op!r}")
+        if self.kind == "device":  # a vendor plugin's fault (domain/device_health.py)
+            from gpufleet.domain.device_health import device_rule_scope
+
+            scope = device_rule_scope(self.metric, self.consecutive)
+            if "scope" in self.model_fields_set and self.scope != scope:
+                raise ValueError(f"a device rule on {self.metric} is about a {scope}")
+            object.__setattr__(self, "scope", scope)
+            return self
         if self.kind in ("xid", "observe"):
             if "scope" in self.model_fields_set and self.scope != "host":
                 raise ValueError(f"an {self.kind} rule is about the host (scope: host)")
@@ -564,6 +572,8 @@ def _rule_findings(
     xids: XidPolicy,
 ) -> list[Finding]:
     latest = history[-1]
+    if rule.kind == "device":
+        return []  # judged on the sweep's vendor faults (device_health.device_findings)
     if rule.kind == "xid":
         return _xid_findings(rule, history, xids)
     if rule.scope == "gpu":

@@ -115,6 +115,22 @@ class VendorCollector:
     read: Callable[[Mapping[str, str]], AcceleratorInventory]
 
 
+@dataclass(frozen=True, slots=True)
+class VendorInspector:
+    """A vendor's part of the inspection probe (``gpufleet inspect``, issue 24): the sections
+    the probe runs on the vendor's hosts (``inspect_sections``, each framed
+    ``@@probe <vendor>.<name>`` with its exit status), the one whose failure means the tool
+    cannot be asked at all (``primary``), and the reader of their outputs (``parse_inspect``:
+    the outputs of the sections that exited 0, by name -> the vendor's records, raising
+    :class:`~gpufleet.errors.ParseError` naming the command). What the records mean for
+    health is vendor-neutral (:mod:`gpufleet.domain.device_health`)."""
+
+    vendor: Vendor
+    primary: str
+    inspect_sections: tuple[VendorSection, ...]
+    parse_inspect: Callable[[Mapping[str, str]], AcceleratorInventory]
+
+
 def gpu_group(model: str) -> str | None:
     """The Ansible group of a GPU model: ``gpu_<model>`` (``gpu_h800``, ``gpu_mi300x``)."""
     from gpufleet.domain.ansible import gpu_model, group_name  # ansible imports the facts
@@ -133,7 +149,8 @@ class VendorPlugin:
     conventions for labels, resources, GRES and runtime; ``collector``: its part of the
     collection (None: collected by the core, NVIDIA); ``group``: the Ansible group of a host
     whose accelerators are all of one model (None: no group for that model);
-    ``description``: what the vendor's accelerators are, for people (``Ascend NPUs``).
+    ``description``: what the vendor's accelerators are, for people (``Ascend NPUs``);
+    ``inspector``: its part of the inspection probe (None: inspected by the core, NVIDIA).
     """
 
     name: Vendor
@@ -143,11 +160,15 @@ class VendorPlugin:
     collector: VendorCollector | None = None
     group: Callable[[str], str | None] = gpu_group
     description: str = ""
+    inspector: VendorInspector | None = None
 
     def __post_init__(self) -> None:
         if self.collector is not None and self.collector.vendor != self.name:
             theirs = self.collector.vendor
             raise ValueError(f"vendor plugin {self.name}: its collector is {theirs}'s")
+        if self.inspector is not None and self.inspector.vendor != self.name:
+            theirs = self.inspector.vendor
+            raise ValueError(f"vendor plugin {self.name}: its inspector is {theirs}'s")
 
 
 # --------------------------------------------------------------------------- discovery

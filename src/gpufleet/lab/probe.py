@@ -16,6 +16,11 @@
 ``boot``  a boot id derived from the host and its ``boot`` count (a reboot changes it; the
           kernel log of the new boot holds only the Xid faults the host has now)
 
+A host of another vendor (Ascend, AMD) answers its vendor plugin's probe sections instead of
+``gpu`` (``@@probe <vendor>.<section>``), each as its lab model (``lab/vendors``) answers that
+section of the collection: the real captures with the vendor's faults applied (an Ascend NPU
+in ``Alarm`` from the real Alarm capture, one missing, a RoCE port down; an AMD card missing).
+
 Probe faults change the answer between sweeps (the GPU is the host's fault GPU unless the
 fault names one: ``hot:3``): ``hot`` (92 C), ``ecc-uncorrectable`` (2 volatile and aggregate
 uncorrectable), ``power-brake`` (HW power brake slowdown active, clocks and power down),
@@ -35,6 +40,7 @@ cut after its PCI address (as a ring buffer or a log shipper cuts it).
 
 from __future__ import annotations
 
+import re
 import uuid
 from functools import cache
 from pathlib import Path
@@ -228,18 +234,45 @@ def _boot_key(host: LabHost) -> str:
     return f"gpufleet-lab:{host.name}:{host.serial_salt}:{host.boot}"
 
 
-def render_probe(host: LabHost) -> str:
-    """The probe's answer for ``host`` (see the module doc)."""
+def _vendor_parts(host: LabHost) -> dict[str, str]:
+    """A host of another vendor: its plugin's probe sections, each answered as the vendor's
+    lab model answers that section of the collection (its real captures, its faults
+    applied), then the exit status."""
+    from gpufleet.domain.vendors import plugin
+    from gpufleet.lab.vendors import lab_vendor
+
+    lab, inspector = lab_vendor(host.spec.vendor), plugin(host.spec.vendor).inspector
+    if lab is None or inspector is None:
+        raise ValueError(f"{host.name}: no lab model or inspection probe for {host.spec.vendor}")
+    answers = lab.render(host, host.spec)
+    out: dict[str, str] = {}
+    for sec in inspector.inspect_sections:
+        stdout, stderr, rc = answers[sec.name]
+        out[f"{host.spec.vendor}.{sec.name}"] = f"{stdout}{stderr}".rstrip("\n") + f"\n@@rc {rc}"
+    return out
+
+
+def render_probe(host: LabHost, script: str | None = None) -> str:
+    """The probe's answer for ``host`` (see the module doc). ``script``: the probe asked
+    (None: the parts of the host's own vendor); a part it does not ask is not answered, and
+    the NVIDIA ``gpu`` part asked of another vendor's host finds no nvidia-smi."""
     full = any(_split_fault(f)[0] == "disk-full" for f in host.faults)
     size = 1024**3  # KiB: 1 TiB
     used = size * 98 // 100 if full else size // 5
-    kmsg = _xids(host, _template(host.model))
-    if any(_split_fault(f)[0] == "xid-cut" for f in host.faults):
+    nvidia = host.spec.vendor == "nvidia"
+    kmsg = _xids(host, _template(host.model)) if nvidia else ""  # no NVRM lines elsewhere
+    if nvidia and any(_split_fault(f)[0] == "xid-cut" for f in host.faults):
         whole = _xids(host.model_copy(update={"faults": ["xid:79"]}), _template(host.model))
         kmsg += whole[: whole.index("(PCI:") + len("(PCI:0000:")] + "\n"
     boot = uuid.uuid5(uuid.NAMESPACE_URL, _boot_key(host))
+    asked = None if script is None else set(re.findall(r"(?m)^echo '@@probe (\S+)'$", script))
+    own = {"gpu": _gpu_part(host)} if nvidia else _vendor_parts(host)
+    if asked is not None:
+        own = {k: v for k, v in own.items() if k in asked}
+        if "gpu" in asked and not nvidia:  # the lab's own "not found" answer, as above
+            own["gpu"] = "sh: 1: nvidia-smi: not found\n@@rc 127"
     parts = {
-        "gpu": _gpu_part(host),
+        **own,
         "kmsg": kmsg.rstrip("\n"),
         "ib": _ib_part(host),
         "disk": "Filesystem 1024-blocks Used Available Capacity Mounted on\n"

@@ -104,7 +104,7 @@ class SimTransport:
                 f"no answer within {timeout_s:.0f} s (command still running)",
             )
         if "@@gpufleet:probe" in script:  # the inspection probe (gpufleet inspect)
-            output = render_probe(host)
+            output = render_probe(host, script)
         elif REMEDY_MARK in script:  # gpufleet remediate (lab/remedy.py)
             output = render_remedy(host, script)
         elif "@@gpufleet:script" in script:

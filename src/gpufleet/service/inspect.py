@@ -47,6 +47,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
 from gpufleet.collect.transport import Outcome, RawResult, Transport, TransportKey
+from gpufleet.domain.device_health import device_findings
 from gpufleet.domain.rules import (
     Finding,
     HostSample,
@@ -76,6 +77,7 @@ from gpufleet.service.inspect_store import (
     roll_up_and_prune,
     store_samples,
 )
+from gpufleet.service.inspect_vendors import host_vendors
 from gpufleet.service.pipeline import (
     Claimed,
     Pipeline,
@@ -195,7 +197,19 @@ def inspect(
     )
     with fleet.db.session() as s:
         cursors = _cursors(s, [c.host_id for c in claim.hosts])
-    script = probe_script(fleet.settings.path_list(fleet.settings.inspect_disk_paths))
+        vendors = host_vendors(s, [c.host_id for c in claim.hosts])
+    paths = fleet.settings.path_list(fleet.settings.inspect_disk_paths)
+    script = probe_script(paths)
+    scripts: dict[tuple[str, ...], str] = {}  # hosts of other vendors: their plugins' parts
+
+    def command(c: Claimed) -> str:
+        hv = vendors.get(c.host_id)
+        if hv is None:
+            return script
+        if hv not in scripts:
+            scripts[hv] = probe_script(paths, vendors=hv)
+        return scripts[hv]
+
     parsed: dict[int, ProbeResult] = {}
     by_id: dict[int, HostInspection] = {}
     unobserved: dict[int, HostInspection] = {}
@@ -205,13 +219,17 @@ def inspect(
         if raw.outcome is Outcome.OK and raw.output is not None:
             try:
                 res = parse_probe(
-                    raw.output, at, kmsg_since=cursors.get(c.host_id), source=c.target.name
+                    raw.output,
+                    at,
+                    kmsg_since=cursors.get(c.host_id),
+                    source=c.target.name,
                 )
             except GpufleetError as exc:
                 out.outcome, out.reason = Outcome.BAD_OUTPUT.value, str(exc)
             else:
                 parsed[c.host_id] = res
                 out.problems = list(res.problems)
+                out.faults = list(res.faults)
                 if not res.observed:  # no data is a fault: never "ok" beside a failure
                     out.outcome = PROBE_FAILED
                     out.reason = "; ".join(f.detail for f in res.sample.failures)[:500]
@@ -223,7 +241,7 @@ def inspect(
     results = Pipeline(
         fleet,
         claim,
-        command=lambda c: script,
+        command=command,
         apply=apply,
         forks=forks,
         timeout_s=timeout_s,
@@ -309,6 +327,8 @@ def judge(
         for hid, h in hist.items()
     }
     for hid, fs in findings.items():
+        if hist[hid] and hist[hid][-1].at == at:  # the vendor plugins' faults of this sweep
+            fs += device_findings(policy, hosts[hid].faults)
         hosts[hid].findings = fs
     budget = Budget(guard_budget(fleet, at))
     held: list[str] = []

@@ -16,6 +16,7 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.device_health import DeviceFault
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import Finding, Severity
@@ -44,6 +45,9 @@ RULE_FAULTS: dict[str, Fault] = {
     "ib-link-downed": Fault.IB_DOWN,
     "pcie-link-degraded": Fault.PCIE_DEGRADED,
     **OBSERVE_FAULTS,
+    # the vendor plugins' device rules (domain/device_health.py)
+    "accelerator-unhealthy": Fault.ACCELERATOR_ALARM,
+    "accelerator-link-down": Fault.IB_DOWN,
 }
 
 
@@ -57,6 +61,8 @@ class HostInspection:
     findings: list[Finding] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: what the vendor plugins' parts of the probe say is wrong (device rules judge them)
+    faults: list[DeviceFault] = field(default_factory=list)
 
 
 def _key(a: Alarm) -> tuple[str, int | None, str | None]:

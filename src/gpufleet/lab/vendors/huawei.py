@@ -27,9 +27,13 @@ Faults (``KIND[:<npu id>]``): ``npu-missing`` drops the NPU's rows from ``npu-sm
 Alarm capture for it, ``npu-link-down`` serves the DOWN capture for its port,
 ``npu-net-unhealthy`` the real ``hccn_tool -net_health`` failure ("Socket failed"; a healthy
 port answers ``net health status: Success``, generated: no capture of a healthy answer
-exists). A lab change's driver (``LabHost.driver``) replaces the ``version.info`` driver
-version. Edits are textual; untouched bytes are as captured. The mixed demo fleet gets two
-such hosts, the second with an NPU in Alarm (quarantined).
+exists), ``npu-smi-error`` answers the NPU's ``-t health`` query with npu-smi's real error
+about a card it lost (``Invalid card id.`` / ``Error parameter of -i`` / usage, the
+mind-cluster "after" bundle's ``-i 0 -t board`` answer; its exit status is not captured and
+is served as 0, so only the reader's refusal catches it). A lab change's driver
+(``LabHost.driver``) replaces the ``version.info`` driver version. Edits are textual;
+untouched bytes are as captured. The mixed demo fleet gets two such hosts, the second with
+an NPU in Alarm (quarantined).
 """
 
 from __future__ import annotations
@@ -93,6 +97,7 @@ FAULTS = {
     "npu-alarm": "an NPU in health Alarm (the real Alarm capture: error codes and information)",
     "npu-link-down": "the NPU's RoCE port down (the real DOWN capture)",
     "npu-net-unhealthy": "its network health failing (the real hccn_tool -net_health failure)",
+    "npu-smi-error": "npu-smi answering 'Invalid card id.' for the NPU (the real error capture)",
 }
 
 
@@ -110,6 +115,8 @@ def _captures() -> dict[str, str]:
         "mapping": tool_output(d / _MAPPING_910B),
         "ok": bundle_output(d / _KG_BEFORE, "-c 0 -t health"),
         "alarm": bundle_output(d / _KG_AFTER, "-c 0 -t health"),
+        # npu-smi's real answer about a card it lost (-i 0 -t board after the fault)
+        "invalid": bundle_output(d / _KG_AFTER, "-i 0 -t board"),
         "down": tool_output(d / _LINK_DOWN),
         "net_down": bundle_output(d / _KG_BEFORE, "-net_health -g"),
         **{f"stat{i}": bundle_output(d / _W0_BEFORE, f"-i {i} -stat -g") for i in range(8)},
@@ -204,6 +211,8 @@ def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
         info = _alarm_npu(info, hit["npu-alarm"])
     rows = _mapping_rows(mapping)
     health = {n: cap["alarm"] if hit.get("npu-alarm") == n else cap["ok"] for n, _, _ in rows}
+    if "npu-smi-error" in hit:  # exit status not captured: served as 0, the reader refuses it
+        health[hit["npu-smi-error"]] = cap["invalid"]
     up = cap["down"].replace("DOWN", "UP")
     link = {n: cap["down"] if hit.get("npu-link-down") == n else up for n, _, _ in rows}
     # healthy: the tool's "net health status" line with "Success" (no capture of a healthy

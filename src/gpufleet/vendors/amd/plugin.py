@@ -22,7 +22,13 @@ from gpufleet.domain.accelerators import (
     SoftwareVersions,
 )
 from gpufleet.domain.labels import sanitize_label_value
-from gpufleet.domain.vendors import Vendor, VendorCollector, VendorPlugin, VendorSection
+from gpufleet.domain.vendors import (
+    Vendor,
+    VendorCollector,
+    VendorInspector,
+    VendorPlugin,
+    VendorSection,
+)
 from gpufleet.errors import ParseError
 from gpufleet.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
 
@@ -138,6 +144,18 @@ COLLECTOR = VendorCollector(
 )
 
 
+#: The inspection probe asks rocm-smi the collection's question (temperatures, power and its
+#: cap, VRAM in use, per card): its JSON answer is what the captures hold. rocm-smi reports no
+#: health and no ECC count in it (``--showrasinfo`` has no real capture): a card it no longer
+#: lists is what the sweep sees (fewer cards than the facts), or the tool failing.
+INSPECTOR = VendorInspector(
+    vendor=AMD,
+    primary="rocm_smi_json",
+    inspect_sections=COLLECTOR.sections,
+    parse_inspect=parse_sections,
+)
+
+
 def _resource(_: AcceleratorInventory) -> str:
     return RESOURCE
 
@@ -153,4 +171,5 @@ PLUGIN = VendorPlugin(
     exports=VendorExport(labels=labels, resource=_resource, gres_name="gpu", runtime="rocm"),
     collector=COLLECTOR,
     description="AMD Instinct GPUs",
+    inspector=INSPECTOR,
 )

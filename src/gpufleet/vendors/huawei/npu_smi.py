@@ -16,6 +16,7 @@ the box raises ParseError naming the source and line.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -70,9 +71,12 @@ def _num(text: str, source: str, lineno: int, what: str) -> float | None:
     if t in {"NA", "-", "N/A"}:
         return None
     try:
-        return float(t)
+        value = float(t)
     except ValueError:
         raise ParseError(source, f"{what} is not a number: {t!r}", line=lineno) from None
+    if not math.isfinite(value):
+        raise ParseError(source, f"{what} is not a finite number: {t!r}", line=lineno)
+    return value
 
 
 def _cells(raw: str, source: str, lineno: int, expected: int) -> list[str]:

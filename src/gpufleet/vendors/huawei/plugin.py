@@ -27,7 +27,13 @@ from gpufleet.domain.accelerators import (
     accelerators_on_bus,
 )
 from gpufleet.domain.labels import sanitize_label_value
-from gpufleet.domain.vendors import Vendor, VendorCollector, VendorPlugin, VendorSection
+from gpufleet.domain.vendors import (
+    Vendor,
+    VendorCollector,
+    VendorInspector,
+    VendorPlugin,
+    VendorSection,
+)
 from gpufleet.errors import ParseError
 from gpufleet.vendors.huawei.hccn import (
     parse_link,
@@ -476,6 +482,26 @@ COLLECTOR = VendorCollector(
 )
 
 
+#: The sections the inspection probe runs on an Ascend host, each sweep: the table
+#: (health word, temperature, power, HBM in use per chip), the chip numbering, each chip's
+#: health with its error codes, and each chip's RoCE port state and network health. The
+#: same commands as the collection's, read by the same reader (a section left out reads as
+#: not asked: no board, usage, counter or version detail in a sample).
+INSPECT_SECTIONS = (
+    "npu_smi_info",
+    "npu_smi_mapping",
+    "npu_smi_health",
+    "hccn_link",
+    "hccn_net_health",
+)
+INSPECTOR = VendorInspector(
+    vendor=HUAWEI,
+    primary="npu_smi_info",
+    inspect_sections=tuple(s for s in COLLECTOR.sections if s.name in INSPECT_SECTIONS),
+    parse_inspect=parse_sections,
+)
+
+
 # ---- the exports and the Ansible group ----
 
 _FAMILY_GROUP = re.compile(r"^(?:ASCEND\s*)?(910B|910A|910|310P|310)", re.IGNORECASE)
@@ -522,4 +548,5 @@ PLUGIN = VendorPlugin(
     collector=COLLECTOR,
     group=group,
     description="Ascend NPUs",
+    inspector=INSPECTOR,
 )
