@@ -1,6 +1,6 @@
 """The vendor-neutral meaning of a vendor plugin's inspection (issue 24 item 3): the policy's
 ``device`` rules are validated at load, a tool that reports no health (rocm-smi) is no fault,
-and an expected count comes from the larger of the tool's and lspci's."""
+an Alarm, a warning and a port down are."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from gpufleet.domain.device_health import (
     device_findings,
     device_ports,
     device_samples,
-    expected_counts,
 )
 from gpufleet.domain.rules import RulePolicy
 from gpufleet.errors import ConfigError
@@ -35,10 +34,8 @@ def _inv(vendor: str, *accs: Accelerator) -> AcceleratorInventory:
 def test_the_shipped_device_rules_and_their_scopes() -> None:
     rules = {r.id: r for r in POLICY.rules if r.kind == "device"}
     assert {i: (r.metric, r.scope, r.severity.value) for i, r in rules.items()} == {
-        "accelerator-tool-error": ("tool-error", "gpu", "critical"),
         "accelerator-unhealthy": ("unhealthy", "gpu", "critical"),
         "accelerator-warning": ("warning", "gpu", "warning"),
-        "accelerator-missing": ("missing", "gpu", "critical"),
         "accelerator-link-down": ("link-down", "port", "critical"),
     }
 
@@ -51,6 +48,7 @@ def test_the_shipped_device_rules_and_their_scopes() -> None:
             "{id: x, kind: device, metric: unhealthy, consecutive: 2, severity: warning}",
             "consecutive: 1",
         ),
+        ("{id: x, kind: device, metric: link-down, scope: gpu, severity: warning}", "a port"),
     ],
 )
 def test_a_device_rule_the_engine_cannot_judge_is_refused(row: str, says: str) -> None:
@@ -60,22 +58,23 @@ def test_a_device_rule_the_engine_cannot_judge_is_refused(row: str, says: str) -
 
 def test_a_site_overlay_changes_a_device_rule() -> None:
     site = POLICY.merged(
-        "rules: [{id: accelerator-missing, severity: warning, action: escalate}]", source="s"
+        "rules: [{id: accelerator-unhealthy, severity: warning, action: escalate}]", source="s"
     )
-    (f,) = device_findings(site, [DeviceFault("amd", "missing", "amd tool reports 3 of 4")])
-    assert (f.rule, f.severity.value, f.action.value, f.subject) == (
-        "accelerator-missing",
+    alarm = DeviceFault("huawei", "unhealthy", "huawei 910B3 #3: health alarm", 3)
+    (f,) = device_findings(site, [alarm])
+    assert (f.rule, f.severity.value, f.action.value, f.gpu_index) == (
+        "accelerator-unhealthy",
         "warning",
         "escalate",
-        "amd",
+        3,
     )
-    off = POLICY.merged("rules: [{id: accelerator-missing, enabled: false}]", source="s")
-    assert device_findings(off, [DeviceFault("amd", "missing", "x")]) == []
+    off = POLICY.merged("rules: [{id: accelerator-unhealthy, enabled: false}]", source="s")
+    assert device_findings(off, [alarm]) == []
 
 
 def test_unknown_health_is_no_fault_but_alarm_warning_and_a_down_port_are() -> None:
     amd = _inv("amd", Accelerator(vendor=Vendor("amd"), index=0, model="Instinct MI100"))
-    assert device_faults(amd, expected=1) == ()
+    assert device_faults(amd) == ()
     npu = _inv(
         "huawei",
         Accelerator(
@@ -88,20 +87,12 @@ def test_unknown_health_is_no_fault_but_alarm_warning_and_a_down_port_are() -> N
         ),
         Accelerator(vendor=Vendor("huawei"), index=1, model="910B3", health=Health.WARNING),
     )
-    got = [(f.kind, f.index, f.subject) for f in device_faults(npu, expected=3)]
+    got = [(f.kind, f.index, f.subject) for f in device_faults(npu)]
     assert got == [
         ("unhealthy", 0, None),
         ("warning", 1, None),
         ("link-down", 0, "huawei:0/roce"),
-        ("missing", None, None),
     ]
     # a peer link (HCCS) is no port sample; the RoCE port is
     assert [(p.name, p.state) for p in device_ports(npu)] == [("huawei:0/roce", "DOWN")]
     assert [g.index for g in device_samples(npu)] == [0, 1]
-
-
-def test_expected_counts_take_the_larger_of_the_tool_and_lspci() -> None:
-    accs = [{"vendor": "huawei"}] * 7
-    assert expected_counts(accs, {"huawei": 8}) == {"huawei": 8}
-    assert expected_counts(accs, {}) == {"huawei": 7}
-    assert expected_counts([], {"huawei": 8}) == {}
