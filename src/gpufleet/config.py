@@ -577,7 +577,9 @@ class Settings(BaseModel):
         group="notify",
         ge=0,
         le=20,
-        doc="Retries of a failed webhook delivery (exponential backoff from 0.5 s).",
+        doc="Quick retries of a failed webhook delivery a command waits for before it exits "
+        "(backoff from 0.5 s); later ones go on in the background up to "
+        "GPUFLEET_WEBHOOK_MAX_AGE_H.",
     )
     webhook_timeout_s: float = _setting(
         5.0,
@@ -586,6 +588,17 @@ class Settings(BaseModel):
         gt=0,
         allow_inf_nan=False,
         doc="Seconds one webhook request may take.",
+    )
+    # issue 24 (item 11): retries go on until a notification is this old, then dead-lettered
+    webhook_max_age_h: float = _setting(
+        24.0,
+        env="GPUFLEET_WEBHOOK_MAX_AGE_H",
+        group="notify",
+        gt=0,
+        le=24 * 365,
+        allow_inf_nan=False,
+        doc="Hours a failed webhook delivery is retried (backoff doubling up to 10 min); "
+        "then it is dead-lettered (gpufleet alarms, /api/v1/webhooks/dead-letters).",
     )
 
     # -- validation of single values --------------------------------------------------------

@@ -10,11 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
+from gpufleet.service import background, webhooks
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.health_metrics import health_metrics
 from gpufleet.service.inspect import GUARD_KIND
@@ -94,7 +100,33 @@ def registry_for(fleet: Callable[[], Fleet]) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(FleetCollector(fleet))
     reg.register(HealthCollector(fleet))
+    reg.register(BackgroundCollector(fleet))
     return reg
+
+
+class BackgroundCollector(Collector):
+    """Issue 24 (item 10): background failures of this process by component (claim renewal,
+    webhook outbox, worker, scheduler; ``service/background.py``) and the webhook
+    notifications dead-lettered (fleet-wide, from the outbox)."""
+
+    def __init__(self, fleet: Callable[[], Fleet]) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "gpufleet_background_errors",
+            "Failures of background work in this process (logged), by component.",
+            labels=["component"],
+        )
+        for component, n in sorted(background.counts().items()):
+            errors.add_metric([component], float(n))
+        yield errors
+        yield GaugeMetricFamily(
+            "gpufleet_webhook_dead_letters",
+            "Webhook notifications never delivered and no longer retried "
+            "(older than GPUFLEET_WEBHOOK_MAX_AGE_H).",
+            value=float(webhooks.dead_letter_count(self.fleet())),
+        )
 
 
 class JobQueueCollector(Collector):

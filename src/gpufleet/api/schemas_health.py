@@ -354,3 +354,28 @@ class InspectReportOut(Schema):
             findings_by_rule=dict(r.findings_by_rule),
             top_offenders=[h.host for h in r.top_offenders],
         )
+
+
+class DeadLetterOut(Schema):
+    """A webhook notification given up after GPUFLEET_WEBHOOK_MAX_AGE_H (issue 24)."""
+
+    id: int
+    kind: str
+    host: str | None
+    at: Time
+    attempts: int
+    status: int | None
+    error: str | None
+
+    @classmethod
+    def of(cls, d: Any) -> DeadLetterOut:
+        """From ``service.webhooks.DeadLetter``."""
+        return cls(
+            id=d.id,
+            kind=d.kind,
+            host=d.host,
+            at=d.at,
+            attempts=d.attempts,
+            status=d.status,
+            error=d.error,
+        )

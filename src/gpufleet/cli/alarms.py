@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
+from gpufleet.service import webhooks
 from gpufleet.service.alarms import AlarmRecord, ack_alarm, list_alarms, resolve_alarm, show_alarm
 
 app = typer.Typer(no_args_is_help=True)
@@ -27,8 +28,45 @@ def list_cmd(
     include_closed: bool = typer.Option(False, "--all", help="Closed alarms too."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
-    """Open alarms (with --all, closed ones too), oldest first."""
-    show_alarms(list_alarms(open_fleet(), selector, include_closed=include_closed), as_json)
+    """Open alarms (with --all, closed ones too), oldest first; a line names the webhook
+    notifications dead-lettered (`gpufleet alarms dead-letters`)."""
+    fleet = open_fleet()
+    show_alarms(list_alarms(fleet, selector, include_closed=include_closed), as_json)
+    dead = webhooks.dead_letter_count(fleet)
+    if dead and not as_json:
+        console.print(
+            f"[red]{dead} webhook notification(s) dead-lettered[/] (never delivered, no longer "
+            "retried): gpufleet alarms dead-letters",
+            soft_wrap=True,
+        )
+
+
+@app.command("dead-letters")
+@boundary
+def dead_letters_cmd(
+    limit: int = typer.Option(100, "--limit", min=1, max=1000, help="At most this many."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Webhook notifications given up after GPUFLEET_WEBHOOK_MAX_AGE_H of failed attempts,
+    newest first: what, which host, when, attempts and the last error."""
+    rows = webhooks.dead_letters(open_fleet(), limit)
+    if as_json:
+        print_json([asdict(r) for r in rows])
+        return
+    t = Table(title="webhook dead letters")
+    for col in ("id", "kind", "host", "queued", "attempts"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("last error", overflow="fold")
+    for r in rows:
+        t.add_row(
+            str(r.id),
+            lit(r.kind),
+            lit(r.host or "-"),
+            local_time(r.at),
+            str(r.attempts),
+            lit(r.error or "-"),
+        )
+    console.print(t)
 
 
 def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:

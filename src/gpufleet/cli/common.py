@@ -127,10 +127,10 @@ def open_fleet() -> Fleet:
         from gpufleet.service.fleet import Fleet
 
         _OPEN[key] = Fleet.open(settings=current_settings())
-        if _OPEN[key].settings.webhook_url:  # lease events go to the webhook too (issue 10)
-            from gpufleet.service.webhooks import install
+        if _OPEN[key].settings.webhook_url:  # notifications a dead process left (issue 24)
+            from gpufleet.service.webhooks import resume
 
-            install(_OPEN[key])
+            resume(_OPEN[key])
     return _OPEN[key]
 
 

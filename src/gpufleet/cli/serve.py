@@ -31,6 +31,9 @@ def serve_cmd(
     from gpufleet.api.app import create_app
 
     fleet = open_fleet()
+    from gpufleet.service.webhooks import resume
+
+    resume(fleet, always=True)  # this process sends the outbox as long as it runs
     jobs = None
     if with_worker:
         from gpufleet.service.tasks import JobQueue

@@ -46,7 +46,7 @@ def raise_alarm(
         alarm_data = {"kind": kind.value, "severity": severity.value, "message": message}
         from gpufleet.service import webhooks  # here: the reads need none of it
 
-        webhooks.after_commit(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
+        webhooks.enqueue(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
     return alarm
 
 
@@ -62,7 +62,7 @@ def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: 
         closed = {"kind": kind.value, "reason": reason, "message": alarm.message}
         from gpufleet.service import webhooks  # here: the reads need none of it
 
-        webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
+        webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed)
     return n
 
 
@@ -219,6 +219,6 @@ def resolve_alarm(fleet: Fleet, alarm_id: int, reason: str) -> AlarmRecord:
         closed = {"alarm": alarm_id, "kind": alarm.kind.value, "reason": alarm.reason}
         from gpufleet.service import webhooks  # here: the reads need none of it
 
-        webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed)
+        webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed)
         s.flush()
         return _record(alarm, host.name)

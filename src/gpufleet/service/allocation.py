@@ -37,7 +37,7 @@ from gpufleet.domain.states import Event
 from gpufleet.errors import ConfigError, Conflict
 from gpufleet.service.candidates import find_placement, host_views, lock_and_recheck, write_lock
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.leases import LeaseView, call_hooks, lease_view, pool_policy
+from gpufleet.service.leases import LeaseView, call_hooks, lease_view, pool_policy, queue_webhook
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.select import is_explicit, nothing_matches
 from gpufleet.store.tables import GpuRow, Host, Lease, LeaseHost
@@ -224,7 +224,10 @@ def _allocate_once(
                 "ends_at": end.isoformat(),
             },
         )
-        return Allocation(lease=lease_view(lease), placement=placement)
+        view = lease_view(lease)
+        kind = EventKind.LEASE_GRANTED if active else EventKind.LEASE_RESERVED
+        queue_webhook(s, fleet, kind, view)
+        return Allocation(lease=view, placement=placement)
 
 
 def _fields(req: Request) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from gpufleet.service import webhooks
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.inspect_guard import Budget
 from gpufleet.service.inspect_observe import OBSERVE_FAULTS
-from gpufleet.service.leases import call_hooks, lease_view
+from gpufleet.service.leases import call_hooks, lease_view, queue_webhook
 from gpufleet.service.lifecycle import transition
 from gpufleet.store.tables import Alarm, Host, InspectQuarantine, LeaseHost, Validation
 
@@ -140,7 +140,7 @@ def act(
             out.actions.append(f"alarm {sev.value}: {f.message}")
             # queued after the commit; sent by the outbox's thread, never inside the sweep
             note = {"kind": AlarmKind.HEALTH.value, "severity": sev.value, "message": f.message}
-            webhooks.after_commit(s, fleet, "alarm-opened", host.name, note | data)
+            webhooks.enqueue(s, fleet, "alarm-opened", host.name, note | data)
         # Findings that cleared: warnings close, criticals wait for a passed validation.
         for k, a in open_alarms.items():
             if k in now_keys or k[0] in blind:
@@ -159,7 +159,7 @@ def act(
                 )
                 out.actions.append(f"closed: {a.message}")
                 closed = {"kind": a.kind.value, "reason": a.reason, "message": a.message}
-                webhooks.after_commit(s, fleet, "alarm-closed", host.name, closed | dict(a.data))
+                webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed | dict(a.data))
         if held:
             out.actions.append("quarantine held by the blast-radius guard")
             result = "held"
@@ -219,8 +219,9 @@ def _quarantine(
             )
             out.actions.append(f"lease {view.id} owner {view.owner} notified (lease kept)")
             views.append(view)
+            queue_webhook(s, fleet, EventKind.LEASE_HOST_UNHEALTHY, view)  # in the outbox
         if views:
-            # the lease hooks (webhooks) run after the commit, never inside the transaction
+            # the other lease hooks run after the commit, never inside the transaction
             def owners(_: Session) -> None:
                 for v in views:
                     out.actions.extend(call_hooks(EventKind.LEASE_HOST_UNHEALTHY, v))

@@ -94,7 +94,7 @@ def trip_guard(fleet: Fleet, at: datetime, held: list[str]) -> str:
         record_event(s, fleet, EventKind.ALARM, message, data={"fleet": GUARD_KIND, "held": held})
         if alarm is None:
             note = {"kind": GUARD_KIND, "severity": "critical", "message": message, "held": held}
-            webhooks.after_commit(s, fleet, "alarm-opened", None, note)
+            webhooks.enqueue(s, fleet, "alarm-opened", None, note)
     return message
 
 

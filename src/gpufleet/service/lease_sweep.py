@@ -10,7 +10,14 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeaseState, OnExpiry
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.leases import call_hooks, get_lease, lease_view, pool_policy, release
+from gpufleet.service.leases import (
+    call_hooks,
+    get_lease,
+    lease_view,
+    pool_policy,
+    queue_webhook,
+    release,
+)
 from gpufleet.service.lifecycle import transition
 from gpufleet.store.tables import Host, Lease
 
@@ -94,6 +101,7 @@ def _start_reservation(fleet: Fleet, lease_id: int) -> list[str]:
             data={"lease": lease.id, "hosts": [h.name for h in hosts]},
         )
         view = lease_view(lease)
+        queue_webhook(s, fleet, EventKind.LEASE_STARTED, view)
         names = [h.name for h in hosts]
     call_hooks(EventKind.LEASE_STARTED, view)
     return names
@@ -129,6 +137,7 @@ def _expire(fleet: Fleet, lease_id: int) -> list[str]:
             },
         )
         view = lease_view(lease)
+        queue_webhook(s, fleet, EventKind.LEASE_EXPIRED, view)
     call_hooks(EventKind.LEASE_EXPIRED, view)
     if policy.on_expiry is OnExpiry.RELEASE:
         return release(fleet, lease_id, "expired", expired=True).reclaiming

@@ -31,7 +31,7 @@ from gpufleet.service.lifecycle import transition
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Host, Lease, LeaseHost, Pool
 
-# --- the hook point (webhooks are delivered by whoever registers a hook) -------------------
+# --- the hook point; webhooks are queued in the lease change's transaction (the outbox) -------
 
 LeaseHook = Callable[[EventKind, dict[str, Any]], None]
 _HOOKS: list[LeaseHook] = []
@@ -43,6 +43,14 @@ def register_lease_hook(hook: LeaseHook) -> Callable[[], None]:
     outside any transaction; one that raises is reported in the result, never undoes it."""
     _HOOKS.append(hook)
     return lambda: _HOOKS.remove(hook) if hook in _HOOKS else None
+
+
+def queue_webhook(s: Session, fleet: Fleet, kind: EventKind, lease: LeaseView) -> None:
+    """Queue the lease event's webhook in the transaction ``s`` that makes the change (issue
+    24: a change is never committed without its notification; see service/webhooks.py)."""
+    from gpufleet.service import webhooks  # here: the reads need none of it
+
+    webhooks.enqueue(s, fleet, kind.value, None, lease.as_dict())
 
 
 def call_hooks(kind: EventKind, lease: LeaseView) -> list[str]:
@@ -267,6 +275,7 @@ def renew(
             data={"lease": lease.id, "before": before.isoformat(), "after": end.isoformat()},
         )
         view = lease_view(lease)
+        queue_webhook(s, fleet, EventKind.LEASE_RENEWED, view)
     call_hooks(EventKind.LEASE_RENEWED, view)
     return view
 
@@ -337,6 +346,7 @@ def release(
             data={"lease": lease.id, "hosts": moved, "reason": reason, "expired": expired},
         )
         view = lease_view(lease)
+        queue_webhook(s, fleet, EventKind.LEASE_RELEASED, view)
     out = Released(view, moved)
     out.warnings += call_hooks(EventKind.LEASE_RELEASED, view)
     if moved:

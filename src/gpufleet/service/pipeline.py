@@ -48,6 +48,7 @@ from gpufleet.collect.transport import (
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.secrets import ssh_password
+from gpufleet.service import background
 from gpufleet.service.claim_owner import local_prefix, owner_gone, this_owner
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import select_hosts
@@ -286,8 +287,10 @@ class _Renewer(threading.Thread):
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval_s):
-            with suppress(Exception):  # a failed renewal only shortens the claim
+            try:
                 renew_claims(self.fleet, self.token, self.lease())
+            except Exception as exc:  # only shortens the claim: logged and counted, go on
+                background.report(log, background.CLAIM_RENEWAL, "cannot renew claims", exc)
 
     def stop(self) -> None:
         self.stopped.set()
@@ -517,8 +520,12 @@ class Pipeline(Generic[R]):
             if len(done) < len(claimed):
                 # Interrupted (Ctrl-C, SIGTERM), or a result could not be stored: nothing of
                 # this run may keep a host claimed. If the database is gone, the lease runs out.
-                with suppress(Exception):
+                try:
                     release_claims(self.fleet, token)
+                except Exception as exc:
+                    background.report(
+                        log, background.CLAIM_RENEWAL, "cannot release claims (they run out)", exc
+                    )
         if failure:
             raise failure[0]
         return results

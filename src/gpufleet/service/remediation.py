@@ -6,7 +6,7 @@ in-band steps run over its transport with no transaction open (probe the GPU hol
 verify, bug report, reboot and wait for the host to return), then one short transaction writes
 the remediation rows, the audit event, the parts history of the GPUs touched and the lifecycle
 move (to ``validating``; ``service-request``: to ``maintenance`` with the ticket and ETA).
-Notifications go out after the commit (service/webhooks.py).
+Notifications are queued in the same transaction (the outbox, service/webhooks.py).
 """
 
 from __future__ import annotations
@@ -266,7 +266,6 @@ def remediate(
         report = _apply(fleet, c, name, action, steps, plan, rule, reason)
     finally:
         release_claims(fleet, c.token)
-    webhooks.notify(fleet, EventKind.REMEDIATION.value, name, _payload(report))
     return report
 
 
@@ -351,9 +350,10 @@ def _apply(
             why = reason or f"remediated ({', '.join(f'{st.action} {st.outcome}' for st in steps)})"
             transition(s, fleet, host, _TO_VALIDATION[state], why)
         drop_claim(host, fleet.now())
-        final = str(host.state)
-    ok = bool(steps) and steps[-1].outcome == "ok"
-    return RemediationReport(name, action.value, ok, steps, final, ids)
+        ok = bool(steps) and steps[-1].outcome == "ok"
+        report = RemediationReport(name, action.value, ok, steps, str(host.state), ids)
+        webhooks.enqueue(s, fleet, EventKind.REMEDIATION.value, name, _payload(report))
+    return report
 
 
 def _service_request(
@@ -431,10 +431,8 @@ def _service_request(
                         data={"ticket": ticket, "remediation": row.id},
                     )
                 )
-        state = str(host.state)
-        rid = row.id
-    report = RemediationReport(name, step.action, True, [step], state, [rid])
-    webhooks.notify(fleet, EventKind.REMEDIATION.value, name, _payload(report))
+        report = RemediationReport(name, step.action, True, [step], str(host.state), [row.id])
+        webhooks.enqueue(s, fleet, EventKind.REMEDIATION.value, name, _payload(report))
     return report
 
 

@@ -28,10 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
+import signal
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,7 +58,7 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
-from gpufleet.service import jobs
+from gpufleet.service import background, jobs
 from gpufleet.service.campaign import run_campaign, show_campaign
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.sync import enabled_targets, sync_round
@@ -63,6 +66,10 @@ from gpufleet.service.validate import sweep
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT
 
 log = logging.getLogger("gpufleet.worker")
+#: Background failures (service/background.py) go to this module's logger.
+_log = logging.getLogger(__name__)
+#: The longest wait between two reconnections of a worker that lost the database.
+RECONNECT_MAX_S = 30.0
 
 #: Chunks of runs (started from the API or a schedule).
 RUNS_QUEUE = "runs"
@@ -125,6 +132,22 @@ def run_chunk_task(context: JobContext, run_id: int, seq: int) -> None:
         raise
 
 
+def _reported(func: Callable[..., None]) -> Callable[..., None]:
+    """A scheduled task whose failure is logged and counted (``scheduler``), then raised for
+    procrastinate to record (the job fails; the next period runs again)."""
+
+    @functools.wraps(func)
+    def task(context: JobContext, *args: Any, **kwargs: Any) -> None:
+        try:
+            func(context, *args, **kwargs)
+        except Exception as exc:
+            background.report(_log, background.SCHEDULER, f"task {func.__name__} failed", exc)
+            raise
+
+    return task
+
+
+@_reported
 def scheduled_run_task(context: JobContext, timestamp: int, kind: str) -> None:
     """Start this period's scheduled run (once per period fleet-wide, see
     :func:`gpufleet.service.jobs.start_run`)."""
@@ -146,6 +169,7 @@ def scheduled_run_task(context: JobContext, timestamp: int, kind: str) -> None:
         )
 
 
+@_reported
 def sweep_task(context: JobContext, timestamp: int) -> None:
     """Deadlines, validation expiry, reservations and lease expiry
     (:func:`gpufleet.service.validate.sweep`)."""
@@ -154,6 +178,7 @@ def sweep_task(context: JobContext, timestamp: int) -> None:
         log.info("sweep touched %d host(s)", len(touched))
 
 
+@_reported
 def sync_task(context: JobContext, timestamp: int) -> None:
     """One round of the exporter syncs configured in ``GPUFLEET_SYNC_TARGETS``."""
     fleet = fleet_of(context)
@@ -161,7 +186,7 @@ def sync_task(context: JobContext, timestamp: int) -> None:
     if targets:
         r = sync_round(fleet, targets)
         if not r.ok:
-            log.warning("sync round had errors: %s", r)
+            background.report(_log, background.SCHEDULER, f"sync round had errors: {r}")
 
 
 class CampaignRetry(BaseRetryStrategy):
@@ -330,11 +355,7 @@ class JobQueue:
             self.defer_app = build_app(
                 SyncPsycopgConnector(conninfo=conninfo), settings, schedules=False
             )
-            self.worker_app = build_app(
-                PsycopgConnector(conninfo=conninfo, min_size=1, max_size=4),
-                settings,
-                schedules=True,
-            )
+            self.worker_app = self._shared_worker_app()
         else:
             self.memory = InMemoryConnector()
             self.defer_app = self.worker_app = build_app(self.memory, settings, schedules=True)
@@ -342,6 +363,12 @@ class JobQueue:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._main: asyncio.Task[None] | None = None
         self._started = threading.Event()
+
+    def _shared_worker_app(self) -> App:
+        """The worker's app on a connection pool of its own (a new one after a reconnect)."""
+        conninfo = libpq_url(self.fleet.db.url)
+        connector = PsycopgConnector(conninfo=conninfo, min_size=1, max_size=4)
+        return build_app(connector, self.fleet.settings, schedules=True)
 
     # -- deferring (jobs.Deferrer) --
 
@@ -419,8 +446,62 @@ class JobQueue:
         wait: bool = True,
     ) -> None:
         """Run a worker until stopped (SIGINT/SIGTERM with ``install_signal_handlers``: the
-        running jobs finish first). On PostgreSQL it also retries the jobs of dead workers."""
+        running jobs finish first). On PostgreSQL it also retries the jobs of dead workers, and
+        a worker that loses the database (a restart: procrastinate's listener fails and stops
+        it) reconnects with backoff (1 s doubling up to :data:`RECONNECT_MAX_S`), logged and
+        counted, and carries on (issue 24)."""
+        loop = asyncio.get_running_loop()
+        main = asyncio.current_task()
+        stopping = False
+
+        def stop() -> None:
+            nonlocal stopping
+            stopping = True
+            if main is not None:
+                main.cancel()
+
+        signals = (signal.SIGINT, signal.SIGTERM) if install_signal_handlers else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, stop)
+        delay = 1.0
+        try:
+            while True:
+                began = time.monotonic()
+                try:
+                    try:
+                        await self._work_once(concurrency, queues, wait)
+                    except Exception as exc:
+                        if not self.shared:
+                            raise
+                        background.report(_log, background.WORKER, "the worker failed", exc)
+                    else:
+                        if not (wait and self.shared):
+                            return
+                        background.report(
+                            _log,
+                            background.WORKER,
+                            "the worker stopped on its own (database connection lost)",
+                        )
+                    if time.monotonic() - began > 60:
+                        delay = 1.0
+                    _log.warning("worker reconnecting to the job queue in %g s", delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, RECONNECT_MAX_S)
+                except asyncio.CancelledError:
+                    if stopping:
+                        return
+                    raise
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    async def _work_once(
+        self, concurrency: int | None, queues: Sequence[str] | None, wait: bool
+    ) -> None:
+        """One worker on a fresh connection pool, until it stops (or loses the database)."""
         settings = self.fleet.settings
+        if self.shared:
+            self.worker_app = self._shared_worker_app()
         app = self.worker_app
         async with app.open_async():
             self._loop = asyncio.get_running_loop()
@@ -440,7 +521,7 @@ class JobQueue:
                     "name": worker_label(),
                     "wait": wait,
                     "additional_context": {"fleet": self.fleet, "queue": self},
-                    "install_signal_handlers": install_signal_handlers,
+                    "install_signal_handlers": False,  # ours (work): a stop is not a failure
                     "update_heartbeat_interval": settings.worker_heartbeat_s,
                     "stalled_worker_timeout": settings.worker_stalled_s,
                     "fetch_job_polling_interval": 1.0,
@@ -469,7 +550,7 @@ class JobQueue:
                     seconds_since_heartbeat=settings.worker_stalled_s
                 )
             except Exception as exc:  # the database is away: try again next time
-                log.warning("cannot look for stalled jobs: %s", exc)
+                background.report(_log, background.WORKER, "cannot look for stalled jobs", exc)
                 continue
             for job in stalled:
                 try:

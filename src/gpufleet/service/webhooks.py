@@ -5,25 +5,27 @@ Each body is signed with ``GPUFLEET_WEBHOOK_SECRET``: header ``X-Gpufleet-Signat
 sha256=<hex HMAC-SHA256 of the body>`` (:func:`sign`; a receiver checks it with
 :func:`verify`).
 
-Delivery never holds up the caller (an inspection sweep is never delayed by a slow receiver):
-:func:`notify` only writes the notification to the outbox (``webhook_deliveries``, one short
-insert) and wakes this process's sender, a daemon thread (:class:`Outbox`) that POSTs it. A
-failed attempt (connection error, timeout, HTTP status >= 300) is retried with exponential
-backoff (0.5 s, 1 s, 2 s ... ``GPUFLEET_WEBHOOK_RETRIES`` times); every row keeps its attempts,
-last status and error. A sender claims a row (``claim``, ``claimed_until``: the request timeout
-and a margin) before it POSTs, outside any transaction, so two senders (two gpufleet processes
-on one database) never send one notification at the same time, and a delivered row is never
-sent again. A row whose sender died is taken over when its claim runs out. Every request
-carries ``X-Gpufleet-Delivery: <row id>``, the same on each retry of one notification: a
-request that timed out on our side but reached the receiver is retried (at least once), and
-the receiver drops the repeat by that id. At exit a process
-waits for its own outstanding notifications at most as long as their retries take; what is
-left is sent by the next gpufleet process that notifies. Callers call
-:func:`notify` after their transaction committed; it never raises (a notification must not undo
-or break the change) and never prints or stores the secret.
-
-:func:`install` registers :func:`notify` as the lease hook (``service/leases.py``), so lease
-expiry and the other lease events are delivered here too.
+A transactional outbox (issue 24, item 10): :func:`enqueue` writes the notification as a row
+of ``webhook_deliveries`` in the caller's own transaction, beside the alarm, remediation or
+lease change that causes it; both commit together or neither does, so a process killed
+right after its commit loses nothing (the next gpufleet process sends the row). Once the
+transaction commits the process's sender, a daemon thread (:class:`Outbox`), is woken and
+POSTs it; no request is ever made inside a transaction and no caller waits for the receiver.
+A failed attempt (connection error, timeout, HTTP status >= 300) is logged, counted
+(``gpufleet_background_errors_total{component="webhook-outbox"}``) and retried with
+exponential backoff (0.5 s, 1 s, 2 s ... at most :data:`MAX_BACKOFF_S` apart) until it is
+delivered or older than ``GPUFLEET_WEBHOOK_MAX_AGE_H``: then it is dead-lettered (kept,
+``next_at`` empty, not delivered; ``gpufleet alarms``, ``GET /api/v1/webhooks/dead-letters``
+and ``gpufleet_webhook_dead_letters`` show it). A sender claims a row (``claim``,
+``claimed_until``: the request timeout and a margin) before it POSTs, outside any
+transaction, so two senders (two gpufleet processes on one database) never send one
+notification at the same time, and a delivered row is never sent again. A row whose sender
+died is taken over when its claim runs out. Every request carries ``X-Gpufleet-Delivery:
+<row id>``, the same on each retry of one notification: a request that timed out on our side
+but reached the receiver is retried (at least once), and the receiver drops the repeat by
+that id. At exit a process waits for its own notifications at most as long as their first
+``GPUFLEET_WEBHOOK_RETRIES`` retries take; what is left is sent by the next gpufleet process
+(:func:`resume` starts the sender of a process that opens the fleet while rows wait).
 """
 
 from __future__ import annotations
@@ -33,26 +35,32 @@ import contextlib
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy import event as sa_event
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.events import EventKind
+from gpufleet.service import background
 from gpufleet.service.fleet import Fleet, utcnow
 from gpufleet.store.tables import WebhookDelivery
+
+log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "X-Gpufleet-Signature"
 DELIVERY_HEADER = "X-Gpufleet-Delivery"
 _BACKOFF_S = 0.5
+#: The longest wait between two attempts of one notification.
+MAX_BACKOFF_S = 600.0
 #: Rows one sender claims at a time.
 _BATCH = 20
 
@@ -84,11 +92,21 @@ def _body(fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]) -> di
     return dict(json.loads(json.dumps(payload, default=_json, sort_keys=True)))
 
 
+def backoff_s(attempts: int) -> float:
+    """The wait after the ``attempts``-th failed attempt (0.5 s doubling, capped)."""
+    return min(MAX_BACKOFF_S, _BACKOFF_S * 2.0 ** min(max(attempts - 1, 0), 30))
+
+
+_PENDING = "gpufleet_webhooks"
+
+
 def enqueue(
-    fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]
+    s: Session, fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]
 ) -> WebhookDelivery | None:
-    """Put one notification in the outbox (due now) and wake the sender; None when no webhook
-    is set. Returns at once: the POST happens in the sender thread."""
+    """Write one notification to the outbox in the caller's transaction ``s`` (due at once);
+    None when no webhook is configured. The sender is woken when ``s`` commits; a rolled-back
+    transaction sends nothing. Nothing is swallowed: a row that cannot be written fails the
+    transaction that causes it (a change is never committed without its notification)."""
     if not fleet.settings.webhook_url:
         return None
     row = WebhookDelivery(
@@ -100,12 +118,43 @@ def enqueue(
         delivered=False,
         next_at=utcnow(),
     )
-    with fleet.db.session() as s:
-        s.add(row)
-        s.flush()
-        s.expunge(row)
-    outbox(fleet).wake(row.id)
+    s.add(row)
+    rows: list[WebhookDelivery] | None = s.info.get(_PENDING)
+    if rows is None:
+        rows = s.info[_PENDING] = []
+
+        def wake(session: Session) -> None:
+            done = session.info.pop(_PENDING, [])
+            ids = [sa_inspect(r).identity for r in done]
+            with contextlib.suppress(Exception):  # the rows are committed: resume sends them
+                box = outbox(fleet)
+                for key in ids:
+                    box.wake(int(key[0]) if key else None)
+
+        def drop(session: Session) -> None:
+            session.info.pop(_PENDING, None)
+
+        sa_event.listen(s, "after_commit", wake, once=True)
+        sa_event.listen(s, "after_rollback", drop, once=True)
+    rows.append(row)
     return row
+
+
+#: The name callers used before the outbox moved into their transaction (issue 24); the same.
+after_commit = enqueue
+
+
+def notify(fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]) -> str | None:
+    """Queue a notification in a transaction of its own, for callers without one; never
+    raises: a failure is logged and counted, and returned in words (None: queued, or no
+    webhook configured)."""
+    try:
+        with fleet.db.session() as s:
+            enqueue(s, fleet, kind, host, data)
+    except Exception as exc:
+        background.report(log, background.WEBHOOK_OUTBOX, f"cannot queue webhook {kind}", exc)
+        return f"webhook {kind}: {type(exc).__name__}: {exc}"
+    return None
 
 
 def _due(now: datetime) -> Any:
@@ -144,42 +193,50 @@ def _claim(fleet: Fleet, token: str, limit: int = _BATCH) -> list[int]:
     return got
 
 
-def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
-    """One POST of a claimed row (no transaction open during it) and its record; True when the
-    row is finished (delivered, or out of retries)."""
+def _send(fleet: Fleet, rid: int, payload: dict[str, Any]) -> tuple[bool, int | None, str | None]:
+    """One POST (no transaction open): (delivered, HTTP status, error)."""
     settings = fleet.settings
+    url = settings.webhook_url
+    if not url:
+        return False, None, "no webhook URL configured (GPUFLEET_WEBHOOK_URL)"
+    body = json.dumps(payload, sort_keys=True).encode()
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "gpufleet",
+        DELIVERY_HEADER: str(rid),  # the same on every retry: the receiver's dedup key
+    }
+    if settings.webhook_secret is not None:
+        secret = settings.webhook_secret.get_secret_value().encode()
+        headers[SIGNATURE_HEADER] = sign(secret, body)
+    try:
+        status = _post(url, body, headers, settings.webhook_timeout_s)
+    except urllib.error.HTTPError as exc:
+        return False, exc.code, f"HTTP {exc.code}"
+    except (OSError, ValueError) as exc:  # refused, timeout, bad URL
+        return False, None, f"{type(exc).__name__}: {exc}"
+    return status < 300, status, None if status < 300 else f"HTTP {status}"
+
+
+def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
+    """One POST of a claimed row and its record; True when the row is finished (delivered,
+    or dead-lettered: older than ``GPUFLEET_WEBHOOK_MAX_AGE_H`` after a failed attempt)."""
     with fleet.db.session() as s:
         row = s.get(WebhookDelivery, rid)
         if row is None or row.claim != token or row.delivered:
             return True
-        payload, attempts = row.payload, row.attempts
-    url = settings.webhook_url
-    status: int | None = None
-    error: str | None = None
-    delivered = False
-    if not url:
-        error = "no webhook URL configured (GPUFLEET_WEBHOOK_URL)"
-    else:
-        body = json.dumps(payload, sort_keys=True).encode()
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": "gpufleet",
-            DELIVERY_HEADER: str(rid),  # the same on every retry: the receiver's dedup key
-        }
-        if settings.webhook_secret is not None:
-            secret = settings.webhook_secret.get_secret_value().encode()
-            headers[SIGNATURE_HEADER] = sign(secret, body)
-        try:
-            status = _post(url, body, headers, settings.webhook_timeout_s)
-            delivered = status < 300
-            error = None if delivered else f"HTTP {status}"
-        except urllib.error.HTTPError as exc:
-            status, error = exc.code, f"HTTP {exc.code}"
-        except (OSError, ValueError) as exc:  # refused, timeout, bad URL
-            status, error = None, f"{type(exc).__name__}: {exc}"
+        payload, attempts, born, kind = row.payload, row.attempts, row.at, row.kind
+    delivered, status, error = _send(fleet, rid, payload)
     attempts += 1
     now = utcnow()
-    finished = delivered or attempts > settings.webhook_retries or not url
+    max_age = timedelta(hours=fleet.settings.webhook_max_age_h)
+    dead = not delivered and (fleet.now() - born >= max_age or not fleet.settings.webhook_url)
+    if not delivered:
+        what = "dead-lettered" if dead else f"retried in {backoff_s(attempts):g} s"
+        background.report(
+            log,
+            background.WEBHOOK_OUTBOX,
+            f"webhook delivery {rid} ({kind}) failed, attempt {attempts}: {error}; {what}",
+        )
     values: dict[str, Any] = {
         "attempts": attempts,
         "delivered": delivered,
@@ -187,7 +244,7 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
         "error": error,
         "claim": None,
         "claimed_until": None,
-        "next_at": None if finished else now + timedelta(seconds=_BACKOFF_S * 2 ** (attempts - 1)),
+        "next_at": None if delivered or dead else now + timedelta(seconds=backoff_s(attempts)),
         "delivered_at": now if delivered else None,
     }
     with fleet.db.session() as s:
@@ -197,17 +254,21 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
             .values(**values)
             .execution_options(synchronize_session=False)
         )
-    return finished
+    return delivered or dead
 
 
-def pending(fleet: Fleet, ids: set[int] | None = None) -> int:
-    """Rows not finished yet (due or waiting for a retry), of ``ids`` or all."""
+def pending(fleet: Fleet, ids: set[int] | None = None, *, quick: bool = False) -> int:
+    """Rows not finished yet (due or waiting for a retry), of ``ids`` or all; ``quick``: only
+    those still within their first ``GPUFLEET_WEBHOOK_RETRIES`` retries (what a process waits
+    for at exit)."""
     with fleet.db.session() as s:
         q = select(WebhookDelivery.id).where(
             WebhookDelivery.delivered.is_(False), WebhookDelivery.next_at.is_not(None)
         )
         if ids is not None:
             q = q.where(WebhookDelivery.id.in_(ids))
+        if quick:
+            q = q.where(WebhookDelivery.attempts <= fleet.settings.webhook_retries)
         return len(list(s.scalars(q)))
 
 
@@ -218,11 +279,10 @@ class Outbox:
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.token = secrets.token_hex(8)
-        self.mine: set[int] = set()  # rows this process put in the outbox, not finished yet
+        self.mine: set[int] = set()  # rows this process waits for at exit
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self.errors: list[str] = []
         self.thread = threading.Thread(target=self._run, name="gpufleet-webhooks", daemon=True)
         self.thread.start()
 
@@ -258,17 +318,17 @@ class Outbox:
                             return
                 wait = self._next_due_s()
             except Exception as exc:  # a store hiccup: keep the thread, try again later
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-                del self.errors[:-20]
+                background.report(log, background.WEBHOOK_OUTBOX, "webhook sender failed", exc)
             self._wake.wait(wait)
 
     def flush(self, timeout_s: float) -> bool:
-        """Wait until every row this process enqueued is finished; False on timeout."""
+        """Wait until every row this process waits for is delivered, dead-lettered or past
+        its first ``GPUFLEET_WEBHOOK_RETRIES`` retries; False on timeout."""
         end = time.monotonic() + timeout_s
         while True:
             with self._lock:
                 mine = set(self.mine)
-            if not mine or not pending(self.fleet, mine):
+            if not mine or not pending(self.fleet, mine, quick=True):
                 with self._lock:
                     self.mine -= mine
                 return True
@@ -298,6 +358,35 @@ def outbox(fleet: Fleet) -> Outbox:
         return box
 
 
+def resume(fleet: Fleet, *, always: bool = False) -> int:
+    """Start this process's sender when rows wait in the outbox (a process that died between
+    its commit and the delivery left them), or ``always`` (long-running processes: serve,
+    worker); the rows still within their quick retries are waited for at exit. Returns how
+    many rows wait; never raises (a failure is logged and counted)."""
+    if not fleet.settings.webhook_url:
+        return 0
+    try:
+        with fleet.db.session() as s:
+            ids = list(
+                s.scalars(
+                    select(WebhookDelivery.id).where(
+                        WebhookDelivery.delivered.is_(False),
+                        WebhookDelivery.next_at.is_not(None),
+                        WebhookDelivery.attempts <= fleet.settings.webhook_retries,
+                    )
+                )
+            )
+        if ids or always:
+            box = outbox(fleet)
+            for rid in ids:
+                box.wake(rid)
+            box.wake()
+    except Exception as exc:
+        background.report(log, background.WEBHOOK_OUTBOX, "cannot resume the outbox", exc)
+        return 0
+    return len(ids)
+
+
 def stop(fleet: Fleet) -> None:
     """Stop this process's sender for ``fleet`` (what it has not sent stays in the outbox)."""
     with _OUTBOX_LOCK:
@@ -309,12 +398,12 @@ def stop(fleet: Fleet) -> None:
 def _retry_budget_s(fleet: Fleet) -> float:
     st = fleet.settings
     n = st.webhook_retries + 1
-    backoff = _BACKOFF_S * float(2**st.webhook_retries)
-    return float(n * st.webhook_timeout_s + backoff + 1.0)
+    waits = sum(backoff_s(i) for i in range(1, n))
+    return float(n * st.webhook_timeout_s + waits + 1.0)
 
 
 def _at_exit() -> None:
-    """At exit, wait for this process's own notifications (bounded by their retries)."""
+    """At exit, wait for this process's own notifications (bounded by their quick retries)."""
     for key, box in list(_OUTBOXES.items()):
         # the store may be gone at exit: the rows stay in the outbox
         with contextlib.suppress(Exception):
@@ -323,51 +412,39 @@ def _at_exit() -> None:
         _OUTBOXES.pop(key, None)
 
 
-def notify(fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]) -> str | None:
-    """Queue a notification, never raising: returns a problem in words, or None (queued, or
-    no webhook configured). Delivery happens in the background (see the module doc)."""
-    try:
-        enqueue(fleet, kind, host, data)
-    except Exception as exc:  # a broken store must never break the caller
-        return f"webhook {kind}: {type(exc).__name__}: {exc}"
-    return None
+# --- dead letters: notifications given up after GPUFLEET_WEBHOOK_MAX_AGE_H -----------------
 
 
-_PENDING = "gpufleet_webhooks"
+@dataclass(frozen=True)
+class DeadLetter:
+    """A notification never delivered and no longer retried (``gpufleet alarms dead-letters``)."""
+
+    id: int
+    kind: str
+    host: str | None
+    at: datetime
+    attempts: int
+    status: int | None
+    error: str | None
 
 
-def after_commit(
-    s: Session, fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]
-) -> None:
-    """Deliver a notification once the caller's transaction commits (never inside it; a
-    rolled-back transaction sends nothing). A no-op when no webhook is configured."""
-    if not fleet.settings.webhook_url:
-        return
-    pending: list[tuple[str, str | None, dict[str, Any]]] | None = s.info.get(_PENDING)
-    if pending is None:
-        pending = s.info[_PENDING] = []
-
-        def send(session: Session) -> None:
-            todo = session.info.pop(_PENDING, [])
-            for k, h, d in todo:
-                notify(fleet, k, h, d)
-
-        def drop(session: Session) -> None:
-            session.info.pop(_PENDING, None)
-
-        sa_event.listen(s, "after_commit", send, once=True)
-        sa_event.listen(s, "after_rollback", drop, once=True)
-    pending.append((kind, host, data))
+def _dead() -> Any:
+    return and_(WebhookDelivery.delivered.is_(False), WebhookDelivery.next_at.is_(None))
 
 
-def install(fleet: Fleet) -> Callable[[], None]:
-    """Deliver every lease event (granted, reserved, started, renewed, released, expired)
-    through the lease hook point; returns the function that removes the hook."""
-    from gpufleet.service.leases import register_lease_hook
+def dead_letters(fleet: Fleet, limit: int = 100) -> list[DeadLetter]:
+    """Dead-lettered notifications, newest first (at most ``limit``)."""
+    with fleet.db.session() as s:
+        rows = s.scalars(
+            select(WebhookDelivery).where(_dead()).order_by(WebhookDelivery.id.desc()).limit(limit)
+        )
+        return [
+            DeadLetter(r.id, r.kind, r.host_name, r.at, r.attempts, r.status, r.error)
+            for r in rows
+        ]
 
-    def lease_hook(kind: EventKind, lease: dict[str, Any]) -> None:
-        problem = notify(fleet, kind.value, None, lease)
-        if problem:
-            raise RuntimeError(problem)  # reported in the lease result's warnings
 
-    return register_lease_hook(lease_hook)
+def dead_letter_count(fleet: Fleet) -> int:
+    """How many notifications were dead-lettered."""
+    with fleet.db.session() as s:
+        return int(s.scalar(select(func.count(WebhookDelivery.id)).where(_dead())) or 0)

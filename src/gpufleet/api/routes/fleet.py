@@ -1,4 +1,5 @@
-"""``/api/v1/baselines``, ``/pools``, ``/drift``, ``/alarms``, ``/failures``."""
+"""``/api/v1/baselines``, ``/pools``, ``/drift``, ``/alarms``, ``/webhooks/dead-letters``,
+``/failures``."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from gpufleet.api.schemas import (
     PoolOut,
     ResolveIn,
 )
+from gpufleet.api.schemas_health import DeadLetterOut
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service import alarms, baselines, failures, overview
+from gpufleet.service import alarms, baselines, failures, overview, webhooks
 from gpufleet.service.fleet import Fleet
 
 router = APIRouter(responses=ERRORS)
@@ -58,6 +60,18 @@ def alarms_list(
 ) -> list[AlarmRecordOut]:
     rows = alarms.list_alarms(fleet, selector, include_closed=all)
     return [AlarmRecordOut.of(a) for a in rows]
+
+
+@router.get(
+    "/webhooks/dead-letters",
+    summary="Webhook notifications given up after GPUFLEET_WEBHOOK_MAX_AGE_H, newest first",
+    tags=["alarms"],
+)
+def dead_letters_list(
+    limit: int = Query(100, ge=1, le=1000, description="At most this many."),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[DeadLetterOut]:
+    return [DeadLetterOut.of(d) for d in webhooks.dead_letters(fleet, limit)]
 
 
 @router.get("/alarms/{alarm_id}", summary="One alarm", tags=["alarms"])
