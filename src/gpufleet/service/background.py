@@ -33,11 +33,17 @@ def report(
     count one failure of ``component``. Never raises."""
     with _lock:
         _counts[component] = _counts.get(component, 0) + 1
-    detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+    detail = f": {_words(exc)}" if exc is not None else ""
+    if exc is not None and exc.__cause__ is not None:  # "Database error." says little alone
+        detail += f" (from {_words(exc.__cause__)})"
     try:
         logger.warning("%s: %s%s", component, message, detail)
     except Exception:  # a broken log handler must not stop the background work
         return
+
+
+def _words(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
 
 
 def counts() -> dict[str, int]:

@@ -70,6 +70,8 @@ log = logging.getLogger("gpufleet.worker")
 _log = logging.getLogger(__name__)
 #: The longest wait between two reconnections of a worker that lost the database.
 RECONNECT_MAX_S = 30.0
+#: Seconds the worker's procrastinate operations wait for a pooled connection.
+POOL_TIMEOUT_S = 10.0
 
 #: Chunks of runs (started from the API or a schedule).
 RUNS_QUEUE = "runs"
@@ -367,7 +369,11 @@ class JobQueue:
     def _shared_worker_app(self) -> App:
         """The worker's app on a connection pool of its own (a new one after a reconnect)."""
         conninfo = libpq_url(self.fleet.db.url)
-        connector = PsycopgConnector(conninfo=conninfo, min_size=1, max_size=4)
+        # a connection waits POOL_TIMEOUT_S at most: a database gone is noticed (and the worker
+        # reconnects) within seconds, not psycopg_pool's 30 s twice over
+        connector = PsycopgConnector(
+            conninfo=conninfo, min_size=1, max_size=4, timeout=POOL_TIMEOUT_S
+        )
         return build_app(connector, self.fleet.settings, schedules=True)
 
     # -- deferring (jobs.Deferrer) --

@@ -257,10 +257,21 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
     return delivered or dead
 
 
-def pending(fleet: Fleet, ids: set[int] | None = None, *, quick: bool = False) -> int:
+def _owed(fleet: Fleet, token: str | None) -> Any:
+    """What a process still owes a row before it exits: its first ``GPUFLEET_WEBHOOK_RETRIES``
+    retries, or one attempt now when it is due (an older row), or the attempt in flight."""
+    return or_(
+        WebhookDelivery.attempts <= fleet.settings.webhook_retries,
+        WebhookDelivery.next_at <= utcnow(),
+        WebhookDelivery.claim == (token or ""),
+    )
+
+
+def pending(
+    fleet: Fleet, ids: set[int] | None = None, *, owed_by: str | None = None, quick: bool = False
+) -> int:
     """Rows not finished yet (due or waiting for a retry), of ``ids`` or all; ``quick``: only
-    those still within their first ``GPUFLEET_WEBHOOK_RETRIES`` retries (what a process waits
-    for at exit)."""
+    those the sender ``owed_by`` still owes an attempt before its process exits (:func:`_owed`)."""
     with fleet.db.session() as s:
         q = select(WebhookDelivery.id).where(
             WebhookDelivery.delivered.is_(False), WebhookDelivery.next_at.is_not(None)
@@ -268,7 +279,7 @@ def pending(fleet: Fleet, ids: set[int] | None = None, *, quick: bool = False) -
         if ids is not None:
             q = q.where(WebhookDelivery.id.in_(ids))
         if quick:
-            q = q.where(WebhookDelivery.attempts <= fleet.settings.webhook_retries)
+            q = q.where(_owed(fleet, owed_by))
         return len(list(s.scalars(q)))
 
 
@@ -322,13 +333,13 @@ class Outbox:
             self._wake.wait(wait)
 
     def flush(self, timeout_s: float) -> bool:
-        """Wait until every row this process waits for is delivered, dead-lettered or past
-        its first ``GPUFLEET_WEBHOOK_RETRIES`` retries; False on timeout."""
+        """Wait until every row this process waits for is delivered, dead-lettered, or past
+        its first ``GPUFLEET_WEBHOOK_RETRIES`` retries and not due; False on timeout."""
         end = time.monotonic() + timeout_s
         while True:
             with self._lock:
                 mine = set(self.mine)
-            if not mine or not pending(self.fleet, mine, quick=True):
+            if not mine or not pending(self.fleet, mine, owed_by=self.token, quick=True):
                 with self._lock:
                     self.mine -= mine
                 return True
@@ -360,9 +371,10 @@ def outbox(fleet: Fleet) -> Outbox:
 
 def resume(fleet: Fleet, *, always: bool = False) -> int:
     """Start this process's sender when rows wait in the outbox (a process that died between
-    its commit and the delivery left them), or ``always`` (long-running processes: serve,
-    worker); the rows still within their quick retries are waited for at exit. Returns how
-    many rows wait; never raises (a failure is logged and counted)."""
+    its commit and the delivery left them, or due for a later retry), or ``always``
+    (long-running processes: serve, worker); at exit it waits for their quick retries, or one
+    attempt of a due older row. Returns how many rows wait; never raises (a failure is logged
+    and counted)."""
     if not fleet.settings.webhook_url:
         return 0
     try:
@@ -372,7 +384,7 @@ def resume(fleet: Fleet, *, always: bool = False) -> int:
                     select(WebhookDelivery.id).where(
                         WebhookDelivery.delivered.is_(False),
                         WebhookDelivery.next_at.is_not(None),
-                        WebhookDelivery.attempts <= fleet.settings.webhook_retries,
+                        _owed(fleet, None),
                     )
                 )
             )
