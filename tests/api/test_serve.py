@@ -73,6 +73,10 @@ def test_gpufleet_serve_answers_over_http(
         assert httpx.get(f"{base}/api/v1/hosts").status_code == 401
         m = httpx.get(f"{base}/metrics").text
         assert 'gpufleet_hosts{pool="train-h100",state="available"} 6.0' in m
+        # issue 24: background failures of the serving process, every component present
+        for component in ("claim-renewal", "webhook-outbox", "worker", "scheduler"):
+            assert f'gpufleet_background_errors_total{{component="{component}"}} 0.0' in m
+        assert "gpufleet_webhook_dead_letters 0.0" in m
     finally:
         proc.send_signal(signal.SIGTERM)
         _out, err = proc.communicate(timeout=30)
