@@ -31,7 +31,6 @@ that id. At exit a process waits for its own notifications at most as long as th
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import hmac
 import json
@@ -126,10 +125,12 @@ def enqueue(
         def wake(session: Session) -> None:
             done = session.info.pop(_PENDING, [])
             ids = [sa_inspect(r).identity for r in done]
-            with contextlib.suppress(Exception):  # the rows are committed: resume sends them
+            try:
                 box = outbox(fleet)
                 for key in ids:
                     box.wake(int(key[0]) if key else None)
+            except Exception as exc:  # the rows are committed: the next sender sends them
+                background.report(log, background.WEBHOOK_OUTBOX, "cannot wake the sender", exc)
 
         def drop(session: Session) -> None:
             session.info.pop(_PENDING, None)
@@ -417,9 +418,10 @@ def _retry_budget_s(fleet: Fleet) -> float:
 def _at_exit() -> None:
     """At exit, wait for this process's own notifications (bounded by their quick retries)."""
     for key, box in list(_OUTBOXES.items()):
-        # the store may be gone at exit: the rows stay in the outbox
-        with contextlib.suppress(Exception):
+        try:
             box.flush(_retry_budget_s(box.fleet))
+        except Exception as exc:  # the store may be gone at exit: the rows stay in the outbox
+            background.report(log, background.WEBHOOK_OUTBOX, "cannot wait at exit", exc)
         box.stop(1.0)
         _OUTBOXES.pop(key, None)
 
