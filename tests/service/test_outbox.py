@@ -240,3 +240,43 @@ def test_a_failed_claim_renewal_is_logged_and_counted(
     assert rec.levelno == logging.WARNING
     assert "claim-renewal: cannot renew claims: StoreUnavailable" in rec.getMessage()
     assert "Connection refused" in rec.getMessage()
+
+
+def test_every_lease_event_is_queued_with_its_change(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path, receiver: Receiver
+) -> None:
+    """Granted, reserved, started (the sweep), renewed, released: one row each, written by the
+    lease change's transaction, delivered once (84be469 queued them through a hook after the
+    commit, and only where the CLI had installed it)."""
+    from tests.service.test_allocation import lab
+
+    from gpufleet.domain.placement import Request
+    from gpufleet.service import allocation, leases
+    from gpufleet.service.validate import sweep
+
+    lab(fleet, tmp_path, n=2)
+    _configure(fleet, receiver.url)
+    hour = timedelta(hours=1)
+    now = fleet.now()
+    got = allocation.allocate(fleet, Request(hosts=1), owner="a", purpose="p", duration=hour)
+    assert got.lease is not None
+    leases.renew(fleet, got.lease.id, duration=2 * hour)
+    later = allocation.allocate(
+        fleet, Request(hosts=1), owner="b", purpose="q", start=now + hour, duration=hour
+    )
+    assert later.lease is not None
+    clock.advance(minutes=61)
+    sweep(fleet)  # the reservation starts
+    leases.release(fleet, got.lease.id)
+    _wait(fleet, lambda: all(r.delivered for r in _rows(fleet)))
+    kinds = [(r.kind, r.payload["data"]["id"]) for r in _rows(fleet)]
+    a, b = got.lease.id, later.lease.id
+    assert kinds == [
+        ("lease-granted", a),
+        ("lease-renewed", a),
+        ("lease-reserved", b),
+        ("lease-started", b),
+        ("lease-released", a),
+    ]
+    sent = [(p["kind"], p["data"]["id"]) for p in receiver.payloads()]  # type: ignore[index]
+    assert sorted(sent) == sorted(kinds)
