@@ -9,8 +9,9 @@ in fresh processes, each asserting the exit code, the message and that nothing i
 * ``worker-survives-postgres-restart``: a real ``gpufleet worker`` on a throwaway PostgreSQL
   cluster (its own port on 127.0.0.1, initdb/pg_ctl in a temporary directory, run as the
   ``postgres`` user when we are root) is still alive after that server restarts under it and
-  runs a job queued after the restart; SIGTERM then stops it with exit 0. On 84be469 the
-  worker exited ("Side task listener failed ..., stopping worker").
+  runs a job queued after the restart, and the job a dead worker left ``doing``; SIGTERM then
+  stops it with exit 0. On 84be469 the worker exited 1 ("Side task ... failed ..., stopping
+  worker").
 """
 
 from __future__ import annotations
@@ -303,6 +304,19 @@ def _defer_sweep(url: str, home: Path) -> int:
         f.db.dispose()
 
 
+def _left_running(url: str) -> int:
+    """A sweep job left ``doing`` by a worker that is gone (its row pruned: no worker id)."""
+    db = Database(url)
+    try:
+        with db.engine.begin() as c:
+            return int(c.execute(text(
+                "INSERT INTO procrastinate_jobs (queue_name, task_name, args, status) "
+                "VALUES ('periodic', 'gpufleet.sweep', '{\"timestamp\": 1}', 'doing') "
+                "RETURNING id")).scalar_one())
+    finally:
+        db.dispose()
+
+
 def _wait_for(what: str, cond: object, proc: subprocess.Popen[str], log: Path, s: float) -> None:
     assert callable(cond)
     end = time.monotonic() + s
@@ -340,9 +354,12 @@ def test_probe_worker_survives_postgres_restart(cluster: Cluster, tmp_path: Path
         _wait_for("the worker noticing", noticed, worker, log, 120)
         time.sleep(2)
         cluster.start()
+        stuck = _left_running(cluster.url)  # a job a worker that died meanwhile had started
         second = _defer_sweep(cluster.url, home)
         _wait_for("a job after the restart",
                   lambda: _job_status(cluster.url, second) == "succeeded", worker, log, 90)
+        _wait_for("the dead worker's job run again",
+                  lambda: _job_status(cluster.url, stuck) == "succeeded", worker, log, 60)
         assert worker.poll() is None
         worker.terminate()
         assert worker.wait(60) == 0, log.read_text()
