@@ -280,3 +280,34 @@ def test_every_lease_event_is_queued_with_its_change(
     ]
     sent = [(p["kind"], p["data"]["id"]) for p in receiver.payloads()]  # type: ignore[index]
     assert sorted(sent) == sorted(kinds)
+
+
+def test_a_failed_scheduled_task_is_logged_counted_and_still_fails_its_job(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The periodic sweep on a store that went away: reported (``scheduler``), then raised for
+    procrastinate to record the failed job."""
+    from procrastinate import JobContext
+    from procrastinate.jobs import Job
+    from procrastinate.testing import InMemoryConnector
+
+    from gpufleet.errors import StoreUnavailable
+    from gpufleet.service.tasks import build_app, sweep_task
+
+    gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")
+    broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
+    app = build_app(InMemoryConnector(), fleet.settings, schedules=False)
+    job = Job(id=1, queue="periodic", lock=None, queueing_lock=None,
+              task_name="gpufleet.sweep", task_kwargs={"timestamp": 0})
+    context = JobContext(app=app, job=job, start_timestamp=time.time(),
+                         additional_context={"fleet": broken}, abort_reason=lambda: None)
+    before = background.counts()[background.SCHEDULER]
+    caplog.set_level(logging.WARNING, logger="gpufleet.service.tasks")
+    try:
+        with pytest.raises(StoreUnavailable):
+            sweep_task(context, timestamp=0)
+    finally:
+        gone.dispose()
+    assert background.counts()[background.SCHEDULER] == before + 1
+    (rec,) = [r for r in caplog.records if r.name == "gpufleet.service.tasks"]
+    assert "scheduler: task sweep_task failed: StoreUnavailable" in rec.getMessage()
