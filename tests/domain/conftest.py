@@ -11,7 +11,11 @@ from datetime import datetime
 
 import pytest
 
+from gpufleet.collect.active import parse_dcgm_diag_json
+from gpufleet.domain.checks import ActiveEvidence
+from gpufleet.domain.evidence import NcclResult
 from gpufleet.domain.facts import Gpu, HostFacts, IbPort
+from gpufleet.lab.captures import captures_dir
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.testing import BASELINE, NOW, SPEC, ib_port, make_facts, make_gpu
 
@@ -49,3 +53,22 @@ def baseline() -> Baseline:
 @pytest.fixture
 def now() -> datetime:
     return NOW
+
+
+#: A DCGM diag that passed: NVIDIA's published real 8-GPU output, run at level 2.
+DCGM_L2 = parse_dcgm_diag_json(
+    (captures_dir() / "dcgm/nvidia-dcgm_JsonResultTests_real-output_diag-3.1.0_8gpu.txt")
+    .read_text(),
+    level=2,
+)
+#: An all-reduce result (values, not a tool's output: no 8x H100 nccl-tests capture is
+#: stored) above the H100 SXM floor of data/nccl_floors.yaml.
+NCCL_H100 = NcclResult(
+    op="all_reduce", max_bus_bw_gbps=360.0, avg_bus_bw_gbps=110.0, size_max_bytes=8 << 30
+)
+
+
+@pytest.fixture
+def proof() -> ActiveEvidence:
+    """What the training profiles ask of the clean H100 host: DCGM level 2 and NCCL."""
+    return ActiveEvidence(dcgm_diag=DCGM_L2, nccl=NCCL_H100)

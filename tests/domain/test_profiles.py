@@ -5,15 +5,18 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from gpufleet.collect.active import parse_gpu_burn, parse_nccl_tests
 from gpufleet.domain.checks import CHECKS, ActiveEvidence, CheckStatus
 from gpufleet.domain.evidence import NcclResult
 from gpufleet.domain.facts import HostFacts, XidEvent
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.profiles import Decision, evaluate, load_profiles
-from gpufleet.domain.spec import Baseline, ExpectedSpec
+from gpufleet.domain.spec import Baseline, BaselineStatus, ExpectedSpec
 from gpufleet.domain.states import Event
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
+from gpufleet.lab.captures import captures_dir
+from tests.domain.conftest import DCGM_L2
 
 Facts = Callable[..., HostFacts]
 ALL = {"training-multinode", "training-single", "inference", "test"}
@@ -94,13 +97,101 @@ def test_empty_user_file_is_fine() -> None:
 
 
 def test_clean_host_available_for_every_profile(
-    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    proof: ActiveEvidence,
 ) -> None:
-    out = evaluate(facts, spec, baseline, load_profiles(), None, now)
+    out = evaluate(facts, spec, baseline, load_profiles(), None, now, evidence=proof)
     assert out.decision is Decision.AVAILABLE
     assert out.event is Event.VALIDATION_PASSED
     assert out.profiles_passed == ALL
     assert out.faults == set() and out.health is Health.OK and out.reasons == []
+
+
+def test_training_profiles_need_proof(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+) -> None:
+    """Issue 24 item 5: no active test ever ran, so no training profile (on main 84be469 the
+    clean host was training-multinode with dcgm_diag, nccl and gpu_burn all `skip`)."""
+    since = ActiveEvidence(since="the driver change on 2026-12-01")
+    out = evaluate(facts, spec, baseline, load_profiles(), None, now, evidence=since)
+    assert out.decision is Decision.AVAILABLE
+    assert out.profiles_passed == {"inference", "test"}
+    assert out.profiles["training-single"].reasons == [
+        "dcgm_diag: no DCGM diag at level 1 or deeper or gpu-burn result since the driver "
+        "change on 2026-12-01 (required)"
+    ]
+    assert out.profiles["training-multinode"].reasons == [
+        "dcgm_diag: no DCGM diag at level 2 or deeper result since the driver change on "
+        "2026-12-01 (required)",
+        "nccl: no NCCL all-reduce result since the driver change on 2026-12-01 (required)",
+    ]
+
+
+def test_training_single_takes_gpu_burn_multinode_wants_dcgm_level_2(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    proof: ActiveEvidence,
+) -> None:
+    burn = parse_gpu_burn(
+        (captures_dir() / "active/superbench_gpu_burn.excerpt.log").read_text()
+    )
+    out = evaluate(facts, spec, baseline, load_profiles(), None, now,
+                   evidence=ActiveEvidence(gpu_burn=burn, nccl=proof.nccl))
+    assert out.profiles_passed == {"inference", "test", "training-single"}
+    assert out.profiles["training-multinode"].reasons[0].startswith(
+        "dcgm_diag: no DCGM diag at level 2")
+    # A level-1 diag (or one whose level nobody recorded) is not enough for multinode.
+    assert proof.dcgm_diag is not None
+    for level in (1, None):
+        shallow = proof.dcgm_diag.model_copy(update={"level": level})
+        out = evaluate(facts, spec, baseline, load_profiles(), None, now,
+                       evidence=ActiveEvidence(dcgm_diag=shallow, nccl=proof.nccl))
+        assert out.profiles_passed == {"inference", "test", "training-single"}, level
+        assert "level 2 required" in out.profiles["training-multinode"].reasons[0]
+
+
+def test_nccl_below_the_model_floor_is_not_multinode(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    proof: ActiveEvidence,
+) -> None:
+    """The real 8x A100 all_reduce_perf run (235 GB/s peak) meets the A100 floor but is far
+    below what an H100 SXM host must reach."""
+    a100 = parse_nccl_tests(
+        (captures_dir() / "active/superbench_nccl_allreduce.log").read_text()
+    )
+    ev = ActiveEvidence(dcgm_diag=proof.dcgm_diag, nccl=a100)
+    out = evaluate(facts, spec, baseline, load_profiles(), None, now, evidence=ev)
+    assert "training-multinode" not in out.profiles_passed
+    assert out.profiles["training-multinode"].reasons == [
+        "nccl: NCCL all-reduce peak busbw 235.26 GB/s below the H100 SXM5 floor 315 GB/s"
+    ]
+    a100_host = facts.model_copy(update={"nvidia_smi": facts.nvidia_smi.model_copy(update={
+        "gpus": [g.model_copy(update={"product_name": "NVIDIA A100-SXM4-80GB"})
+                 for g in facts.gpus]})}) if facts.nvidia_smi else facts
+    a100_spec = spec.model_copy(update={"gpu_model": "A100"})
+    out = evaluate(a100_host, a100_spec, None, load_profiles(), None, now, evidence=ev)
+    assert out.results["nccl"].status is CheckStatus.PASS
+    assert out.results["nccl"].message == (
+        "NCCL all-reduce peak busbw 235.26 GB/s (floor 210 GB/s)")
+
+
+def test_training_profiles_need_a_validated_baseline(
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    proof: ActiveEvidence,
+) -> None:
+    """On main 84be469 a host without a baseline got every pin check `skip` and was still
+    validated for training."""
+    out = evaluate(facts, spec, None, load_profiles(), None, now, evidence=proof)
+    assert out.profiles_passed == {"inference", "test"}
+    assert out.profiles["training-single"].reasons == ["baseline: no baseline assigned"]
+    assert out.profiles["training-multinode"].reasons == ["baseline: no baseline assigned"]
+    draft = baseline.model_copy(update={"status": BaselineStatus.CANDIDATE})
+    out = evaluate(facts, spec, draft, load_profiles(), None, now, evidence=proof)
+    assert out.profiles["training-single"].reasons == [
+        "baseline: baseline h100-2024q3 is candidate, validated required"]
+    # A site that does not want it says so in its profiles file.
+    relaxed = load_profiles("profiles:\n  training-single:\n    checks:\n      baseline: false\n")
+    out = evaluate(facts, spec, None, relaxed, None, now, evidence=proof)
+    assert "training-single" in out.profiles_passed
 
 
 def test_each_check_runs_once_per_distinct_params(
@@ -108,9 +199,10 @@ def test_each_check_runs_once_per_distinct_params(
 ) -> None:
     profiles = load_profiles("profiles:\n  inference:\n    checks:\n      xid: {window_hours: 6}\n")
     out = evaluate(facts, spec, baseline, profiles, None, now)
-    # One run for every check name, plus one for inference's different xid window.
+    # One run for every check name, plus one for inference's different xid window and one
+    # for each training profile's own dcgm_diag parameters.
     names = {c for p in profiles.values() for c in p.checks}
-    assert len(out.results) == len(names) + 1
+    assert len(out.results) == len(names) + 3
     assert out.profiles["inference"].checks["xid"] == "xid[inference]"
     assert out.profiles["test"].checks["xid"] == "xid"
 
@@ -146,7 +238,7 @@ def test_evidence_reaches_evidence_checks(
 ) -> None:
     user = "profiles:\n  training-multinode:\n    checks:\n      nccl: {min_busbw_gbps: 300}\n"
     out = evaluate(facts, spec, baseline, load_profiles(user), None, now,
-                   evidence=ActiveEvidence(nccl=NcclResult(
+                   evidence=ActiveEvidence(dcgm_diag=DCGM_L2, nccl=NcclResult(
                        op="all_reduce", max_bus_bw_gbps=130.0, avg_bus_bw_gbps=120.0,
                        size_max_bytes=8 << 30)))
     assert out.profiles_passed == ALL - {"training-multinode"}
@@ -159,7 +251,7 @@ def test_evidence_reaches_evidence_checks(
 
 def test_pool_of_sixteen(
     facts_factory: Facts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
-    port_factory: Callable[..., object],
+    port_factory: Callable[..., object], proof: ActiveEvidence,
 ) -> None:
     """A: off-baseline driver; B: IB port down; C: GPU lost from the driver; D: Xid 79."""
     down_port = [port_factory(f"mlx5_{i}", f"0x{i}") for i in range(4)]
@@ -176,7 +268,10 @@ def test_pool_of_sixteen(
 
     profiles = load_profiles()
     policy = XidPolicy.load_default()
-    out = {h: evaluate(f, spec, baseline, profiles, policy, now) for h, f in hosts.items()}
+    out = {
+        h: evaluate(f, spec, baseline, profiles, policy, now, evidence=proof)
+        for h, f in hosts.items()
+    }
 
     a = out["gpu-00"]
     assert a.decision is Decision.STAY_VALIDATING and a.event is Event.VALIDATION_FAILED
@@ -211,11 +306,12 @@ def test_pool_of_sixteen(
 
 
 def test_host_without_fabric_is_not_a_multinode_training_host(
-    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime
+    facts: HostFacts, spec: ExpectedSpec, baseline: Baseline, now: datetime,
+    proof: ActiveEvidence,
 ) -> None:
     # An inference box (no fabric expected) passes the single-host profiles only.
     no_fabric = spec.model_copy(update={"fabric": "none", "ib_ports": None})
-    out = evaluate(facts, no_fabric, baseline, load_profiles(), None, now)
+    out = evaluate(facts, no_fabric, baseline, load_profiles(), None, now, evidence=proof)
     assert out.decision is Decision.AVAILABLE
     assert "training-multinode" not in out.profiles_passed
     assert {"inference", "training-single", "test"} <= out.profiles_passed

@@ -106,3 +106,28 @@ def detect_changes(previous: HostFacts | None, current: HostFacts) -> list[Chang
 
 def needs_revalidation(changes: list[Change]) -> bool:
     return any(c.kind in REVALIDATING_KINDS for c in changes)
+
+
+#: What a change is called in a reason ("no NCCL result since the driver change on ...");
+#: detected kinds use ``_``, declared ones ``-`` (:class:`DeclaredChangeKind`).
+_CHANGE_WORDS = {
+    ChangeKind.GPU_SWAP: "GPU swap",
+    ChangeKind.DRIVER_UPGRADE: "driver change",
+    ChangeKind.REIMAGE: "reimage",
+    ChangeKind.GPU_COUNT: "GPU count change",
+    ChangeKind.NIC_SWAP: "NIC swap",
+}
+
+
+def change_words(kind: object) -> str:
+    """``"driver change"`` for ``driver_upgrade`` / ``driver-upgrade``; ``"change"`` for a
+    kind this does not know (a campaign's own words)."""
+    try:
+        return _CHANGE_WORDS[ChangeKind(str(kind).replace("-", "_"))]
+    except ValueError:
+        return "change"
+
+
+def since_change(kind: object, day: str) -> str:
+    """``"the driver change on 2026-12-01"``: what a result must be newer than."""
+    return f"the {change_words(kind)} on {day}"

@@ -167,6 +167,8 @@ class Gpu(Fact):
     uuid: str | None = Field(default=None, max_length=SHORT)
     serial: str | None = Field(default=None, max_length=SHORT)
     pci_bus_id: str | None = Field(default=None, max_length=32)  # "0000:19:00.0"
+    #: The device file's number (/dev/nvidia<minor>): not the index, which is PCI order.
+    minor_number: int | None = Field(default=None, ge=0, le=255)
     product_name: str | None = Field(default=None, max_length=SHORT)
     product_brand: str | None = Field(default=None, max_length=SHORT)
     architecture: str | None = Field(default=None, max_length=SHORT)

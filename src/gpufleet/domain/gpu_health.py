@@ -231,6 +231,10 @@ def evaluate_gpus(
     masked_spec = spec
     if spec.gpu_count is not None:
         masked_spec = spec.model_copy(update={"gpu_count": max(spec.gpu_count - len(unusable), 0)})
+    described = [
+        f"GPU {u.index if u.index is not None else u.pci_bus_id} unusable: {u.reason}"
+        for u in unusable
+    ]
     again = evaluate(
         left,
         masked_spec,
@@ -240,13 +244,11 @@ def evaluate_gpus(
         now,
         evidence=evidence,
         hardware_faults=hardware_faults,
+        unusable=described,
     )
     if again.decision is Decision.QUARANTINE:
         return GpuVerdict(outcome)
-    marked = "; ".join(
-        f"GPU {u.index if u.index is not None else u.pci_bus_id} unusable: {u.reason}"
-        for u in unusable
-    )
+    marked = "; ".join(described)
     reasons = [marked, *again.reasons]
     health = Health.WARNING if again.health is Health.OK else again.health
     return GpuVerdict(

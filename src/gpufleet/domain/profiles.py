@@ -14,7 +14,7 @@ The loader takes YAML *text*: reading the user's file is the caller's I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -243,11 +243,13 @@ def evaluate(
     *,
     evidence: ActiveEvidence | None = None,
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
+    unusable: Sequence[str] = (),
 ) -> ValidationOutcome:
     """Run every profile's checks on ``facts`` and decide (see the module docstring).
 
     ``results`` is keyed by check name; when profiles give one check different parameters,
-    the later parameter sets are keyed ``"<check>[<profile>]"``.
+    the later parameter sets are keyed ``"<check>[<profile>]"``. ``unusable``: the GPUs
+    left out of ``facts`` (a partial host), one description each.
     """
     context = CheckContext(
         now=now,
@@ -255,6 +257,7 @@ def evaluate(
         baseline=baseline,
         evidence=evidence or ActiveEvidence(),
         xid_policy=policy or default_xid_policy(),  # None: the packaged default
+        unusable=tuple(unusable),
     )
     results: dict[str, CheckResult] = {}
     run_keys: dict[tuple[str, str], str] = {}  # (check, params repr) -> result key

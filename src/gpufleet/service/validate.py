@@ -7,7 +7,7 @@ evidence and expiry) are stored separately; the host row only caches the current
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from sqlalchemy import desc, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
+from gpufleet.domain.changes import since_change
 from gpufleet.domain.checks import ActiveEvidence, CheckStatus
 from gpufleet.domain.events import EventKind, EvidenceKind
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
@@ -31,7 +32,12 @@ from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, retrying, transition
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
-from gpufleet.store.repo import baseline_for_host, host_by_name, last_change_event_id
+from gpufleet.store.repo import (
+    baseline_for_host,
+    host_by_name,
+    last_change_event,
+    last_change_event_id,
+)
 from gpufleet.store.tables import EvidenceRow, FactSnapshot, Host, Validation
 
 #: Stored evidence kinds and the models they were dumped from.
@@ -126,6 +132,17 @@ def sweep(fleet: Fleet) -> list[str]:
     return touched
 
 
+def active_evidence(s: Session, host: Host, since: datetime | None) -> ActiveEvidence:
+    """:func:`_evidence` for the checks, with what it had to be newer than (the host's last
+    change: "no NCCL result since the driver change on 2026-12-01")."""
+    evidence = ActiveEvidence.from_kinds(_evidence(s, host, since))
+    changed = last_change_event(s, host.id)
+    if changed is None:
+        return evidence
+    after = since_change((changed.data or {}).get("kind"), changed.at.date().isoformat())
+    return replace(evidence, since=after)
+
+
 def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     """Latest stored active-test evidence of each kind for the host, keyed by the check that
     reads it (dcgm_diag, nccl, gpu_burn).
@@ -189,7 +206,7 @@ def judge_host(
         baseline,
         policies,
         now,
-        evidence=ActiveEvidence.from_kinds(_evidence(s, host, now - fleet.settings.validation_ttl)),
+        evidence=active_evidence(s, host, now - fleet.settings.validation_ttl),
     )
     outcome: ValidationOutcome = gpu_verdict.outcome
     duplicate = flag_duplicate(s, fleet, host, facts)

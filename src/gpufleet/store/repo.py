@@ -305,3 +305,13 @@ def last_change_event_id(s: Session, host_id: int) -> int | None:
         .order_by(desc(Event.id))
         .limit(1)
     )
+
+
+def last_change_event(s: Session, host_id: int) -> Event | None:
+    """The host's latest detected or declared change event (see :func:`last_change_event_id`)."""
+    return s.scalar(
+        select(Event)
+        .where(Event.host_id == host_id, Event.kind.in_(CHANGE_EVENT_KINDS))
+        .order_by(desc(Event.id))
+        .limit(1)
+    )

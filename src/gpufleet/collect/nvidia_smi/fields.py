@@ -69,6 +69,7 @@ _GPU_FIELDS: tuple[_Field, ...] = (
     _Field("product_brand", ("product_brand",), ("product_brand",), _as_str),
     _Field("architecture", ("product_architecture",), ("product_architecture",), _as_str),
     _Field("vbios_version", ("vbios_version",), ("vbios_version",), _as_str),
+    _Field("minor_number", ("minor_number",), ("minor_number",), _int),
     _Field("memory_total_mib", ("fb_memory_usage/total",), ("fb_memory_usage/total",), _mib),
     _Field("memory_used_mib", ("fb_memory_usage/used",), ("fb_memory_usage/used",), _mib),
     _Field("memory_free_mib", ("fb_memory_usage/free",), ("fb_memory_usage/free",), _mib),

@@ -5,7 +5,8 @@ Every check has the signature ``(facts, ctx, params) -> CheckResult`` (see
 parameters it accepts (:data:`CHECK_PARAMS`, used to validate profiles). The checks live by
 concern: ``gpu`` (inventory), ``memory`` (ECC, row remapping, retired pages), ``xid``,
 ``fabric`` (NVLink, fabric manager, IB/RoCE), ``fabric_ready`` (NVSwitch fabric state),
-``host`` (persistence, nouveau, PCIe), ``accelerator`` (other vendors' accelerators:
+``host`` (persistence, nouveau, PCIe), ``proof`` (a baseline of the right status, every
+GPU usable), ``accelerator`` (other vendors' accelerators:
 health, network ports, temperature; inventory of other-vendor hosts), ``drift`` (generated
 from :mod:`gpufleet.domain.pins`)
 and ``active`` (DCGM, NCCL, gpu-burn evidence).
@@ -25,6 +26,7 @@ from gpufleet.domain.checks import (
     gpu,
     host,
     memory,
+    proof,
     xid,
 )
 from gpufleet.domain.checks.base import (
@@ -56,5 +58,6 @@ __all__ = [
     "gpu",
     "host",
     "memory",
+    "proof",
     "xid",
 ]

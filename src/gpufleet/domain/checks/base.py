@@ -60,6 +60,9 @@ class ActiveEvidence:
     dcgm_diag: DcgmDiagResult | None = None
     nccl: NcclResult | None = None
     gpu_burn: GpuBurnResult | None = None
+    #: What a result had to be newer than to count ("the driver change on 2026-12-01");
+    #: None when the host never changed.
+    since: str | None = None
 
     @classmethod
     def from_kinds(cls, by_kind: Mapping[str, object] | None) -> ActiveEvidence:
@@ -88,6 +91,8 @@ class CheckContext:
     baseline: Baseline | None = None
     evidence: ActiveEvidence = field(default_factory=ActiveEvidence)
     xid_policy: XidPolicy = field(default_factory=default_xid_policy)
+    #: GPUs left out of ``facts`` as unusable (a partial host), one description each.
+    unusable: tuple[str, ...] = ()
 
 
 CheckFn = Callable[[HostFacts, CheckContext, Mapping[str, Any]], CheckResult]
