@@ -159,7 +159,7 @@ def test_slurm_gres_per_vendor() -> None:
     assert node_line(node) == (
         "NodeName=npu-01 CPUs=192 RealMemory=1500000 Gres=npu:910b3:8 Features=910b3")
     amd_node = NodeDef("mi-01", 128, None, None, 0, (), tuple(mi))
-    gpu_node = NodeDef("gpu-01", 224, None, "h100", 8, ("h100",))
+    gpu_node = NodeDef("gpu-01", 224, None, "h100", 8, ("h100",), gpu_minors=tuple(range(8)))
     conf = render_gres_conf([gpu_node, node, amd_node], "/dev/nvidia[0-{last}]")
     assert conf.splitlines()[2:] == [
         "NodeName=gpu-01 Name=gpu Type=h100 File=/dev/nvidia[0-7]",

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.gpu_health import GpuFaultPolicy, evaluate_gpus
+from gpufleet.domain.profiles import load_profiles
 from gpufleet.domain.slurm import (
+    DEFAULT_GPU_FILES,
     ActionKind,
     NodeDef,
     SlurmNode,
     decide,
     drain_reason,
+    gpu_minors,
+    gres_line,
     gres_type,
+    minor_ranges,
     node_features,
     node_line,
     plan,
@@ -18,8 +26,13 @@ from gpufleet.domain.slurm import (
     render_gres_conf,
     sanitize_feature,
     slurm_signal,
+    usable_gpus,
 )
+from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
+from gpufleet.domain.xid import XidPolicy
+from gpufleet.lab.captures import captures_dir
+from gpufleet.testing import NOW
 
 Q = HostState.QUARANTINED
 OURS = "gpufleet:quarantined:fatal_xid Xid 79 on GPU 3"
@@ -128,7 +141,7 @@ def test_gres_type_from_product_names() -> None:
 
 
 def test_node_and_gres_lines() -> None:
-    n = NodeDef("gpu-01", 224, 2_000_000, "h100", 8, ("h100", "ib"))
+    n = NodeDef("gpu-01", 224, 2_000_000, "h100", 8, ("h100", "ib"), gpu_minors=tuple(range(8)))
     assert node_line(n) == ("NodeName=gpu-01 CPUs=224 RealMemory=2000000 Gres=gpu:h100:8 "
                             "Features=h100,ib")
     # unknown facts are left out rather than guessed
@@ -136,3 +149,33 @@ def test_node_and_gres_lines() -> None:
     gres = render_gres_conf([n, NodeDef("cpu-1", 8, 1000, None, 0)], "/dev/nvidia[0-{last}]")
     assert "NodeName=gpu-01 Name=gpu Type=h100 File=/dev/nvidia[0-7]" in gres
     assert "cpu-1" not in gres and "AutoDetect=off" in gres
+    # Minor numbers not collected: a count, never a range guessed from it.
+    unknown = NodeDef("gpu-02", None, None, "h100", 8)
+    assert gres_line(unknown, DEFAULT_GPU_FILES) == "NodeName=gpu-02 Name=gpu Type=h100 Count=8"
+
+
+EDITED = (captures_dir() / "nvidia-smi-q"
+          / "EDITED_gpu2-unknown-error_gpud_nvidia-smi-query.535.154.05.out.0.txt")
+
+
+def test_gres_files_are_the_minors_of_the_usable_gpus() -> None:
+    """A real 8-GPU capture whose device minors are not the indices (3,2,1,0,7,6,5,4), EDITED
+    so GPU 2 (minor 1) reads "Unknown Error". On main 84be469 gres.conf said
+    File=/dev/nvidia[0-6] for the 7 usable GPUs: /dev/nvidia1 (the bad GPU) in, nvidia7 out."""
+    report = parse_nvidia_smi_text(EDITED.read_text(), str(EDITED))
+    facts = HostFacts(collected_at=NOW, hostname="gpu-4090", nvidia_smi=report)
+    assert [g.minor_number for g in facts.gpus] == [3, 2, 1, 0, 7, 6, 5, 4]
+    verdict = evaluate_gpus(facts, ExpectedSpec(gpu_count=8), None, load_profiles(),
+                            XidPolicy.load_default(), NOW, gpu_fault=GpuFaultPolicy.PARTIAL)
+    assert [u.index for u in verdict.unusable] == [2]
+    gpus = usable_gpus(facts, [u.as_json() for u in verdict.unusable])
+    node = NodeDef("gpu-4090", None, None, gres_type(gpus[0].product_name), len(gpus),
+                   gpu_minors=gpu_minors(gpus))
+    assert gres_line(node, DEFAULT_GPU_FILES) == (
+        "NodeName=gpu-4090 Name=gpu Type=4090 File=/dev/nvidia[0,2-7]")
+    # The older template form reads the same way.
+    assert gres_line(node, "/dev/nvidia[0-{last}]") == gres_line(node, DEFAULT_GPU_FILES)
+    assert node_line(node) == "NodeName=gpu-4090 Gres=gpu:4090:7"
+    # Even before validation marked it, a GPU in an error state is not offered.
+    assert [g.minor_number for g in usable_gpus(facts, None)] == [3, 2, 0, 7, 6, 5, 4]
+    assert minor_ranges([5, 1, 2, 3, 9]) == "1-3,5,9" and minor_ranges([]) == ""

@@ -16,7 +16,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
+from gpufleet.domain.facts import Gpu, HostFacts
 from gpufleet.domain.states import HostState
 
 #: Every reason gpufleet sets starts with this; nothing else is ever resumed by gpufleet.
@@ -57,6 +59,10 @@ SLURM_DRAIN_REASONS = (
 )
 #: Base states (sinfo's ``state``) in which a node cannot run jobs whoever drained it.
 DOWN_STATES = frozenset({"down", "fail", "future", "unknown", "invalid", "inval"})
+
+#: ``gres.conf`` ``File=`` for a node: ``{node}`` its name, ``{minors}`` the device minors of
+#: its usable GPUs (``0-2,4-7``).
+DEFAULT_GPU_FILES = "/dev/nvidia[{minors}]"
 
 _FEATURE_BAD = re.compile(r"[^a-z0-9_.-]+")
 _EDGE = re.compile(r"^[^a-z0-9]+|[^a-z0-9]+$")
@@ -112,6 +118,9 @@ class NodeDef:
     gpus: int
     features: tuple[str, ...] = ()
     gres: tuple[Gres, ...] = ()
+    #: Device minors (/dev/nvidia<minor>) of the usable GPUs, from nvidia-smi; None when the
+    #: facts do not carry them (then gres.conf gives a count, never a guessed range).
+    gpu_minors: tuple[int, ...] | None = None
 
 
 def node_features(
@@ -167,13 +176,53 @@ def node_line(node: NodeDef) -> str:
     return " ".join(parts)
 
 
+def usable_gpus(facts: HostFacts, unusable: Sequence[Mapping[str, Any]] | None) -> list[Gpu]:
+    """The GPUs of ``facts`` a node offers: not marked unusable by validation (by index or
+    PCI address: the host's ``unusable_gpus``) and not in an error state."""
+    indices = {u.get("index") for u in unusable or () if u.get("index") is not None}
+    buses = {str(u.get("pci_bus_id")).lower() for u in unusable or () if u.get("pci_bus_id")}
+    return [
+        g
+        for g in facts.gpus
+        if g.index not in indices
+        and (g.pci_bus_id or "").lower() not in buses
+        and g.error is None
+    ]
+
+
+def gpu_minors(gpus: Sequence[Gpu]) -> tuple[int, ...] | None:
+    """The device minors of ``gpus``; None when any is unknown (not collected)."""
+    minors = tuple(g.minor_number for g in gpus if g.minor_number is not None)
+    return minors if len(minors) == len(gpus) else None
+
+
+def minor_ranges(minors: Iterable[int]) -> str:
+    """``"0-2,4-7"``: the numbers as Slurm's bracket list (sorted, runs collapsed)."""
+    runs: list[list[int]] = []
+    for n in sorted(set(minors)):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def gres_line(node: NodeDef, files_template: str) -> str | None:
-    """``NodeName=<n> Name=gpu Type=<type> File=<files>`` for a node with GPUs; the template
-    takes ``{node}`` and ``{last}`` (the last GPU index): ``/dev/nvidia[0-{last}]``."""
+    """``NodeName=<n> Name=gpu Type=<type> File=<files>`` for a node with GPUs: the device
+    files of exactly its usable GPUs, by minor number. The template takes ``{node}`` and
+    ``{minors}`` (``/dev/nvidia[{minors}]`` -> ``/dev/nvidia[0-2,4-7]``); the older
+    ``[0-{last}]`` form is read as ``[{minors}]``. Without minor numbers in the facts the
+    line gives ``Count=`` and no ``File=``: a range built from a count binds the wrong device
+    as soon as a GPU other than the last is missing."""
     if not node.gpus:
         return None
-    files = files_template.format(node=node.name, last=node.gpus - 1, count=node.gpus)
     kind = f" Type={node.gpu_type}" if node.gpu_type else ""
+    if node.gpu_minors is None or len(node.gpu_minors) != node.gpus:
+        return f"NodeName={node.name} Name=gpu{kind} Count={node.gpus}"
+    minors = sorted(node.gpu_minors)
+    files = files_template.replace("0-{last}", "{minors}").format(
+        node=node.name, minors=minor_ranges(minors), last=minors[-1], count=len(minors)
+    )
     return f"NodeName={node.name} Name=gpu{kind} File={files}"
 
 

@@ -22,14 +22,17 @@ from gpufleet.domain.accelerators import Vendor, inventories_of
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.slurm import (
+    DEFAULT_GPU_FILES,
     ActionKind,
     Decision,
     NodeDef,
+    gpu_minors,
     gres_type,
     node_features,
     plan,
     render_gres_conf,
     render_slurm_conf,
+    usable_gpus,
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, LocalIOError, NotFound
@@ -44,8 +47,6 @@ from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Alarm, FailureRow, Host
 
-#: ``gres.conf`` ``File=`` for a node: ``{node}`` its name, ``{last}`` its last GPU index.
-DEFAULT_GPU_FILES = "/dev/nvidia[0-{last}]"
 
 
 def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
@@ -63,7 +64,7 @@ def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
         if h.state == HostState.RETIRED:
             continue
         facts = HostFacts.model_validate(snap.facts) if snap else None
-        gpus = facts.gpus if facts is not None else None
+        gpus = usable_gpus(facts, h.unusable_gpus) if facts is not None else None
         model = gres_type(gpus[0].product_name if gpus else None)
         mem = facts.memory_total_kib if facts else None
         others = (
@@ -82,6 +83,7 @@ def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
                 gpus=len(gpus or []),
                 features=node_features(labels.get(h.name, {}), model, others),
                 gres=others,
+                gpu_minors=gpu_minors(gpus or []),
             )
         )
     return out
