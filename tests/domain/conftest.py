@@ -15,8 +15,8 @@ from gpufleet.collect.active import parse_dcgm_diag_json
 from gpufleet.domain.checks import ActiveEvidence
 from gpufleet.domain.evidence import NcclResult
 from gpufleet.domain.facts import Gpu, HostFacts, IbPort
-from gpufleet.lab.captures import captures_dir
 from gpufleet.domain.spec import Baseline, ExpectedSpec
+from gpufleet.lab.captures import captures_dir
 from gpufleet.testing import BASELINE, NOW, SPEC, ib_port, make_facts, make_gpu
 
 

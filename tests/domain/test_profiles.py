@@ -4,6 +4,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import pytest
+from tests.domain.conftest import DCGM_L2
 
 from gpufleet.collect.active import parse_gpu_burn, parse_nccl_tests
 from gpufleet.domain.checks import CHECKS, ActiveEvidence, CheckStatus
@@ -16,7 +17,6 @@ from gpufleet.domain.states import Event
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
-from tests.domain.conftest import DCGM_L2
 
 Facts = Callable[..., HostFacts]
 ALL = {"training-multinode", "training-single", "inference", "test"}

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
-from gpufleet.lab.demo import STEPS, DemoReport, build_lab, reference_hosts, run_demo
+from gpufleet.lab.demo import (
+    STEPS,
+    DemoReport,
+    build_lab,
+    evidence_hosts,
+    reference_hosts,
+    run_demo,
+)
 from gpufleet.service.fleet import Fleet
 
 
@@ -20,7 +27,7 @@ def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> No
 
     rep = run_demo(fleet, tmp_path / "lab", 6, on_step=on_step)
     assert [s for s, _ in seen] == list(STEPS)
-    assert [done for _, done in seen] == [False] * 5 + [True]
+    assert [done for _, done in seen] == [False] * 6 + [True]
     assert (tmp_path / "lab" / "inventory.ini").is_file()
     assert rep.enrolled is not None and len(rep.enrolled.added) == 6
     assert rep.collection is not None and len(rep.collection.results) == 6
@@ -32,6 +39,32 @@ def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> No
     assert set(rep.summary.drift.baselines.values()) == {f"{p}-ref" for p in refs}
 
 
+def test_the_demo_ends_with_proven_training_hosts(fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 24 item 5: the demo runs the lab's evidence (NVIDIA's real DCGM output at level
+    2 on every NVIDIA host, the real 8x A100 all-reduce on the A100 hosts) after one validated
+    baseline per pool, so its A100 hosts end training-multinode with proof, its H100 hosts
+    training-single and held out of multinode with the reason (no H100 NCCL capture)."""
+    rep = run_demo(fleet, tmp_path / "lab", 6)
+    assert evidence_hosts(rep.lab) == {"dcgm": ["gpu-01", "gpu-02", "gpu-03", "gpu-04",
+                                                "gpu-05", "gpu-06"],
+                                       "nccl": ["gpu-01", "gpu-02"]}
+    assert [(r.host, r.ok) for r in rep.evidence] == [
+        (f"gpu-0{i}", True) for i in range(1, 7)] + [("gpu-01", True), ("gpu-02", True)]
+    assert rep.validation is not None
+    by = {v.host: v for v in rep.validation.verdicts}
+    models = {h.name: h.model for h in rep.lab.hosts}
+    a100 = [n for n, m in models.items() if m == "a100-8x" and by[n].state == "available"]
+    assert a100, models
+    for name in a100:
+        assert "training-multinode" in by[name].profiles, by[name]
+    h100 = [n for n, m in models.items() if m == "h100-8x" and by[n].state == "available"]
+    assert h100, models
+    for name in h100:
+        assert "training-single" in by[name].profiles
+        assert by[name].held_out["training-multinode"] == [
+            "nccl: no NCCL all-reduce result (required)"]
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     return cli_for_backend(request, tmp_path, "demo-test")
@@ -40,7 +73,9 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
 def test_lab_demo_cli_prints_each_step(cli: Cli) -> None:
     out = flat(cli.run("lab", "demo", "--hosts", "4").stdout)
     for title in ("1. lab fleet: 4 hosts", "2. enroll", "3. collect",
-                  "baselines: one reference build per pool", "4. validate", "fleet summary"):
+                  "baselines: one reference build per pool",
+                  "active tests: DCGM diag (level 2), NCCL all-reduce", "4. validate",
+                  "fleet summary"):
         assert title in out, title
     assert "4 added, 0 updated, 0 unchanged" in out
 

@@ -62,14 +62,19 @@ def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
     t.add_column("profiles", overflow="fold")
     t.add_column("reasons", overflow="fold")
     for v in rep.verdicts:
-        if only_problems and v.state == "available" and not v.reasons and not v.skipped:
+        quiet = not v.reasons and not v.skipped and not v.held_out
+        if only_problems and v.state == "available" and quiet:
             continue
         arrow = v.state if v.state == v.state_before else f"{v.state_before} -> {v.state}"
         t.add_row(
             lit(v.host),
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
             ",".join(v.profiles),
-            lit(v.skipped or "; ".join(v.reasons)),
+            lit(
+                v.skipped
+                or "; ".join(v.reasons)
+                or "; ".join(f"not {p}: {'; '.join(r)}" for p, r in v.held_out.items())
+            ),
         )
     return t
 
@@ -232,12 +237,16 @@ def evidence_add_cmd(
     kind: str = typer.Option(
         ..., "--kind", help="dcgm (dcgmi diag -j), nccl (all_reduce_perf) or gpu-burn."
     ),
+    level: int | None = typer.Option(
+        None, "--level", "-r", min=1, max=4,
+        help="dcgm: the diag level the run used (dcgmi diag -r N; its JSON does not say).",
+    ),
 ) -> None:
     """Parse and store the output of a test your own tooling ran; validation uses it."""
     fleet = open_fleet()
 
     def store(name: str) -> str:
-        ingest_file(fleet, name, kind, file)
+        ingest_file(fleet, name, kind, file, level=level)
         return f"{kind} result stored"
 
     report_each(operations.each(fleet, hosts, store))

@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
-from gpufleet.service.slurm import DEFAULT_GPU_FILES, slurm_sync, write_slurm_config
+from gpufleet.domain.slurm import DEFAULT_GPU_FILES
+from gpufleet.service.slurm import slurm_sync, write_slurm_config
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -20,7 +21,8 @@ def export_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (selector); all by default."),
     gpu_files: str = typer.Option(
         DEFAULT_GPU_FILES, "--gpu-files",
-        help="gres.conf File= per node; {node} is the node name, {last} its last GPU index.",
+        help="gres.conf File= per node; {node} is the node name, {minors} the device "
+        "minors of its usable GPUs (0,2-7).",
     ),
 ) -> None:
     """Write slurm.conf NodeName= lines (CPUs, RealMemory, Gres=gpu:<model>:<n>, Features

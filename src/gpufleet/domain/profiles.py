@@ -33,6 +33,7 @@ from gpufleet.domain.checks import (
     CheckStatus,
 )
 from gpufleet.domain.checks.base import default_xid_policy
+from gpufleet.domain.checks.proof import PROOF_CHECKS
 from gpufleet.domain.decision import Decision as Decision  # defined there, for the store
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health, health_for
@@ -231,6 +232,21 @@ class ValidationOutcome(BaseModel):
     @property
     def event(self) -> Event:
         return self.decision.event
+
+
+def held_out(outcome: ValidationOutcome) -> dict[str, list[str]]:
+    """Profiles the host did not pass for a reason an operator acts on, with the reasons: a
+    check that found something broken (a fault), or missing proof only (no DCGM/NCCL result
+    since the last change, no validated baseline, a GPU unusable). Profiles the host was
+    never meant for (no fabric expected ...) are left out."""
+    out: dict[str, list[str]] = {}
+    for p in outcome.profiles.values():
+        if p.passed:
+            continue
+        failed = [outcome.results[k] for k in p.failed]
+        if any(r.fault for r in failed) or all(r.name in PROOF_CHECKS for r in failed):
+            out[p.name] = list(p.reasons)
+    return out
 
 
 def evaluate(

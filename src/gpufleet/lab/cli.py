@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from gpufleet.cli.common import OPTIONS, boundary, console, open_fleet, print_json
+from gpufleet.cli.common import OPTIONS, boundary, console, lit, open_fleet, print_json
 from gpufleet.errors import ConfigError
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
@@ -177,6 +177,13 @@ def demo_cmd(
                     f"pool {db.pool} -> baseline {db.baseline.name} "
                     f"(driver {db.baseline.driver}, from {db.reference})"
                 )
+        elif step == "evidence":
+            console.rule("active tests: DCGM diag (level 2), NCCL all-reduce")
+            ok = sum(1 for r in rep.evidence if r.ok)
+            console.print(f"{ok} of {len(rep.evidence)} results passed")
+            for r in rep.evidence:
+                if not r.ok:
+                    console.print(f"  {lit(r.host)}: {lit(r.summary)}")
         elif step == "validate" and rep.validation is not None:
             console.rule("4. validate")
             console.print(verdict_table(rep.validation, only_problems=True))

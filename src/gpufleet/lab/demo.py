@@ -1,5 +1,6 @@
 """``gpufleet lab demo`` as a use case: the whole onboarding on a fresh lab fleet (create,
-enroll, collect, one reference baseline per pool, validate, summarise). The lab's CLI only
+enroll, collect, one validated reference baseline per pool, the active tests the training
+profiles ask for, validate, summarise). The lab's CLI only
 prints the report this returns, step by step as ``on_step`` hands it over."""
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from gpufleet.collect.transport import RawResult
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, _mix, apply_change, create_fleet, write_inventory
+from gpufleet.lab.transport import ACTIVE_CAPTURE_MODELS
 from gpufleet.lab.vendors import lab_vendors
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.enroll import EnrollReport, enroll
+from gpufleet.service.evidence import ActiveRun, run_active
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.summary import FleetSummary, fleet_summary
 from gpufleet.service.validate import ValidateReport, validate
@@ -56,12 +59,16 @@ class DemoReport:
     enrolled: EnrollReport | None = None
     collection: RunReport | None = None
     baselines: list[DemoBaseline] = field(default_factory=list)
+    evidence: list[ActiveRun] = field(default_factory=list)
     validation: ValidateReport | None = None
     summary: FleetSummary | None = None
 
 
+#: The DCGM diag level the demo runs: what training-multinode asks for.
+DEMO_DCGM_LEVEL = 2
+
 #: The steps, in order, as ``on_step`` names them.
-STEPS = ("lab", "enroll", "collect", "baselines", "validate", "summary")
+STEPS = ("lab", "enroll", "collect", "baselines", "evidence", "validate", "summary")
 
 
 def build_lab(
@@ -139,6 +146,18 @@ def reference_hosts(fl: LabFleet) -> dict[str, str]:
     return out
 
 
+def evidence_hosts(fl: LabFleet) -> dict[str, list[str]]:
+    """The hosts each of the demo's active tests runs on: the DCGM diag on every NVIDIA host,
+    the NCCL all-reduce only where the lab's capture is of that GPU model (an A100 run says
+    nothing about an H100). Evidence kind -> host names."""
+    nvidia = [h for h in fl.hosts if h.spec.vendor == "nvidia"]
+    nccl_model = ACTIVE_CAPTURE_MODELS["all_reduce_perf"]
+    return {
+        "dcgm": [h.name for h in nvidia],
+        "nccl": [h.name for h in nvidia if nccl_model in h.spec.gpu_model],
+    }
+
+
 def _no_progress(_label: str) -> AbstractContextManager[Progress | None]:
     return nullcontext(None)
 
@@ -177,6 +196,20 @@ def run_demo(
         set_pool_baseline(fleet, pool, b.name)
         report.baselines.append(DemoBaseline(pool, b, ref))
     done("baselines")
+    # The proof the training profiles ask for: DCGM at level 2 and NCCL, replayed by the lab
+    # from real captures (lab/transport.py), stored as evidence after the hosts' last change.
+    for kind, names in evidence_hosts(report.lab).items():
+        if names:
+            with progress(f"{kind} test") as p:
+                report.evidence += run_active(
+                    fleet,
+                    ",".join(names),
+                    kind,
+                    level=DEMO_DCGM_LEVEL,
+                    on_start=p.on_start if p else None,
+                    on_result=p.on_result if p else None,
+                )
+    done("evidence")
     with progress("validating") as p:
         report.validation = validate(
             fleet,

@@ -44,6 +44,9 @@ ACTIVE_CAPTURES = {
     "all_reduce_perf": "active/superbench_nccl_allreduce.log",
     "gpu_burn": "active/superbench_gpu_burn.excerpt.log",
 }
+#: The GPU model each capture was taken on where that decides its figures: the all-reduce
+#: bandwidth is an 8x A100-SXM4 host's (active/PROVENANCE.md), not what an H100 would reach.
+ACTIVE_CAPTURE_MODELS = {"all_reduce_perf": "A100"}
 
 
 #: One ``sec NAME COMMAND`` line of the collection script (collect/script.py): a section.

@@ -75,10 +75,17 @@ def active_test(kind: str) -> ActiveTest:
         raise ConfigError(f"unknown active test {kind!r}: use {', '.join(ACTIVE_TESTS)}") from None
 
 
-def ingest_file(fleet: Fleet, host: str, kind: str, path: Path) -> BaseModel:
-    """Parse a file the operator's tooling produced and store it for ``host``."""
+def ingest_file(
+    fleet: Fleet, host: str, kind: str, path: Path, *, level: int | None = None
+) -> BaseModel:
+    """Parse a file the operator's tooling produced and store it for ``host``. ``level``: the
+    ``dcgmi diag -r`` level the run used (its JSON does not say; training-multinode needs 2)."""
     test = active_test(kind)
     result = test.parse(path.read_text(errors="replace"), str(path))
+    if level is not None:
+        if test.kind is not EvidenceKind.DCGM:
+            raise ConfigError(f"--level is for DCGM diag results, not {kind}")
+        result = result.model_copy(update={"level": level})
     record_evidence(
         fleet,
         host,

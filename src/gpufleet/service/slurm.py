@@ -48,7 +48,6 @@ from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Alarm, FailureRow, Host
 
 
-
 def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
     """One Slurm node per selected host: CPUs, memory (MiB) and GPUs from its latest facts,
     the other vendors' accelerators as their GRES (``npu:910b3:8``, ``gpu:mi250:2``: see

@@ -23,7 +23,7 @@ from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
-from gpufleet.domain.profiles import Decision, ValidationOutcome
+from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.service import gpu_health
@@ -66,6 +66,8 @@ class HostVerdict:
     faults: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     skipped: str | None = None
+    #: Profiles an available host is held out of, with why (domain.profiles.held_out).
+    held_out: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -226,13 +228,10 @@ def judge_host(
     warnings = [
         f"{r.name}: {r.message}" for r in outcome.results.values() if r.status is CheckStatus.WARN
     ]
-    if outcome.decision is Decision.AVAILABLE:
-        warnings += [
-            f"not {p.name}: {'; '.join(p.reasons)}"
-            for p in outcome.profiles.values()
-            # Only profiles lost to something broken, not ones the host was never meant for.
-            if not p.passed and any(outcome.results[k].fault for k in p.failed)
-        ]
+    held = held_out(outcome) if outcome.decision is Decision.AVAILABLE else {}
+    # Only profiles lost to something broken or not proven, not ones the host was never
+    # meant for: "not training-multinode: nccl: no NCCL all-reduce result since ...".
+    warnings += [f"not {name}: {'; '.join(reasons)}" for name, reasons in held.items()]
     quarantined = outcome.decision is Decision.QUARANTINE
     transition(
         s,
@@ -272,6 +271,7 @@ def judge_host(
     verdict.reasons = list(outcome.reasons)
     verdict.faults = sorted(str(f) for f in outcome.faults)
     verdict.warnings = warnings
+    verdict.held_out = held
     return verdict
 
 

@@ -11,6 +11,10 @@ from gpufleet.domain.checks.base import CheckContext, CheckResult, CheckStatus, 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import BaselineStatus
 
+#: Checks whose failure means "not proven (yet)" rather than "broken": a profile lost only to
+#: these is named, with the reason, on an available host (run the test, assign the baseline).
+PROOF_CHECKS = frozenset({"baseline", "dcgm_diag", "nccl", "gpu_burn", "all_gpus_usable"})
+
 
 @check("baseline", status=str)
 def baseline(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -> CheckResult:
