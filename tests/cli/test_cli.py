@@ -39,7 +39,8 @@ class Gf(Cli):
         return self.tmp / "lab"
 
     def build_lab(self, *faults: str, hosts: int = 8) -> None:
-        """lab create -> enroll -> collect (exit 0) -> baseline from gpu-01 for the pool."""
+        """lab create -> enroll -> collect (exit 0) -> validated baseline from gpu-01 for the
+        pool -> DCGM and NCCL evidence on every host."""
         args = ["lab", "create", "--hosts", str(hosts), "--model", "h100-8x",
                 "--dir", str(self.lab)]
         for f in faults:
@@ -50,7 +51,10 @@ class Gf(Cli):
         enrolled = self.json("enroll", "-i", str(inventory))
         assert len(enrolled["added"]) == hosts
         self.run("collect")
-        self.run("baseline", "create", "h100-lab", "--from-host", "gpu-01", "--pool", POOL)
+        self.run("baseline", "create", "h100-lab", "--from-host", "gpu-01", "--pool", POOL,
+                 "--status", "validated")
+        # The training profiles' proof (issue 24 item 5): DCGM level 2 and NCCL on every host.
+        self.prove("*")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -255,7 +259,20 @@ def test_drift_before_and_after_repair(lab: Gf) -> None:
     lab.run("lab", "change", "gpu-02", "--repair", "--dir", str(lab.lab))
     (verdict,) = lab.json("validate", "gpu-02")
     assert verdict["state"] == "available", verdict
-    assert set(verdict["profiles"]) == ALL_PROFILES
+    # The driver change makes its DCGM and NCCL results stale (issue 24 item 5): the host is
+    # held out of the training profiles, and validate, hosts show and --json say why.
+    assert set(verdict["profiles"]) == {"inference", "test"}
+    stale = verdict["held_out"]["training-multinode"]
+    assert len(stale) == 2 and all(" since the driver change on " in r for r in stale), stale
+    assert stale[1].startswith("nccl: no NCCL all-reduce result since the driver change on ")
+    shown = flat(lab.run("hosts", "show", "gpu-02").stdout)
+    assert "why: not training-single: dcgm_diag: no DCGM diag at level 1" in shown
+    assert "since the driver change on" in lab.json("hosts", "show", "gpu-02")["host"][
+        "status_reason"]
+    assert "(required)" in flat(lab.run("validate", "gpu-02").stdout)  # the reasons column
+    lab.prove("gpu-02")  # tested again on the new driver
+    (verdict,) = lab.json("validate", "gpu-02")
+    assert set(verdict["profiles"]) == ALL_PROFILES and verdict["held_out"] == {}
 
     after = lab.json("drift")
     assert after["summary"] == [] and after["hosts"] == {}

@@ -158,6 +158,40 @@ def evidence_hosts(fl: LabFleet) -> dict[str, list[str]]:
     }
 
 
+def validated_baselines(fleet: Fleet, fl: LabFleet) -> list[DemoBaseline]:
+    """One ``validated`` baseline per pool, copied from its reference host's collected facts
+    and assigned to the pool (the training profiles ask for one)."""
+    out = []
+    for pool, ref in reference_hosts(fl).items():
+        b = baseline_from_host(fleet, ref, f"{pool}-ref", purpose=f"lab reference build of {pool}")
+        b = b.model_copy(update={"status": BaselineStatus.VALIDATED})
+        save_baseline(fleet, b, replace=True)
+        set_pool_baseline(fleet, pool, b.name)
+        out.append(DemoBaseline(pool, b, ref))
+    return out
+
+
+def run_evidence(
+    fleet: Fleet, fl: LabFleet, progress: ProgressFactory | None = None
+) -> list[ActiveRun]:
+    """The proof the training profiles ask for (:func:`evidence_hosts`): DCGM at level 2 and
+    NCCL, replayed by the lab from real captures (lab/transport.py) and stored as evidence
+    after the hosts' last change."""
+    runs: list[ActiveRun] = []
+    for kind, names in evidence_hosts(fl).items():
+        if names:
+            with (progress or _no_progress)(f"{kind} test") as p:
+                runs += run_active(
+                    fleet,
+                    ",".join(names),
+                    kind,
+                    level=DEMO_DCGM_LEVEL,
+                    on_start=p.on_start if p else None,
+                    on_result=p.on_result if p else None,
+                )
+    return runs
+
+
 def _no_progress(_label: str) -> AbstractContextManager[Progress | None]:
     return nullcontext(None)
 
@@ -189,26 +223,9 @@ def run_demo(
             on_result=p.on_result if p else None,
         )
     done("collect")
-    for pool, ref in reference_hosts(report.lab).items():
-        b = baseline_from_host(fleet, ref, f"{pool}-ref", purpose=f"lab reference build of {pool}")
-        b = b.model_copy(update={"status": BaselineStatus.VALIDATED})
-        save_baseline(fleet, b, replace=True)
-        set_pool_baseline(fleet, pool, b.name)
-        report.baselines.append(DemoBaseline(pool, b, ref))
+    report.baselines = validated_baselines(fleet, report.lab)
     done("baselines")
-    # The proof the training profiles ask for: DCGM at level 2 and NCCL, replayed by the lab
-    # from real captures (lab/transport.py), stored as evidence after the hosts' last change.
-    for kind, names in evidence_hosts(report.lab).items():
-        if names:
-            with progress(f"{kind} test") as p:
-                report.evidence += run_active(
-                    fleet,
-                    ",".join(names),
-                    kind,
-                    level=DEMO_DCGM_LEVEL,
-                    on_start=p.on_start if p else None,
-                    on_result=p.on_result if p else None,
-                )
+    report.evidence = run_evidence(fleet, report.lab, progress)
     done("evidence")
     with progress("validating") as p:
         report.validation = validate(
