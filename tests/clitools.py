@@ -13,19 +13,12 @@ from typer.testing import CliRunner, Result
 from gpufleet.cli.main import app
 from gpufleet.store.db import Database
 from tests.conftest import _truncate, copy_sqlite_template
+from tests.labproof import lab_profiles
 
 
 def flat(text: str) -> str:
     """Rich wraps at 80 columns in the runner: compare with whitespace collapsed."""
     return " ".join(text.split())
-
-
-#: The lab replays one real all-reduce run, on 8x A100 (235 GB/s peak: lab/data/captured/
-#: active): below the H100 SXM floor of domain/data/nccl_floors.yaml, and there is no H100
-#: capture to replay instead. Tests of H100 lab hosts that follow a host into
-#: training-multinode use this site profile: an NCCL result is still required (and any wrong
-#: value or missing bandwidth fails it), the model floor is not applied.
-LAB_NCCL_PROFILE = "profiles:\n  training-multinode:\n    checks:\n      nccl: {require: true}\n"
 
 
 @dataclass
@@ -55,10 +48,8 @@ class Cli:
     def prove(self, selector: str, *, code: int = 0) -> None:
         """The proof the training profiles ask for, as an operator gives it: a DCGM diag at
         level 2 and an NCCL all-reduce on ``selector`` (``code`` 1 when one of its hosts
-        cannot be tested), and :data:`LAB_NCCL_PROFILE` as the site's profiles."""
-        overlay = self.tmp / "lab-profiles.yaml"
-        overlay.write_text(LAB_NCCL_PROFILE)
-        self.env["GPUFLEET_PROFILES"] = str(overlay)
+        cannot be tested), and :data:`tests.labproof.LAB_NCCL_PROFILE` as the site's profiles."""
+        self.env["GPUFLEET_PROFILES"] = str(lab_profiles(self.tmp))
         self.run("evidence", "run", selector, "--kind", "dcgm", "--level", "2", code=code)
         self.run("evidence", "run", selector, "--kind", "nccl", code=code)
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.labproof import prove
+
+from gpufleet.domain.spec import BaselineStatus
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
@@ -34,8 +37,10 @@ def build(tmp_path: Path, fleet: Fleet) -> Path:
     collect(fleet)
     pool = list_hosts(fleet, "gpu-01")[0].pool
     assert pool
-    save_baseline(fleet, baseline_from_host(fleet, "gpu-01", "h100-lab", "training"))
+    ref = baseline_from_host(fleet, "gpu-01", "h100-lab", "training")
+    save_baseline(fleet, ref.model_copy(update={"status": BaselineStatus.VALIDATED}))
     set_pool_baseline(fleet, pool, "h100-lab")
+    prove(fleet, tmp_path)  # the training profiles' DCGM and NCCL (issue 24 item 5)
     return d
 
 

@@ -1,0 +1,31 @@
+"""The proof the training profiles ask for (issue 24 item 5), given to lab hosts in tests as an
+operator gives it: a validated baseline for the pool, a DCGM diag at level 2 and an NCCL
+all-reduce, replayed by the lab from real captures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpufleet.service.evidence import ActiveRun, run_active
+from gpufleet.service.fleet import Fleet
+
+#: The lab replays one real all-reduce run, on 8x A100 (235 GB/s peak: lab/data/captured/
+#: active): below the H100 SXM floor of domain/data/nccl_floors.yaml, and there is no H100
+#: capture to replay instead. Tests of H100 lab hosts that follow a host into
+#: training-multinode use this site profile: an NCCL result is still required (and any wrong
+#: value or missing bandwidth fails it), the model floor is not applied.
+LAB_NCCL_PROFILE = "profiles:\n  training-multinode:\n    checks:\n      nccl: {require: true}\n"
+
+
+def lab_profiles(directory: Path) -> Path:
+    """Write :data:`LAB_NCCL_PROFILE` into ``directory``; the path."""
+    path = directory / "lab-profiles.yaml"
+    path.write_text(LAB_NCCL_PROFILE)
+    return path
+
+
+def prove(fleet: Fleet, directory: Path, selector: str | None = None) -> list[ActiveRun]:
+    """DCGM level 2 and NCCL on ``selector`` (every host), with :func:`lab_profiles` as the
+    fleet's profiles file."""
+    fleet.settings.profiles_file = lab_profiles(directory)
+    return run_active(fleet, selector, "dcgm", level=2) + run_active(fleet, selector, "nccl")
