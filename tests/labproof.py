@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gpufleet.lab.demo import validated_baselines
+from gpufleet.lab.fleet import LabFleet
+from gpufleet.service.collect import collect
 from gpufleet.service.evidence import ActiveRun, run_active
 from gpufleet.service.fleet import Fleet
 
@@ -29,3 +32,11 @@ def prove(fleet: Fleet, directory: Path, selector: str | None = None) -> list[Ac
     fleet's profiles file."""
     fleet.settings.profiles_file = lab_profiles(directory)
     return run_active(fleet, selector, "dcgm", level=2) + run_active(fleet, selector, "nccl")
+
+
+def prove_lab(fleet: Fleet, lab: LabFleet, directory: Path) -> list[ActiveRun]:
+    """Collect the enrolled ``lab``, give each pool a validated baseline from its reference
+    host, then :func:`prove` every host; validation is the caller's next step."""
+    collect(fleet)
+    validated_baselines(fleet, lab)
+    return prove(fleet, directory)

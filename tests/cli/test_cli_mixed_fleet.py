@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.labproof import lab_profiles
+
 ACTOR = "cli-mixed-test"
 COLUMNS = 80
 
@@ -58,6 +60,15 @@ def test_summary_capacity_drift_labels_of_a_mixed_fleet_fit_80_columns(tmp_path:
         "--model", "mi100-4x", "--dir", str(lab))
     run("enroll", "-i", str(lab / "inventory.ini"))
     run("validate")
+    # The H100 host's training proof (issue 24 item 5): a validated baseline, DCGM and NCCL
+    # (the site profile of tests/labproof.py: the lab's all-reduce is an A100 run). The NPU
+    # and MI100 hosts have no DCGM or gpu-burn to show: not training hosts.
+    run("baseline", "create", "h100-ref", "--from-host", "gpu-01", "--pool", "train-h100",
+        "--status", "validated")
+    env["GPUFLEET_PROFILES"] = str(lab_profiles(tmp_path))
+    run("evidence", "run", "gpu-01", "--kind", "dcgm", "--level", "2")
+    run("evidence", "run", "gpu-01", "--kind", "nccl")
+    run("validate")
     run("baseline", "create", "npu-2024", "--driver", "23.0.7", "--accel-firmware",
         "7.1.0.11.220", "--runtime", "8.0.RC3", "--pool", "train-910b")
 
@@ -84,7 +95,7 @@ def test_summary_capacity_drift_labels_of_a_mixed_fleet_fit_80_columns(tmp_path:
     title = next(ln.strip() for ln in out.splitlines() if "capacity at" in ln)
     # folded cells come back joined (a fold at a blank loses the blank): compare without
     shown = {(r[0], r[1], r[2]) for r in _rows(out, title)}
-    assert {("amdInstinctMI100", "train-mi100", "training-single"),
+    assert {("amdInstinctMI100", "train-mi100", "inference"),
             ("huawei910B3", "train-910b", "inference"),
             ("H10080GBHBM3", "train-h100", "training-multinode")} <= shown
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
+from tests.labproof import prove_lab
 
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import OnExpiry
@@ -25,7 +26,8 @@ from gpufleet.testing import FakeClock
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 6) -> None:
     """``n`` validated 8x H100 hosts, four per rack (gpu-01..04 in r01, the rest in r02)."""
-    enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults={})
+    fl = enroll_lab(fleet, tmp_path / "lab", n, models=["h100-8x"], faults={})
+    prove_lab(fleet, fl, tmp_path)  # training-multinode asks for proof (issue 24 item 5)
     validate(fleet)
 
 

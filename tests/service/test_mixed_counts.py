@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from tests.labproof import prove_lab
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
@@ -41,7 +42,8 @@ from gpufleet.web.app import attach
 
 
 def _lab(fleet: Fleet, d: Path, models: list[str], faults: dict[str, list[str]]) -> Path:
-    enroll_lab(fleet, d, len(models), models=models, faults=faults, now=fleet.now())
+    fl = enroll_lab(fleet, d, len(models), models=models, faults=faults, now=fleet.now())
+    prove_lab(fleet, fl, d.parent)  # training-multinode asks for proof (issue 24 item 5)
     validate(fleet)
     return d
 

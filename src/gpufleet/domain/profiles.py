@@ -234,6 +234,23 @@ class ValidationOutcome(BaseModel):
         return self.decision.event
 
 
+def without_proof(profiles: Mapping[str, Profile], *, keep_dcgm: bool) -> dict[str, Profile]:
+    """``profiles`` for a point-in-time health check on the node itself (``gpufleet
+    preflight``): the proof checks (:data:`~gpufleet.domain.checks.proof.PROOF_CHECKS`: the
+    pool's baseline, evidence since the last change) are validation's, judged against the
+    store, and left out; a DCGM diag run now (``keep_dcgm``) still fails a profile when it
+    fails, at whatever level it ran."""
+    out = {}
+    for name, p in profiles.items():
+        checks = {c: v for c, v in p.checks.items() if c not in PROOF_CHECKS}
+        if keep_dcgm and "dcgm_diag" in p.checks:
+            checks["dcgm_diag"] = {
+                k: v for k, v in p.checks["dcgm_diag"].items() if k == ADVISORY
+            }
+        out[name] = Profile(p.name, p.description, checks)
+    return out
+
+
 def held_out(outcome: ValidationOutcome) -> dict[str, list[str]]:
     """Profiles the host did not pass for a reason an operator acts on, with the reasons: a
     check that found something broken (a fault), or missing proof only (no DCGM/NCCL result

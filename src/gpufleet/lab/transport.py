@@ -119,7 +119,7 @@ class SimTransport:
                 (rel for cmd, rel in ACTIVE_CAPTURES.items() if script.lstrip().startswith(cmd)),
                 None,
             )
-            if found is None:
+            if found is None or host.spec.vendor != "nvidia":  # NVIDIA's tools, on NVIDIA hosts
                 return RawResult(
                     target.name, Outcome.ERROR, f"lab host cannot run {script.split()[0]!r}"
                 )

@@ -31,7 +31,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.evidence import DcgmDiagResult
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.preflight import PreflightReport, judge, local_spec, unknown
-from gpufleet.domain.profiles import Profile, evaluate, load_profiles
+from gpufleet.domain.profiles import Profile, evaluate, load_profiles, without_proof
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
 from gpufleet.service.fleet import Fleet, record_event, utcnow
@@ -109,7 +109,8 @@ def run_preflight(
     if dcgm:
         diag, note = _dcgm(transport, target, facts)
         evidence = ActiveEvidence(dcgm_diag=diag)
-    outcome = evaluate(facts, local_spec(facts), None, profiles, xid, when, evidence=evidence)
+    local = without_proof(profiles, keep_dcgm=dcgm)  # the proof is validation's, in the store
+    outcome = evaluate(facts, local_spec(facts), None, local, xid, when, evidence=evidence)
     report = judge(host, outcome, xid, profile=profile)
     if note:
         report = report.model_copy(update={"reason": f"{report.reason}; {note}"})
