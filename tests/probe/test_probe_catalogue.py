@@ -372,8 +372,10 @@ def dcgm_then_change(ctx: Ctx) -> None:
     """Setup (A.5): gpu-05 passes a DCGM diag (the lab's real capture) that the profile
     overlay requires for training-single; then its driver is upgraded (declared change)."""
     overlay = ctx.tmp / "profiles.yaml"
+    # The lab pool has no baseline here: this probe is about the evidence alone.
     overlay.write_text(
-        "profiles:\n  training-single:\n    checks:\n      dcgm_diag: {require: true}\n")
+        "profiles:\n  training-single:\n    checks:\n      dcgm_diag: {require: true}\n"
+        "      baseline: false\n")
     ctx.env["GPUFLEET_PROFILES"] = str(overlay)
     f = _fleet(ctx, profiles_file=overlay)
     try:

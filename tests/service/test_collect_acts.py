@@ -13,7 +13,7 @@ from pathlib import Path
 
 from gpufleet.collect.transport import Outcome
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.lab.demo import enroll_lab
+from gpufleet.lab.demo import enroll_lab, validated_baselines
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
@@ -26,7 +26,9 @@ from gpufleet.service.validate import validate
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 2) -> Path:
     d = tmp_path / "lab"
-    enroll_lab(fleet, d, n, models=["h100-8x"], faults={})
+    fl = enroll_lab(fleet, d, n, models=["h100-8x"], faults={})
+    collect(fleet)
+    validated_baselines(fleet, fl)  # training asks for the pool's validated baseline (issue 24)
     return d
 
 
