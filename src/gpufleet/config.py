@@ -91,6 +91,8 @@ def _duration(value: Any, unit: str) -> Any:
         n = value.total_seconds()
         if n <= 0:
             raise ValueError("must be a positive duration")
+        if value > MAX_DURATION:
+            raise ValueError("must be at most 10 years")
         return value
     try:
         n = float(value)
@@ -98,7 +100,15 @@ def _duration(value: Any, unit: str) -> Any:
         raise ValueError(f"expected a number of {unit}, got {value!r}") from None
     if not math.isfinite(n) or n <= 0:
         raise ValueError(f"expected a positive number of {unit}, got {value!r}")
+    limit = MAX_DURATION / timedelta(**{unit: 1})
+    if n > limit:
+        raise ValueError(f"expected at most {limit:g} {unit} (10 years), got {value!r}")
     return timedelta(**{unit: n})
+
+
+#: The longest duration setting (validation TTL, deadlines): later than that is not a date
+#: the clock can add (``1e12`` hours overflowed).
+MAX_DURATION = timedelta(days=3650)
 
 
 #: Cron expressions known to be valid without asking croniter (the shipped defaults; a test
@@ -260,6 +270,16 @@ class Settings(BaseModel):
         group="reclaim",
         ge=0,
         doc="GPU memory in use (MiB) above which a GPU is not back to idle.",
+    )
+    confirm_share: float = _setting(
+        0.5,
+        env="GPUFLEET_CONFIRM_SHARE",
+        group="validate",
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        doc="A change (retire, maintenance, unquarantine, change record) that would reach more "
+        "than this share of the fleet needs --all (API: confirm_all).",
     )
     # -- k8s ------------------------------------------------------------------------------
     k8s_node_name: str = _setting(

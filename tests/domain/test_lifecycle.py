@@ -43,6 +43,8 @@ EXPECTED_ROWS = [
     (S.ALLOCATED, E.RELEASE, S.RECLAIMING),
     (S.RECLAIMING, E.RECLAIM_PASSED, S.AVAILABLE),
     (S.RECLAIMING, E.RECLAIM_FAILED, S.QUARANTINED),
+    (S.QUARANTINED, E.RECLAIM, S.RECLAIMING),  # issue 24: a host that owes a reclaim
+    (S.VALIDATING, E.RECLAIM, S.RECLAIMING),
     (S.ENROLLED, E.MAINTENANCE_ON, S.MAINTENANCE),
     (S.VALIDATING, E.MAINTENANCE_ON, S.MAINTENANCE),
     (S.AVAILABLE, E.MAINTENANCE_ON, S.MAINTENANCE),
@@ -141,7 +143,7 @@ def test_available_only_reached_through_validation_or_reclaim() -> None:
 
 def test_quarantine_left_only_by_operator_events() -> None:
     exits = {e for (s, e), t in TRANSITIONS.items() if s is S.QUARANTINED and t is not s}
-    assert exits == {E.UNQUARANTINE, E.CHANGE_DECLARED, E.MAINTENANCE_ON, E.RETIRE}
+    assert exits == {E.UNQUARANTINE, E.CHANGE_DECLARED, E.MAINTENANCE_ON, E.RETIRE, E.RECLAIM}
 
 
 def test_state_groups() -> None:

@@ -624,11 +624,13 @@ class MaintenanceOnIn(Schema):
     reason: str = Field(min_length=1)
     until: InTime | None = None
     eta: InTime | None = None
+    confirm_all: bool = False
 
 
 class MaintenanceOffIn(Schema):
     selector: str = Field(min_length=1)
     reason: str = "maintenance done"
+    confirm_all: bool = False
 
 
 class FailureIn(Schema):

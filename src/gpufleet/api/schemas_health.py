@@ -255,6 +255,17 @@ class EvidenceRunOut(Schema):
 class ReasonSelectorIn(Schema):
     selector: str = Field(min_length=1, description="Hosts (the CLI's selectors).")
     reason: str = Field(min_length=1, max_length=1024)
+    confirm_all: bool = Field(
+        False, description="Confirm a change reaching more than GPUFLEET_CONFIRM_SHARE."
+    )
+
+
+class UnquarantineIn(ReasonSelectorIn):
+    force: bool = Field(
+        False,
+        description="Let out a host that owes a passing reclaim without one (recorded as a "
+        "reclaim-waived event).",
+    )
 
 
 class ReasonIn(Schema):

@@ -23,6 +23,7 @@ from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
 from gpufleet.service.enroll import enroll
+from gpufleet.service.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 
 OUTCOME_STYLE = {
     Outcome.OK: "green",
@@ -94,6 +95,8 @@ def positive_seconds(value: float | None) -> float | None:
     """Typer callback: ``--timeout`` must be a positive, finite number (exit 2 otherwise)."""
     if value is not None and (not math.isfinite(value) or value <= 0):
         raise typer.BadParameter(f"must be a positive number of seconds, not {value}")
+    if value is not None and value > MAX_TIMEOUT_S:
+        raise typer.BadParameter(f"must be at most {MAX_TIMEOUT_S} seconds (7 days), not {value}")
     return value
 
 
@@ -101,6 +104,8 @@ def positive_forks(value: int | None) -> int | None:
     """Typer callback: ``--forks`` must be at least 1 (exit 2 otherwise)."""
     if value is not None and value < 1:
         raise typer.BadParameter(f"must be at least 1, not {value}")
+    if value is not None and value > MAX_FORKS:
+        raise typer.BadParameter(f"must be at most {MAX_FORKS}, not {value}")
     return value
 
 

@@ -79,6 +79,13 @@ def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
     return t
 
 
+#: ``--all``: confirm a change that reaches more than GPUFLEET_CONFIRM_SHARE of the fleet.
+ALL_OPTION: bool = typer.Option(
+    False,
+    "--all",
+    help="Confirm a change that reaches more than GPUFLEET_CONFIRM_SHARE of the fleet.",
+)
+
 HOSTS_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."
 
 
@@ -157,6 +164,7 @@ def maintenance_on_cmd(
     eta: datetime | None = typer.Option(
         None, "--eta", help="Expected back (ISO time; default --until): summary, capacity."
     ),
+    confirm_all: bool = ALL_OPTION,
 ) -> None:
     """Put hosts in maintenance (refused while allocated)."""
     from datetime import UTC
@@ -167,8 +175,13 @@ def maintenance_on_cmd(
         eta = eta.replace(tzinfo=UTC)
     fleet = open_fleet()
     report_each(
-        operations.each(
-            fleet, hosts, lambda n: operations.maintenance_on(fleet, n, reason, until, eta)
+        operations.each_change(
+            fleet,
+            hosts,
+            lambda n: operations.maintenance_on(fleet, n, reason, until, eta),
+            verb="maintenance on",
+            reason=reason,
+            confirm_all=confirm_all,
         )
     )
 
@@ -178,11 +191,19 @@ def maintenance_on_cmd(
 def maintenance_off_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option("maintenance done", "--reason", help="What was done."),
+    confirm_all: bool = ALL_OPTION,
 ) -> None:
     """End maintenance; hosts go to validating (never straight to available)."""
     fleet = open_fleet()
     report_each(
-        operations.each(fleet, hosts, lambda n: operations.maintenance_off(fleet, n, reason))
+        operations.each_change(
+            fleet,
+            hosts,
+            lambda n: operations.maintenance_off(fleet, n, reason),
+            verb="maintenance off",
+            reason=reason,
+            confirm_all=confirm_all,
+        )
     )
 
 
@@ -190,20 +211,48 @@ def maintenance_off_cmd(
 def retire_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option("retired", "--reason", help="Why."),
+    confirm_all: bool = ALL_OPTION,
 ) -> None:
     """Retire hosts for good (refused while allocated)."""
     fleet = open_fleet()
-    report_each(operations.each(fleet, hosts, lambda n: operations.retire(fleet, n, reason)))
+    report_each(
+        operations.each_change(
+            fleet,
+            hosts,
+            lambda n: operations.retire(fleet, n, reason),
+            verb="retire",
+            reason=reason,
+            confirm_all=confirm_all,
+        )
+    )
 
 
 @boundary
 def unquarantine_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option(..., "--reason", help="What was repaired."),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Let out a host that owes a passing reclaim without one (recorded as a "
+        "reclaim-waived event with the reason).",
+    ),
+    confirm_all: bool = ALL_OPTION,
 ) -> None:
-    """Declare quarantined hosts repaired: they go back to validating."""
+    """Declare quarantined hosts repaired: they go back to validating. A host that failed
+    reclaim (or owes one) is refused (exit 5): 'gpufleet reclaim HOST' re-runs the checks;
+    --force waives them, recorded."""
     fleet = open_fleet()
-    report_each(operations.each(fleet, hosts, lambda n: operations.unquarantine(fleet, n, reason)))
+    report_each(
+        operations.each_change(
+            fleet,
+            hosts,
+            lambda n: operations.unquarantine(fleet, n, reason, force=force),
+            verb="unquarantine",
+            reason=reason,
+            confirm_all=confirm_all,
+        )
+    )
 
 
 @change_app.command("record")
@@ -213,13 +262,18 @@ def change_record_cmd(
     kind: DeclaredChangeKind = typer.Option(..., "--kind", help="What changed."),
     ticket: str | None = typer.Option(None, "--ticket", help="Ticket / CI build id."),
     note: str = typer.Option("", "--note", help="Free text."),
+    confirm_all: bool = ALL_OPTION,
 ) -> None:
     """Record a change made outside gpufleet; the hosts must be validated again. After a
     reimage the host has a new SSH host key: accept it with 'gpufleet hosts rekey HOST'."""
     fleet = open_fleet()
     report_each(
-        operations.each(
-            fleet, hosts, lambda n: operations.record_change(fleet, n, kind, ticket, note)
+        operations.each_change(
+            fleet,
+            hosts,
+            lambda n: operations.record_change(fleet, n, kind, ticket, note),
+            verb="change record",
+            confirm_all=confirm_all,
         ),
         note=operations.REIMAGE_HINT if kind is DeclaredChangeKind.REIMAGE else None,
     )

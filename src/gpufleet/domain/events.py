@@ -139,6 +139,11 @@ class EventKind(StrEnum):
     """A remediation step ran on the host (``gpufleet remediate``: reset-gpu, reboot,
     service-request); ``data`` has the action, GPUs, outcome and the remediation record id."""
 
+    RECLAIM_WAIVED = "reclaim-waived"
+    """An operator let a host that owes a passing reclaim out without one
+    (``unquarantine --force --reason``, operator role or above); ``data`` has what the reclaim
+    had found and the reason. The host still goes through validation."""
+
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
 

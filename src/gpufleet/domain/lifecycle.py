@@ -53,6 +53,9 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # service/allocation.py
     (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # service/reclaim.py
     (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # service/reclaim.py
+    # a host that owes a passing reclaim: `gpufleet reclaim HOST` re-runs the checks
+    (S.QUARANTINED, E.RECLAIM): S.RECLAIMING,  # service/reclaim.py
+    (S.VALIDATING, E.RECLAIM): S.RECLAIMING,  # service/reclaim.py
     # --- maintenance (operator)
     (S.ENROLLED, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api `gpufleet maintenance on`
     (S.VALIDATING, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: aborts the run

@@ -114,3 +114,7 @@ class Event(StrEnum):
 
     EXPIRE = "expire"
     """The host's validation record is older than the pool allows."""
+
+    RECLAIM = "reclaim"
+    """An operator re-runs the reclaim checks of a host that owes a passing reclaim (one that
+    failed reclaim, or left ``reclaiming`` another way): ``gpufleet reclaim HOST``."""

@@ -30,7 +30,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.lifecycle import Transition, advance
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import Conflict
+from gpufleet.errors import Conflict, InvalidTransition
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.store.tables import Host
 
@@ -82,6 +82,7 @@ def transition(
     read_state = HostState(host.state)
     read_version = host.state_version or 0
     t = advance(host.name, read_state, event, reason=reason, actor=actor or fleet.actor)
+    check_reclaim_due(host, t)
     now = fleet.now()
     dl = deadline_for(fleet, t.to_state)
     values: dict[str, Any] = {
@@ -101,6 +102,9 @@ def transition(
         values["fault"] = fault
     if not isinstance(fault_reason, Keep):
         values["fault_reason"] = fault_reason
+    if event is Event.RELEASE:
+        # the lessee's leftovers must be seen gone before the host is offered again
+        values["reclaim_due"] = f"released: {t.reason or 'lease ended'}"
     result = s.execute(
         update(Host)
         .where(
@@ -137,6 +141,32 @@ def transition(
         },
     )
     return t
+
+
+def reclaim_owed_message(name: str, due: str) -> str:
+    """Why a host that owes a passing reclaim cannot go back to the pool, and what to do."""
+    return (
+        f"host {name} owes a passing reclaim ({due}): run 'gpufleet reclaim {name}' to re-run "
+        f"the checks, or 'gpufleet unquarantine {name} --force --reason ...' (recorded)"
+    )
+
+
+def check_reclaim_due(host: Host, t: Transition) -> None:
+    """Fail closed: only a passing reclaim takes a host that owes one to ``available``
+    (validation holds such a host itself; this is the backstop of the one writer)."""
+    if (
+        t.to_state is HostState.AVAILABLE
+        and host.reclaim_due
+        and t.event is not Event.RECLAIM_PASSED
+    ):
+        raise reclaim_owed(host, t.event)
+
+
+def reclaim_owed(host: Host, event: Event) -> InvalidTransition:
+    """The refusal (exit 5, HTTP 409) of ``event`` on a host that owes a passing reclaim."""
+    exc = InvalidTransition(host.name, str(host.state), event.value)
+    exc.detail = reclaim_owed_message(host.name, host.reclaim_due or "reclaim not passed")
+    return exc
 
 
 def retrying(fn: Callable[P, T]) -> Callable[P, T]:

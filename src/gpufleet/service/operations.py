@@ -22,7 +22,7 @@ from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransition, NotFound
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import KEEP, retrying, transition
+from gpufleet.service.lifecycle import KEEP, reclaim_owed, retrying, transition
 from gpufleet.service.select import is_explicit, selected_names
 from gpufleet.store.tables import (
     CollectionResult,
@@ -113,22 +113,41 @@ def retire(fleet: Fleet, name: str, reason: str) -> str:
 
 
 @retrying
-def unquarantine(fleet: Fleet, name: str, reason: str) -> str:
-    """Operator says the fault is repaired: back to validating."""
+def unquarantine(fleet: Fleet, name: str, reason: str, *, force: bool = False) -> str:
+    """Operator says the fault is repaired: back to validating.
+
+    A host that owes a passing reclaim (its lessee's leftovers were found, or never seen
+    gone) is refused (exit 5, what to run named) unless ``force``: then the waiver is
+    recorded (a ``reclaim-waived`` event with what the reclaim had found, the reason and
+    the actor) and the host goes through validation as any other."""
     with fleet.db.session() as s:
         h = _host(s, name)
+        owed = h.reclaim_due
+        if owed and not force and HostState(h.state) is HostState.QUARANTINED:
+            raise reclaim_owed(h, Event.UNQUARANTINE)
         transition(
             s,
             fleet,
             h,
             Event.UNQUARANTINE,
             reason,
-            data={"fault": h.fault, "fault_reason": h.fault_reason},
+            data={"fault": h.fault, "fault_reason": h.fault_reason}
+            | ({"forced": True, "reclaim_due": owed} if owed else {}),
             health=Health.OK,
             fault=None,
             fault_reason=None,
         )
         h.eta = None
+        if owed:
+            h.reclaim_due = None
+            record_event(
+                s,
+                fleet,
+                EventKind.RECLAIM_WAIVED,
+                f"reclaim waived by {fleet.actor}: {reason} (it had found: {owed})",
+                host=h,
+                data={"reclaim_due": owed, "reason": reason},
+            )
         return h.state
 
 
@@ -188,6 +207,45 @@ def each(fleet: Fleet, selector: str, action: Callable[[str], str]) -> list[Host
     one host is recorded in its outcome and the others still run."""
     with fleet.db.session() as s:
         names = selected_names(s, selector)
+    return each_name(names, action)
+
+
+def check_reason(reason: str, what: str = "--reason") -> str:
+    """A reason recorded with a change: blank is refused (:class:`ConfigError`, exit 2 /
+    HTTP 422), since the event would say nothing of why."""
+    if not reason or not reason.strip():
+        raise ConfigError(f"{what}: give a reason (it is recorded in the events); it is blank")
+    return reason.strip()
+
+
+def each_change(
+    fleet: Fleet,
+    selector: str,
+    action: Callable[[str], str],
+    *,
+    verb: str,
+    reason: str | None = None,
+    confirm_all: bool = False,
+) -> list[HostOutcome]:
+    """:func:`each` for an action that changes hosts (retire, maintenance, unquarantine,
+    change record): a blank ``reason`` is refused first; a selector reaching more than one
+    host and more than ``GPUFLEET_CONFIRM_SHARE`` of the non-retired fleet is refused
+    (:class:`ConfigError`, exit 2 / HTTP 422) unless ``confirm_all`` (``--all``)."""
+    if reason is not None:
+        check_reason(reason)
+    with fleet.db.session() as s:
+        names = selected_names(s, selector)
+        share = fleet.settings.confirm_share
+        if len(names) > 1 and not confirm_all:
+            total = s.scalar(
+                select(func.count()).select_from(Host).where(Host.state != HostState.RETIRED)
+            )
+            if total and len(names) > share * total:
+                raise ConfigError(
+                    f"{verb} '{selector}' would reach {len(names)} of {total} hosts, more than "
+                    f"GPUFLEET_CONFIRM_SHARE ({share:.0%}) of the fleet: check the selector, or "
+                    f'confirm with --all (API: "confirm_all": true)'
+                )
     return each_name(names, action)
 
 

@@ -70,19 +70,31 @@ def claim_lease(hosts: int, forks: int, timeout_s: float, connect_timeout_s: flo
     return timedelta(seconds=waves * (timeout_s + connect_timeout_s) + CLAIM_MARGIN_S)
 
 
+#: The longest per-host timeout a run takes (7 days): beyond it a claim's lease is not a date.
+MAX_TIMEOUT_S = 7 * 24 * 3600
+#: The most hosts one run works on at once (each holds a connection and a task).
+MAX_FORKS = 10_000
+
+
 def check_timeout(value: float, what: str = "timeout") -> float:
-    """A positive, finite number of seconds; :class:`ConfigError` otherwise."""
+    """A positive, finite number of seconds up to :data:`MAX_TIMEOUT_S`; :class:`ConfigError`
+    otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{what} must be a number of seconds, not {value!r}")
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{what} must be a positive, finite number of seconds, not {value!r}")
+    if value > MAX_TIMEOUT_S:
+        raise ConfigError(f"{what} must be at most {MAX_TIMEOUT_S} seconds (7 days), not {value!r}")
     return float(value)
 
 
 def check_forks(value: int, what: str = "forks") -> int:
-    """A positive whole number of hosts at once; :class:`ConfigError` otherwise."""
+    """A whole number of hosts at once from 1 to :data:`MAX_FORKS`; :class:`ConfigError`
+    otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{what} must be a whole number of at least 1, not {value!r}")
+    if value > MAX_FORKS:
+        raise ConfigError(f"{what} must be at most {MAX_FORKS}, not {value!r}")
     return value
 
 

@@ -40,7 +40,13 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.profiles import Decision, ValidationOutcome, evaluate
-from gpufleet.domain.reclaim import UID_MIN, ReclaimFindings, ReclaimPolicy, judge_reclaim
+from gpufleet.domain.reclaim import (
+    UID_MIN,
+    ReclaimFindings,
+    ReclaimPolicy,
+    ReclaimVerdict,
+    judge_reclaim,
+)
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
@@ -157,11 +163,7 @@ def reclaim_hosts(
     policies = Policies(fleet).load()
     connect_s = fleet.settings.connect_timeout_s
     selector = ",".join(host_names)
-    with fleet.db.session() as s:
-        states = {
-            h.name: HostState(h.state)
-            for h in s.scalars(select(Host).where(Host.name.in_(host_names)))
-        }
+    states = _owed_to_reclaiming(fleet, host_names)
     out = [
         HostReclaim(name, st.value, False, f"skipped: not in reclaiming (it is {st.value})")
         for name, st in sorted(states.items())
@@ -208,6 +210,32 @@ def reclaim_hosts(
     return ReclaimReport(sorted(out, key=lambda h: h.host))
 
 
+#: States a host that owes a passing reclaim is taken back to ``reclaiming`` from.
+RERUN_FROM = (HostState.QUARANTINED, HostState.VALIDATING)
+
+
+def _owed_to_reclaiming(fleet: Fleet, host_names: list[str]) -> dict[str, HostState]:
+    """The named hosts' states, after moving those that owe a passing reclaim (a failed
+    reclaim, a release that left reclaiming another way) from quarantined or validating back
+    to ``reclaiming``: ``gpufleet reclaim HOST`` re-runs the checks on them."""
+    states: dict[str, HostState] = {}
+    with fleet.db.session() as s:
+        for h in s.scalars(
+            select(Host).where(Host.name.in_(host_names)).order_by(Host.name).with_for_update()
+        ):
+            if h.reclaim_due and HostState(h.state) in RERUN_FROM:
+                transition(
+                    s,
+                    fleet,
+                    h,
+                    Event.RECLAIM,
+                    f"reclaim checks re-run ({h.reclaim_due})",
+                    data={"reclaim_due": h.reclaim_due},
+                )
+            states[h.name] = HostState(h.state)
+    return states
+
+
 def reclaim_selected(fleet: Fleet, selector: str, **kw: Any) -> ReclaimReport:
     """``gpufleet reclaim SELECTOR``: reclaim the selected hosts that are in ``reclaiming``
     (after a crash, or a reclaim that could not reach them)."""
@@ -249,6 +277,11 @@ def _by_last_lease(
     return out
 
 
+def owed_after(verdict: ReclaimVerdict) -> str | None:
+    """What a host owes after a reclaim whose checks found ``verdict``: None when clean."""
+    return None if verdict.clean else f"reclaim failed: {verdict.summary()}"
+
+
 def _findings(raw: RawResult) -> ReclaimFindings:
     if raw.outcome is not Outcome.OK or raw.output is None:
         return ReclaimFindings(problems=[f"{raw.host}: {raw.outcome.value}: {raw.reason}"])
@@ -276,20 +309,24 @@ def _apply(
         host = s.get(Host, c.host_id, with_for_update=True)
         if host is None:
             return HostReclaim(name, "?", False, "host removed while it was reclaimed")
+        # Only facts collected in this run count (fail closed: old facts prove nothing).
+        snap = s.get(FactSnapshot, collected.snapshot_id) if collected.snapshot_id else None
+        facts = HostFacts.model_validate(snap.facts) if snap is not None else None
+        policy = reclaim_policy(fleet, c.target.user, lessee_users)
+        verdict = judge_reclaim(facts, findings, policy)
         if HostState(host.state) is not HostState.RECLAIMING:
             # A change since the last validation sent it to validating (or an operator
-            # moved it): the reclaim verdict is no longer this run's to give.
+            # moved it): the reclaim verdict is no longer this run's to give. What the
+            # checks saw of the lessee's leftovers still counts (validation holds a host
+            # that owes a passing reclaim).
+            if host.reclaim_due:
+                host.reclaim_due = owed_after(verdict)
             return HostReclaim(
                 name,
                 host.state.value,
                 False,
                 f"not judged: now {host.state.value} ({host.status_reason or 'moved meanwhile'})",
             )
-        # Only facts collected in this run count (fail closed: old facts prove nothing).
-        snap = s.get(FactSnapshot, collected.snapshot_id) if collected.snapshot_id else None
-        facts = HostFacts.model_validate(snap.facts) if snap is not None else None
-        policy = reclaim_policy(fleet, c.target.user, lessee_users)
-        verdict = judge_reclaim(facts, findings, policy)
         fallback = policy.lessee_users is None
         issues = [
             f"{i.check}: {i.message}"
@@ -354,6 +391,7 @@ def _apply(
             )
             host.profiles = sorted(outcome.profiles_passed)
             host.validated_until = now + fleet.settings.validation_ttl
+            host.reclaim_due = None
         else:
             fault = Fault(hw[0]) if hw else Fault.RECLAIM_FAILED
             transition(
@@ -367,6 +405,10 @@ def _apply(
                 fault=fault,
                 fault_reason=summary,
             )
+            # Leftovers seen gone: the host owes no more reclaim (a hardware fault found by
+            # validation is repaired and validated as any other); else it returns only
+            # through a reclaim that passes, or `unquarantine --force`.
+            host.reclaim_due = owed_after(verdict)
         if outcome is not None and snap is not None:
             s.add(
                 Validation(

@@ -1,6 +1,6 @@
 """Host selectors shared by every command: ``gpu-0*``, ``group:gpu_h800``, ``pool:train``,
-``state:available``, ``model:H100``, ``rack:r12``, comma-separated for a union; empty or
-``all`` = all.
+``state:available``, ``model:H100``, ``rack:r12``, comma-separated for a union; no selector
+or ``all`` = all. An empty or blank term (``""``, ``","``) is refused (exit 2), never "all".
 
 Only ``*`` and ``?`` are wildcards in a name glob; ``%`` and ``_`` are literal everywhere
 (escaped for SQL ``LIKE`` on both backends). An unknown state name is refused (exit 2, the
@@ -86,17 +86,30 @@ def check_term_count(selector: str) -> None:
         )
 
 
+def check_terms(selector: str) -> list[str]:
+    """The terms of ``selector``; a :class:`ConfigError` (exit 2, HTTP 422) when one is empty
+    or blank (``""``, ``","``, ``"a,,b"``): it would select every host, which for a change
+    (``retire ""``) is the whole fleet. Every host is asked for with ``all`` (or no
+    selector at all)."""
+    terms = [t.strip() for t in selector.split(",")]
+    if any(not t for t in terms):
+        shown = repr(selector) if len(selector) <= 80 else repr(selector[:80]) + "..."
+        raise ConfigError(
+            f"selector {shown}: an empty or blank term selects nothing; name the hosts "
+            f"({KINDS}), or use 'all' for every host"
+        )
+    return terms
+
+
 def select_hosts(selector: str | None) -> Select[Host]:
-    """A SELECT of the hosts matching ``selector`` ordered by name."""
+    """A SELECT of the hosts matching ``selector`` ordered by name (None or ``all``: every
+    host; an empty or blank term is refused: :func:`check_terms`)."""
     stmt = select(Host).order_by(Host.name)
-    if not is_explicit(selector):
+    if selector is None or selector.strip() == "all":
         return stmt
-    assert selector is not None
     check_term_count(selector)
     clauses: list[ColumnElement[bool]] = []
-    for term in (t.strip() for t in selector.split(",")):
-        if not term:
-            continue
+    for term in check_terms(selector):
         kind, _, value = term.partition(":")
         if not value:
             kind, value = "name", term

@@ -29,7 +29,7 @@ from gpufleet.errors import Conflict, NotFound
 from gpufleet.service import gpu_health
 from gpufleet.service.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import KEEP, retrying, transition
+from gpufleet.service.lifecycle import KEEP, reclaim_owed_message, retrying, transition
 from gpufleet.service.policies import Policies
 from gpufleet.service.select import select_hosts
 from gpufleet.store.repo import (
@@ -218,6 +218,15 @@ def judge_host(
             update={
                 "decision": Decision.STAY_VALIDATING,
                 "reasons": [duplicate],
+                "profiles_passed": set(),
+            }
+        )
+    if host.reclaim_due and outcome.decision is Decision.AVAILABLE:
+        # Only a passing reclaim brings back a host the lessee may have left things on.
+        outcome = outcome.model_copy(
+            update={
+                "decision": Decision.STAY_VALIDATING,
+                "reasons": [reclaim_owed_message(host.name, host.reclaim_due)],
                 "profiles_passed": set(),
             }
         )

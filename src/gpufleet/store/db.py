@@ -34,7 +34,7 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 
 #: The newest Alembic revision; a test keeps it equal to the migration scripts' head. Knowing
 #: it lets every CLI call skip importing Alembic when the schema is already current.
-SCHEMA_REVISION = "0023"
+SCHEMA_REVISION = "0024"
 
 
 #: The tables the migrations create (besides ``alembic_version``): how a half-created gpufleet
@@ -57,7 +57,7 @@ OUR_TABLES = frozenset(
 #: Every revision this gpufleet knows, oldest first.
 KNOWN_REVISIONS = (
     "0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010",
-    "0012", "0015", "0014", "0011", "0016", "0017", "0018", "0023",
+    "0012", "0015", "0014", "0011", "0016", "0017", "0018", "0023", "0024",
 )
 
 UPGRADE_HINT = "run `gpufleet db upgrade`"

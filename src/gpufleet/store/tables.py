@@ -138,6 +138,10 @@ class Host(Base):
     # and the GPUs validation marked unusable ({index, serial, uuid, pci_bus_id, reason}).
     usable_gpus: Mapped[int | None] = mapped_column(Integer)
     unusable_gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JsonType)
+    # --- issue 24: why the host owes a passing reclaim (set when a lease releases it, kept
+    # while reclaim finds the lessee's leftovers; cleared by a reclaim whose checks pass or
+    # by `unquarantine --force`); None: it owes none. Validation never makes it available.
+    reclaim_due: Mapped[str | None] = mapped_column(Text)
 
     host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
     latest_snapshot_id: Mapped[int | None] = mapped_column(

@@ -31,6 +31,7 @@ from gpufleet.api.schemas_health import (
     RemediationOut,
     SelAckOut,
     SweepOut,
+    UnquarantineIn,
 )
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
@@ -171,8 +172,13 @@ def bmc_sel_ack(name: str, body: ReasonIn, fleet: Fleet = Depends(as_operator)) 
 
 @router.post("/retire", summary="Retire hosts for good (admin)", tags=["maintenance"])
 def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
-    outcomes = operations.each(
-        fleet, body.selector, lambda n: operations.retire(fleet, n, body.reason)
+    outcomes = operations.each_change(
+        fleet,
+        body.selector,
+        lambda n: operations.retire(fleet, n, body.reason),
+        verb="retire",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
     )
     return [HostOutcomeOut.of(o) for o in outcomes]
 
@@ -182,9 +188,14 @@ def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[Hos
     summary="Send quarantined hosts back to validating (admin)",
     tags=["maintenance"],
 )
-def unquarantine(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
-    outcomes = operations.each(
-        fleet, body.selector, lambda n: operations.unquarantine(fleet, n, body.reason)
+def unquarantine(body: UnquarantineIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each_change(
+        fleet,
+        body.selector,
+        lambda n: operations.unquarantine(fleet, n, body.reason, force=body.force),
+        verb="unquarantine",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
     )
     return [HostOutcomeOut.of(o) for o in outcomes]
 

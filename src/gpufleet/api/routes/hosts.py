@@ -98,10 +98,13 @@ def events_list(
 
 @router.post("/maintenance/on", summary="Put hosts in maintenance", tags=["maintenance"])
 def maintenance_on(body: MaintenanceOnIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
-    outcomes = operations.each(
+    outcomes = operations.each_change(
         fleet,
         body.selector,
         lambda n: operations.maintenance_on(fleet, n, body.reason, body.until, body.eta),
+        verb="maintenance on",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
     )
     return [HostOutcomeOut.of(o) for o in outcomes]
 
@@ -112,7 +115,12 @@ def maintenance_on(body: MaintenanceOnIn, fleet: Fleet = Depends(as_admin)) -> l
 def maintenance_off(
     body: MaintenanceOffIn, fleet: Fleet = Depends(as_admin)
 ) -> list[HostOutcomeOut]:
-    outcomes = operations.each(
-        fleet, body.selector, lambda n: operations.maintenance_off(fleet, n, body.reason)
+    outcomes = operations.each_change(
+        fleet,
+        body.selector,
+        lambda n: operations.maintenance_off(fleet, n, body.reason),
+        verb="maintenance off",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
     )
     return [HostOutcomeOut.of(o) for o in outcomes]
