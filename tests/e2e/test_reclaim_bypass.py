@@ -132,9 +132,12 @@ def test_a_host_that_failed_reclaim_returns_only_through_a_passing_reclaim_or_fo
 
     # 3. The operator's override: recorded, with the actor, the reason and the findings.
     before = _host(fleet, forced.name).reclaim_due
-    assert operations.unquarantine(
-        fleet, forced.name, "leftovers removed by hand, ticket OPS-7", force=True
-    ) == "validating"
+    assert (
+        operations.unquarantine(
+            fleet, forced.name, "leftovers removed by hand, ticket OPS-7", force=True
+        )
+        == "validating"
+    )
     assert _host(fleet, forced.name).reclaim_due is None
     with fleet.db.session() as s:
         hid = host_by_name(s, forced.name).id
@@ -145,7 +148,8 @@ def test_a_host_that_failed_reclaim_returns_only_through_a_passing_reclaim_or_fo
         ).all()
     assert len(waived) == 1
     assert waived[0].actor == fleet.actor
-    assert waived[0].data == {"reclaim_due": before, "reason": "leftovers removed by hand, ticket OPS-7"}
+    why = "leftovers removed by hand, ticket OPS-7"
+    assert waived[0].data == {"reclaim_due": before, "reason": why}
     assert "leftovers removed by hand" in waived[0].message
     (v,) = validate(fleet, forced.name).verdicts
     assert v.state == "available", v.reasons

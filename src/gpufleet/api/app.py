@@ -33,6 +33,7 @@ from gpufleet.api.routes import runs as run_routes
 from gpufleet.api.routes import summary as summary_routes
 from gpufleet.api.routes import tokens as token_routes
 from gpufleet.api.schemas import Health
+from gpufleet.api.security import add_security_headers
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
@@ -81,6 +82,8 @@ def create_app(
         body_limit=fleet.settings.api_max_body_bytes,
         upload_limit=fleet.settings.api_max_upload_bytes,
     )
+
+    add_security_headers(app, app.docs_url)
 
     @app.middleware("http")
     async def audit(request: Request, call_next: Any) -> Any:

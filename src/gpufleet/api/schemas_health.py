@@ -254,7 +254,7 @@ class EvidenceRunOut(Schema):
 
 class ReasonSelectorIn(Schema):
     selector: str = Field(min_length=1, description="Hosts (the CLI's selectors).")
-    reason: str = Field(min_length=1, max_length=1024)
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"\S")
     confirm_all: bool = Field(
         False, description="Confirm a change reaching more than GPUFLEET_CONFIRM_SHARE."
     )
@@ -269,7 +269,7 @@ class UnquarantineIn(ReasonSelectorIn):
 
 
 class ReasonIn(Schema):
-    reason: str = Field(min_length=1, max_length=1024)
+    reason: str = Field(min_length=1, max_length=1024, pattern=r"\S")
 
 
 class SelAckOut(Schema):

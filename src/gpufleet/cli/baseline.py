@@ -222,7 +222,7 @@ def show_pools(rows: list[svc.PoolView], as_json: bool) -> None:
     for col in ("pool", "baseline", "hosts"):
         t.add_column(col)
     for p in rows:
-        t.add_row(p.name, p.baseline or "-", str(p.hosts))
+        t.add_row(lit(p.name), lit(p.baseline), str(p.hosts))
     console.print(t)
 
 
@@ -235,7 +235,7 @@ def pool_baseline_cmd(
 ) -> None:
     """Point a pool at a baseline (an unknown pool is refused unless --create)."""
     svc.set_pool_baseline(open_fleet(), pool, baseline, create=create)
-    console.print(f"pool {pool} -> baseline {baseline}")
+    console.print(f"pool {lit(pool)} -> baseline {lit(baseline)}")
 
 
 @boundary

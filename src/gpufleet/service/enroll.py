@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
-from gpufleet.errors import InventoryError
+from gpufleet.errors import Conflict, InventoryError
 from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.secrets import HOW_TO_KEY, SecretBox, is_secret_var, redact_vars
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.lifecycle import retrying
 from gpufleet.store.tables import Host, Pool
 
 __all__ = ["EnrollReport", "enroll", "is_this_machine"]
@@ -244,6 +246,25 @@ def enroll(fleet: Fleet, inventory: Inventory, *, box: SecretBox | None = None) 
         key = fleet.settings.secret_key_bytes()
         box = SecretBox(key) if key else None
     _check_inventory(inventory, box)  # before the transaction: may resolve names
+    return _enroll_once(fleet, inventory, box)
+
+
+@retrying
+def _enroll_once(fleet: Fleet, inventory: Inventory, box: SecretBox | None) -> EnrollReport:
+    """One attempt of :func:`enroll` in one transaction. Another enroll adding the same
+    hosts (or pools) meanwhile breaks a unique key: nothing of this attempt is written, it
+    is a :class:`Conflict` (retryable, exit 6), retried on a fresh read (the hosts are then
+    found and updated), and reported as one if it keeps happening."""
+    try:
+        return _enroll_tx(fleet, inventory, box)
+    except IntegrityError as exc:
+        raise Conflict(
+            f"enroll {inventory.source}: another enroll wrote the same hosts or pools "
+            f"meanwhile; nothing was written, retry"
+        ) from exc
+
+
+def _enroll_tx(fleet: Fleet, inventory: Inventory, box: SecretBox | None) -> EnrollReport:
     report = EnrollReport(warnings=list(inventory.warnings))
     now = fleet.now()
     with fleet.db.session() as s:

@@ -115,6 +115,16 @@ class ActiveRun:
     result: dict[str, Any] | None = None
 
 
+def fill_command(template: str, **values: int) -> str:
+    """``template`` with ``{level}``, ``{gpus}`` and ``{seconds}`` filled in; every other
+    brace is the user's (a shell ``{}``, ``${x}``, an awk ``{print $1}``) and stays as typed
+    (``str.format`` raised on ``{}`` or ``{0}``)."""
+    out = template
+    for key, value in values.items():
+        out = out.replace("{" + key + "}", str(value))
+    return out
+
+
 def run_active(
     fleet: Fleet,
     selector: str | None,
@@ -164,7 +174,7 @@ def run_active(
 
     def command_for(c: Claimed) -> str:
         gpus = max(1, int(c.expected.get("gpu_count") or 8))
-        return (command or test.command).format(level=level, gpus=gpus, seconds=seconds)
+        return fill_command(command or test.command, level=level, gpus=gpus, seconds=seconds)
 
     def apply(c: Claimed, raw: RawResult) -> ActiveRun:
         return _apply_active(fleet, test, c, raw, command_for(c), level)

@@ -8,10 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Select, Text, cast, desc, func, select
+from sqlalchemy.orm import Session
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.leases import HOLDING
 from gpufleet.domain.states import HostState
+from gpufleet.errors import NotFound
 from gpufleet.service.alarms import AlarmView, open_alarms
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.leases import LeaseView, lease_view
@@ -346,6 +348,13 @@ def snapshot_count(fleet: Fleet, name: str) -> int:
         )
 
 
+def _unknown_host_name(s: Session, name: str) -> bool:
+    """No host has ``name`` and no event (of a removed host) names it."""
+    if s.scalar(select(Host.id).where(Host.name == name)) is not None:
+        return False
+    return s.scalar(select(Event.id).where(Event.host_name == name).limit(1)) is None
+
+
 def list_events(
     fleet: Fleet,
     host: str | None = None,
@@ -367,6 +376,10 @@ def list_events(
     if until is not None:
         stmt = stmt.where(Event.at < until)
     with fleet.db.session() as s:
+        rows = list(s.scalars(stmt))
+        if host and not rows and _unknown_host_name(s, host):
+            # a removed host keeps its events (and so is found); a typo is not "no events"
+            raise NotFound(f"no host named '{host}', and no events recorded for that name")
         return [
             {
                 "at": e.at,
@@ -376,5 +389,5 @@ def list_events(
                 "message": e.message,
                 "data": e.data,
             }
-            for e in s.scalars(stmt)
+            for e in rows
         ]

@@ -20,9 +20,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from html import escape
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -261,6 +262,36 @@ def _safe_next(target: str | None) -> str:
     return "/"
 
 
+def cross_site(request: Request) -> str | None:
+    """Why a state-changing request (sign-in, sign-out) came from another site, or None.
+
+    Browsers name the page a POST comes from: ``Sec-Fetch-Site``, ``Origin`` (every current
+    browser on a POST), else ``Referer``. Any of them naming another origin than this server
+    refuses the request (login CSRF: signing the victim in with the attacker's token; forced
+    sign-out). A client that sends none of them is not a browser acting for someone else."""
+    site = request.headers.get("sec-fetch-site")
+    if site and site.lower() not in ("same-origin", "none"):
+        return f"Sec-Fetch-Site: {site}"
+    own = f"{request.url.scheme}://{request.url.netloc}".lower()
+    origin = request.headers.get("origin")
+    if origin is not None:
+        return None if origin.lower() == own else f"Origin: {origin}"
+    referer = request.headers.get("referer")
+    if referer is not None:
+        parts = urlsplit(referer)
+        came = f"{parts.scheme}://{parts.netloc}".lower()
+        return None if came == own else f"Referer: {referer}"
+    return None
+
+
+def _refused(why: str) -> Response:
+    return HTMLResponse(
+        f"cross-site request refused ({escape(why)})",
+        status_code=403,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
 def router(dash: Dashboard) -> APIRouter:
     r = APIRouter(include_in_schema=False)
 
@@ -294,6 +325,8 @@ def router(dash: Dashboard) -> APIRouter:
 
     @r.post("/login", response_class=HTMLResponse)
     async def login_post(request: Request) -> Response:
+        if (why := cross_site(request)) is not None:
+            return _refused(why)
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         token = (form.get("token") or [""])[0].strip()
         target = _safe_next((form.get("next") or ["/"])[0])
@@ -313,7 +346,9 @@ def router(dash: Dashboard) -> APIRouter:
         return resp
 
     @r.post("/logout")
-    def logout() -> Response:
+    def logout(request: Request) -> Response:
+        if (why := cross_site(request)) is not None:
+            return _refused(why)
         resp = RedirectResponse("/login", status_code=303)
         resp.delete_cookie(COOKIE)
         return resp
