@@ -132,6 +132,13 @@ def _check_inventory(inventory: Inventory, box: SecretBox | None) -> None:
     src = inventory.source
     seen: dict[tuple[str, ...], InventoryHost] = {}
     for ih in inventory.hosts:
+        if "/" in ih.name or ih.name in (".", ".."):
+            raise InventoryError(
+                src,
+                ih.line,
+                f"host name {ih.name!r}: a host name cannot contain '/' or be '.' or '..' "
+                "(the API and the dashboard address a host by its name in the URL path)",
+            )
         transport = _transport(ih.vars)
         if transport == "local" and not is_this_machine(ih.address):
             raise InventoryError(
