@@ -15,9 +15,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 from sqlalchemy import select
+from tests.api.conftest import TOKENS, auth, write_tokens
 from tests.sshlab_fixtures import SshLabFactory
 
+from gpufleet.api.app import create_app
+from gpufleet.api.auth import TokenStore
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Fault
@@ -32,6 +36,7 @@ from gpufleet.service import operations
 from gpufleet.service.allocation import allocate
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.hosts import list_events
 from gpufleet.service.leases import release
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.reclaim import reclaim_selected
@@ -39,6 +44,7 @@ from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host
+from gpufleet.web.app import attach
 
 pytestmark = pytest.mark.sshlab
 
@@ -117,6 +123,17 @@ def test_a_host_that_failed_reclaim_returns_only_through_a_passing_reclaim_or_fo
     assert any("owes a passing reclaim" in r for r in v.reasons), v.reasons
     assert _host(fleet, rerun.name).state.value == "validating"
 
+    # The host page (dashboard and API) says what it owes and how it comes back.
+    app = create_app(fleet, TokenStore(write_tokens(tmp_path / "tokens.yaml")))
+    attach(app, fleet, app.state.ctx.tokens)
+    with TestClient(app) as web:
+        got_api = web.get(f"/api/v1/hosts/{rerun.name}", headers=auth("viewer")).json()
+        assert "crontabs left: alice" in got_api["reclaim_due"]
+        web.post("/login", data={"token": TOKENS["viewer"]}, follow_redirects=False)
+        page = web.get(f"/hosts/{rerun.name}").text
+        assert "Owes a passing reclaim: reclaim failed: " in page
+        assert f"gpufleet reclaim {rerun.name}" in page
+
     # 2. `gpufleet reclaim HOST` re-runs the checks from validating: leftovers still there.
     (r,) = reclaim_selected(fleet, rerun.name).hosts
     assert r.state == "quarantined" and not r.ok
@@ -153,6 +170,8 @@ def test_a_host_that_failed_reclaim_returns_only_through_a_passing_reclaim_or_fo
     assert "leftovers removed by hand" in waived[0].message
     (v,) = validate(fleet, forced.name).verdicts
     assert v.state == "available", v.reasons
+    (ev,) = list_events(fleet, forced.name, kind="reclaim-waived")  # `gpufleet events`
+    assert ev["actor"] == fleet.actor and "reclaim waived by" in ev["message"]
 
     # 4. A release the reclaim never judged (a crash), then maintenance on/off: held too.
     with fleet.db.session() as s:

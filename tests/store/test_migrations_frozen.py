@@ -37,6 +37,7 @@ LANDED: dict[str, str] = {
     "0017": "6505fe1a173ebb5cc1f55f970a882cb4cbc42f858d727394b765fcc368c142f8",
     "0018": "90fbf5cba80d5469ca0d9e2dea2a6516e6835f163e8afb8344c4c75c1af6640d",
     "0023": "45c3dec1c967bb2bc879a9fcfc4d518e90ee15426e74a11fdd72e687f71e74e1",
+    "0024": "975ea0ffb51059fcd9da957da4eecc6a04e22f00f35ecef49e61b2ad713c1b6e",
 }
 
 

@@ -315,6 +315,9 @@ class HostDetailOut(Schema):
     remediations: list[dict[str, Any]] = Field(default_factory=list)
     usable_gpus: int | None = None
     unusable_gpus: list[dict[str, Any]] = Field(default_factory=list)
+    reclaim_due: str | None = Field(
+        None, description="Why the host owes a passing reclaim (None: it owes none)."
+    )
 
     @classmethod
     def of(cls, d: Any) -> HostDetailOut:
@@ -370,6 +373,7 @@ class HostDetailOut(Schema):
             remediations=list(getattr(d, "remediations", [])),
             usable_gpus=getattr(d, "usable_gpus", None),
             unusable_gpus=list(getattr(d, "unusable_gpus", [])),
+            reclaim_due=getattr(d, "reclaim_due", None),
         )
 
 

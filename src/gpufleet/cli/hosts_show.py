@@ -50,6 +50,11 @@ def render_host(d: HostDetail) -> None:
         console.print(f"  why: {lit(v.status_reason)}")
     if v.eta is not None:
         console.print(f"  back by: {local_time(v.eta)}")
+    if d.reclaim_due:
+        console.print(
+            f"  [red]owes a passing reclaim:[/] {lit(d.reclaim_due)} "
+            f"('gpufleet reclaim {lit(v.name)}', or 'unquarantine --force --reason ...')"
+        )
     if d.usable_gpus is not None:  # a partial host (issue 10)
         bad = "; ".join(
             f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: {u['reason']}"

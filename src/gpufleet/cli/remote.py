@@ -279,6 +279,7 @@ def hosts_show(api: Client, name: str, as_json: bool) -> None:
         facts=None if d["facts"] is None else HostFacts.model_validate(d["facts"]),
         usable_gpus=d["usable_gpus"],
         unusable_gpus=d["unusable_gpus"],
+        reclaim_due=d.get("reclaim_due"),
         collections=d["collections"],
         alarms=[AlarmOut.model_validate(a) for a in d["alarms"]],
         remediations=timed(d["remediations"]),

@@ -86,6 +86,8 @@ class HostDetail:
     remediations: list[dict[str, Any]] = field(default_factory=list)
     usable_gpus: int | None = None
     unusable_gpus: list[dict[str, Any]] = field(default_factory=list)
+    #: issue 24: why the host owes a passing reclaim (None: it owes none).
+    reclaim_due: str | None = None
 
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
@@ -293,6 +295,7 @@ def _show_host(fleet: Fleet, name: str, events: int) -> HostDetail:
             leases=[lease_view(lease) for lease in leases],
             usable_gpus=h.usable_gpus,
             unusable_gpus=list(h.unusable_gpus or []),
+            reclaim_due=h.reclaim_due,
             validation=None
             if val is None
             else {

@@ -125,6 +125,8 @@ EN: dict[str, str] = {
     "host.labels": "Scheduling labels",
     "host.labels_count": "{n} labels, {taints} taints",
     "host.back": "expected back {eta}",
+    "host.reclaim_due": "Owes a passing reclaim: {why}. It returns only through "
+    "'gpufleet reclaim {name}' or 'unquarantine --force --reason' (recorded).",
     "lane.collection": "Collections",
     "lane.change": "Changes",
     "lane.state": "Validation and state",
