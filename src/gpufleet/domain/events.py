@@ -144,6 +144,11 @@ class EventKind(StrEnum):
     (``unquarantine --force --reason``, operator role or above); ``data`` has what the reclaim
     had found and the reason. The host still goes through validation."""
 
+    RECLAIM_CLEANUP = "reclaim-cleanup"
+    """One action of a pool's reclaim cleanup (``reclaim policy POOL --clean``) on the host:
+    the lessee's processes killed, a data mount unmounted, a crontab removed; ``data`` has the
+    action, its target and exit status."""
+
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
 

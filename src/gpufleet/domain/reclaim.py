@@ -56,9 +56,49 @@ class Process(_Fact):
     comm: str
 
 
+class CleanupAction(_Fact):
+    """One action of a pool's reclaim cleanup (``reclaim policy POOL --clean``), as the host
+    reported it: what (``processes`` of a user, ``mounts`` at a mount point, ``crontabs`` of a
+    user), on what, and the command's exit status (0: done)."""
+
+    action: str
+    target: str
+    rc: int
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def describe(self) -> str:
+        verb = {"processes": "killed the processes of", "mounts": "unmounted",
+                "crontabs": "removed the crontab of"}.get(self.action, self.action)
+        return f"{verb} {self.target}" + ("" if self.ok else f" FAILED (rc {self.rc})")
+
+
+#: What a pool's reclaim may clean before the checks (``reclaim policy POOL --clean``).
+CLEAN_ACTIONS = ("processes", "mounts", "crontabs", "scratch")
+
+
+def parse_clean(text: str) -> tuple[str, ...]:
+    """``processes,mounts`` as the actions (in :data:`CLEAN_ACTIONS` order); ``none`` or
+    empty: none. An unknown action is a :class:`ValueError` naming the valid ones."""
+    words = [w.strip().lower() for w in text.split(",") if w.strip()]
+    if words == ["none"]:
+        return ()
+    bad = [w for w in words if w not in CLEAN_ACTIONS]
+    if bad:
+        raise ValueError(
+            f"unknown cleanup action {', '.join(map(repr, bad))}: use {', '.join(CLEAN_ACTIONS)} "
+            "(comma-separated) or none"
+        )
+    return tuple(a for a in CLEAN_ACTIONS if a in words)
+
+
 class ReclaimFindings(_Fact):
     """What the reclaim sections showed; ``None``: that section could not be read."""
 
+    #: The pool's cleanup, run before every check (empty: none configured or nothing to do).
+    cleanup: list[CleanupAction] = []
     mounts: list[Mount] | None = None
     processes: list[Process] | None = None
     crontab_users: list[str] | None = None
@@ -77,6 +117,8 @@ class ReclaimPolicy:
     #: The lessee's users recorded with the lease; None: not recorded.
     lessee_users: tuple[str, ...] | None = None
     scratch_clean: bool = False
+    #: The pool's cleanup actions (:data:`CLEAN_ACTIONS`), run before the checks.
+    clean: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -164,8 +206,13 @@ def lessee_user(p: Process, policy: ReclaimPolicy) -> bool:
 def judge_reclaim(
     facts: HostFacts | None, findings: ReclaimFindings, policy: ReclaimPolicy
 ) -> ReclaimVerdict:
-    """Every reclaim check on the fresh facts and findings of one host (fail closed)."""
+    """Every reclaim check on the fresh facts and findings of one host (fail closed). The
+    facts and findings are read *after* the pool's cleanup ran, so whatever the cleanup could
+    not remove (GPU memory still in use, a mount that would not unmount) still fails."""
     issues = _gpu_issues(facts, policy)
+    issues += [
+        ReclaimIssue("cleanup", a.describe()) for a in findings.cleanup if not a.ok
+    ]
     if findings.mounts is None:
         issues.append(ReclaimIssue("data_mounts", "cannot read the mount table"))
     else:

@@ -388,6 +388,7 @@ def set_policy(
         current = pool_policy(s, pool)
         policy = LeasePolicy(on_expiry, max_duration or current.max_duration)
         row.lease_policy = {
+            **(row.lease_policy or {}),  # the pool's reclaim cleanup (service/reclaim_policy)
             "on_expiry": policy.on_expiry.value,
             "max_duration_s": policy.max_duration.total_seconds(),
         }

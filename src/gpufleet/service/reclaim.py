@@ -30,7 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.bundle import split_bundle
-from gpufleet.collect.reclaim import read_reclaim
+from gpufleet.collect.reclaim import cleanup_section, read_reclaim
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.sections import RECLAIM_REGISTRY, REGISTRY
 from gpufleet.collect.transport import Outcome, RawResult
@@ -62,6 +62,7 @@ from gpufleet.service.pipeline import (
     claim_lease,
 )
 from gpufleet.service.policies import Policies
+from gpufleet.service.reclaim_policy import clean_by_host, record_cleanup
 from gpufleet.service.select import selected_names
 from gpufleet.service.validate import _evidence, store_evidence
 from gpufleet.store.repo import baseline_for_host
@@ -96,16 +97,21 @@ class ReclaimReport:
 
 
 def reclaim_policy(
-    fleet: Fleet, login_user: str | None, lessee_users: Sequence[str] | None
+    fleet: Fleet,
+    login_user: str | None,
+    lessee_users: Sequence[str] | None,
+    clean: Sequence[str] = (),
 ) -> ReclaimPolicy:
-    """The reclaim policy of the settings (GPUFLEET_RECLAIM_*) for one host."""
+    """The reclaim policy of the settings (GPUFLEET_RECLAIM_*) and of the host's pool
+    (``clean``: ``reclaim policy POOL --clean``) for one host."""
     st = fleet.settings
     return ReclaimPolicy(
         data_paths=st.path_list(st.reclaim_data_paths),
         idle_memory_mib=st.reclaim_idle_memory_mib,
         login_user=login_user,
         lessee_users=tuple(lessee_users) if lessee_users is not None else None,
-        scratch_clean=st.reclaim_scratch_policy == "clean",
+        scratch_clean=st.reclaim_scratch_policy == "clean" or "scratch" in clean,
+        clean=tuple(clean),
     )
 
 
@@ -127,15 +133,23 @@ def lessee_rule(policy: ReclaimPolicy) -> str:
     )
 
 
-def reclaim_script(fleet: Fleet, timeout_s: float) -> str:
-    """The collection script followed by the reclaim sections, with the scratch policy."""
+def reclaim_script(fleet: Fleet, timeout_s: float, policy: ReclaimPolicy | None = None) -> str:
+    """The pool's cleanup, the collection script and the reclaim sections, with the scratch
+    policy (``policy``: the host's, for its cleanup; None: the settings', no cleanup)."""
     st = fleet.settings
+    policy = policy or reclaim_policy(fleet, None, None)
+    users = " ".join(policy.lessee_users or ())
     head = (
         f"RECLAIM_SCRATCH={shlex.quote(' '.join(st.path_list(st.reclaim_scratch_paths)))}\n"
-        f"RECLAIM_CLEAN={1 if st.reclaim_scratch_policy == 'clean' else 0}\n"
+        f"RECLAIM_CLEAN={1 if policy.scratch_clean else 0}\n"
+        f"RECLAIM_DO={shlex.quote(' '.join(a for a in policy.clean if a != 'scratch'))}\n"
+        f"RECLAIM_USERS={shlex.quote(users)}\n"
+        f"RECLAIM_LOGIN={shlex.quote(policy.login_user or '')}\n"
+        f"RECLAIM_DATA={shlex.quote(' '.join(policy.data_paths))}\n"
     )
     return head + remote_script(
-        tool_timeout_s=max(5, int(timeout_s * 0.6)), registry=REGISTRY + RECLAIM_REGISTRY
+        tool_timeout_s=max(5, int(timeout_s * 0.6)),
+        registry=(cleanup_section(), *REGISTRY, *RECLAIM_REGISTRY),
     )
 
 
@@ -190,17 +204,21 @@ def reclaim_hosts(
     )
     run_id = got.run_id
     assert run_id is not None
-    script = reclaim_script(fleet, timeout_s)
+    with fleet.db.session() as s:
+        clean = clean_by_host(s, [c.target.name for c in got.hosts])
+
+    def policy_of(c: Claimed) -> ReclaimPolicy:
+        return reclaim_policy(fleet, c.target.user, lessee_users, clean.get(c.target.name, ()))
 
     def apply(c: Claimed, raw: RawResult) -> HostReclaim:
-        return _apply(fleet, run_id, c, raw, policies, lease_id, lessee_users)
+        return _apply(fleet, run_id, c, raw, policies, lease_id, policy_of(c))
 
     out += [HostReclaim(n, "reclaiming", False, f"error: {why}") for n, why in got.refused]
     out += [HostReclaim(n, "reclaiming", False, HELD_ELSEWHERE) for n in got.busy]
     out += Pipeline(
         fleet,
         got,
-        command=lambda _c: script,
+        command=lambda c: reclaim_script(fleet, timeout_s, policy_of(c)),
         apply=apply,
         forks=forks,
         timeout_s=timeout_s,
@@ -298,7 +316,7 @@ def _apply(
     raw: RawResult,
     policies: Policies,
     lease_id: int | None,
-    lessee_users: Sequence[str] | None,
+    policy: ReclaimPolicy,
 ) -> HostReclaim:
     """Store the facts as a collection does, then judge the host in one short transaction."""
     name = c.target.name
@@ -312,8 +330,9 @@ def _apply(
         # Only facts collected in this run count (fail closed: old facts prove nothing).
         snap = s.get(FactSnapshot, collected.snapshot_id) if collected.snapshot_id else None
         facts = HostFacts.model_validate(snap.facts) if snap is not None else None
-        policy = reclaim_policy(fleet, c.target.user, lessee_users)
+        lessee_users = policy.lessee_users
         verdict = judge_reclaim(facts, findings, policy)
+        record_cleanup(s, fleet, host, findings.cleanup)
         if HostState(host.state) is not HostState.RECLAIMING:
             # A change since the last validation sent it to validating (or an operator
             # moved it): the reclaim verdict is no longer this run's to give. What the
