@@ -106,7 +106,8 @@ def test_selectors_on_every_command_and_exit_4(gf: Gf) -> None:
     assert kinds == ["evidence"]
     # A refusal on one host does not stop the others; the exit code is the refusal's.
     gf.run("maintenance", "on", "gpu-01", "--reason", "x")
-    r = gf.run("unquarantine", "gpu-0*", "--reason", "fixed", code=5)
+    # (the whole 4-host fleet: more than GPUFLEET_CONFIRM_SHARE, confirmed with --all)
+    r = gf.run("unquarantine", "gpu-0*", "--reason", "fixed", "--all", code=5)
     assert "gpu-01" in flat(r.stderr)
     gf.run("retire", "gpu-03,gpu-04", "--reason", "eol")
     assert gf.state("gpu-03") == gf.state("gpu-04") == "retired"

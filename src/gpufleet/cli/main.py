@@ -174,8 +174,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "reclaim",
         "Run the reclaim checks (GPU processes and memory, pending row "
         "remaps, data mounts, the lessee's processes and crontabs, scratch) and "
-        "validation on hosts in reclaiming: clean -> available, else quarantined with "
-        "the findings as evidence.",
+        "validation on hosts in reclaiming (or owing a passing reclaim): clean -> available, "
+        "else quarantined with the findings as evidence.",
     ),
     "preflight": (
         "preflight",
