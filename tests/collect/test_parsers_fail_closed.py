@@ -461,6 +461,16 @@ CASES = [
         lambda: _reclaim("reclaim-scratch"),
     ),
     Case(
+        "reclaim-cleanup",
+        (lambda t: reclaim.parse_cleanup(t, "cleanup"),),
+        # our own script's lines (collect/reclaim.py CLEANUP), as tests/e2e/test_reclaim_cleanup
+        # reads them from a real run: a kill, an unmount (octal-escaped space), a failed rm
+        lambda: [
+            "processes 0 gflessee\nmounts 0 /data/team\\040a\ncrontabs 1 gflessee\n",
+            "processes 127 alice\n",
+        ],
+    ),
+    Case(
         "nvidia-smi-q",
         (smi_text.parse_nvidia_smi_text,),
         # the captures (R525..R560) and the lab's H100 report (R535+ clock event counters)
@@ -549,6 +559,7 @@ def test_the_cases_cover_every_public_parser() -> None:
         "reclaim.parse_ps",
         "reclaim.parse_crontab_users",
         "reclaim.parse_scratch",
+        "reclaim.parse_cleanup",
         "text.parse_nvidia_smi_text",
         "xml.parse_nvidia_smi_xml",
         "topology.parse_topo_matrix",
