@@ -463,8 +463,8 @@ CASES = [
     Case(
         "reclaim-cleanup",
         (lambda t: reclaim.parse_cleanup(t, "cleanup"),),
-        # our own script's lines (collect/reclaim.py CLEANUP), as tests/e2e/test_reclaim_cleanup
-        # reads them from a real run: a kill, an unmount (octal-escaped space), a failed rm
+        # our own script's lines (collect/reclaim.py CLEANUP), as read back from a real run in
+        # tests/e2e/test_reclaim_cleanup.py: a kill, an unmount (escaped space), a failed rm
         lambda: [
             "processes 0 gflessee\nmounts 0 /data/team\\040a\ncrontabs 1 gflessee\n",
             "processes 127 alice\n",
