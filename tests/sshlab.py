@@ -734,6 +734,17 @@ class SshLab:
                 h.reservation.close()
                 h.reservation = None
 
+    def stop_host(self, name: str) -> None:
+        """Stop one host's sshd (and its sessions): its port refuses connections until
+        :meth:`start_host`."""
+        self._stop_host(self._host(name))
+
+    def start_host(self, name: str) -> None:
+        """Start a stopped host's sshd again: same port, same host key, same sections."""
+        h = self._host(name)
+        if h.proc is None:
+            self._start([h])
+
     def __enter__(self) -> SshLab:
         self.start()
         return self

@@ -375,6 +375,24 @@ class Settings(BaseModel):
         group="bmc",
         doc="BMC password for hosts without their own (never printed or stored).",
     )
+    # -- reachability (issue 24) -----------------------------------------------------------
+    unreachable_attempts: int = _setting(
+        2,
+        env="GPUFLEET_UNREACHABLE_ATTEMPTS",
+        group="collect",
+        ge=1,
+        le=1000,
+        doc="Consecutive failed collections/inspections that make a host unreachable.",
+    )
+    unreachable_minutes: float = _setting(
+        10.0,
+        env="GPUFLEET_UNREACHABLE_MINUTES",
+        group="collect",
+        gt=0,
+        le=525_600,
+        allow_inf_nan=False,
+        doc="Minutes of failed contacts (from the first) that make a host unreachable.",
+    )
     # -- secrets --------------------------------------------------------------------------
     secret_key: SecretStr | None = _setting(
         env="GPUFLEET_SECRET_KEY",

@@ -225,6 +225,12 @@ class AlarmKind(StrEnum):
     """New Critical entries in the BMC's event log; closed only by an operator
     (``gpufleet bmc sel-ack``), never by the entry leaving the log."""
 
+    HOST_UNREACHABLE = "host-unreachable"
+    """The host could not be reached (refused, timeout, auth failure, host key changed) for
+    the configured run of collections/inspections (``GPUFLEET_UNREACHABLE_ATTEMPTS`` /
+    ``_MINUTES``); the message carries the BMC's view when one is configured. Closed by the
+    next contact that reaches the host."""
+
     HEALTH = "health"
     """A health rule fired on the host (``gpufleet inspect``); ``data`` has the rule, GPU index
     and UUID or port, severity and recommended action. One open per rule and GPU/port; it

@@ -42,7 +42,7 @@ from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
 from gpufleet.domain.telemetry import stable_view
 from gpufleet.errors import ParseError
-from gpufleet.service import gpu_health
+from gpufleet.service import gpu_health, reachability
 from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes, transition
@@ -415,6 +415,8 @@ def apply_result(
             if was_available:
                 _act_on_critical(s, fleet, host, facts, policies or Policies(fleet), res)
             flag_duplicate(s, fleet, host, facts, res)
+        if raw.outcome in reachability.REACHED:
+            res.actions += reachability.on_reached(s, fleet, host, "collect")
         host.last_collected_at = now
         host.last_outcome = raw.outcome
         host.last_reason = raw.reason or None
@@ -429,6 +431,8 @@ def apply_result(
                 snapshot_id=res.snapshot_id,
             )
         )
+    if raw.outcome in reachability.UNREACHED:  # after the commit: it may read the BMC
+        res.actions += reachability.on_unreached(fleet, host_id, raw.outcome, raw.reason, "collect")
     return res
 
 

@@ -57,6 +57,7 @@ from gpufleet.domain.rules import (
     fleet_medians,
 )
 from gpufleet.errors import GpufleetError
+from gpufleet.service import reachability
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
 from gpufleet.service.inspect_guard import (
@@ -247,6 +248,13 @@ def inspect(
         timeout_s=timeout_s,
         open_transport=transports,
     ).run()
+    for hid, acted in reachability.after_sweep(  # issue 24: unreachable is acted on
+        fleet,
+        {h: (Outcome(o.outcome) if h in unobserved else Outcome.OK, o.reason)
+         for h, o in by_id.items()},
+        ACTOR,
+    ).items():
+        by_id[hid].actions += acted
     with fleet.db.session() as s:
         linked = nvlink_hosts(s, list(parsed))
     for hid, res in parsed.items():  # topology from the collected facts, not the probe

@@ -152,6 +152,11 @@ class Host(Base):
         StrEnumType(CollectionOutcome, 20)
     )
     last_reason: Mapped[str | None] = mapped_column(Text)
+    #: Consecutive collections/inspections that could not reach the host (refused, timeout,
+    #: auth, host key) and when the first of them failed; reset by one that reaches it
+    #: (service/reachability.py).
+    unreachable_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    unreachable_since: Mapped[datetime | None] = mapped_column(UtcDateTime)
 
     # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
     claim_token: Mapped[str | None] = mapped_column(String(36))
