@@ -15,6 +15,7 @@ from gpufleet.errors import (
     Conflict,
     Forbidden,
     GpufleetError,
+    IdentityMismatch,
     InvalidTransition,
     InventoryError,
     LocalIOError,
@@ -60,6 +61,12 @@ EXAMPLES: dict[type[GpufleetError], tuple[GpufleetError, str]] = {
         "host gpu-01: event 'maintenance_on' is not allowed in state 'allocated' "
         "(allowed: release)",
     ),
+    IdentityMismatch: (
+        IdentityMismatch("gpu-01", "power cycle", "inventory says gpu-01, the BMC ..."),
+        "host gpu-01: power cycle through its BMC refused: open bmc-identity alarm "
+        "(inventory says gpu-01, the BMC ...); the BMC may be another machine's: fix the "
+        "cabling or inventory, or pass --override-identity --reason TEXT",
+    ),
     StoreError: (
         StoreError(url="sqlite:///x.db", cause="file is not a database"),
         "database sqlite:///x.db: file is not a database",
@@ -99,6 +106,7 @@ CONTRACT: dict[type[GpufleetError], tuple[int, int, bool]] = {
     NotFound: (4, 404, False),
     ConfigError: (2, 422, False),
     InvalidTransition: (5, 409, False),
+    IdentityMismatch: (5, 409, False),
     StoreError: (2, 503, False),
     StoreUnavailable: (2, 503, True),
     ServerUnavailable: (2, 503, True),
@@ -136,7 +144,7 @@ def test_codes_are_unique_and_stable_names() -> None:
 
 
 #: Classes whose constructor takes structured arguments only (file:line, host/state/event).
-STRUCTURED = {ParseError, InventoryError, InvalidTransition}
+STRUCTURED = {ParseError, InventoryError, InvalidTransition, IdentityMismatch}
 
 
 @pytest.mark.parametrize(

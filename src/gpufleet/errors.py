@@ -24,6 +24,7 @@ Unauthorized                    2     401   no     authenticate (API)
 Forbidden                       2     403   no     ask for the permission (API)
 NotFound                        4     404   no     check the name / selector
 InvalidTransition               5     409   no     bring the host to a state that allows it
+IdentityMismatch(InvalidTr.)    5     409   no     fix the BMC's identity, or override
 Conflict                        6     409   yes    retry (someone else changed / holds it)
 ==============================  ====  ====  =====  =====================================
 """
@@ -187,6 +188,26 @@ class InvalidTransition(GpufleetError):
     @property
     def hint(self) -> str:
         return f" (allowed: {', '.join(self.allowed)})" if self.allowed else ""
+
+
+class IdentityMismatch(InvalidTransition):
+    """An action through a host's BMC (power, boot override, reimage, remediation) refused
+    while the host has an open ``bmc-identity`` alarm: the BMC at that address may drive
+    another machine. ``--override-identity --reason TEXT`` (operator, recorded) lets it."""
+
+    code = "bmc_identity"
+    template = (
+        "host {host}: {action} through its BMC refused: open bmc-identity alarm ({alarm}); "
+        "the BMC may be another machine's: fix the cabling or inventory, or pass "
+        "--override-identity --reason TEXT"
+    )
+    action: str
+    alarm: str
+
+    def __init__(self, host: str, action: str, alarm: str) -> None:
+        GpufleetError.__init__(
+            self, host=host, action=action, alarm=alarm, state="", event=action, allowed=[]
+        )
 
 
 class StoreError(GpufleetError):

@@ -195,6 +195,12 @@ class BmcStatusOut(Schema):
 class PowerIn(Schema):
     action: Literal["on", "off", "cycle", "reset"]
     force: bool = Field(False, description="Also for an allocated host.")
+    override_identity_reason: str | None = Field(
+        None,
+        max_length=2000,
+        description="Act even while the host's bmc-identity alarm is open: why the BMC is "
+        "the right one (recorded; operator role).",
+    )
 
 
 class BmcActionOut(Schema):

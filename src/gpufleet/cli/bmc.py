@@ -18,6 +18,20 @@ from gpufleet.service import bmc as svc
 app = typer.Typer(no_args_is_help=True)
 
 
+OVERRIDE_HELP = "Act even while the host's bmc-identity alarm is open (needs --reason)."
+REASON_HELP = "Why the BMC is the right one (with --override-identity; recorded)."
+
+
+def override_reason(override_identity: bool, reason: str | None) -> str | None:
+    """The override's reason: --override-identity needs --reason, and --reason alone is
+    refused (it would be silently ignored)."""
+    if override_identity and (reason is None or not reason.strip()):
+        raise ConfigError("--override-identity needs --reason TEXT (why the BMC is right)")
+    if reason is not None and not override_identity:
+        raise ConfigError("--reason is only for --override-identity")
+    return reason if override_identity else None
+
+
 @app.command("set")
 @boundary
 def set_cmd(
@@ -118,12 +132,16 @@ def power_cmd(
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     force: bool = typer.Option(False, "--force", help="Even if the host is allocated."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    override_identity: bool = typer.Option(False, "--override-identity", help=OVERRIDE_HELP),
+    reason: str | None = typer.Option(None, "--reason", help=REASON_HELP),
 ) -> None:
     """Power a host on/off/cycle/reset through its BMC and wait for the state to settle;
-    refused for allocated hosts unless --force; recorded as a bmc event."""
+    refused for allocated hosts unless --force, and while its bmc-identity alarm is open
+    unless --override-identity --reason; recorded as a bmc event."""
+    why = override_reason(override_identity, reason)
     if not yes and not typer.confirm(f"Power {action.value} {host}?", default=False):
         raise typer.Exit(1)
-    res = svc.power(open_fleet(), host, action, force=force)
+    res = svc.power(open_fleet(), host, action, force=force, override_identity=why)
     _report(res, as_json)
 
 
@@ -148,16 +166,21 @@ def reimage_cmd(
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    override_identity: bool = typer.Option(False, "--override-identity", help=OVERRIDE_HELP),
+    reason: str | None = typer.Option(None, "--reason", help=REASON_HELP),
 ) -> None:
     """Reimage a host by virtual media: insert the image, one-time boot from it, power-cycle,
     record a reimage change (the host goes back to validation; accept its new SSH host key
-    with 'gpufleet hosts rekey'). Refused for allocated hosts."""
+    with 'gpufleet hosts rekey'). Refused for allocated hosts, and while its bmc-identity
+    alarm is open unless --override-identity --reason."""
+    why = override_reason(override_identity, reason)
     if image and baseline:
         raise ConfigError("give --image or --baseline, not both")
     if not yes and not typer.confirm(f"Reimage {host} (its disk is overwritten)?",
                                      default=False):
         raise typer.Exit(1)
-    res = svc.reimage(open_fleet(), host, image=image, baseline=baseline)
+    res = svc.reimage(open_fleet(), host, image=image, baseline=baseline,
+                      override_identity=why)
     _report(res, as_json)
 
 

@@ -53,6 +53,7 @@ from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
+from gpufleet.service import bmc_guard
 from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.baselines import get_baseline
 from gpufleet.service.fleet import Fleet, record_event
@@ -427,14 +428,17 @@ class BmcAction:
 
 
 def _target_for(fleet: Fleet, name: str, *, force: bool, verb: str,
-                forceable: bool = True) -> tuple[BmcTarget, int]:
+                forceable: bool = True, override_identity: str | None = None
+                ) -> tuple[BmcTarget, int]:
     with fleet.db.session() as s:
         h = host_by_name(s, name)
         if h.state is HostState.ALLOCATED and not (force and forceable):
             how = "any state but allocated (release it first" + (
                 ", or --force)" if forceable else ")")
             raise InvalidTransition(h.name, h.state, verb, [how])
-        return bmc_target(h, fleet), h.id
+        target = bmc_target(h, fleet)
+        bmc_guard.guard(s, fleet, h, verb, override_identity)  # issue 24: never the wrong one
+        return target, h.id
 
 
 def _action_deadline(target: BmcTarget, settle_s: float) -> BmcTarget:
@@ -451,11 +455,13 @@ def _record(fleet: Fleet, host_id: int, message: str, data: dict[str, Any]) -> N
 
 
 def power(fleet: Fleet, name: str, action: PowerAction, *, force: bool = False,
-          settle_s: float | None = None) -> BmcAction:
+          settle_s: float | None = None, override_identity: str | None = None) -> BmcAction:
     """Power ``name`` on/off/cycle/reset through its BMC, wait for the state to settle;
-    refused (:class:`InvalidTransition`) for an allocated host unless ``force``. Recorded
-    as a ``bmc`` event, failed or not."""
-    target, host_id = _target_for(fleet, name, force=force, verb=f"power {action}")
+    refused (:class:`InvalidTransition`) for an allocated host unless ``force``, and while
+    its ``bmc-identity`` alarm is open unless ``override_identity`` (the reason,
+    :mod:`gpufleet.service.bmc_guard`). Recorded as a ``bmc`` event, failed or not."""
+    target, host_id = _target_for(fleet, name, force=force, verb=f"power {action}",
+                                  override_identity=override_identity)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
     target = _action_deadline(target, settle)
     try:
@@ -489,13 +495,15 @@ def image_for(fleet: Fleet, name: str, image: str | None, baseline: str | None) 
 
 
 def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str | None = None,
-            settle_s: float | None = None, ticket: str | None = None) -> BmcAction:
+            settle_s: float | None = None, ticket: str | None = None,
+            override_identity: str | None = None) -> BmcAction:
     """Insert the image as virtual media, one-time boot from it, power-cycle, record a
     ``reimage`` change (the host goes back to validation; its SSH host key will change:
     ``hosts rekey``). Refused for allocated hosts. ``ticket`` (a campaign's) is carried by
     the ``bmc`` event and the change."""
     url = image_for(fleet, name, image, baseline)
-    target, host_id = _target_for(fleet, name, force=False, verb="reimage", forceable=False)
+    target, host_id = _target_for(fleet, name, force=False, verb="reimage", forceable=False,
+                                  override_identity=override_identity)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
     target = _action_deadline(target, settle)
     try:

@@ -137,7 +137,8 @@ def bmc_status(
     tags=["bmc"],
 )
 def hosts_power(name: str, body: PowerIn, fleet: Fleet = Depends(as_admin)) -> BmcActionOut:
-    a = bmc.power(fleet, name, PowerAction(body.action), force=body.force)
+    a = bmc.power(fleet, name, PowerAction(body.action), force=body.force,
+                  override_identity=body.override_identity_reason)
     return BmcActionOut(
         host=a.host,
         action=a.action,
