@@ -160,8 +160,9 @@ def _special_tool(name: str, sections: Mapping[str, Section], data: Callable[[st
             f'  [ -n "$q" ] || echo {_sq(state)}\n'
             f"  exit {0 if state == 'active' else 3}\n"
             "fi\n"
-            # remediation (issue 10): daemons stopped/started, reboot accepted (sshd stays up)
-            'case "$1" in stop|start|reboot) exit 0 ;; esac\n'
+            # remediation (issue 10): daemons stopped/started, reboot accepted (sshd stays up);
+            # issue 24: a unit restarted, and then active
+            'case "$1" in stop|start|reboot|restart) exit 0 ;; is-active) echo active; exit 0 ;; esac\n'
             'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
         )
     raise LabError(f"no special fake tool for section {name}")
@@ -735,9 +736,16 @@ class SshLab:
                 h.reservation = None
 
     def stop_host(self, name: str) -> None:
-        """Stop one host's sshd (and its sessions): its port refuses connections until
-        :meth:`start_host`."""
-        self._stop_host(self._host(name))
+        """Stop one host's sshd (and its sessions): its port stays held (bound, not
+        listening: connections are refused, no other lab takes it) until :meth:`start_host`."""
+        h = self._host(name)
+        with _port_lock():
+            self._stop_host(h)
+            if h.reservation is None:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", h.port))
+                h.reservation = sock
 
     def start_host(self, name: str) -> None:
         """Start a stopped host's sshd again: same port, same host key, same sections."""

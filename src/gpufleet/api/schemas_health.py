@@ -80,7 +80,11 @@ class SweepOut(Schema):
 
 
 class RemediateIn(Schema):
-    action: Literal["reset-gpu", "reboot", "service-request"]
+    action: Literal["restart-service", "reset-gpu", "reboot", "power-cycle", "service-request"]
+    service: str | None = Field(None, max_length=64, description="restart-service: which.")
+    override_identity: bool = Field(
+        False, description="Power-cycle even while the BMC's identity alarm is open (reason)."
+    )
     gpu: int | None = Field(None, ge=0, le=63, description="One GPU (reset-gpu); all if absent.")
     ticket: str | None = Field(None, max_length=128, description="Vendor ticket (service-request).")
     eta: Time | None = Field(None, description="When the host is expected back (service-request).")

@@ -14,7 +14,19 @@ from gpufleet.errors import UsageError
 @boundary
 def remediate_cmd(
     host: str = typer.Argument(..., help="Host name."),
-    action: Action = typer.Option(..., "--action", help="reset-gpu, reboot or service-request."),
+    action: Action = typer.Option(
+        ..., "--action",
+        help="restart-service, reset-gpu, reboot, power-cycle (BMC) or service-request.",
+    ),
+    service: str | None = typer.Option(
+        None, "--service", help="restart-service: kubelet, containerd, nvidia-fabricmanager, "
+        "nvidia-persistenced or device-plugin.",
+    ),
+    override_identity: bool = typer.Option(
+        False, "--override-identity",
+        help="Power-cycle through the BMC even while its bmc-identity alarm is open "
+        "(needs --reason; recorded).",
+    ),
     gpu: int | None = typer.Option(None, "--gpu", help="GPU index (default: the unusable ones)."),
     ticket: str | None = typer.Option(None, "--ticket", help="Service request id (RMA-123)."),
     eta: str | None = typer.Option(None, "--eta", help="Expected back (ISO time)."),
@@ -26,8 +38,11 @@ def remediate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Run one rung of the remediation ladder on a host, record it, send the host to
-    validation (service-request: to maintenance with the ticket and ETA). Exit 1 when the
-    step was refused or failed."""
+    validation (service-request: to maintenance with the ticket and ETA). A reboot that
+    fails in-band, or a host that does not answer, is power-cycled through its BMC when it
+    has one. Exit 1 when the step was refused or failed."""
+    if override_identity and (reason is None or not reason.strip()):
+        raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
     from gpufleet.cli.alloc import _time as parse_time  # here: `drift` registers this module
     from gpufleet.service import remediation
 
@@ -41,6 +56,8 @@ def remediate_cmd(
         reason=reason,
         timeout_s=timeout,
         reboot_wait_s=reboot_wait,
+        service=service,
+        override_identity=reason if override_identity else None,
     )
     if as_json:
         print_json(asdict(rep))

@@ -25,19 +25,41 @@ MARK = "@@gpufleet:remedy"
 class Action(StrEnum):
     """A rung of the remediation ladder."""
 
+    RESTART_SERVICE = "restart-service"
     RESET_GPU = "reset-gpu"
     REBOOT = "reboot"
+    POWER_CYCLE = "power-cycle"
     SERVICE_REQUEST = "service-request"
 
 
-#: The ladder, lowest rung first.
-LADDER: tuple[Action, ...] = (Action.RESET_GPU, Action.REBOOT, Action.SERVICE_REQUEST)
+#: The ladder, lowest rung first (issue 24: a service restart before a GPU reset, a BMC power
+#: cycle when the in-band reboot fails or the host does not answer).
+LADDER: tuple[Action, ...] = (
+    Action.RESTART_SERVICE,
+    Action.RESET_GPU,
+    Action.REBOOT,
+    Action.POWER_CYCLE,
+    Action.SERVICE_REQUEST,
+)
 #: The rules' recommended actions (issue 10 ladder) and the rung each runs.
 RULE_ACTIONS: dict[str, Action] = {
     "reset_gpu": Action.RESET_GPU,
     "reboot": Action.REBOOT,
     "reseat_or_replace": Action.SERVICE_REQUEST,
+    "restart_service": Action.RESTART_SERVICE,
+    "power_cycle": Action.POWER_CYCLE,
 }
+
+#: Services ``restart-service`` restarts: a systemd unit, or (the device plugin) the
+#: container the kubelet runs, stopped with ``crictl`` so the kubelet starts it again.
+SERVICES: dict[str, str] = {
+    "kubelet": "kubelet",
+    "containerd": "containerd",
+    "nvidia-fabricmanager": "nvidia-fabricmanager",
+    "nvidia-persistenced": "nvidia-persistenced",
+    "device-plugin": "",  # the nvidia-device-plugin pod's container (crictl)
+}
+DEVICE_PLUGIN_CONTAINER = "nvidia-device-plugin"
 
 #: Daemons that hold every GPU open, and the systemd unit that stops each.
 DAEMONS: dict[str, str] = {
@@ -218,3 +240,39 @@ def reboot_script() -> str:
 def alive_script() -> str:
     """A cheap round trip to see the host answer again after a reboot."""
     return f"# {MARK} alive\necho @@alive\n"
+
+
+def restart_script(service: str) -> str:
+    """Restart ``service`` (one of :data:`SERVICES`) and report whether it runs again."""
+    if service not in SERVICES:
+        raise ValueError(f"unknown service {service!r}; one of {', '.join(SERVICES)}")
+    head = f"# gpufleet remediate: restart {service} ({MARK} restart)\necho @@restart\n"
+    unit = SERVICES[service]
+    if unit:
+        return head + (
+            f"systemctl restart {unit} 2>&1; rc=$?; echo \"@@rc $rc\"\n"
+            f"echo @@active\nsystemctl is-active {unit} 2>&1; echo \"@@rc $?\"\n"
+        )
+    name = DEVICE_PLUGIN_CONTAINER
+    return head + (
+        f"ids=$(crictl ps -q --name {name} 2>&1); rc=$?\n"
+        '[ "$rc" = 0 ] && [ -z "$ids" ] && { echo "no running container"; rc=1; }\n'
+        '[ "$rc" = 0 ] && { crictl stop $ids 2>&1; rc=$?; }\n'
+        'echo "@@rc $rc"\n'
+    )
+
+
+def read_restart(service: str, output: str) -> tuple[bool, str]:
+    """Whether :func:`restart_script` restarted ``service``, and what it said."""
+    secs = _sections(output)
+    lines, rc = secs.get("restart", ([], None))
+    text = " ".join(lines)[:300]
+    if rc != 0:
+        return False, f"restart {service} failed (rc {rc}): {text or 'no output'}"
+    if SERVICES.get(service):
+        active, arc = secs.get("active", ([], None))
+        state = " ".join(active)[:100] or "unknown"
+        if arc != 0:
+            return False, f"{service} restarted but is not active: {state}"
+        return True, f"{service} restarted, {state}"
+    return True, f"device plugin container stopped ({text or 'ok'}); the kubelet starts it again"

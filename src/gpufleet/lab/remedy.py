@@ -45,6 +45,10 @@ def render_remedy(host: LabHost, script: str) -> str:
                 "@@rc 0\n"
             )
         return f"@@stop\n@@rc 0\n@@reset\nAll done.\n@@rc 0\n@@verify\n{verify}@@rc 0\n"
+    if f"{MARK} restart" in script:  # issue 24: a service restarted (systemctl, crictl)
+        if "crictl" in script:
+            return "@@restart\n3f2a9c1b7d4e\n@@rc 0\n"
+        return "@@restart\n@@rc 0\n@@active\nactive\n@@rc 0\n"
     if f"{MARK} reboot" in script:
         return "@@rc 0\n"
     return "@@alive\n"

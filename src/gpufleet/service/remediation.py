@@ -36,8 +36,9 @@ from gpufleet.domain.remediation import (
 )
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import Conflict, InvalidTransition, UsageError
-from gpufleet.service import webhooks
+from gpufleet.errors import Conflict, IdentityMismatch, InvalidTransition, UsageError
+from gpufleet.service import bmc_guard, webhooks
+from gpufleet.service import remediation_steps as steps_
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.gpu_health import pool_health_policy
 from gpufleet.service.lifecycle import transition
@@ -160,6 +161,8 @@ def _wait_back(
 def _reboot(fleet: Fleet, c: Claimed, tr: Transport, timeout_s: float, wait_s: float) -> Step:
     r = _run(fleet, c, tr, reboot_script(), timeout_s)
     out = r.output or ""
+    if r.outcome in steps_.NOT_REACHED:  # nothing ran: waiting for it to come back is moot
+        return Step(Action.REBOOT.value, "failed", f"{r.outcome.value}: {r.reason}")
     if r.outcome is Outcome.OK and "@@rc 0" not in out:
         return Step(Action.REBOOT.value, "failed", f"systemctl reboot refused: {out.strip()[:300]}")
     time.sleep(min(2.0, wait_s))  # give the host a moment to go down
@@ -182,9 +185,17 @@ def remediate(
     timeout_s: float = 300.0,
     reboot_wait_s: float = 900.0,
     reason: str | None = None,
+    service: str | None = None,
+    override_identity: str | None = None,
 ) -> RemediationReport:
     """Run ``action`` on host ``name`` (see the module); ``rule``: the rule that ran it
-    automatically (policy ``auto_remediate``)."""
+    automatically (policy ``auto_remediate``); ``service``: what ``restart-service``
+    restarts; ``override_identity``: the reason to power-cycle through a BMC whose identity
+    alarm is open (:mod:`gpufleet.service.bmc_guard`)."""
+    if action is Action.RESTART_SERVICE:
+        service = steps_.check_service(service)
+    elif service:
+        raise UsageError("--service belongs to --action restart-service")
     if action is Action.SERVICE_REQUEST:
         return _service_request(fleet, name, gpu=gpu, ticket=ticket, eta=eta, reason=reason)
     if ticket or eta:
@@ -197,6 +208,13 @@ def remediate(
             )
         plan = _plan(s, host, gpu)
         policy = pool_health_policy(s, host.pool)
+        bmc_ok = steps_.has_bmc(host.vars)
+        if action is Action.POWER_CYCLE:
+            if not bmc_ok:
+                raise UsageError(f"{host.name}: --action power-cycle needs a BMC (bmc set)")
+            alarm = bmc_guard.identity_alarm(s, host)
+            if alarm is not None and bmc_guard.check_override(override_identity) is None:
+                raise IdentityMismatch(host.name, "power-cycle", f"#{alarm.id}: {alarm.message}")
     c = _claim(fleet, name, timeout_s)
     steps: list[Step] = []
     try:
@@ -208,6 +226,10 @@ def remediate(
                 steps.append(
                     Step(action.value, "failed", f"{probe_raw.outcome.value}: {probe_raw.reason}")
                 )
+                if probe_raw.outcome in steps_.NOT_REACHED and bmc_ok and policy.fallback_reboot:
+                    steps.append(steps_.power_cycle(
+                        fleet, c, tr, reboot_wait_s, "the host does not answer",
+                        override_identity))
             else:
                 probe = read_probe(probe_raw.output or "", plan.uuids)
                 held = "; ".join(h.describe() for h in probe.holders)
@@ -261,8 +283,17 @@ def remediate(
             # only a reset that ran and failed falls back (an unreachable host is not rebooted)
             if steps[-1].outcome == "failed" and reset_ran and policy.fallback_reboot:
                 steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
+        elif action is Action.RESTART_SERVICE:
+            assert service is not None
+            steps.append(steps_.restart_service(c, tr, service, timeout_s))
+        elif action is Action.POWER_CYCLE:
+            steps.append(steps_.power_cycle(
+                fleet, c, tr, reboot_wait_s, "power cycle asked", override_identity))
         else:
             steps.append(_reboot(fleet, c, tr, timeout_s, reboot_wait_s))
+            if steps[-1].outcome == "failed" and bmc_ok:  # the BMC rung (issue 24)
+                steps.append(steps_.power_cycle(
+                    fleet, c, tr, reboot_wait_s, "in-band reboot failed", override_identity))
         report = _apply(fleet, c, name, action, steps, plan, rule, reason)
     finally:
         release_claims(fleet, c.token)

@@ -101,6 +101,8 @@ def hosts_remediate(
         ticket=body.ticket,
         eta=body.eta,
         reason=body.reason,
+        service=body.service,
+        override_identity=body.reason if body.override_identity else None,
     )
     return RemediationOut.of(r)
 
