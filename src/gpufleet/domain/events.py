@@ -136,8 +136,8 @@ class EventKind(StrEnum):
     GPU fault policy, or a pool's health policy changed (``gpufleet pool health-policy``)."""
 
     REMEDIATION = "remediation"
-    """A remediation step ran on the host (``gpufleet remediate``: reset-gpu, reboot,
-    service-request); ``data`` has the action, GPUs, outcome and the remediation record id."""
+    """A remediation step ran on the host (``gpufleet remediate``: restart-service, reset-gpu,
+    reboot, power-cycle, service-request); ``data`` has the action, GPUs, outcome and the remediation record id."""
 
     RECLAIM_WAIVED = "reclaim-waived"
     """An operator let a host that owes a passing reclaim out without one
