@@ -162,7 +162,8 @@ def _special_tool(name: str, sections: Mapping[str, Section], data: Callable[[st
             "fi\n"
             # remediation (issue 10): daemons stopped/started, reboot accepted (sshd stays up);
             # issue 24: a unit restarted, and then active
-            'case "$1" in stop|start|reboot|restart) exit 0 ;; is-active) echo active; exit 0 ;; esac\n'
+            'case "$1" in stop|start|reboot|restart) exit 0 ;;\n'
+            '  is-active) echo active; exit 0 ;; esac\n'
             'echo "systemctl (gpufleet lab): unsupported: $*" >&2; exit 1'
         )
     raise LabError(f"no special fake tool for section {name}")

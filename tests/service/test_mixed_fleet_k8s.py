@@ -57,7 +57,9 @@ def test_k8s_sync_cross_checks_each_vendors_extended_resource(
         assert _alarms(mixed, "gpu-02") == [(
             "k8s-gpus-missing",
             "node gpu-02: allocatable huawei.com/Ascend910 is 7, gpufleet validated 8 "
-            "accelerators on gpu-02",
+            "accelerators on gpu-02; recommended: restart the device plugin, not the GPUs "
+            "(gpufleet remediate gpu-02 --action restart-service --service device-plugin) "
+            "(gpufleet's last facts (2026-12-01 12:00 UTC) saw all 8 accelerators healthy)",
         )]
         assert _alarms(mixed, "gpu-01") == [] and _alarms(mixed, "gpu-03") == []
         api.patch_node("gpu-02", {"status": {"allocatable": {"huawei.com/Ascend910": "8"}}})

@@ -137,7 +137,8 @@ class EventKind(StrEnum):
 
     REMEDIATION = "remediation"
     """A remediation step ran on the host (``gpufleet remediate``: restart-service, reset-gpu,
-    reboot, power-cycle, service-request); ``data`` has the action, GPUs, outcome and the remediation record id."""
+    reboot, power-cycle, service-request); ``data`` has the action, GPUs, outcome and the
+    remediation record id."""
 
     RECLAIM_WAIVED = "reclaim-waived"
     """An operator let a host that owes a passing reclaim out without one

@@ -321,7 +321,65 @@ def _ready(node: Mapping[str, Any]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class HostEvidence:
+    """What gpufleet itself last saw of the host (issue 24): from its latest facts, whether
+    every GPU it expects answered healthy (None: no facts), and whether SSH answers."""
+
+    gpus_healthy: bool | None = None
+    detail: str = ""
+    ssh_down: bool = False
+
+
+def recommend(kind: AlarmKind, host: str, ev: HostEvidence) -> tuple[str, str]:
+    """The recommended step for a cross-check alarm and the evidence it rests on: when
+    gpufleet's own facts saw every GPU healthy, the Kubernetes side is at fault (restart the
+    device plugin, or the kubelet), not the GPUs; otherwise the GPU or driver fault."""
+    if ev.ssh_down:
+        return (
+            f"power-cycle: the host does not answer SSH either (gpufleet bmc status {host}, "
+            f"then gpufleet remediate {host} --action power-cycle)",
+            "gpufleet's last contacts with the host failed",
+        )
+    if ev.gpus_healthy is None:
+        return f"collect {host}: gpufleet has no facts to tell", "no facts"
+    if not ev.gpus_healthy:
+        return (f"the GPU/driver fault: gpufleet validate {host}, then its remediation",
+                ev.detail)
+    if kind is AlarmKind.K8S_GPUS_MISSING:
+        return (f"restart the device plugin, not the GPUs (gpufleet remediate {host} "
+                "--action restart-service --service device-plugin)", ev.detail)
+    return (f"restart the kubelet (gpufleet remediate {host} --action restart-service "
+            "--service kubelet)", ev.detail)
+
+
+def _with_advice(f: NodeFinding, ev: HostEvidence | None) -> NodeFinding:
+    if ev is None:
+        return f
+    step, evidence = recommend(f.kind, f.host, ev)
+    return NodeFinding(
+        f.host, f.node, f.kind, f"{f.message}; recommended: {step} ({evidence})",
+        {**f.data, "recommended": step, "evidence": evidence},
+    )
+
+
 def cross_check(
+    host: str,
+    node_name_: str,
+    state: HostState,
+    validated_gpus: int | None,
+    node: Mapping[str, Any],
+    resources: Mapping[str, int] | None = None,
+    evidence: HostEvidence | None = None,
+) -> list[NodeFinding]:
+    """:func:`node_findings`, each with its recommended step when ``evidence`` is given."""
+    return [
+        _with_advice(f, evidence)
+        for f in node_findings(host, node_name_, state, validated_gpus, node, resources)
+    ]
+
+
+def node_findings(
     host: str,
     node_name_: str,
     state: HostState,

@@ -57,9 +57,11 @@ SERVICES: dict[str, str] = {
     "containerd": "containerd",
     "nvidia-fabricmanager": "nvidia-fabricmanager",
     "nvidia-persistenced": "nvidia-persistenced",
-    "device-plugin": "",  # the nvidia-device-plugin pod's container (crictl)
+    "device-plugin": "",  # the device plugin pod's container (crictl)
 }
-DEVICE_PLUGIN_CONTAINER = "nvidia-device-plugin"
+#: ``crictl ps --name`` takes a regular expression: every vendor's device plugin container
+#: (nvidia-device-plugin-ctr, ascend-device-plugin, ...).
+DEVICE_PLUGIN_CONTAINER = "device-plugin"
 
 #: Daemons that hold every GPU open, and the systemd unit that stops each.
 DAEMONS: dict[str, str] = {

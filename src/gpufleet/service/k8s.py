@@ -21,11 +21,13 @@ from gpufleet.domain.accelerator_exports import extended_resources
 from gpufleet.domain.accelerators import inventories_of
 from gpufleet.domain.events import AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.health import Fault
 from gpufleet.domain.k8s import (
     CROSS_CHECK_KINDS,
     NVIDIA_PREFIX,
     OWN_PREFIX,
     DesiredNode,
+    HostEvidence,
     NodeFinding,
     NodePatch,
     cordoned_by_someone_else,
@@ -130,6 +132,8 @@ class _HostRow:
     gpus: int | None
     #: Extended resource -> accelerators of the host (issue 15: every vendor's).
     resources: dict[str, int] = field(default_factory=dict)
+    #: What gpufleet itself last saw (issue 24): the cross-check alarms' recommended step.
+    evidence: HostEvidence | None = None
 
 
 @dataclass
@@ -176,8 +180,36 @@ def _hosts(fleet: Fleet, selector: str | None) -> list[_HostRow]:
             resources = (
                 extended_resources(inventories_of(facts), EXPORTS) if facts is not None else {}
             )
-            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus, resources))
+            out.append(_HostRow(h.name, h.address, HostState(h.state), gpus, resources,
+                                host_evidence(h, facts, gpus, resources)))
         return out
+
+
+def host_evidence(
+    h: Host, facts: HostFacts | None, gpus: int | None, resources: dict[str, int]
+) -> HostEvidence:
+    """Whether gpufleet's own latest facts saw every GPU (or other vendor's accelerator) it
+    expects healthy (issue 24): the cross-check alarms' evidence."""
+    ssh_down = bool(h.unreachable_attempts) or h.fault is Fault.UNREACHABLE
+    if facts is None:
+        return HostEvidence(None, "no facts", ssh_down)
+    at = f"{facts.collected_at:%Y-%m-%d %H:%M} UTC"
+    what, count = "GPUs", gpus
+    if count is None and resources:  # another vendor's accelerators (issue 15)
+        what, count = "accelerators", sum(resources.values())
+    if count is None:
+        why = facts.nvidia_smi_error or "nvidia-smi gave no answer"
+        return HostEvidence(False, f"gpufleet's last facts ({at}): {why}", ssh_down)
+    expected = h.usable_gpus or (h.expected or {}).get("gpu_count") or count
+    if h.fault is not None or count < int(expected):
+        fault = f", fault {h.fault}" if h.fault is not None else ""
+        return HostEvidence(
+            False, f"gpufleet's last facts ({at}) saw {count} of {expected} {what}{fault}",
+            ssh_down,
+        )
+    return HostEvidence(
+        True, f"gpufleet's last facts ({at}) saw all {count} {what} healthy", ssh_down
+    )
 
 
 def vendor_keys(labels: dict[str, str]) -> frozenset[str]:
@@ -244,7 +276,7 @@ def k8s_sync(
             own_vendor=settings.k8s_own_vendor_labels,
         )
         res.findings = cross_check(
-            desired.host, desired.node, row.state, row.gpus, node, row.resources
+            desired.host, desired.node, row.state, row.gpus, node, row.resources, row.evidence
         )
         if cordoned_by_someone_else(node):
             res.held = f"node {desired.node} cordoned in Kubernetes by someone else"
