@@ -16,6 +16,8 @@ from tests.bmc.conftest import BMC_PASSWORD, BMC_USER
 from tests.bmc.redfishlab import Emulator, free_port, get_json, system_uuid
 from tests.clitools import Cli, cli_for_backend, flat
 
+from gpufleet.store.db import Database
+
 pytestmark = pytest.mark.xdist_group("redfish")
 AUTH = (BMC_USER, BMC_PASSWORD)
 SYSTEM = 2
@@ -30,6 +32,18 @@ def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cli]:
     c.env["GPUFLEET_BMC_PASSWORD"] = None
     c.env["GPUFLEET_BMC_SETTLE"] = "20"
     yield c
+
+
+def _set_state(gf: Cli, name: str, state: str) -> None:
+    """Test setup: put the host in ``state`` directly (validation is tested elsewhere)."""
+    url = (gf.global_args[gf.global_args.index("--db") + 1] if "--db" in gf.global_args
+           else f"sqlite:///{gf.tmp / 'home' / 'gpufleet.db'}")
+    db = Database(url)
+    try:
+        with db.engine.begin() as c:
+            c.exec_driver_sql(f"UPDATE hosts SET state = '{state}' WHERE name = '{name}'")
+    finally:
+        db.dispose()
 
 
 def test_identity_alarm_blocks_power_and_reimage_unless_overridden(
@@ -66,6 +80,17 @@ def test_identity_alarm_blocks_power_and_reimage_unless_overridden(
     # a campaign's reimage step fails the host with the same refusal
     gf.run("baseline", "create", "b-img", "--driver", "570.86.15",
            "--os-image-url", "http://127.0.0.1:9/x.iso")
+    _set_state(gf, "gpu-x", "available")  # as if validated
+    gf.json("campaign", "create", "re1", "--target-baseline", "b-img", "--selector", "gpu-x",
+            "--reimage", "--ticket", "RE-9", "--waves", "100%", "--change-kind", "reimage")
+    gf.run("campaign", "run", "re1", "--json", code=1)
+    out = gf.json("campaign", "report", "re1")
+    assert out["status"] == "halted"
+    host = out["waves"][0]["hosts"][0]
+    assert host["step"] == "failed"
+    assert "reimage through its BMC refused: open bmc-identity alarm" in host["reason"], host
+    assert not [e for e in gf.json("events", "--kind", "bmc")
+                if e["message"].startswith("reimage:")]
 
     # an override needs a reason; with one, the action goes through and is recorded
     gf.run("bmc", "power", "off", "gpu-x", "--yes", "--override-identity", code=2)
