@@ -1,7 +1,7 @@
 """a host's run of failed contacts: unreachable is a state the platform acts on (issue 24)
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0025
+Revises: 0024
 Create Date: 2026-12-05 10:40:00
 
 One block per change, named by what it is for; every block has its reverse in ``downgrade``
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0024"
-down_revision = "0023"
+revision = "0025"
+down_revision = "0024"
 branch_labels = None
 depends_on = None
 
