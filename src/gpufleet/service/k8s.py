@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpufleet.collect.transport import Outcome
 from gpufleet.domain.accelerator_exports import extended_resources
 from gpufleet.domain.accelerators import inventories_of
-from gpufleet.domain.events import AlarmSeverity, EventKind
+from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.k8s import (
@@ -38,6 +39,7 @@ from gpufleet.domain.k8s import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
+from gpufleet.service import reachability
 from gpufleet.service.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.holds import record_holds
@@ -134,6 +136,7 @@ class _HostRow:
     resources: dict[str, int] = field(default_factory=dict)
     #: What gpufleet itself last saw (issue 24): the cross-check alarms' recommended step.
     evidence: HostEvidence | None = None
+    has_bmc: bool = False
 
 
 @dataclass
@@ -181,7 +184,8 @@ def _hosts(fleet: Fleet, selector: str | None) -> list[_HostRow]:
                 extended_resources(inventories_of(facts), EXPORTS) if facts is not None else {}
             )
             out.append(_HostRow(h.name, h.address, HostState(h.state), gpus, resources,
-                                host_evidence(h, facts, gpus, resources)))
+                                host_evidence(h, facts, gpus, resources),
+                                bool(h.vars.get("gpufleet_bmc_address"))))
         return out
 
 
@@ -286,10 +290,36 @@ def k8s_sync(
             api.patch_node(desired.node, res.patch.body())
         except ConfigError as exc:
             res.error = str(exc)
+    if not dry_run:
+        _bmc_views(fleet, results, {d.host: row for d, row in wanted})
     report = SyncReport(dry_run, results)
     if not dry_run:
         _record(fleet, report)
     return report
+
+
+def _bmc_views(fleet: Fleet, results: list[NodeResult], rows: dict[str, _HostRow]) -> None:
+    """A new NotReady alarm on a host with a BMC carries the BMC's view (issue 24): read
+    now, outside any transaction, only for hosts whose alarm is not open yet."""
+    todo = [r for r in results if rows[r.host].has_bmc
+            and any(f.kind is AlarmKind.K8S_NODE_NOT_READY for f in r.findings)]
+    if not todo:
+        return
+    with fleet.db.session() as s:
+        ids = [host_by_name(s, r.host).id for r in todo]
+        already = {a.host for a in open_alarms(s, ids) if a.kind == AlarmKind.K8S_NODE_NOT_READY}
+    for r in todo:
+        if r.host in already:
+            continue
+        ev = rows[r.host].evidence
+        down = ev is not None and ev.ssh_down
+        view = reachability.bmc_view(fleet, r.host, Outcome.UNREACHABLE if down else Outcome.OK)
+        r.findings = [
+            NodeFinding(f.host, f.node, f.kind, f"{f.message}. {view.text}",
+                        {**f.data, "bmc": view.data})
+            if f.kind is AlarmKind.K8S_NODE_NOT_READY else f
+            for f in r.findings
+        ]
 
 
 def _record(fleet: Fleet, report: SyncReport) -> None:
