@@ -141,10 +141,6 @@ def enqueue(
     return row
 
 
-#: The name callers used before the outbox moved into their transaction (issue 24); the same.
-after_commit = enqueue
-
-
 def notify(fleet: Fleet, kind: str, host: str | None, data: dict[str, Any]) -> str | None:
     """Queue a notification in a transaction of its own, for callers without one; never
     raises: a failure is logged and counted, and returned in words (None: queued, or no
