@@ -64,6 +64,13 @@ def test_the_unreachable_alarm_carries_the_bmc_view(
     assert "SEL entr" in a_on.message
     assert a_on.data["bmc"]["power_state"] == "On"
     assert "BMC says power Off" in a_off.message and "powered off" in a_off.message
+    # the recommended step follows what the BMC says (issue 24, item 2 and the ladder's
+    # "BMC power cycle when the host is unreachable")
+    assert a_on.data["action"] == "power-cycle"
+    step = f"recommended: power-cycle (gpufleet remediate {on} --action power-cycle)"
+    assert step in a_on.message
+    assert a_off.data["action"] == "power-on"
+    assert f"recommended: power-on (gpufleet bmc power on {off})" in a_off.message
     for name in (on, off):
         v = show_host(fleet, name).view
         assert (v.state, v.fault) == ("validating", "unreachable")

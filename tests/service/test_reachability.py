@@ -65,6 +65,7 @@ def test_minutes_bound_leased_hosts_and_recovery(fleet: Fleet, tmp_path: Path) -
     assert (v.state, v.fault) == ("validating", "unreachable")
     (msg,) = _open(fleet, "gpu-02")
     assert "3 failed contacts since" in msg
+    assert "no BMC configured; recommended: escalate (check the machine" in msg
     # the leased host: one alarm, the lease runs on, its state and fault untouched
     v3 = show_host(fleet, "gpu-03").view
     assert (v3.state, v3.fault) == ("allocated", None) and len(_open(fleet, "gpu-03")) == 1

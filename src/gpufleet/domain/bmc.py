@@ -268,3 +268,28 @@ def diagnose(
         f"SSH down, BMC says power {power}, health {reading.worst_health}: hardware fault "
         "likely (read the SEL)"
     )
+
+
+#: What to do about a host SSH cannot reach, by what its BMC says (issue 24, item 2): the
+#: recommended step and the command that takes it. ``escalate`` when no BMC answers (someone
+#: must look at the machine, its power and its network on site).
+UNREACHABLE_STEPS: dict[str, str] = {
+    "power-cycle": "gpufleet remediate {host} --action power-cycle",
+    "power-on": "gpufleet bmc power on {host}",
+    "service-request": "read the SEL (gpufleet bmc status {host}), then a service request",
+    "escalate": "check the machine, its power and its network on site",
+}
+
+
+def unreachable_step(bmc_outcome: BmcOutcome | None, reading: BmcReading | None) -> str:
+    """The recommended step for an unreachable host: power-cycle through the BMC when it says
+    On with healthy hardware (the OS hung or the host network is down), power-on when it says
+    Off, a service request when it reports a hardware fault, escalate without a BMC answer."""
+    if bmc_outcome is not BmcOutcome.OK or reading is None:
+        return "escalate"
+    power = (reading.power_state or "").lower()
+    if power == "off":
+        return "power-on"
+    if power == "on" and reading.worst_health in ("OK", None):
+        return "power-cycle"
+    return "service-request"

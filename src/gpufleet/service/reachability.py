@@ -35,6 +35,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome
+from gpufleet.domain.bmc import UNREACHABLE_STEPS
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.states import Event, HostState
@@ -141,7 +142,13 @@ def _should_act(s: Session, fleet: Fleet, host: Host, now: datetime) -> bool:
 def bmc_view(fleet: Fleet, name: str, outcome: Outcome) -> BmcView:
     """Read ``name``'s BMC now (the read is stored, its cross-checks applied, as ``bmc
     status`` does) and describe it: power state, health, new event-log entries, diagnosis."""
-    from gpufleet.domain.bmc import BmcIdentity, BmcOutcome, BmcReading, diagnose
+    from gpufleet.domain.bmc import (
+        BmcIdentity,
+        BmcOutcome,
+        BmcReading,
+        diagnose,
+        unreachable_step,
+    )
     from gpufleet.service.bmc import bmc_status
 
     try:
@@ -155,7 +162,8 @@ def bmc_view(fleet: Fleet, name: str, outcome: Outcome) -> BmcView:
         diagnosis = diagnose(outcome, BmcOutcome(st.outcome), None)
         text = f"BMC {st.outcome}" + (f" ({st.reason})" if st.reason else "")
         return BmcView(text + (f"; {diagnosis}" if diagnosis else ""),
-                       {"outcome": st.outcome, "reason": st.reason, "diagnosis": diagnosis})
+                       {"outcome": st.outcome, "reason": st.reason, "diagnosis": diagnosis,
+                        "step": unreachable_step(BmcOutcome(st.outcome), None)})
     reading = BmcReading(system_id="-", identity=BmcIdentity(), power_state=st.power_state,
                          health=st.health)
     diagnosis = diagnose(outcome, BmcOutcome.OK, reading)
@@ -170,7 +178,8 @@ def bmc_view(fleet: Fleet, name: str, outcome: Outcome) -> BmcView:
     if diagnosis:
         text += f"; {diagnosis}"
     return BmcView(text, {"outcome": st.outcome, "power_state": st.power_state,
-                          "health": st.health, "sel_new": sel, "diagnosis": diagnosis})
+                          "health": st.health, "sel_new": sel, "diagnosis": diagnosis,
+                          "step": unreachable_step(BmcOutcome.OK, reading)})
 
 
 def on_unreached(
@@ -198,10 +207,13 @@ def _act(
         n = host.unreachable_attempts
         why = (f"unreachable: {n} failed contact{'s' if n != 1 else ''} since "
                f"{since:%Y-%m-%d %H:%M:%S} UTC (last, {source}: {outcome}: {reason or '-'})")
-        message = f"{host.name}: {why}" + (f". {view.text}" if view else "")
+        step = str(view.data.get("step") or "escalate") if view else "escalate"
+        todo = UNREACHABLE_STEPS[step].format(host=host.name)
+        message = (f"{host.name}: {why}" + (f". {view.text}" if view else ". no BMC configured")
+                   + f"; recommended: {step} ({todo})")
         data: dict[str, Any] = {
             "attempts": n, "since": since.isoformat(), "outcome": str(outcome),
-            "reason": reason, "source": source,
+            "reason": reason, "source": source, "action": step,
         }
         if view is not None:
             data["bmc"] = view.data
