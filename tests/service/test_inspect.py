@@ -125,13 +125,14 @@ def test_injected_faults_are_found_alarmed_and_kept_out(
     assert all(a.data.get("cleared_at") for v in health_alarms(fleet).values() for a in v)
     assert {states(fleet)[n] for n in FAULTS} == {"validating"}
     assert allocatable(fleet) == {"gpu-07", "gpu-08"}
-    # Validation passes; the next sweep closes the alarms (finding cleared + validated).
+    # Validation passes and closes the cleared alarms in the same transaction (finding
+    # cleared + validated): an available host is allocatable at once, not one sweep later.
     assert {v.state for v in validate(fleet, ",".join(FAULTS)).verdicts} == {"available"}
-    assert allocatable(fleet) == {"gpu-07", "gpu-08"}  # the critical alarms are still open
+    assert health_alarms(fleet) == {}
+    assert allocatable(fleet) == {f"gpu-0{i}" for i in range(1, 9)}
     clock.advance(minutes=5)
     inspect(fleet)
     assert health_alarms(fleet) == {}
-    assert allocatable(fleet) == {f"gpu-0{i}" for i in range(1, 9)}
 
 
 def test_leased_host_keeps_its_lease_and_warnings_do_not_block(

@@ -66,6 +66,29 @@ def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: 
     return n
 
 
+def close_cleared(s: Session, fleet: Fleet, host: Host) -> int:
+    """The host has just passed validation: close its open ``health`` alarms whose finding has
+    cleared (``data.cleared_at``, set by the inspection sweep that no longer saw it). A
+    critical alarm waits for exactly this (issue 10); closing it here rather than at the next
+    sweep keeps an ``available`` host from sitting out of placement for one more interval."""
+    n = 0
+    for alarm in s.scalars(
+        select(Alarm).where(
+            Alarm.host_id == host.id, Alarm.kind == AlarmKind.HEALTH, Alarm.closed_at.is_(None)
+        )
+    ):
+        if not (alarm.data or {}).get("cleared_at"):
+            continue  # still found: validation never closes a current finding
+        alarm.closed_at = fleet.now()
+        alarm.reason = "finding cleared and the host re-validated"
+        n += 1
+        closed = {"kind": alarm.kind.value, "reason": alarm.reason, "message": alarm.message}
+        from gpufleet.service import webhooks
+
+        webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed | dict(alarm.data))
+    return n
+
+
 @dataclass
 class AlarmView:
     """An alarm for ``hosts show`` and the summary."""

@@ -15,7 +15,8 @@ One sweep:
    (``hardware_fault`` through :func:`gpufleet.service.lifecycle.transition`) unless it is
    leased (the lease runs on, its owner is told through the lease hooks) or the blast-radius
    guard has tripped; a finding that has cleared marks its alarm, which closes only once the
-   host has also passed validation after that (warnings close when cleared); a host this
+   host has also passed validation after that (the validation closes it:
+   ``alarms.close_cleared``; warnings close when cleared); a host this
    sweep quarantined whose findings have all cleared goes back to ``validating`` (never
    straight to ``available``), guard or no guard.
 

@@ -27,6 +27,7 @@ from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.service import gpu_health
+from gpufleet.service.alarms import close_cleared
 from gpufleet.service.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, reclaim_owed_message, retrying, transition
@@ -260,6 +261,7 @@ def judge_host(
     if outcome.decision is Decision.AVAILABLE:
         host.profiles = sorted(outcome.profiles_passed)
         host.validated_until = now + fleet.settings.validation_ttl
+        close_cleared(s, fleet, host)
     if outcome.decision is not Decision.QUARANTINE:
         gpu_health.record_unusable(s, fleet, host, gpu_verdict)
     s.add(
