@@ -167,7 +167,7 @@ def test_links_check_ports_down_after_the_job() -> None:
             6,
             {
                 "amd.com/gpu.device-id": "738c",
-                "amd.com/gpu.product-name": "Instinct_MI100",
+                "amd.com/gpu.product-name": "AMD_Instinct_MI100",
                 "amd.com/gpu.vram": "32G",
                 "amd.com/gpu.driver-version": "6.2.4",
             },
@@ -177,7 +177,7 @@ def test_links_check_ports_down_after_the_job() -> None:
             4,
             {
                 "amd.com/gpu.device-id": "738c",
-                "amd.com/gpu.product-name": "Instinct_MI100",
+                "amd.com/gpu.product-name": "AMD_Instinct_MI100",
                 "amd.com/gpu.vram": "32G",
                 "amd.com/gpu.driver-version": "6.3.6",
             },
@@ -187,7 +187,7 @@ def test_links_check_ports_down_after_the_job() -> None:
             1,
             {
                 "amd.com/gpu.device-id": "740c",
-                "amd.com/gpu.product-name": "INSTINCT_MI250",
+                "amd.com/gpu.product-name": "AMD_INSTINCT_MI250_MCM_OAM_AC_MBA",
                 "amd.com/gpu.driver-version": "6.2.4",
             },
         ),

@@ -96,6 +96,10 @@ class Accelerator:
     power_limit_w: float | None = None
     firmware: Mapping[str, str] = field(default_factory=dict)
     links: tuple[Link, ...] = ()
+    #: The full product name the vendor's own tooling reads, where it differs from ``model``
+    #: (AMD: the board's ``product_name``, "AMD INSTINCT MI250 (MCM) OAM AC MBA"); None if
+    #: not reported. Vendor labels that must match the vendor's labeller read it.
+    product_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

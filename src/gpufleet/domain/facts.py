@@ -368,7 +368,8 @@ def _accelerator_fits(a: Accelerator) -> None:
         raise ValueError(f"{where}: index out of range")
     for name, value, limit in (("model", a.model, SHORT), ("bus_id", a.bus_id, 32),
                                ("pci_device_id", a.pci_device_id, 8),
-                               ("serial", a.serial, SHORT), ("uuid", a.uuid, SHORT)):
+                               ("serial", a.serial, SHORT), ("uuid", a.uuid, SHORT),
+                               ("product_name", a.product_name, NAME)):
         if value is not None and len(value) > limit:
             raise ValueError(f"{where}: {name} longer than {limit} characters")
     for name, mib in (("memory_total_mib", a.memory_total_mib),

@@ -1,9 +1,11 @@
 """The AMD Instinct vendor plugin: ``rocm-smi --json`` -> accelerator records and labels.
 
-Labels follow AMD's node labeller (ROCm/k8s-device-plugin ``k8s-node-labeller``):
-``amd.com/gpu.device-id`` (hex without ``0x``, e.g. ``738c``), ``amd.com/gpu.product-name``
-(spaces as ``_``, e.g. ``Instinct_MI100``), ``amd.com/gpu.vram`` (GiB, e.g. ``32G``) and
-``amd.com/gpu.driver-version``. The labeller's family, SIMD and CU counts come from the
+Labels follow AMD's node labeller (ROCm/k8s-device-plugin ``cmd/k8s-node-labeller/main.go``,
+its ``labelGenerators``): ``amd.com/gpu.device-id`` (hex without ``0x``, e.g. ``738c``),
+``amd.com/gpu.product-name`` (the full name the labeller reads, spaces as ``_`` and
+parentheses dropped: ``AMD_INSTINCT_MI250_MCM_OAM_AC_MBA``, ``AMD_Instinct_MI100``),
+``amd.com/gpu.vram`` (whole MiB, then GiB rounded half up as Go's ``math.Round`` does:
+``32G``; 512 MiB is ``1G``) and ``amd.com/gpu.driver-version``. The labeller's family, SIMD and CU counts come from the
 kernel's KFD topology, which rocm-smi does not print: they are not emitted. The extended
 resource is ``amd.com/gpu``.
 """
@@ -30,7 +32,12 @@ from gpufleet.domain.vendors import (
     VendorSection,
 )
 from gpufleet.errors import ParseError
-from gpufleet.vendors.amd.rocm_smi import RocmSmi, parse_rocm_smi_json, product_name
+from gpufleet.vendors.amd.rocm_smi import (
+    RocmSmi,
+    labeller_product_name,
+    parse_rocm_smi_json,
+    product_name,
+)
 
 AMD = Vendor("amd")
 
@@ -43,7 +50,6 @@ SECTIONS: Mapping[str, str] = {
 }
 RESOURCE = "amd.com/gpu"
 _MIB = 1 << 20
-_GIB = 1 << 30
 
 
 def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
@@ -83,6 +89,7 @@ def to_inventory(smi: RocmSmi) -> AcceleratorInventory:
                 power_limit_w=c.power_max_w,
                 firmware=fw,
                 links=tuple(sorted(peers.get(c.index, []), key=lambda ln: int(ln.peer or 0))),
+                product_name=labeller_product_name(c.series, c.device_id),
             )
         )
     return AcceleratorInventory(
@@ -112,20 +119,24 @@ def labels(inventory: AcceleratorInventory) -> dict[str, str]:
     if not accs:
         return out
     one("amd.com/gpu.device-id", [a.pci_device_id for a in accs])
-    one(
-        "amd.com/gpu.product-name",
-        [None if a.model == UNKNOWN_MODEL else "_".join(a.model.split()) for a in accs],
-    )
-    one(
-        "amd.com/gpu.vram",
-        [
-            None if a.memory_total_mib is None else f"{round(a.memory_total_mib * _MIB / _GIB)}G"
-            for a in accs
-        ],
-    )
+    one("amd.com/gpu.product-name", [_labeller_name(a.product_name) for a in accs])
+    one("amd.com/gpu.vram", [_labeller_vram(a.memory_total_mib) for a in accs])
     if inventory.versions.driver:
         out["amd.com/gpu.driver-version"] = sanitize_label_value(inventory.versions.driver)
     return out
+
+
+def _labeller_name(name: str | None) -> str | None:
+    """The labeller's replacer: spaces -> ``_``, ``(`` and ``)`` dropped."""
+    if name is None:
+        return None
+    return name.strip().replace(" ", "_").replace("(", "").replace(")", "") or None
+
+
+def _labeller_vram(mib: int | None) -> str | None:
+    """``int(math.Round(float64(mib) / 1024))``: Go rounds half away from zero (Python's
+    ``round`` would give ``0G`` for 512 MiB)."""
+    return None if mib is None else f"{(mib + 512) // 1024}G"
 
 
 COLLECTOR = VendorCollector(

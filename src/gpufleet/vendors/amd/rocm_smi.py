@@ -6,6 +6,8 @@ change across ROCm versions, so each field is read from the first key present:
 * model: ``Card Series`` (6.1+), ``Card series`` (4.3-6.0), ``Device Name`` (6.x ``-a``);
   absent on the oldest tool (then None).
 * PCI device id: ``GPU ID`` (<= 5.7) or ``Device ID`` (6.x).
+* power: ``Average Graphics Package Power (W)``, or on ROCm 6.x cards that report the current
+  socket power, ``Current Socket Graphics Package Power (W)`` (rocm-smi prints one of the two).
 * ``Serial Number``/``Unique ID`` are ``"N/A"`` or ``"0"`` when the board does not expose
   them (MI100 on ROCm 5.7.1): both mean "unknown" (None).
 
@@ -26,6 +28,13 @@ from gpufleet.errors import ParseError
 _CARD = re.compile(r"^card(\d+)$")
 _BRACKET = re.compile(r"\[([^\]]+)\]")
 _UNKNOWN = {"", "N/A", "0", "NA"}
+#: Package power: ``Average ...`` up to ROCm 5.x and on cards that report an average; ROCm 6.x
+#: prints ``Current Socket Graphics Package Power (W)`` where the card reports the current
+#: socket power instead (the one power value of such a card).
+_POWER_KEYS = (
+    "Average Graphics Package Power (W)",
+    "Current Socket Graphics Package Power (W)",
+)
 _TOPO = re.compile(
     r"^\(Topology\) (?P<what>Link type|Weight|Hops) between DRM devices (?P<a>\d+) and (?P<b>\d+)$"
 )
@@ -83,7 +92,12 @@ def _known(v: str | None) -> str | None:
     return None if v is None or v in _UNKNOWN else v
 
 
-def _number(card: str, d: dict[str, Any], key: str, source: str) -> float | None:
+def _number(
+    card: str, d: dict[str, Any], keys: str | tuple[str, ...], source: str
+) -> float | None:
+    """The first of ``keys`` (one or several) present, as a number (None: absent or ``N/A``)."""
+    names = (keys,) if isinstance(keys, str) else keys
+    key = next((k for k in names if _first(d, k) is not None), names[0])
     v = _first(d, key)
     if v is None or v.startswith("N/A"):  # also "N/A (Secondary die)" (ROCm 6.0.2)
         return None
@@ -188,7 +202,7 @@ def _card(index: int, name: str, d: dict[str, Any], source: str) -> RocmCard:
         temperature_edge_c=_number(name, d, "Temperature (Sensor edge) (C)", source),
         temperature_junction_c=_number(name, d, "Temperature (Sensor junction) (C)", source),
         temperature_memory_c=_number(name, d, "Temperature (Sensor memory) (C)", source),
-        power_average_w=_number(name, d, "Average Graphics Package Power (W)", source),
+        power_average_w=_number(name, d, _POWER_KEYS, source),
         power_max_w=_number(name, d, "Max Graphics Package Power (W)", source),
         pcie_replay_count=_int(name, d, "PCIe Replay Count", source),
         gfx_version=_first(d, "GFX Version"),
@@ -207,3 +221,34 @@ def product_name(series: str | None) -> str | None:
         return m.group(1).strip()
     name = series.removeprefix("AMD ").strip()
     return name.split(" (", 1)[0].strip() or None
+
+
+#: libdrm's ``amdgpu.ids`` names for Instinct device ids that have one entry there (the node
+#: labeller's fallback when sysfs ``product_name`` is empty; ROCm/k8s-device-plugin
+#: ``cmd/k8s-node-labeller/amdgpu.ids``). rocm-smi then prints the pci.ids name
+#: ("Arcturus GL-XL [Instinct MI100]"), which is not what the labeller reads.
+_AMDGPU_IDS = {
+    "738c": "AMD Instinct MI100",
+    "7408": "AMD Instinct MI250X",
+    "740f": "AMD Instinct MI210",
+    "74a0": "AMD Instinct MI300A",
+    "74a1": "AMD Instinct MI300X",
+    "74a5": "AMD Instinct MI325X",
+    "75a0": "AMD Instinct MI350X",
+    "75a3": "AMD Instinct MI355X",
+}
+
+
+def labeller_product_name(series: str | None, device_id: str | None) -> str | None:
+    """The product name AMD's node labeller reads for this card, unsanitised.
+
+    A series without the pci.ids ``Codename [Marketing]`` form is the board's own
+    ``product_name`` (``"AMD INSTINCT MI250 (MCM) OAM AC MBA"``): kept whole. The pci.ids
+    form means the board exposes none, so the labeller asks libdrm: its ``amdgpu.ids`` name
+    for the device id (``738c`` -> ``"AMD Instinct MI100"``), None for an id not listed here
+    (no guess)."""
+    if series is None:
+        return None
+    if _BRACKET.search(series) is None:
+        return series
+    return None if device_id is None else _AMDGPU_IDS.get(device_id)
