@@ -5,7 +5,8 @@ primary section answered (rc 0, output), its reader builds the vendor's records 
 versions; a reader's :class:`ParseError` or a tool that is missing or failing is an error
 for that vendor *if* ``lspci`` lists the vendor's accelerators (fail closed: the host has the
 hardware and nothing vouches for it), and nothing on a host of another vendor (rc 127 is the
-normal answer there). An error is also kept when the tool answered garbage on a host whose
+normal answer there). An unreadable *optional* section (:attr:`VendorCollector.optional`) is a
+problem naming it, and the rest of the vendor's inventory stands. An error is also kept when the tool answered garbage on a host whose
 ``lspci`` was not collected.
 """
 
@@ -22,7 +23,7 @@ from gpufleet.domain.accelerators import (
     accelerators_on_bus,
 )
 from gpufleet.domain.facts import PciDevice
-from gpufleet.domain.vendors import VendorCollector, collectors, plugin
+from gpufleet.domain.vendors import VendorCollector, collectors, plugin, read_sections
 from gpufleet.errors import ParseError
 
 #: The facts fields the accelerator section fills.
@@ -82,10 +83,11 @@ def read_accelerators(
             elif sec.rc not in (0, _NOT_FOUND_RC):
                 problems.append(f"{s.name}: exited {sec.rc}: {_first_line(sec.stderr)}")
         try:
-            inventory = c.read(outputs)
+            inventory, unreadable = read_sections(c, outputs)
         except ParseError as exc:
             errors[c.vendor] = f"{host}:{exc}"
             continue
+        problems.extend(f"{host}: {p}" for p in unreadable)
         accs.extend(inventory.accelerators)
         versions[c.vendor] = inventory.versions
     return {

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from gpufleet.errors import ConfigError
+from gpufleet.errors import ConfigError, ParseError
 
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
@@ -113,6 +113,36 @@ class VendorCollector:
     primary: str
     sections: tuple[VendorSection, ...]
     read: Callable[[Mapping[str, str]], AcceleratorInventory]
+    #: Sections whose answer only adds detail (ports, counters, topology): one the reader
+    #: cannot read is a named problem and the inventory is read without it
+    #: (:func:`read_sections`), never the vendor's error.
+    optional: tuple[str, ...] = ()
+
+
+def read_sections(
+    collector: VendorCollector, outputs: Mapping[str, str]
+) -> tuple[AcceleratorInventory, list[str]]:
+    """``collector.read(outputs)``; when that raises, the required sections are read alone
+    (their :class:`~gpufleet.errors.ParseError` is the vendor's error) and each optional
+    section is added back in turn: one that makes the reader fail is left out and named in the
+    problems returned (``hccn_link_stat: unreadable, left out: <the reader's error>``)."""
+    try:
+        return collector.read(outputs), []
+    except ParseError:
+        optional = [s for s in collector.optional if s in outputs]
+        if not optional:
+            raise
+    kept = {k: v for k, v in outputs.items() if k not in optional}
+    inventory = collector.read(kept)
+    problems: list[str] = []
+    for name in optional:
+        try:
+            inventory = collector.read({**kept, name: outputs[name]})
+        except ParseError as exc:
+            problems.append(f"{name}: unreadable, left out: {exc}")
+        else:
+            kept[name] = outputs[name]
+    return inventory, problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,9 @@ from gpufleet.domain.accelerators import ErrorCounter, LinkState
 from gpufleet.errors import ParseError
 from gpufleet.vendors.huawei.npu_smi import parse_key_values
 
-_DEVID = re.compile(r"^\[devid \d+\]")
+#: ``-link_stat -g`` prefixes each line with the device: ``[devid 0]`` (mind-cluster capture)
+#: or ``[device 0]`` (the form in Huawei's hccn_tool documentation).
+_DEVID = re.compile(r"^\[(?:devid|device) \d+\]")
 _RECORD = re.compile(
     r"^(?P<when>\w{3} \w{3}\s+\d+ \d\d:\d\d:\d\d \d{4})\s+LINK (?P<state>UP|DOWN)$"
 )
@@ -56,7 +58,8 @@ class LinkHistory:
 
 
 def parse_link_stat(text: str, source: str = "hccn_tool -link_stat -g") -> LinkHistory:
-    """``-link_stat -g``: link-up count and the link change records (``[devid N]`` prefixes)."""
+    """``-link_stat -g``: link-up count and the link change records (``[devid N]`` or
+    ``[device N]`` prefixes)."""
     up_count: int | None = None
     changes: list[tuple[str, LinkState]] = []
     in_records = False

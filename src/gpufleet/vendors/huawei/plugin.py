@@ -479,6 +479,15 @@ COLLECTOR = VendorCollector(
         ),
     ),
     read=parse_sections,
+    # detail only: an unreadable port, counter or topology answer is a named problem
+    optional=(
+        "hccn_link",
+        "hccn_net_health",
+        "hccn_stat",
+        "hccn_link_stat",
+        "hccn_optical",
+        "npu_smi_topo",
+    ),
 )
 
 
