@@ -109,6 +109,6 @@ def test_summary_capacity_drift_labels_of_a_mixed_fleet_fit_80_columns(tmp_path:
     assert npu["node.kubernetes.io/npu.chip.name"] == "910B3"
     assert npu["gpufleet.io/accelerator.vendor"] == "huawei"
     amd = next(r["labels"] for r in labels if r["host"] == "gpu-03")
-    assert amd["amd.com/gpu.product-name"] == "Instinct_MI100"
+    assert amd["amd.com/gpu.product-name"] == "AMD_Instinct_MI100"
     assert amd["gpufleet.io/accelerator.count"] == "4"
     run("labels")

@@ -106,7 +106,7 @@ def test_amd_host_labels_node_labeller_names() -> None:
         "gpufleet.io/accelerator.model": "mi100",
         "gpufleet.io/accelerator.count": "6",
         "amd.com/gpu.device-id": "738c",
-        "amd.com/gpu.product-name": "Instinct_MI100",
+        "amd.com/gpu.product-name": "AMD_Instinct_MI100",
         "amd.com/gpu.vram": "32G",
         "amd.com/gpu.driver-version": "6.2.4",
     }
@@ -138,7 +138,7 @@ def test_a_host_with_two_vendors_is_mixed() -> None:
     assert labels["gpufleet.io/accelerator.vendor"] == "mixed"
     assert labels["gpufleet.io/accelerator.model"] == "mixed"
     assert labels["gpufleet.io/accelerator.count"] == "10"
-    assert labels["amd.com/gpu.product-name"] == "INSTINCT_MI250"
+    assert labels["amd.com/gpu.product-name"] == "AMD_INSTINCT_MI250_MCM_OAM_AC_MBA"
     assert extended_resources(invs, EXPORTS) == {"nvidia.com/gpu": 8, "amd.com/gpu": 2}
     assert model_counts(invs) == {("nvidia", "NVIDIA H100 80GB HBM3"): 8,
                                   ("amd", "INSTINCT MI250"): 2}

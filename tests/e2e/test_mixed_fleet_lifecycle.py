@@ -97,7 +97,7 @@ def test_mixed_fleet_enrolls_collects_validates_drifts_and_labels(
         "accelerator": "huawei-Ascend910", "accelerator-type": "module-910b-8",
         "node.kubernetes.io/npu.chip.name": "910B3"}
     assert vendor_labels["gpu-04"] == {
-        "amd.com/gpu.device-id": "738c", "amd.com/gpu.product-name": "Instinct_MI100",
+        "amd.com/gpu.device-id": "738c", "amd.com/gpu.product-name": "AMD_Instinct_MI100",
         "amd.com/gpu.vram": "32G", "amd.com/gpu.driver-version": "6.3.6"}
     for got in vendor_labels.values():
         assert all(is_valid_label_key(k) and is_valid_label_value(v) for k, v in got.items())

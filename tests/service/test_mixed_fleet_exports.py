@@ -107,7 +107,7 @@ def test_labels_summary_and_capacity_side_by_side(mixed: Fleet) -> None:
     }
     assert {k: v for k, v in labels["gpu-03"].items() if k.startswith("amd.com/")} == {
         "amd.com/gpu.device-id": "738c",
-        "amd.com/gpu.product-name": "Instinct_MI100",
+        "amd.com/gpu.product-name": "AMD_Instinct_MI100",
         "amd.com/gpu.vram": "32G",
         "amd.com/gpu.driver-version": "6.3.6",
     }

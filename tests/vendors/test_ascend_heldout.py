@@ -1,20 +1,26 @@
 """Ascend values a held-out check found wrong (issue 28): ``hccn_tool -link_stat`` with the
 ``[device N]`` prefix of Huawei's documentation, and one unreadable optional answer sinking
-the host's whole Ascend inventory."""
+the host's whole Ascend inventory; a first-generation 910 printed ``910B`` given
+second-generation scheduling values."""
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
 
-from tests.vendors.ascend_captures import FIX, section
+from tests.vendors.ascend_captures import FIX, section, tool_output
 
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
-from gpufleet.domain.accelerators import LinkState, Vendor, accelerators_of
+from gpufleet.domain.accelerator_exports import gres_of
+from gpufleet.domain.accelerators import AcceleratorInventory, LinkState, Vendor, accelerators_of
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections
+from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.vendors.huawei import plugin as ascend
+from gpufleet.vendors.huawei.chips import device_type
 from gpufleet.vendors.huawei.hccn import parse_link_stat
+from gpufleet.vendors.huawei.npu_smi import parse_npu_smi_info
 
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 EDITED = "mind-cluster_kg_parse_hccn_tool-link_stat_device-prefix.EDITED.txt"
@@ -85,3 +91,40 @@ def test_an_unreadable_required_answer_still_fails_the_vendor_closed() -> None:
     f = assemble_facts(sections, NOW, "h1")
     assert all(a.vendor != Vendor("huawei") for a in accelerators_of(f))
     assert f.accelerator_errors[Vendor("huawei")].startswith("h1:npu-smi info")
+
+
+_9010 = "gpustack_ai-server_atlas-800-training-server_model-9010_version-6.0.RC1"
+FIRST_GEN_910B = f"{_9010}.first-gen-910B.EDITED.txt"
+FIRST_GEN_910A = f"{_9010}.txt"
+
+
+def _first_gen(name: str) -> AcceleratorInventory:
+    return ascend.to_inventory(parse_npu_smi_info(tool_output(name)))
+
+
+def test_a_first_generation_910_printed_910b_gets_first_generation_values() -> None:
+    inv = _first_gen(FIRST_GEN_910B)
+    assert inv.count == 8 and inv.models() == ["910B"]
+    assert {a.memory_total_mib for a in inv.accelerators} == {32768}  # 32 GB HBM, not 64
+    assert ascend.labels(inv) == {
+        "accelerator": "huawei-Ascend910",
+        "accelerator-type": "module",  # not module-910b-8
+        "node.kubernetes.io/npu.chip.name": "910B",
+    }
+    assert [g.spec() for g in gres_of([inv], EXPORTS)] == ["npu:910:8"]  # not npu:910b:8
+    assert ascend.group("910B") == "npu_910"
+    assert device_type("910B") == "Ascend910"
+    # the same server with 910A chips: the same scheduling values but its own chip name
+    a910 = _first_gen(FIRST_GEN_910A)
+    assert ascend.labels(a910)["accelerator-type"] == "module"
+    assert [g.spec() for g in gres_of([a910], EXPORTS)] == ["npu:910a:8"]
+
+
+def test_second_generation_names_keep_910b_values() -> None:
+    inv = ascend.to_inventory(parse_npu_smi_info(tool_output(
+        "ms-swift_NPU-support_npu-smi_info_8x910B3.txt")))
+    assert ascend.labels(inv)["accelerator-type"] == "module-910b-8"
+    assert [g.spec() for g in gres_of([inv], EXPORTS)] == ["npu:910b3:8"]
+    assert ascend.group("910B3") == "npu_910b"
+    assert [device_type(n) for n in ("910B1", "910B4", "Ascend 910A", "310P3", "310B1", "310")] == [
+        "Ascend910B", "Ascend910B", "Ascend910", "Ascend310P", "Ascend310B", "Ascend310"]

@@ -6,8 +6,8 @@ versions; a reader's :class:`ParseError` or a tool that is missing or failing is
 for that vendor *if* ``lspci`` lists the vendor's accelerators (fail closed: the host has the
 hardware and nothing vouches for it), and nothing on a host of another vendor (rc 127 is the
 normal answer there). An unreadable *optional* section (:attr:`VendorCollector.optional`) is a
-problem naming it, and the rest of the vendor's inventory stands. An error is also kept when the tool answered garbage on a host whose
-``lspci`` was not collected.
+problem naming it, and the rest of the vendor's inventory stands. An error is also kept when
+the tool answered garbage on a host whose ``lspci`` was not collected.
 """
 
 from __future__ import annotations

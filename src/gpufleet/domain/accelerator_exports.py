@@ -59,7 +59,8 @@ class VendorExport:
     resource its device plugin advertises for that inventory (None: unknown model);
     ``gres_name``: Slurm's GRES name (``gpu``, ``npu``); ``gres_files``: gres.conf ``File=``
     for the inventory (None: left to Slurm); ``runtime``: the name of its runtime stack
-    (``cuda``, ``cann``, ``rocm``) for the Ansible variables.
+    (``cuda``, ``cann``, ``rocm``) for the Ansible variables; ``gres_type``: the GRES type
+    where the vendor's convention is not the :func:`short_model` (None: it is).
     """
 
     labels: Callable[[AcceleratorInventory], Mapping[str, str]] = _no_labels
@@ -67,6 +68,7 @@ class VendorExport:
     gres_name: str = "gpu"
     gres_files: Callable[[AcceleratorInventory], str | None] = _none
     runtime: str | None = None
+    gres_type: Callable[[AcceleratorInventory], str | None] | None = None
 
 
 Exports = Mapping[Vendor, VendorExport]
@@ -178,7 +180,10 @@ def gres_of(
         if export is None or inv.vendor in skipped:
             continue
         models = {short_model(m) for m in inv.models()}
-        kind = sanitize_feature(models.pop() or "") if len(models) == 1 else ""
+        if export.gres_type is not None:
+            kind = sanitize_feature(export.gres_type(inv) or "")
+        else:
+            kind = sanitize_feature(models.pop() or "") if len(models) == 1 else ""
         out.append(Gres(export.gres_name, kind.replace(".", "_") or None, inv.count,
                         export.gres_files(inv)))
     return out
@@ -227,7 +232,8 @@ def model_counts(
 def inventory_digest(inventories: Sequence[AcceleratorInventory]) -> list[dict[str, Any]]:
     """What the vendors' labels read of a host's accelerators, as a small JSON value (stored
     with a snapshot beside the other label inputs, so labels need not decode the facts):
-    per vendor its versions and, per accelerator, index, model, PCI device id and memory.
+    per vendor its versions and, per accelerator, index, model, PCI device id, memory and
+    the full product name (AMD's labeller name; absent from digests stored before it).
     A vendor whose labels read more must add it here."""
     return [
         {
@@ -235,7 +241,7 @@ def inventory_digest(inventories: Sequence[AcceleratorInventory]) -> list[dict[s
             "versions": [inv.versions.driver, inv.versions.firmware, inv.versions.runtime,
                          inv.versions.tool],
             "accelerators": [
-                [a.index, a.model, a.pci_device_id, a.memory_total_mib]
+                [a.index, a.model, a.pci_device_id, a.memory_total_mib, a.product_name]
                 for a in inv.accelerators
             ],
         }
@@ -259,8 +265,9 @@ def inventories_from_digest(digest: object) -> tuple[AcceleratorInventory, ...]:
                     vendor=vendor,
                     accelerators=tuple(
                         Accelerator(vendor=vendor, index=int(i), model=str(m),
-                                    pci_device_id=dev, memory_total_mib=mem)
-                        for i, m, dev, mem in d["accelerators"]
+                                    pci_device_id=dev, memory_total_mib=mem,
+                                    product_name=rest[0] if rest else None)
+                        for i, m, dev, mem, *rest in d["accelerators"]
                     ),
                     versions=SoftwareVersions(driver, firmware, runtime, tool),
                 )

@@ -5,9 +5,9 @@ its ``labelGenerators``): ``amd.com/gpu.device-id`` (hex without ``0x``, e.g. ``
 ``amd.com/gpu.product-name`` (the full name the labeller reads, spaces as ``_`` and
 parentheses dropped: ``AMD_INSTINCT_MI250_MCM_OAM_AC_MBA``, ``AMD_Instinct_MI100``),
 ``amd.com/gpu.vram`` (whole MiB, then GiB rounded half up as Go's ``math.Round`` does:
-``32G``; 512 MiB is ``1G``) and ``amd.com/gpu.driver-version``. The labeller's family, SIMD and CU counts come from the
-kernel's KFD topology, which rocm-smi does not print: they are not emitted. The extended
-resource is ``amd.com/gpu``.
+``32G``; 512 MiB is ``1G``) and ``amd.com/gpu.driver-version``. The labeller's family, SIMD
+and CU counts come from the kernel's KFD topology, which rocm-smi does not print: they are
+not emitted. The extended resource is ``amd.com/gpu``.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Labels follow the Ascend device plugin / Volcano conventions (Ascend/mind-cluster docs):
 ``accelerator=huawei-Ascend910`` (``huawei-Ascend310``, ``huawei-Ascend310P``),
 ``accelerator-type=module-910b-8`` / ``module-910b-16`` for Atlas 800 A2 class 910B
-boards, ``module`` (8) / ``half`` (4) for 910A training servers, and
+boards (910B1-4), ``module`` (8) / ``half`` (4) for first-generation 910 training servers
+(``910A``, and a bare ``910B``: the device plugin's chip-name mapping,
+:mod:`gpufleet.vendors.huawei.chips`), and
 ``node.kubernetes.io/npu.chip.name=<chip name>``; the extended resource is
 ``huawei.com/Ascend910`` (``huawei.com/Ascend310``, ``huawei.com/Ascend310P``). Where the
 convention for a model/count is not known no label is emitted rather than a guessed one.
@@ -16,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpufleet.domain.accelerator_exports import VendorExport
+from gpufleet.domain.accelerator_exports import VendorExport, short_model
 from gpufleet.domain.accelerators import (
     Accelerator,
     AcceleratorInventory,
@@ -35,6 +37,12 @@ from gpufleet.domain.vendors import (
     VendorSection,
 )
 from gpufleet.errors import ParseError
+from gpufleet.vendors.huawei.chips import (
+    accelerator_type,
+    family,
+    first_generation_910b,
+    resource_name,
+)
 from gpufleet.vendors.huawei.hccn import (
     parse_link,
     parse_link_stat,
@@ -140,23 +148,6 @@ def split_chip_answers(text: str, source: str) -> list[ChipAnswer]:
 
 
 CHIP_NAME_LABEL = "node.kubernetes.io/npu.chip.name"
-
-
-def family(model: str) -> str | None:
-    """``910B3``/``910A``/``Ascend 910A`` -> ``910``; ``310P3`` -> ``310P``; ``310`` -> ``310``."""
-    name = model.removeprefix("Ascend").strip().upper()
-    if name.startswith("910"):
-        return "910"
-    if name.startswith("310P"):
-        return "310P"
-    if name.startswith("310"):
-        return "310"
-    return None
-
-
-def resource_name(model: str) -> str | None:
-    fam = family(model)
-    return None if fam is None else f"huawei.com/Ascend{fam}"
 
 
 def to_inventory(
@@ -370,18 +361,6 @@ def npus_on_bus(devices: Sequence[PciDevice]) -> int:
     return accelerators_on_bus(devices).get(HUAWEI, 0)
 
 
-def accelerator_type(model: str, count: int) -> str | None:
-    """Volcano's ``accelerator-type`` for a host with ``count`` chips of ``model``."""
-    name = model.removeprefix("Ascend").strip().upper()
-    if name.startswith("910B") and count in (8, 16):
-        return f"module-910b-{count}"
-    if name in ("910", "910A") and count == 8:
-        return "module"
-    if name in ("910", "910A") and count == 4:
-        return "half"
-    return None
-
-
 def labels(inventory: AcceleratorInventory) -> dict[str, str]:
     """The device plugin / Volcano labels for a host (empty when it has no known NPU)."""
     models = inventory.models()
@@ -518,9 +497,12 @@ _FAMILY_GROUP = re.compile(r"^(?:ASCEND\s*)?(910B|910A|910|310P|310)", re.IGNORE
 
 def group(model: str) -> str | None:
     """The Ansible group of a host of ``model`` NPUs: ``npu_910b`` (910B1-4), ``npu_910a``,
-    ``npu_310p``, ``npu_310``; None for another model."""
+    ``npu_910`` (a first-generation bare ``910B``), ``npu_310p``, ``npu_310``; None for
+    another model."""
     from gpufleet.domain.ansible import group_name  # ansible imports the facts
 
+    if first_generation_910b(model):
+        return group_name("npu", "910")  # a first-generation 910, not a 910B1-4
     m = _FAMILY_GROUP.match(model)
     return None if m is None else group_name("npu", m.group(1))
 
@@ -528,6 +510,15 @@ def group(model: str) -> str | None:
 def _resource(inv: AcceleratorInventory) -> str | None:
     models = inv.models()
     return resource_name(models[0]) if len(models) == 1 else None
+
+
+def _gres_type(inv: AcceleratorInventory) -> str | None:
+    """The chip name (``910b3``, ``910a``), but ``910`` for a first-generation bare ``910B``
+    (``npu:910b`` names the second generation)."""
+    models = inv.models()
+    if len(models) != 1:
+        return None
+    return "910" if first_generation_910b(models[0]) else short_model(models[0])
 
 
 def davinci_files(inv: AcceleratorInventory) -> str | None:
@@ -553,6 +544,7 @@ PLUGIN = VendorPlugin(
         gres_name="npu",
         gres_files=davinci_files,
         runtime="cann",
+        gres_type=_gres_type,
     ),
     collector=COLLECTOR,
     group=group,
