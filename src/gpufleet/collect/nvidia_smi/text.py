@@ -13,18 +13,20 @@ from gpufleet.collect.nvidia_smi.common import (
     xml_paths,
 )
 from gpufleet.collect.nvidia_smi.fields import (
-    _CLOCK_EVENT_REASONS,
-    _FABRIC,
     _GPU_FIELDS,
-    _REMAPPED_ROWS,
-    _RETIRED_PAGES,
-    _TEMPERATURE_THRESHOLDS,
     _Ctx,
     _gpu,
     _report,
     _report_header,
-    _SubTable,
     _too_many,
+)
+from gpufleet.collect.nvidia_smi.subtables import (
+    _CLOCK_EVENT_REASONS,
+    _FABRIC,
+    _REMAPPED_ROWS,
+    _RETIRED_PAGES,
+    _TEMPERATURE_THRESHOLDS,
+    _SubTable,
 )
 from gpufleet.domain.facts import NvidiaSmiReport
 from gpufleet.errors import ParseError
