@@ -13,12 +13,13 @@ shape for every vendor (see docs/architecture.md, "Accelerator facts").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from gpufleet.domain.vendors import PluginView, plugin, plugins
+from gpufleet.domain.vendors import PluginView, bus_vendors, is_registered, plugin
 from gpufleet.domain.vendors import Vendor as Vendor  # the records' vendor, re-exported
 
 if TYPE_CHECKING:  # facts.py imports this module: no runtime import back
@@ -206,20 +207,40 @@ _ACCELERATOR_CLASS_NAMES = frozenset(
 def accelerators_on_bus(devices: Sequence[PciDevice]) -> dict[Vendor, int]:
     """Accelerator functions per vendor in ``lspci`` output (with or without ``-nn``): the
     vendor picks the plugin, so the operator never chooses a per-vendor script. Every vendor
-    plugin's PCI id (and lspci vendor name, for output without ``-nn``) is matched."""
-    out: dict[Vendor, int] = {}
-    known = plugins() if devices else ()
+    plugin's PCI id (and lspci vendor name, for output without ``-nn``) is matched, in the
+    accelerator classes and the vendor's own (:attr:`VendorPlugin.pci_classes`)."""
+    counts = _bus_counts(devices)
+    return {Vendor(n): c for n, c in counts.items() if is_registered(n)}
+
+
+def unread_on_bus(devices: Sequence[PciDevice]) -> dict[str, int]:
+    """Accelerator functions of vendors no installed plugin reads
+    (:data:`~gpufleet.domain.vendors.PCI_ACCELERATOR_VENDORS`), by vendor name."""
+    return {n: c for n, c in _bus_counts(devices).items() if not is_registered(n)}
+
+
+_UNNAMED = re.compile(r"^Device ([0-9a-f]{4}):[0-9a-f]{4}\b")
+
+
+def _bus_counts(devices: Sequence[PciDevice]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    known = bus_vendors() if devices else ()
     for d in devices:
-        if d.class_id is not None:
-            if d.class_id not in _ACCELERATOR_CLASS_IDS:
-                continue
-        elif d.class_name not in _ACCELERATOR_CLASS_NAMES:
-            continue
-        for p in known:
-            if d.vendor_id == p.pci_vendor_id or (
-                d.vendor_id is None and d.description.startswith(p.lspci_name)
-            ):
-                out[p.name] = out.get(p.name, 0) + 1
+        accelerator = (
+            d.class_id in _ACCELERATOR_CLASS_IDS
+            if d.class_id is not None
+            else d.class_name in _ACCELERATOR_CLASS_NAMES
+        )
+        unnamed = _UNNAMED.match(d.description) if d.vendor_id is None else None
+        for v in known:
+            if d.vendor_id is not None:
+                mine = d.vendor_id == v.pci_vendor_id
+            elif unnamed is not None:  # plain lspci without the vendor in its database
+                mine = unnamed.group(1) == v.pci_vendor_id
+            else:
+                mine = v.lspci_name is not None and d.description.startswith(v.lspci_name)
+            if mine and (accelerator or (d.class_id or d.class_name) in v.classes):
+                out[v.name] = out.get(v.name, 0) + 1
     return out
 
 

@@ -180,7 +180,8 @@ class VendorPlugin:
     collection (None: collected by the core, NVIDIA); ``group``: the Ansible group of a host
     whose accelerators are all of one model (None: no group for that model);
     ``description``: what the vendor's accelerators are, for people (``Ascend NPUs``);
-    ``inspector``: its part of the inspection probe (None: inspected by the core, NVIDIA).
+    ``inspector``: its part of the inspection probe (None: inspected by the core, NVIDIA);
+    ``pci_classes``: the other PCI classes its accelerators show as (:class:`PciVendor`).
     """
 
     name: Vendor
@@ -191,6 +192,9 @@ class VendorPlugin:
     group: Callable[[str], str | None] = gpu_group
     description: str = ""
     inspector: VendorInspector | None = None
+    #: PCI classes its accelerators show as besides the display / 3D / processing-accelerator
+    #: ones, by id (``0b40``) and lspci name (``Co-processor``): Hygon DCUs are co-processors.
+    pci_classes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.collector is not None and self.collector.vendor != self.name:
@@ -316,3 +320,46 @@ class PluginView(Mapping[Vendor, _T]):
 
 
 Vendor.NVIDIA = Vendor(_NVIDIA)
+
+
+# --------------------------------------------------------------------------- the PCI bus
+
+
+@dataclass(frozen=True, slots=True)
+class PciVendor:
+    """An accelerator vendor as ``lspci`` shows it: its PCI vendor id (``lspci -nn``, or
+    ``Device 1d22:3684`` when lspci's database lacks the vendor), the start of its name in
+    plain ``lspci`` (None: not attested) and the PCI classes its accelerators show as besides
+    the display / 3D / processing-accelerator ones (id and lspci name)."""
+
+    name: str
+    pci_vendor_id: str
+    lspci_name: str | None
+    classes: tuple[str, ...] = ()
+
+
+#: Accelerator vendors recognised on the bus whether or not their plugin is installed, from
+#: real ``lspci`` lines (../shared/fixtures/{hygon,kunlunxin,enflame}): a host with only
+#: their functions is theirs, never GPU-less. A plugin of the same name supplies its own
+#: id and name; its ``pci_classes``, when it declares none, come from here.
+PCI_ACCELERATOR_VENDORS: tuple[PciVendor, ...] = (
+    # "37:00.0 Co-processor: Chengdu Haiguang IC Design Co., Ltd. Device 6210 (rev 01)"
+    PciVendor("hygon", "1d94", "Chengdu Haiguang IC Design", ("0b40", "Co-processor")),
+    # "53:00.0 Communication controller: Device 1d22:3684" (R300)
+    PciVendor("kunlunxin", "1d22", None, ("0780", "Communication controller")),
+    # "01:00.0 Processing accelerators: Shanghai Enflame Technology Co. Ltd S60 [Enflame]"
+    PciVendor("enflame", "1e36", "Shanghai Enflame Technology"),
+)
+
+
+def bus_vendors() -> tuple[PciVendor, ...]:
+    """Every installed plugin's identity on the bus, then the vendors of
+    :data:`PCI_ACCELERATOR_VENDORS` no plugin registers (their names are not
+    :class:`Vendor` values: no plugin reads them)."""
+    table = {v.name: v for v in PCI_ACCELERATOR_VENDORS}
+    out: list[PciVendor] = []
+    for p in plugins():
+        known = table.pop(p.name.value, None)
+        classes = p.pci_classes or (known.classes if known is not None else ())
+        out.append(PciVendor(p.name.value, p.pci_vendor_id, p.lspci_name, classes))
+    return (*out, *table.values())

@@ -25,6 +25,7 @@ from gpufleet.domain.accelerators import (
     LinkState,
     Vendor,
     accelerators_on_bus,
+    unread_on_bus,
 )
 from gpufleet.domain.checks.base import (
     NUMBER,
@@ -51,7 +52,8 @@ def other_vendor_host(facts: HostFacts) -> bool:
     if facts.gpus or facts.pci_gpus:
         return False
     others = {v for v, n in _on_bus(facts).items() if n and v != Vendor.NVIDIA}
-    return bool(facts.accelerators or facts.accelerator_errors or others)
+    unread = unread_on_bus(facts.pci_devices or [])
+    return bool(facts.accelerators or facts.accelerator_errors or others or unread)
 
 
 def _name(a: Accelerator) -> str:
@@ -61,7 +63,8 @@ def _name(a: Accelerator) -> str:
 
 def count(facts: HostFacts, ctx: CheckContext, name: str) -> CheckResult:
     """The vendor tool answered, sees every accelerator lspci lists under the vendor's PCI
-    id, and as many as the spec expects (the spec is silent: as many as lspci lists)."""
+    id, and as many as the spec expects (the spec is silent: as many as lspci lists); lspci
+    listing accelerators of a vendor no installed plugin reads fails, naming them."""
     accs = facts.accelerators
     on_bus = _on_bus(facts)
     vendors = sorted(
@@ -75,6 +78,12 @@ def count(facts: HostFacts, ctx: CheckContext, name: str) -> CheckResult:
         "reported": len(accs),
         "pci": None if facts.pci_devices is None else sum(on_bus.get(v, 0) for v in vendors),
     }
+    unread = unread_on_bus(facts.pci_devices or [])
+    if unread:  # Hygon DCUs and the like, without their plugin: named, never "GPU-less"
+        ev["unread"] = unread
+        what = ", ".join(f"{n} {v}" for v, n in sorted(unread.items()))
+        msg = f"lspci lists {what} accelerators and no installed vendor plugin reads them"
+        return res(name, CheckStatus.FAIL, msg, **ev)
     if facts.accelerator_errors:
         ev["errors"] = {v.value: e for v, e in facts.accelerator_errors.items()}
         detail = "; ".join(f"{v}: {e}" for v, e in sorted(facts.accelerator_errors.items()))
