@@ -100,6 +100,8 @@ def count(facts: HostFacts, ctx: CheckContext, name: str) -> CheckResult:
                 for d in facts.pci_devices
                 if d.vendor_id == PCI_VENDOR_IDS[v] and pci_addr(d.address) not in seen
             )
+            if not all(a.bus_id for a in mine):
+                missing = []  # the tool prints no bus ids (hy-smi): which one is unknown
             ev["missing"] = missing
             where = f" (missing from the tool: {', '.join(missing)})" if missing else ""
             msg = f"{v} tool sees {len(mine)} of {bus} accelerators on the PCI bus{where}"
