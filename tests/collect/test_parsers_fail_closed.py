@@ -60,6 +60,8 @@ from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_output, render_sections
+from gpufleet.vendors.hygon import hy_smi as hygon_smi
+from gpufleet.vendors.hygon import plugin as hygon_plugin
 
 CAPTURED = captures_dir()
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -341,6 +343,8 @@ def _vendor_probes() -> list[str]:
         ),
         LabHost(name="amd-01", model="mi100-4x", serial_salt=1),
         LabHost(name="amd-02", model="mi100-4x", serial_salt=2, faults=["gpu-missing"]),
+        LabHost(name="dcu-01", model="k100ai-4x", serial_salt=1),
+        LabHost(name="dcu-02", model="k100ai-4x", serial_salt=2, faults=["dcu-missing"]),
     ]
     return [render_probe(h) for h in hosts]
 
@@ -487,7 +491,29 @@ CASES = [
         (topology.parse_nvlink_status,),
         lambda: _glob("nvidia-smi-topo", "*nvlink*"),
     ),
-    Case("lspci", (pci.parse_lspci,), lambda: [_head(t) for t in _glob("lspci", "*.txt")]),
+    Case(
+        "lspci",
+        (pci.parse_lspci,),
+        lambda: [_head(t) for t in _glob("lspci", "*.txt")] + _glob("hygon", "*lspci*.txt"),
+    ),
+    # Hygon (issue 28): hy-smi / DTK rocm-smi tables in their four header versions, DTK's
+    # rocm-smi --json, and the plugin's reader of the sections
+    Case(
+        "hygon-hy-smi",
+        (hygon_smi.parse_hy_smi, lambda t: hygon_plugin.parse_sections({"hy_smi": t})),
+        lambda: _glob("hygon", "*smi*.txt"),
+    ),
+    Case(
+        "hygon-rocm-smi-json",
+        (hygon_smi.parse_rocm_smi_dtk_json,),
+        lambda: _glob("hygon", "*.json"),
+        json=True,
+    ),
+    Case(
+        "hygon-rocm-smi-json-text",
+        (hygon_smi.parse_rocm_smi_dtk_json,),
+        lambda: _glob("hygon", "*.json"),
+    ),
     Case(
         "kernel-xids",
         (kernel_log.parse_xids, _xids_listed),
@@ -525,11 +551,16 @@ def test_undamaged_inputs_parse(case: Case) -> None:
 
 
 def test_the_cases_cover_every_public_parser() -> None:
-    """A parser added to gpufleet.collect without a case here fails this test."""
+    """A parser added to gpufleet.collect (or to the Hygon plugin) without a case here fails
+    this test."""
     src = Path(inspect.__file__).parent
     public = {
         f"{path.stem}.{m.group(1)}"
-        for path in [*src.glob("*.py"), *src.glob("nvidia_smi/*.py")]
+        for path in [
+            *src.glob("*.py"),
+            *src.glob("nvidia_smi/*.py"),
+            *src.parent.joinpath("vendors", "hygon").glob("*.py"),
+        ]
         for m in re.finditer(r"^def ((?:parse|split)_\w+)\(", path.read_text(), re.M)
     }
     covered = {
@@ -567,6 +598,9 @@ def test_the_cases_cover_every_public_parser() -> None:
         "pci.parse_lspci",
         "kernel_log.parse_xids",
         "bundle.split_bundle",
+        "hy_smi.parse_hy_smi",
+        "hy_smi.parse_rocm_smi_dtk_json",
+        "plugin.parse_sections",
     }
     assert public == covered
 

@@ -124,6 +124,8 @@ def test_a_renamed_column_is_refused_not_read_by_position() -> None:
         ("118.0W", "118.0", 4, "AvgPwr: '118.0' is not a number in W"),
         ("2       53.0C", "x       53.0C", 6, "not a device index"),
         ("Normal\n3", "Normal extra\n3", 6, "row has 9 fields"),
+        ("\n1   ", "\n\u00b2   ", 5, "not a device index"),  # isdigit() but not int()
+        ("49.0C", "\u0664\u0669.0C", 4, "is not a number in c/C"),  # not ASCII digits
     ],
 )
 def test_a_garbage_row_is_refused_naming_the_line(old: str, new: str, line: int, what: str) -> None:

@@ -65,14 +65,16 @@ def _capture(rel: str) -> str:
 
 
 def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
-    """hy-smi's table as ``host`` answers it (its fault applied)."""
+    """hy-smi's table as ``host`` answers it (its fault applied); no DTK rocm-smi (module
+    docstring)."""
     text = _capture(spec.smi_file)
     if "dcu-missing" in host.faults:
         gone = str(_pick(spec.gpu_count, "hygon", host.name, host.serial_salt))
         text = "".join(
             ln for ln in text.splitlines(keepends=True) if ln.split()[:1] != [gone]
         )
-    return {"hy_smi": (text, "", 0)}
+    missing = ("", "sh: 1: rocm-smi: not found", 127)
+    return {"hy_smi": (text, "", 0), "hygon_rocm_smi_json": missing}
 
 
 def bus_ids(spec: ModelSpec) -> tuple[str, ...]:

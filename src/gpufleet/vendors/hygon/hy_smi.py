@@ -58,7 +58,7 @@ _UNITS: dict[str, tuple[str, ...]] = {
     "SCLK": ("Mhz",),
     "MCLK": ("Mhz",),
 }
-_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?$", re.ASCII)
 _WORD = re.compile(r"^[A-Za-z][A-Za-z_-]*$")
 
 
@@ -166,7 +166,7 @@ def parse_hy_smi(text: str, source: str = HY_SMI) -> HySmi:
                 column=fields[0][0],
             )
         col0, idx = fields[0]
-        if not idx.isdigit() or len(idx) > 4:
+        if not (idx.isascii() and idx.isdigit()) or len(idx) > 4:
             raise ParseError(
                 source, f"{columns[0]}: not a device index: {idx!r}", line=lineno, column=col0
             )
@@ -238,7 +238,7 @@ class DtkCard:
     vram_used_mib: int | None
 
 
-_CARD = re.compile(r"^card(\d{1,4})$")
+_CARD = re.compile(r"^card(\d{1,4})$", re.ASCII)
 _UNKNOWN = {"", "N/A", "NA"}
 _USE_KEYS = ("DCU use (%)", "HCU use (%)", "GPU use (%)")
 

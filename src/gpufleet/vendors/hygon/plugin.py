@@ -159,13 +159,13 @@ COLLECTOR = VendorCollector(
     read=parse_sections,
 )
 
-#: The inspection probe asks what the collection asks: hy-smi's table (temperature, power,
-#: VRAM in use per DCU) and DTK rocm-smi's JSON. Neither states a health or an error count:
-#: a DCU hy-smi no longer lists is what the sweep sees (fewer devices than the facts).
+#: The inspection probe asks hy-smi's table only (temperature, power and its cap per DCU):
+#: DTK rocm-smi's JSON adds identity, not state, and is optional. hy-smi states no health
+#: and no error count: a DCU it no longer lists is what the sweep sees (fewer devices).
 INSPECTOR = VendorInspector(
     vendor=HYGON,
     primary="hy_smi",
-    inspect_sections=COLLECTOR.sections,
+    inspect_sections=COLLECTOR.sections[:1],
     parse_inspect=parse_sections,
 )
 
