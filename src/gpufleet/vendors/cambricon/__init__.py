@@ -1,0 +1,3 @@
+"""Cambricon MLUs: ``cnmon``."""
+
+from gpufleet.vendors.cambricon.plugin import PLUGIN as PLUGIN
