@@ -80,3 +80,4 @@ def test_the_inspection_probe_of_a_hygon_host_asks_hy_smi() -> None:
     refused = parse_probe(bad, at)
     assert refused.sample.gpus is None
     assert any("unknown table header" in f.detail for f in refused.sample.failures)
+
