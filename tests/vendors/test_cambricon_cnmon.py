@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.domain.accelerator_exports import Gres, extended_resources, gres_of
 from gpufleet.domain.accelerators import Vendor, inventory_group
 from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
+from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.vendors.cambricon.cnmon import LAYOUTS, parse_cnmon
 from gpufleet.vendors.cambricon.plugin import PLUGIN, device_files, labels, parse_sections
 
@@ -128,6 +130,8 @@ def test_inventory_labels_group_and_gres() -> None:
     assert inventory_group(inv) == "mlu_370_x8"
     assert PLUGIN.exports.resource(inv) == "cambricon.com/mlu"
     assert (PLUGIN.exports.gres_name, device_files(inv)) == ("mlu", "/dev/cambricon_dev[0-1]")
+    assert gres_of([inv], EXPORTS) == [Gres("mlu", "mlu370", 2, "/dev/cambricon_dev[0-1]")]
+    assert extended_resources([inv], EXPORTS) == {"cambricon.com/mlu": 2}
     v4 = parse_sections({"cnmon": _read(V4)})
     assert v4.versions.driver == "v4.20.11"  # the cards' one driver (no banner driver in v4)
     assert labels(v4) == {"Model": "MLU370-X4", "DriverVersion": "v4.20.11"}

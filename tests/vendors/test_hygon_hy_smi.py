@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.collect.pci import parse_lspci
+from gpufleet.domain.accelerator_exports import Gres, extended_resources, gres_of
 from gpufleet.domain.accelerators import (
     UNKNOWN_MODEL,
     Health,
@@ -22,6 +23,7 @@ from gpufleet.domain.accelerators import (
 )
 from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
+from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.vendors.hygon.hy_smi import HEADERS, parse_hy_smi, parse_rocm_smi_dtk_json
 from gpufleet.vendors.hygon.plugin import (
     COLLECTOR,
@@ -179,6 +181,8 @@ def test_inventory_from_hy_smi_alone_has_no_identity() -> None:
     assert labels(inv) == {}  # no product name to label with
     assert inventory_group(inv) is None
     assert PLUGIN.exports.resource(inv) == "hygon.com/dcu"
+    assert gres_of([inv], EXPORTS) == [Gres("dcu", None, 4, None)]  # no model: no GRES type
+    assert extended_resources([inv], EXPORTS) == {"hygon.com/dcu": 4}
 
 
 def test_inventory_merges_dtk_rocm_smi_json_by_index() -> None:
