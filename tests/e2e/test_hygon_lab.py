@@ -81,3 +81,31 @@ def test_the_inspection_probe_of_a_hygon_host_asks_hy_smi() -> None:
     assert refused.sample.gpus is None
     assert any("unknown table header" in f.detail for f in refused.sample.failures)
 
+
+
+def test_dcus_on_the_bus_without_hy_smi_or_with_a_new_header_fail_closed() -> None:
+    """The DCUs are Co-processors on the bus: hy-smi missing is the driver not loaded (the
+    host is not GPU-less), and a header hy-smi never printed is an error naming the host,
+    the tool and the line, never a silent mis-read."""
+    from datetime import UTC, datetime
+
+    from gpufleet.collect.assemble import assemble_facts
+    from gpufleet.collect.bundle import Section
+    from gpufleet.lab.fleet import LabHost
+    from gpufleet.lab.renderers import render_sections
+
+    at = datetime(2026, 12, 3, tzinfo=UTC)
+    sections = render_sections(LabHost(name="h1", model="k100ai-4x", serial_salt=7))
+    missing = dict(sections)
+    missing["hy_smi"] = Section("hy_smi", "", "sh: 1: hy-smi: not found", 127)
+    f = assemble_facts(missing, at, "h1")
+    assert f.accelerators == () and f.gpus == []
+    assert f.accelerator_errors == {
+        Vendor("hygon"): "hy-smi not found (driver not installed?); "
+        "lspci lists 4 1d94 accelerators"}
+    drifted = dict(sections)
+    old = sections["hy_smi"]
+    drifted["hy_smi"] = Section("hy_smi", old.stdout.replace("DCU%", "XCU%", 1), "", 0)
+    f = assemble_facts(drifted, at, "h1")
+    assert f.accelerators == ()
+    assert f.accelerator_errors[Vendor("hygon")].startswith("h1:hy-smi:3:1: unknown table header")
