@@ -149,8 +149,8 @@ def parse_hy_smi(text: str, source: str = HY_SMI) -> HySmi:
             if known is None:
                 raise ParseError(
                     source,
-                    f"unknown table header (columns {' '.join(names)[:160]!r}, "
-                    f"columns {fields[0][0]}-{len(raw.rstrip())}); known formats: "
+                    f"unknown table header {' '.join(names)[:160]!r} (columns "
+                    f"{fields[0][0]}-{len(raw.rstrip())}); known formats: "
                     + "; ".join(f"{k}: {' '.join(v)}" for k, v in HEADERS.items()),
                     line=lineno,
                     column=fields[0][0],
