@@ -493,11 +493,7 @@ CASES = [
         (topology.parse_nvlink_status,),
         lambda: _glob("nvidia-smi-topo", "*nvlink*"),
     ),
-    Case(
-        "lspci",
-        (pci.parse_lspci,),
-        lambda: [_head(t) for t in _glob("lspci", "*.txt")] + _glob("hygon", "*lspci*.txt"),
-    ),
+    Case("lspci", (pci.parse_lspci,), lambda: [_head(t) for t in _glob("lspci", "*.txt")]),
     # Hygon (issue 28): hy-smi / DTK rocm-smi tables in their four header versions, DTK's
     # rocm-smi --json, and the plugin's reader of the sections
     Case(

@@ -3,8 +3,7 @@ table formats, DTK's ``rocm-smi --json``, header drift and garbage refused namin
 line, the inventory, the exports, the group and the PCI class (Co-processor).
 
 Every test here fails on main 84be469 (no Hygon plugin: ``gpufleet.vendors.hygon`` does not
-exist); ``test_hygon_co_processors_count_on_the_bus`` also fails with the plugin alone (the
-Co-processor class was not an accelerator class)."""
+exist)."""
 
 from __future__ import annotations
 
@@ -209,7 +208,7 @@ def test_group_exports_and_sections_follow_hygon_conventions() -> None:
     assert PLUGIN.group("K100_AI") == "dcu_k100_ai"
     assert PLUGIN.group("DCU Z100L") == "dcu_z100l"
     assert (PLUGIN.exports.gres_name, PLUGIN.exports.runtime) == ("dcu", "dtk")
-    assert PLUGIN.pci_vendor_id == "1d94"
+    assert (PLUGIN.pci_vendor_id, PLUGIN.pci_classes) == ("1d94", ("0b40", "Co-processor"))
     assert COLLECTOR.primary == "hy_smi" and INSPECTOR.primary == "hy_smi"
     commands = [s.command for s in COLLECTOR.sections]
     assert commands == [
@@ -222,7 +221,7 @@ def test_group_exports_and_sections_follow_hygon_conventions() -> None:
 def test_hygon_co_processors_count_on_the_bus() -> None:
     """Hygon DCUs are PCI class Co-processor: the plain lspci capture (names only) and its -nn
     form both count them, so a Hygon host is not GPU-less."""
-    plain = parse_lspci(_read(LSPCI), source="lspci")
+    plain = parse_lspci((FIX.parent / "lspci" / LSPCI).read_text(), source="lspci")
     assert accelerators_on_bus(plain) == {Vendor("hygon"): 2}
     nn = parse_lspci(
         "0000:37:00.0 Co-processor [0b40]: Chengdu Haiguang IC Design Co., Ltd. "

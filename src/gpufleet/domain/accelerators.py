@@ -191,17 +191,15 @@ def links_check(links: Mapping[int, LinkState]) -> CheckResult:
 
 # ---- configuration follows the node type: which vendor, which group ----
 
-# PCI classes of accelerator functions (display/3D/VGA controllers, processing accelerators,
-# co-processors: Hygon DCUs); excludes the HDMI audio functions of AMD boards and NVIDIA's
-# NVSwitch bridges.
-_ACCELERATOR_CLASS_IDS = frozenset({"0300", "0302", "0380", "1200", "0b40"})
+# PCI classes of accelerator functions (display/3D/VGA controllers, processing accelerators);
+# excludes the HDMI audio functions of AMD boards and NVIDIA's NVSwitch bridges.
+_ACCELERATOR_CLASS_IDS = frozenset({"0300", "0302", "0380", "1200"})
 _ACCELERATOR_CLASS_NAMES = frozenset(
     {
         "VGA compatible controller",
         "3D controller",
         "Display controller",
         "Processing accelerators",
-        "Co-processor",
     }
 )
 

@@ -179,4 +179,5 @@ PLUGIN = VendorPlugin(
     group=group,
     description="Hygon DCUs",
     inspector=INSPECTOR,
+    pci_classes=("0b40", "Co-processor"),
 )
