@@ -109,3 +109,25 @@ def test_dcus_on_the_bus_without_hy_smi_or_with_a_new_header_fail_closed() -> No
     f = assemble_facts(drifted, at, "h1")
     assert f.accelerators == ()
     assert f.accelerator_errors[Vendor("hygon")].startswith("h1:hy-smi:3:1: unknown table header")
+
+
+def test_an_unreadable_dtk_rocm_smi_answer_never_sinks_the_host() -> None:
+    """DTK rocm-smi's JSON is optional: one listing other cards than hy-smi (here the real
+    single-card capture of another host) is a named problem, hy-smi's four DCUs stand."""
+    from datetime import UTC, datetime
+
+    from gpufleet.collect.assemble import assemble_facts
+    from gpufleet.collect.bundle import Section
+    from gpufleet.lab.captures import captures_dir
+    from gpufleet.lab.fleet import LabHost
+    from gpufleet.lab.renderers import render_sections
+
+    sections = render_sections(LabHost(name="h1", model="k100ai-4x", serial_salt=7))
+    other = (captures_dir() / "hygon" / "gpustack_hygon-gpu-24.04.3-rocm-smi.json").read_text()
+    sections["hygon_rocm_smi_json"] = Section("hygon_rocm_smi_json", other, "", 0)
+    f = assemble_facts(sections, datetime(2026, 12, 3, tzinfo=UTC), "h1")
+    assert f.accelerator_errors == {}
+    assert len(f.accelerators) == 4
+    assert f.problems == [
+        "h1: hygon_rocm_smi_json: unreadable, left out: rocm-smi --json (DTK): lists cards [0], "
+        "hy-smi lists DCU [0, 1, 2, 3]"]

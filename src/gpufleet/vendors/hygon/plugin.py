@@ -5,9 +5,10 @@ What each tool gives (real captures, tests/fixtures/captured/hygon/PROVENANCE.md
 * ``hy-smi`` (primary; four header versions, :mod:`gpufleet.vendors.hygon.hy_smi`): the
   logical devices by index, temperature, average power and its cap, VRAM in use (%),
   utilisation (%), ``Perf`` and ``Mode``. No model, serial, bus id, error or version.
-* DTK ``rocm-smi --json`` (optional; a host whose rocm-smi fails or is missing still reads):
-  per card the PCI device id, product name (``Card Series``), serial, unique id and VRAM in
-  MiB, merged onto hy-smi's devices by index; the two tools must list the same indices.
+* DTK ``rocm-smi --json`` (optional: a host whose rocm-smi fails, is missing or answers what
+  cannot be read still reads, the answer named in the problems): per card the PCI device id,
+  product name (``Card Series``), serial, unique id and VRAM in MiB, merged onto hy-smi's
+  devices by index; the two tools must list the same indices.
 
 One DCU is one PCI function and one logical device (no dual-die or partition layout appears
 in any capture), so the count per physical card and per logical device are the same.
@@ -157,6 +158,7 @@ COLLECTOR = VendorCollector(
     primary="hy_smi",
     sections=tuple(_section(n) for n in SECTIONS),
     read=parse_sections,
+    optional=("hygon_rocm_smi_json",),
 )
 
 #: The inspection probe asks hy-smi's table only (temperature, power and its cap per DCU):
