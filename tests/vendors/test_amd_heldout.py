@@ -63,3 +63,14 @@ def test_vram_rounds_half_up_as_go_does() -> None:
     assert vram(2560) == "3G"  # round(2.5) is 2 in Python, 3 in Go
     assert vram(511) == "0G"
     assert vram(32752) == "32G"  # the MI100's 34342961152 B
+
+
+def test_a_hygon_dcu_in_dtk_rocm_smi_is_not_an_amd_gpu() -> None:
+    """DTK's rocm-smi on a Hygon host lists the DCUs as ``cardN`` with ``Card Vendor``
+    ``Chengdu Haiguang IC Design Co., Ltd.`` (the real gpustack capture): AMD's plugin must not
+    count them (before: one AMD GPU 'DCU xxxx' on a Hygon host); AMD's own cards still count,
+    whether rocm-smi names the vendor or prints its raw id (0x1002, ROCm 4.3)."""
+    hygon = FIX.parent / "hygon" / "gpustack_hygon-gpu-24.04.3-rocm-smi.json"
+    assert '"Chengdu Haiguang IC Design Co., Ltd."' in hygon.read_text()
+    assert parse_rocm_smi_json(hygon.read_text()).cards == ()
+    assert len(parse_rocm_smi_json((FIX / "telegraf_rx6700xt_rocm430.json").read_text()).cards) == 1

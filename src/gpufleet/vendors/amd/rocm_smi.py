@@ -121,14 +121,18 @@ def parse_rocm_smi_json(text: str, source: str = "rocm-smi --json") -> RocmSmi:
     if not isinstance(doc, dict):
         raise ParseError(source, "top level is not an object")
     cards: list[RocmCard] = []
+    foreign = 0
     for key, body in doc.items():
         m = _CARD.match(key)
         if m is None:
             continue
         if not isinstance(body, dict):
             raise ParseError(source, f"{key} is not an object")
+        if not _is_amd(body):
+            foreign += 1  # Hygon's DTK ships a rocm-smi too: its DCUs are Hygon's, not AMD's
+            continue
         cards.append(_card(int(m.group(1)), key, body, source))
-    if not cards:
+    if not cards and not foreign:
         raise ParseError(source, "no cardN entries")
     system = doc.get("system")
     driver = _first(system, "Driver version") if isinstance(system, dict) else None
@@ -166,6 +170,19 @@ def _topology(system: dict[str, Any], source: str) -> tuple[TopoLink, ...]:
         )
         for (a, b), d in sorted(pairs.items())
     )
+
+
+#: How rocm-smi names AMD as a card's vendor: the pci.ids name, or the raw id when the name
+#: lookup failed (ROCm 4.3).
+_AMD_VENDOR = ("advanced micro devices", "amd", "0x1002")
+
+
+def _is_amd(d: dict[str, Any]) -> bool:
+    """A card rocm-smi lists is AMD's unless its ``Card Vendor`` names another vendor (DTK's
+    rocm-smi on a Hygon host prints ``Chengdu Haiguang IC Design Co., Ltd.``); a card without
+    the key is AMD's, as every rocm-smi of AMD's own prints it."""
+    vendor = _first(d, "Card Vendor", "Card vendor")
+    return vendor is None or vendor.strip().lower().startswith(_AMD_VENDOR)
 
 
 def _card(index: int, name: str, d: dict[str, Any], source: str) -> RocmCard:
