@@ -32,6 +32,7 @@ CHECK_KEYS = {
     "message",
     "held",
     "frees",
+    "cuda",
 }
 
 
@@ -56,6 +57,29 @@ def test_capacity_check_exit_codes_and_json_shape(gf: Cli) -> None:
     r = gf.run("capacity", "check", "--gpus", "16", "--headroom", "ten", code=2)
     assert "--headroom 'ten'" in flat(r.stderr)
     gf.run("capacity", "check", code=2)  # --gpus is required
+
+
+def test_cuda_gate_exit_codes_and_the_reason(gf: Cli) -> None:
+    """Issue 26 (seed 001): an image built for CUDA 12.4 on a node whose driver serves 12.2
+    is refused with the reason; a malformed --cuda is a usage error."""
+    lab = str(gf.tmp / "lab")
+    gf.run("lab", "change", "gpu-02", "--driver", "535.154.05", "--dir", lab)
+    gf.run("validate")  # collects first: the changed driver is re-validated
+    no = gf.json("capacity", "check", "--gpus", "24", "--cuda", "12.4", code=1)
+    assert no["ok"] is False and no["allocatable"] == 16 and no["cuda"] == "12.4"
+    assert "gpu-02: driver 535.154.05 serves CUDA up to 12.2" in no["message"]
+    r = gf.run("capacity", "check", "--gpus", "24", "--cuda", "12.4", code=1)
+    assert "gpu-02: driver 535.154.05 serves CUDA up to 12.2" in flat(r.stderr)
+    assert gf.json("capacity", "check", "--gpus", "24", "--cuda", "12.2")["ok"] is True
+    r = gf.run("capacity", "check", "--gpus", "8", "--cuda", "twelve", code=2)
+    assert "--cuda 'twelve'" in flat(r.stderr)
+    refused = gf.json("allocate", "--gpus", "8", "--cuda", "12.4", "--selector", "gpu-02",
+                      "--owner", "a", "--purpose", "p", "--for", "1h", code=1)
+    assert refused["granted"] is False
+    assert "gpu-02: driver 535.154.05 serves CUDA up to 12.2" in refused["reason"]
+    got = gf.json("allocate", "--gpus", "8", "--cuda", "12.4", "--owner", "a",
+                  "--purpose", "p", "--for", "1h")
+    assert got["granted"] is True and got["lease"]["hosts"] != ["gpu-02"]
 
 
 def test_allocate_leases_capacity_and_release(gf: Cli) -> None:

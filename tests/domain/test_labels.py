@@ -48,6 +48,7 @@ def test_labels_of_a_clean_host(facts: HostFacts, spec: ExpectedSpec) -> None:
         "gpufleet.io/fabric": "ib",
         "gpufleet.io/nvlink": "true",
         "gpufleet.io/local-nvme-gb": "7681",
+        "gpufleet.io/cuda.max": "12.4",  # issue 26: driver 550.90.07 (NVIDIA's table)
         "gpufleet.io/accelerator.vendor": "nvidia",  # issue 15: every vendor alike
         "gpufleet.io/accelerator.model": "h100",
         "gpufleet.io/accelerator.count": "8",

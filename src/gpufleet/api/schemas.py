@@ -456,6 +456,7 @@ class AllocateIn(Schema):
     min_gpu_memory: str | None = Field(None, description="Per GPU, e.g. 80G.")
     fabric: str | None = Field(None, description="ib, roce or none.")
     profile: str | None = None
+    cuda: str | None = Field(None, description="CUDA MAJOR.MINOR the workload was built for.")
     selector: str | None = None
     owner: str = Field(min_length=1, max_length=128)
     purpose: str = Field(min_length=1)
@@ -557,6 +558,7 @@ class CapacityCheckOut(Schema):
     profile: str | None
     message: str
     held: list[HeldOut]
+    cuda: str | None = None
     frees: list[FreesOut]
 
     @classmethod

@@ -85,6 +85,9 @@ def allocate_cmd(
     profile: str | None = typer.Option(
         None, "--profile", help="Workload profile the hosts are validated for."
     ),
+    cuda: str | None = typer.Option(
+        None, "--cuda", help="CUDA MAJOR.MINOR the workload was built for (driver gate)."
+    ),
     selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
     owner: str = typer.Option(..., "--owner", help="Team or person answering for the lease."),
     purpose: str = typer.Option(..., "--purpose", help="What the hosts are for."),
@@ -110,6 +113,7 @@ def allocate_cmd(
         min_gpu_memory_mib=parse_gpu_memory(min_gpu_memory) if min_gpu_memory else None,
         fabric=fabric,
         profile=profile,
+        cuda=cuda,
     )
     got = allocation.allocate(
         open_fleet(),
@@ -408,6 +412,9 @@ def capacity_check_cmd(
     profile: str | None = typer.Option(None, "--profile", help="Workload profile."),
     headroom: str = typer.Option("0%", "--headroom", help="Extra on top, e.g. 10%."),
     selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
+    cuda: str | None = typer.Option(
+        None, "--cuda", help="CUDA MAJOR.MINOR the release was built for (driver gate)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """CI gate: exit 0 when enough GPUs are allocatable now, 1 when not (what is missing,
@@ -419,6 +426,7 @@ def capacity_check_cmd(
         profile=profile,
         headroom=parse_percent(headroom),
         selector=selector,
+        cuda=cuda,
     )
     show_check(r, as_json)
 

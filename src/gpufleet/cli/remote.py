@@ -368,6 +368,7 @@ def allocate(
     min_gpu_memory: str | None,
     fabric: str | None,
     profile: str | None,
+    cuda: str | None,
     selector: str | None,
     owner: str,
     purpose: str,
@@ -388,6 +389,7 @@ def allocate(
         "min_gpu_memory": min_gpu_memory,
         "fabric": fabric,
         "profile": profile,
+        "cuda": cuda,
         "selector": selector,
         "owner": owner,
         "purpose": purpose,
@@ -507,6 +509,7 @@ def capacity_check(
     profile: str | None,
     headroom: str,
     selector: str | None,
+    cuda: str | None,
     as_json: bool,
 ) -> None:
     from gpufleet.cli.alloc import show_check
@@ -519,6 +522,7 @@ def capacity_check(
         profile=profile,
         headroom=headroom,
         selector=selector,
+        cuda=cuda,
     )
     d["held"] = [h | {"until": _dt(h["until"])} for h in d["held"]]
     d["frees"] = [f | {"at": _dt(f["at"])} for f in d["frees"]]

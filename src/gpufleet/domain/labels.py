@@ -204,7 +204,7 @@ def _fabric(active: Iterable[Iterable[Any]], spec: ExpectedSpec | None) -> str:
 #: The version of what :func:`fact_labels` stores: bump it whenever the labels take something
 #: new from the facts; a stored value of another version is not used (the reader decodes the
 #: facts instead), so a stale one can never give wrong labels.
-FACT_LABELS_VERSION = 1
+FACT_LABELS_VERSION = 2  # 2: issue 26, gpufleet.io/cuda.max
 
 
 def fact_labels(facts: HostFacts) -> dict[str, Any]:
@@ -224,6 +224,12 @@ def fact_labels(facts: HostFacts) -> dict[str, Any]:
             if (d.transport or "").lower() == "nvme" or d.name.startswith("nvme")
         )
         after[f"{PREFIX}/local-nvme-gb"] = str(nvme // 10**9)
+    # issue 26: the newest CUDA the NVIDIA driver serves (NVIDIA's table, domain.cuda); no
+    # label when no driver was read (a workload's nodeSelector then cannot match: closed)
+    from gpufleet.domain.cuda import cuda_max
+
+    if (top := cuda_max(facts.driver_version)) is not None:
+        after[f"{PREFIX}/cuda.max"] = top
     from gpufleet.domain.accelerator_exports import inventory_digest, own_accelerator_labels
     from gpufleet.domain.accelerators import inventories_of
 

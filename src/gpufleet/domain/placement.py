@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet.domain.cuda import cuda_refusal
 from gpufleet.domain.states import HostState
 
 
@@ -34,6 +35,8 @@ class Request:
     min_gpu_memory_mib: int | None = None
     fabric: str | None = None
     profile: str | None = None
+    #: issue 26: the CUDA ``major.minor`` the workload was built for (the driver gate).
+    cuda: str | None = None
 
     def describe(self) -> str:
         size = f"{self.gpus} GPUs" if self.gpus is not None else f"{self.hosts} hosts"
@@ -44,6 +47,8 @@ class Request:
             parts.append(f">= {self.min_gpu_memory_mib // 1024}G per GPU")
         if self.fabric:
             parts.append(f"fabric {self.fabric}")
+        if self.cuda:
+            parts.append(f"CUDA {self.cuda}")
         if self.profile:
             parts.append(f"for {self.profile}")
         return " ".join(parts)
@@ -69,6 +74,8 @@ class HostView:
     eta: datetime | None = None
     #: Allocated now, but its lease ends before the requested window starts.
     free_by_start: bool = False
+    #: issue 26: the NVIDIA driver of its latest facts (None: not collected).
+    driver: str | None = None
 
 
 def matches_hardware(req: Request, h: HostView) -> bool:
@@ -80,6 +87,8 @@ def matches_hardware(req: Request, h: HostView) -> bool:
     ):
         return False
     if req.fabric and (h.fabric or "").lower() != req.fabric.lower():
+        return False
+    if req.cuda and cuda_refusal(h.driver, req.cuda) is not None:
         return False
     return h.gpus > 0
 
@@ -205,6 +214,25 @@ def _when(dt: datetime | None) -> str:
     return dt.strftime("%Y-%m-%d %H:%M %Z").strip() if dt is not None else "unknown"
 
 
+def _cuda_parts(req: Request, hosts: list[HostView], counts: dict[str, int]) -> list[str]:
+    """Issue 26: the hosts the CUDA gate left out, with the reason of the first few
+    (``"node1: driver 535.154.05 serves CUDA up to 12.2"``)."""
+    assert req.cuda is not None
+    other = Request(model=req.model, min_gpu_memory_mib=req.min_gpu_memory_mib,
+                    fabric=req.fabric)
+    refused = [
+        (h.name, why)
+        for h in hosts
+        if matches_hardware(other, h) and (why := cuda_refusal(h.driver, req.cuda)) is not None
+    ]
+    counts["cuda_refused"] = len(refused)
+    if not refused:
+        return []
+    shown = "; ".join(f"{n}: {why}" for n, why in refused[:5])
+    more = f"; {len(refused) - 5} more" if len(refused) > 5 else ""
+    return [f"{len(refused)} cannot run CUDA {req.cuda} ({shown}{more})"]
+
+
 def explain(req: Request, hosts: Iterable[HostView]) -> Refusal:
     """Why ``req`` cannot be placed on ``hosts`` (every host of the selection), in counts:
     how many match the hardware, how many are validated for the profile, where the rest are
@@ -219,12 +247,15 @@ def explain(req: Request, hosts: Iterable[HostView]) -> Refusal:
                 req.model and f"the model {req.model}",
                 req.min_gpu_memory_mib and f"{req.min_gpu_memory_mib // 1024}G GPU memory",
                 req.fabric and f"fabric {req.fabric}",
+                req.cuda and f"a driver serving CUDA {req.cuda}",
             )
             if x
         )
         or "the request"
     )
     parts = [f"{len(hw)} of {len(all_hosts)} hosts match {what}"]
+    if req.cuda:
+        parts += _cuda_parts(req, all_hosts, counts)
     by_state = Counter(h.state.value for h in hw)
     for state, n in sorted(by_state.items()):
         counts[f"state_{state}"] = n

@@ -30,6 +30,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.cuda import parse_cuda
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeasePolicy, LeaseState, lease_window
 from gpufleet.domain.placement import Placement, Refusal, Request, explain
@@ -66,6 +67,8 @@ def _check_request(req: Request) -> None:
     size = req.gpus if req.gpus is not None else req.hosts
     if size is None or size < 1:
         raise ConfigError("--gpus / --hosts must be at least 1")
+    if req.cuda is not None:
+        parse_cuda(req.cuda)  # issue 26: a malformed --cuda is a usage error, not a refusal
 
 
 #: A login name as useradd accepts it (portable set, at most 32 characters).
@@ -238,4 +241,5 @@ def _fields(req: Request) -> dict[str, Any]:
         "min_gpu_memory_mib": req.min_gpu_memory_mib,
         "fabric": req.fabric,
         "profile": req.profile,
+        "cuda": req.cuda,
     }

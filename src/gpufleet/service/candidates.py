@@ -127,6 +127,8 @@ def candidate_filters(
         out.append(func.lower(_fabric()) == req.fabric.lower())
     if req.profile:
         out.append(_has_profile(s, req.profile))
+    if req.cuda:  # issue 26: no driver collected serves no CUDA (the version is read below)
+        out.append(FactSnapshot.driver.is_not(None))
     out.append(
         Host.id.not_in(
             select(Alarm.host_id).where(
@@ -190,6 +192,7 @@ def candidate_views(
         Host.profiles,
         _gpus(),
         FactSnapshot.gpu_model,
+        FactSnapshot.driver,
     ]
     if req.min_gpu_memory_mib:
         cols.append(_min_memory())
@@ -203,18 +206,19 @@ def candidate_views(
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
     for row in s.execute(stmt):
-        hid, name, state, version, rack, pool, fabric, profiles, gpus, model = row[:10]
+        hid, name, state, version, rack, pool, fabric, profiles, gpus, model, driver = row[:11]
         view = HostView(
             name=name,
             state=_STATES[state],
             gpus=gpus or 0,
             model=model,
-            gpu_memory_mib=row[10] if req.min_gpu_memory_mib else None,
+            gpu_memory_mib=row[11] if req.min_gpu_memory_mib else None,
             rack=rack,
             fabric=fabric,
             pool=pool,
             profiles=frozenset(profiles or ()),
             free_by_start=state == HostState.ALLOCATED.value,
+            driver=driver,
         )
         if racks and (rack or "", (fabric or "").lower()) not in racks:
             continue  # the rack's hosts on another fabric: another block
@@ -233,6 +237,12 @@ def find_placement(
     """Place ``req`` for [start, end) reading only the blocks placement needs (see the
     module). None: it cannot be placed (explain it with :func:`host_views`)."""
     filters = candidate_filters(s, req, selector, start, end, now)
+    if req.cuda:
+        # issue 26: the driver gate is a version comparison SQL does not make: every
+        # candidate is read and placement (allocatable) leaves out the drivers that
+        # cannot serve it
+        views, index = candidate_views(s, req, filters)
+        return place(req, views), views, index
     summary = None
     if start <= now and not is_explicit(selector):
         summary = read_summary(s)
@@ -332,6 +342,7 @@ def host_views(
         Host.eta,
         _gpus(),
         FactSnapshot.gpu_model,
+        FactSnapshot.driver,
         # read only when asked: every other snapshot column here is in the snapshot index
         _min_memory() if req.min_gpu_memory_mib else null(),
     ]
@@ -376,7 +387,7 @@ def host_views(
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
     profile_sets: dict[str | None, frozenset[str]] = {None: frozenset()}
-    for hid, name, state, version, rack, pool, fabric, text, eta, gpus, model, mem in rows:
+    for hid, name, state, version, rack, pool, fabric, text, eta, gpus, model, drv, mem in rows:
         st = _STATES[state]
         profiles = profile_sets.get(text)
         if profiles is None:
@@ -396,6 +407,7 @@ def host_views(
                 busy_until=busy.get(hid),
                 eta=eta if st in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
                 free_by_start=st is HostState.ALLOCATED and hid in ending and hid not in busy,
+                driver=drv,
             )
         )
         index[name] = CandidateRow(hid, version or 0, pool)

@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from gpufleet.domain.cuda import parse_cuda
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
@@ -139,6 +140,8 @@ class CapacityCheck:
     message: str
     held: list[dict[str, Any]] = field(default_factory=list)
     frees: list[dict[str, Any]] = field(default_factory=list)
+    #: issue 26: the CUDA the release needs (hosts whose driver cannot serve it left out)
+    cuda: str | None = None
 
 
 def check(
@@ -149,13 +152,17 @@ def check(
     profile: str | None = None,
     headroom: float = 0.0,
     selector: str | None = None,
+    cuda: str | None = None,
 ) -> CapacityCheck:
     """Are ``gpus`` x (1 + ``headroom``) GPUs of ``model`` validated for ``profile``
-    allocatable now (available, no open alarm, not reserved for now)?"""
+    allocatable now (available, no open alarm, not reserved for now)? ``cuda``: only hosts
+    whose driver serves that CUDA count (:mod:`gpufleet.domain.cuda`)."""
     if gpus < 1:
         raise ConfigError("--gpus must be at least 1")
+    if cuda is not None:
+        parse_cuda(cuda)
     needed = math.ceil(gpus * (1 + headroom) - 1e-9)
-    req = Request(gpus=needed, model=model, profile=profile)
+    req = Request(gpus=needed, model=model, profile=profile, cuda=cuda)
     now = fleet.now()
     with fleet.db.session() as s:
         views, _ = host_views(
@@ -202,4 +209,5 @@ def check(
         message=message,
         held=sorted(held, key=lambda d: (str(d["until"]), d["host"])),
         frees=[{"at": t, "gpus": n} for t, n in sorted(frees.items())],
+        cuda=cuda,
     )

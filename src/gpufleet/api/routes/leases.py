@@ -51,6 +51,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
         min_gpu_memory_mib=parse_gpu_memory(body.min_gpu_memory) if body.min_gpu_memory else None,
         fabric=body.fabric,
         profile=body.profile,
+        cuda=body.cuda,
     )
     got = allocation.allocate(
         fleet,
@@ -130,6 +131,7 @@ def capacity_check(
     profile: str | None = None,
     headroom: str = Query("0%", description="Extra on top, e.g. 10%."),
     selector: str | None = None,
+    cuda: str | None = Query(None, description="CUDA MAJOR.MINOR the workload needs."),
     fleet: Fleet = Depends(as_viewer),
 ) -> CapacityCheckOut:
     r = capacity.check(
@@ -139,5 +141,6 @@ def capacity_check(
         profile=profile,
         headroom=parse_percent(headroom),
         selector=selector,
+        cuda=cuda,
     )
     return CapacityCheckOut.of(r)
