@@ -423,6 +423,11 @@ class DriftOut(Schema):
     baselines: dict[str, str] = Field(description="host -> the baseline it was compared with")
     no_baseline: list[str]
     no_facts: list[str]
+    pools: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="issue 26: each pool with a baseline: pool, baseline, hosts, matching, "
+        "on_other (other baseline -> hosts), fields (field, expected, matching, others), drifts",
+    )
 
     @classmethod
     def of(cls, r: Any) -> DriftOut:
@@ -441,6 +446,7 @@ class DriftOut(Schema):
             baselines=dict(r.baselines),
             no_baseline=list(r.no_baseline),
             no_facts=list(r.no_facts),
+            pools=[dataclasses.asdict(p) | {"drifts": p.drifts} for p in r.pools],
         )
 
 

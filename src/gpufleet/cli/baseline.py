@@ -13,7 +13,15 @@ from rich.table import Table
 
 from gpufleet.cli.common import boundary, cell, console, lit, open_fleet, print_json
 from gpufleet.cli.drift import print_drift
-from gpufleet.domain.pins import PINS, Compare, Pin, PinValue
+from gpufleet.domain.pins import (
+    PINS,
+    Compare,
+    Pin,
+    PinChange,
+    PinValue,
+    overlay_pins,
+    pins_given,
+)
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
 from gpufleet.service import baselines as svc
@@ -70,18 +78,47 @@ def create_cmd(**options: Any) -> None:
     status: BaselineStatus = options["status"]
     fleet = open_fleet()
     meta = {"status": status, "os_image_url": options["os_image_url"]}
+    pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
+    changes: list[PinChange] = []
     if options["from_host"]:
+        # issue 26: the pins given go on top of the host's values ("copy and bump the driver")
         b = svc.baseline_from_host(fleet, options["from_host"], name, options["purpose"])
-        b = _baseline(b.model_dump() | meta)
+        values, changes = overlay_pins(b.model_dump(), pins_given(pinned))
+        b = _baseline(values | meta)
     else:
-        pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
         b = _baseline({"name": name, "purpose": options["purpose"]} | meta | pinned)
     svc.save_baseline(fleet, b, replace=options["replace"])
     for p in pool:
         svc.set_pool_baseline(fleet, p, name, create=True)
+    if options["as_json"]:
+        print_json(
+            {
+                "baseline": name,
+                "status": str(b.status),
+                "from_host": options["from_host"],
+                "pools": pool,
+                "changed_from_host": [asdict(c) for c in changes],
+            }
+        )
+        return
     console.print(
         f"baseline {name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
     )
+    if options["from_host"]:
+        host = lit(options["from_host"])
+        if not changes:
+            console.print(f"as {host} has it (no pin given differs)")
+        for c in changes:
+            was, now = lit(_shown(c.host)), lit(_shown(c.pinned))
+            console.print(f"  {c.field}: {was} on {host} -> {now}")
+
+
+def _shown(value: PinValue) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items()) or "unset"
+    if isinstance(value, list):
+        return ", ".join(value) or "unset"
+    return value if value is not None else "unset"
 
 
 # The pinned fields' flags come from the pin table (gpufleet.domain.pins): Typer reads the
@@ -109,7 +146,12 @@ vars(create_cmd)["__signature__"] = inspect.Signature(
         inspect.Parameter(
             "from_host",
             _KW,
-            default=typer.Option(None, "--from-host", help="Copy from a known-good host's facts."),
+            default=typer.Option(
+                None,
+                "--from-host",
+                help="Copy from a known-good host's facts; pins given as well go on top (the "
+                "differences from the host are printed).",
+            ),
             annotation=str | None,
         ),
         *(_pin_option(p) for p in PINS),
@@ -133,6 +175,15 @@ vars(create_cmd)["__signature__"] = inspect.Signature(
             "replace",
             _KW,
             default=typer.Option(False, "--replace", help="Overwrite an existing baseline."),
+            annotation=bool,
+        ),
+        inspect.Parameter(
+            "as_json",
+            _KW,
+            default=typer.Option(
+                False, "--json", help="Print what was saved and, with --from-host, the pins "
+                "that differ from the host's values."
+            ),
             annotation=bool,
         ),
     ]

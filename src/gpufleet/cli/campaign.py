@@ -106,6 +106,10 @@ def create_cmd(
                                                    help="Kind of the recorded change."),
     forks: int = typer.Option(10, "--forks", "-f", help="Hosts acted on at once."),
     timeout: float = typer.Option(1800.0, "--timeout", help="Seconds for one wave's action."),
+    advance_baseline: bool = typer.Option(
+        False, "--advance-baseline",
+        help="On completion, make the target baseline the baseline of the moved hosts' pools.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan, store nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
@@ -123,7 +127,7 @@ def create_cmd(
         canary=canary, waves=waves, max_failures=max_failures,
         require_approval=require_approval, auto_rollback=auto_rollback, allocated=allocated,
         max_rack_share=max_rack_share, pool_floor=pool_floor, change_kind=change_kind,
-        forks=forks, timeout_s=timeout,
+        forks=forks, timeout_s=timeout, advance_baseline=advance_baseline,
     )
     v = create_campaign(open_fleet(), spec, dry_run=dry_run)
     if as_json:
@@ -146,11 +150,18 @@ def _finish(v: CampaignView, as_json: bool) -> None:
 @boundary
 def run_cmd(
     name: str = typer.Argument(..., help="Campaign name."),
+    advance_baseline: bool = typer.Option(
+        False, "--advance-baseline",
+        help="On completion, make the target baseline the baseline of the moved hosts' pools.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Run a campaign wave by wave (resumes one that was interrupted). Exit 0 when it
-    completed, waits for approval or was paused; 1 when it halted."""
-    _finish(run_campaign(open_fleet(), name, None if as_json else _say), as_json)
+    completed, waits for approval or was paused; 1 when it halted. On completion, a pool of
+    the moved hosts still on another baseline is advanced (--advance-baseline) or the
+    command that would is printed."""
+    _finish(run_campaign(open_fleet(), name, None if as_json else _say,
+                         advance_baseline=advance_baseline), as_json)
 
 
 @boundary

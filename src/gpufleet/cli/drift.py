@@ -15,12 +15,19 @@ from typing import TYPE_CHECKING
 from gpufleet.cli.common import cell, lean_read, lit, print_json
 
 if TYPE_CHECKING:
+    from gpufleet.domain.drift import PoolField
     from gpufleet.service.baselines import DriftReport
     from gpufleet.service.fleet import Fleet
 
 
+def pool_json(rep: DriftReport) -> list[dict[str, object]]:
+    """Issue 26: the pools of a drift report as ``drift --json`` and the API give them."""
+    return [asdict(p) | {"drifts": p.drifts} for p in rep.pools]
+
+
 def print_drift(rep: DriftReport, *, as_json: bool) -> int:
-    """Print a drift report; its exit code: 1 when any host drifts, else 0."""
+    """Print a drift report; its exit code: 1 when any host drifts from its baseline or a
+    pool from its own (issue 26), else 0."""
     if as_json:
         print_json(
             {
@@ -29,6 +36,7 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
                 "baselines": rep.baselines,
                 "no_baseline": rep.no_baseline,
                 "no_facts": rep.no_facts,
+                "pools": pool_json(rep),
             }
         )
     else:
@@ -63,11 +71,46 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
                         lit(cell(i.actual)),
                     )
             console.print(h)
-        else:
+        _print_pools(rep)
+        if not rep.drifts:
             console.print(f"no drift on {len(rep.baselines)} hosts with a baseline")
         if rep.no_baseline:
             console.print(f"[dim]{len(rep.no_baseline)} hosts have no baseline (pool unmapped)[/]")
-    return 1 if rep.by_host else 0
+    return 1 if rep.drifts else 0
+
+
+def _print_pools(rep: DriftReport) -> None:
+    """Issue 26: each pool that differs from its baseline, at a glance (a half-migrated
+    pool: some hosts on a campaign's target baseline, the pool still on the old one)."""
+    from rich.table import Table
+
+    from gpufleet.cli.common import console
+
+    pools = [p for p in rep.pools if p.drifts]
+    if not pools:
+        return
+    t = Table(title="pools off their baseline")
+    for col in ("pool", "baseline", "match", "on another baseline", "field", "values"):
+        t.add_column(col, overflow="fold")
+    for p in pools:
+        other = "; ".join(f"{b}: {len(hs)}" for b, hs in p.on_other.items()) or "-"
+        rows: list[PoolField | None] = [*p.fields] or [None]
+        for i, f in enumerate(rows):
+            first = i == 0
+            t.add_row(
+                lit(p.pool) if first else "",
+                lit(p.baseline) if first else "",
+                f"{len(p.matching)}/{len(p.hosts)}" if first else "",
+                lit(other) if first else "",
+                f.field if f else "-",
+                lit(f.describe().split(" ", 1)[1]) if f else "-",
+            )
+    console.print(t)
+    for p in pools:
+        console.print(lit(p.describe()), soft_wrap=True)
+        for other in p.on_other:
+            console.print(f"  to make {lit(other)} the pool's baseline: "
+                          f"gpufleet pool baseline {lit(p.pool)} {lit(other)}")
 
 
 def lean_drift(selector: str | None, *, as_json: bool) -> int | None:

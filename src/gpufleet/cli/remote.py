@@ -613,10 +613,15 @@ def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, 
 @remote("baseline.drift_cmd")
 def drift(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_drift
-    from gpufleet.domain.drift import DriftItem, DriftSummary
+    from gpufleet.domain.drift import DriftItem, DriftSummary, PoolDrift, PoolField
     from gpufleet.service.baselines import DriftReport
 
     d = api.get("drift", selector=selector)
+    pools = [
+        PoolDrift(**({k: v for k, v in p.items() if k != "drifts"}
+                     | {"fields": [PoolField(**f) for f in p["fields"]]}))
+        for p in d.get("pools", [])
+    ]
     show_drift(
         DriftReport(
             by_host={h: [DriftItem(**i) for i in items] for h, items in d["by_host"].items()},
@@ -624,6 +629,7 @@ def drift(api: Client, selector: str | None, as_json: bool) -> None:
             baselines=d["baselines"],
             no_baseline=d["no_baseline"],
             no_facts=d["no_facts"],
+            pools=pools,
         ),
         as_json,
     )

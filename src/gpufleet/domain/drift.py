@@ -22,9 +22,12 @@ __all__ = [
     "DRIFT_FIELDS",
     "DriftItem",
     "DriftSummary",
+    "PoolDrift",
+    "PoolField",
     "diff_against_baseline",
     "os_image_matches",
     "os_image_name",
+    "pool_drift",
     "summarize_drift",
 ]
 
@@ -81,3 +84,93 @@ def summarize_drift(items_by_host: Mapping[str, list[DriftItem]]) -> list[DriftS
     ]
     summaries.sort(key=lambda s: (-len(s.hosts), s.field, s.actual or ""))
     return summaries
+
+
+# --- issue 26: drift at pool level ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolField:
+    """One pinned field across a pool: the pool baseline's value, how many hosts have it,
+    and the hosts of each other value (``None``: not set on the host)."""
+
+    field: str
+    expected: str
+    matching: int
+    others: dict[str, list[str]]  # actual value ("unset" when None) -> hosts
+
+    def describe(self) -> str:
+        """``"driver 590.48.01 on 1 host, 595.10.01 on 5"``."""
+        n = self.matching
+        parts = [f"{self.field} {self.expected} (baseline) on {n} host{'s' if n != 1 else ''}"]
+        parts += [f"{value} on {len(hosts)}" for value, hosts in self.others.items()]
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDrift:
+    """A pool compared with its own baseline: which hosts match it, which follow another
+    baseline (a campaign's target: the pool is half migrated), and field by field."""
+
+    pool: str
+    baseline: str
+    hosts: list[str]
+    matching: list[str]
+    on_other: dict[str, list[str]]  # the other baseline a host follows -> hosts
+    fields: list[PoolField]
+
+    @property
+    def drifts(self) -> bool:
+        """Whether any host differs from the pool's baseline or follows another one."""
+        return bool(self.on_other or self.fields)
+
+    def describe(self) -> str:
+        """``"pool train: baseline b-old; 1 of 6 hosts match it; 5 follow b-new (gpu-02,
+        ...); driver 590.48.01 (baseline) on 1 host, 595.10.01 on 5"``."""
+        head = (
+            f"pool {self.pool}: baseline {self.baseline}; {len(self.matching)} of "
+            f"{len(self.hosts)} hosts match it"
+        )
+        parts = [head]
+        for other, hosts in self.on_other.items():
+            shown = ", ".join(hosts[:5]) + (f", {len(hosts) - 5} more" if len(hosts) > 5 else "")
+            parts.append(f"{len(hosts)} follow {other} ({shown})")
+        parts += [f.describe() for f in self.fields]
+        return "; ".join(parts)
+
+
+def pool_drift(
+    pool: str,
+    baseline: str,
+    against_pool: Mapping[str, list[DriftItem]],
+    follows: Mapping[str, str],
+) -> PoolDrift:
+    """``pool`` (baseline ``baseline``) from each of its hosts' differences from the pool's
+    baseline (``against_pool``: host -> items, every compared host a key, [] when none)
+    and the baseline each host follows (``follows``: host -> name)."""
+    hosts = sorted(against_pool)
+    on_other: dict[str, list[str]] = defaultdict(list)
+    for h in hosts:
+        own = follows.get(h, baseline)
+        if own != baseline:
+            on_other[own].append(h)
+    values: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for h in hosts:
+        for item in against_pool[h]:
+            by_value = values.setdefault((item.field, item.expected), defaultdict(list))
+            by_value[item.actual if item.actual is not None else "unset"].append(h)
+    order = {f: i for i, f in enumerate(DRIFT_FIELDS)}
+    fields = [
+        PoolField(
+            field,
+            expected,
+            len(hosts) - len({h for hs in by_value.values() for h in hs}),
+            dict(sorted(by_value.items(), key=lambda kv: (-len(kv[1]), kv[0]))),
+        )
+        for (field, expected), by_value in sorted(
+            values.items(), key=lambda kv: (order.get(kv[0][0].split(".")[0], 99), kv[0])
+        )
+    ]
+    matching = [h for h in hosts if not against_pool[h] and h not in
+                {x for xs in on_other.values() for x in xs}]
+    return PoolDrift(pool, baseline, hosts, matching, dict(sorted(on_other.items())), fields)

@@ -363,6 +363,41 @@ def baseline_values(facts: HostFacts) -> dict[str, PinValue]:
     return {p.field: p.captured(facts) for p in PINS}
 
 
+@dataclass(frozen=True, slots=True)
+class PinChange:
+    """Issue 26: a pin given to ``baseline create --from-host`` that differs from the host's
+    value: ``host`` what the host has, ``pinned`` what the baseline holds."""
+
+    field: str
+    flag: str
+    host: PinValue
+    pinned: PinValue
+
+
+def pins_given(options: Mapping[str, PinValue]) -> dict[str, PinValue]:
+    """The pins a command was given (a flag left out is None, or an empty list or map)."""
+    return {p.field: v for p in PINS if (v := options.get(p.field)) not in (None, [], {})}
+
+
+def overlay_pins(
+    values: Mapping[str, PinValue], given: Mapping[str, PinValue]
+) -> tuple[dict[str, PinValue], list[PinChange]]:
+    """The host's pinned ``values`` with the ``given`` pins on top (a map pin, sysctls, is
+    merged key by key: the host's other keys stay), and what changed, in pin order."""
+    out = dict(values)
+    changes: list[PinChange] = []
+    for pin in PINS:
+        if pin.field not in given:
+            continue
+        current, new = values.get(pin.field), given[pin.field]
+        if isinstance(new, dict) and isinstance(current, dict):
+            new = {**current, **new}
+        out[pin.field] = new
+        if new != current:
+            changes.append(PinChange(pin.field, pin.flag, current, new))
+    return out, changes
+
+
 def _agree_with_baseline(pins: Sequence[Pin]) -> None:
     fields = [f for f in Baseline.model_fields if f not in BASELINE_META]
     missing = sorted(set(fields) - {p.field for p in pins})

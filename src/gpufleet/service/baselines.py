@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.drift import DriftItem, DriftSummary, diff_against_baseline, summarize_drift
+from gpufleet.domain.drift import (
+    DriftItem,
+    DriftSummary,
+    PoolDrift,
+    diff_against_baseline,
+    pool_drift,
+    summarize_drift,
+)
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.pins import baseline_values
@@ -167,6 +174,14 @@ class DriftReport:
     baselines: dict[str, str]  # host -> baseline name
     no_baseline: list[str]
     no_facts: list[str]
+    #: issue 26: each pool with a baseline, its hosts compared with it (see
+    #: :class:`~gpufleet.domain.drift.PoolDrift`), by pool name
+    pools: list[PoolDrift] = field(default_factory=list)
+
+    @property
+    def drifts(self) -> bool:
+        """A host differs from its own baseline, or a pool from its baseline."""
+        return bool(self.by_host) or any(p.drifts for p in self.pools)
 
 
 class DriftHost(NamedTuple):
@@ -199,12 +214,16 @@ def drift(fleet: Fleet, selector: str | None = None) -> DriftReport:
 
 def drift_of(s: Session, hosts: Sequence[DriftHost]) -> DriftReport:
     """:func:`drift` of ``hosts`` (read by the caller, by name, in session ``s``): facts
-    are decoded only for hosts that have a baseline, a batch at a time."""
+    are decoded only for hosts that have a baseline, a batch at a time. Each host is
+    compared with the baseline it follows and, when that is not its pool's (a campaign
+    moved it: issue 26), with its pool's baseline too."""
     no_baseline: list[str] = []
     no_facts: list[str] = []
     names: dict[str, str] = {}
     baselines = Baselines(s)
-    compare: dict[int, tuple[str, Baseline]] = {}  # snapshot id -> (host, its baseline)
+    # snapshot id -> (host, its baseline, its pool's baseline when the pool has one)
+    compare: dict[int, tuple[str, Baseline, Baseline | None]] = {}
+    pool_of: dict[str, str] = {}
     for h in hosts:
         if h.state == "retired":
             continue
@@ -215,12 +234,29 @@ def drift_of(s: Session, hosts: Sequence[DriftHost]) -> DriftReport:
         if h.snapshot is None:
             no_facts.append(h.name)
             continue
-        compare[h.snapshot] = (h.name, baseline)
+        pool_baseline = baselines.named(baselines.name_from(None, h.pool)) if h.pool else None
+        if pool_baseline is not None and h.pool:
+            pool_of[h.name] = h.pool
+        compare[h.snapshot] = (h.name, baseline, pool_baseline)
         names[h.name] = baseline.name
     found: dict[str, list[DriftItem]] = {}
+    against_pool: dict[str, dict[str, list[DriftItem]]] = {}  # pool -> host -> items
+    pool_names: dict[str, str] = {}
     for sid, facts in latest_facts(s, list(compare)):
-        name, baseline = compare[sid]
-        if items := diff_against_baseline(facts, baseline):
+        name, baseline, pool_baseline = compare[sid]
+        items = diff_against_baseline(facts, baseline)
+        if items:
             found[name] = items
+        if pool_baseline is not None and name in pool_of:
+            pool = pool_of[name]
+            pool_names[pool] = pool_baseline.name
+            against_pool.setdefault(pool, {})[name] = (
+                items if pool_baseline.name == baseline.name
+                else diff_against_baseline(facts, pool_baseline)
+            )
     by_host = {n: found[n] for h in hosts if (n := h.name) in found}  # by name
-    return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts)
+    pools = [
+        pool_drift(pool, pool_names[pool], per_host, names)
+        for pool, per_host in sorted(against_pool.items())
+    ]
+    return DriftReport(by_host, summarize_drift(by_host), names, no_baseline, no_facts, pools)

@@ -95,6 +95,9 @@ class CampaignSpec:
     change_kind: DeclaredChangeKind = DeclaredChangeKind.DRIVER_UPGRADE
     forks: int = 10
     timeout_s: float = 1800.0
+    #: issue 26: on completion, make the target baseline the baseline of the pools of the
+    #: hosts it moved (else the command that would is printed)
+    advance_baseline: bool = False
 
 
 @dataclass
@@ -307,6 +310,7 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
                 "change_kind": spec.change_kind.value,
                 "forks": spec.forks,
                 "timeout_s": spec.timeout_s,
+                "advance_baseline": spec.advance_baseline,
             },
             plan={"waves": plan.waves, "notes": plan.notes},
             current_wave=0,
@@ -469,7 +473,12 @@ def abort_campaign(fleet: Fleet, name: str, progress: Progress | None = None) ->
 
 
 def run_campaign(
-    fleet: Fleet, name: str, progress: Progress | None = None, *, job: int | None = None
+    fleet: Fleet,
+    name: str,
+    progress: Progress | None = None,
+    *,
+    job: int | None = None,
+    advance_baseline: bool = False,
 ) -> CampaignView:
     """Run (or resume) ``name`` until it completes, halts, waits for approval or is paused.
 
@@ -477,7 +486,8 @@ def run_campaign(
     them. Refused (Conflict, exit 6) while another live process drives it. ``job``: the
     worker job driving it; a later attempt of the same job takes over from the attempt
     before without waiting (the queue runs an attempt again only when the one before died
-    or failed), on any machine."""
+    or failed), on any machine. ``advance_baseline``: as ``campaign create
+    --advance-baseline`` (recorded on the campaign, so a resume keeps it)."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name, for_update=True)
         st = CampaignStatus(camp.status)
@@ -495,6 +505,8 @@ def run_campaign(
         if ActionKind(camp.action_kind) is ActionKind.PLAYBOOK or camp.rollback:
             ansible_playbook()  # before the campaign is taken: it stays as it was
         resumed = st is not CampaignStatus.PLANNED
+        if advance_baseline and not camp.options.get("advance_baseline"):
+            camp.options = {**camp.options, "advance_baseline": True}
         camp.status = CampaignStatus.RUNNING
         camp.owner = _me() if job is None else _job_owner(job)
         camp.updated_at = fleet.now()

@@ -26,6 +26,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import NotFound
+from gpufleet.service.baselines import set_pool_baseline
 from gpufleet.service.campaign_actions import host_list, run_action
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet, record_event
@@ -33,7 +34,7 @@ from gpufleet.service.holds import held
 from gpufleet.service.lifecycle import retrying, transition
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name
-from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot
+from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool
 
 #: Where a run reports what it does, one line at a time (the CLI prints them on stderr).
 Progress = Callable[[str], None]
@@ -156,6 +157,61 @@ class Runner:
         note = f"; deferred (allocated): {', '.join(deferred)}" if deferred else ""
         set_status(self.fleet, self.name, CampaignStatus.COMPLETED, "completed" + note)
         self.say(f"campaign {self.name} completed{note}")
+        self.finish_pools()
+
+    def finish_pools(self) -> None:
+        """Issue 26: the pools of the hosts this campaign moved (step ``done``) whose
+        baseline is not the target: with ``--advance-baseline`` the target becomes their
+        baseline (the pool's hosts that did not move are pinned to the baseline they run, so
+        none is judged on a driver it never got); without it the command is proposed."""
+        camp = self.camp()
+        target = camp.target_baseline
+        done = [r.host_name for r in self.rows(steps=[HostStep.DONE])]
+        if not done:
+            return
+        with self.fleet.db.session() as s:
+            pools: dict[str | None, str | None] = {
+                pool: base for pool, base in s.execute(
+                    select(Host.pool, Pool.baseline).outerjoin(Pool, Pool.name == Host.pool)
+                    .where(Host.name.in_(done), Host.pool.is_not(None)).distinct()
+                )
+            }
+        stale = {p: b for p, b in pools.items() if p and b != target}
+        advance = bool(camp.options.get("advance_baseline"))
+        for pool, before in sorted(stale.items()):
+            if not advance:
+                self.say(f"pool {pool} is still on baseline {before or '(none)'}: to make "
+                         f"{target} its baseline: gpufleet pool baseline {pool} {target}")
+                continue
+            kept = self.keep_unmoved(pool, before, camp) if before else []
+            set_pool_baseline(self.fleet, pool, target)
+            self.say(f"pool {pool}: baseline {before or '(none)'} -> {target} "
+                     f"(--advance-baseline)"
+                     + (f"; kept on {before}: {', '.join(kept)}" if kept else ""))
+
+    @retrying
+    def keep_unmoved(self, pool: str, before: str, camp: CampaignRow) -> list[str]:
+        """The hosts of ``pool`` that follow its baseline (no ``gpufleet_baseline`` of
+        their own) and were not moved: pinned to ``before``, recorded per host."""
+        kept: list[str] = []
+        with self.fleet.db.session() as s:
+            for h in s.scalars(select(Host).where(Host.pool == pool).order_by(Host.name)
+                               .with_for_update()):
+                if h.vars.get("gpufleet_baseline") or HostState(h.state) is HostState.RETIRED:
+                    continue
+                h.vars = {**h.vars, "gpufleet_baseline": before}
+                h.updated_at = self.fleet.now()
+                record_event(
+                    s, self.fleet, EventKind.UPDATED,
+                    f"gpufleet_baseline (pool) -> {before}: pool {pool} advances to "
+                    f"{camp.target_baseline} ({camp.ticket})",
+                    host=h,
+                    data={"before": {"gpufleet_baseline": None},
+                          "after": {"gpufleet_baseline": before},
+                          "ticket": camp.ticket, "campaign": camp.name},
+                )
+                kept.append(h.name)
+        return kept
 
     def run_wave(self, wave: int) -> str | None:
         """One wave; returns why the campaign halts, or None."""
