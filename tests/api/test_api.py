@@ -118,6 +118,15 @@ def test_leases_renew_release_capacity_and_errors(client: TestClient, lab_fleet:
     assert ok["ok"] is True and ok["allocatable"] == 32
     short = client.get(f"{V1}/capacity/check", params={"gpus": 40}, headers=auth("viewer"))
     assert short.json()["ok"] is False and short.json()["missing"] == 8
+    # issue 26: the CUDA gate through the API (the lab's 590 driver serves up to 13.0)
+    cu = client.get(f"{V1}/capacity/check", params={"gpus": 32, "cuda": "12.4"},
+                    headers=auth("viewer")).json()
+    assert cu["ok"] is True and cu["cuda"] == "12.4"
+    cu = client.get(f"{V1}/capacity/check", params={"gpus": 8, "cuda": "14.0"},
+                    headers=auth("viewer")).json()
+    assert cu["ok"] is False and "newer than gpufleet's driver table" in cu["message"]
+    error(client.get(f"{V1}/capacity/check", params={"gpus": 8, "cuda": "x"},
+                     headers=auth("viewer")), 422, "config")
     assert isinstance(lab_fleet.clock, FakeClock)
     renewed = client.post(f"{V1}/leases/{lid}/renew", json={"for": "12h"}, headers=op).json()
     assert renewed["ends_at"] > got["lease"]["ends_at"]
@@ -218,7 +227,8 @@ def test_baselines_pools_drift_alarms_events_failures(client: TestClient, lab_fl
     pools = client.get(f"{V1}/pools", headers=v)
     assert pools.status_code == 200
     drift = client.get(f"{V1}/drift", headers=v).json()
-    assert set(drift) == {"by_host", "summary", "baselines", "no_baseline", "no_facts"}
+    assert set(drift) == {"by_host", "summary", "baselines", "no_baseline", "no_facts",
+                          "pools"}  # issue 26
     assert client.get(f"{V1}/alarms", headers=v).json() == []
     rec = client.post(
         f"{V1}/failures",

@@ -107,7 +107,7 @@ def _print_pools(rep: DriftReport) -> None:
             )
     console.print(t)
     for p in pools:
-        console.print(lit(p.describe()), soft_wrap=True)
+        console.print(lit(p.describe()))
         for other in p.on_other:
             console.print(f"  to make {lit(other)} the pool's baseline: "
                           f"gpufleet pool baseline {lit(p.pool)} {lit(other)}")
