@@ -16,10 +16,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.domain.facts import Gpu, HostFacts
 from gpufleet.domain.states import HostState
+
+if TYPE_CHECKING:  # annotations only: `labels HOST`'s lean start never loads the facts model
+    from gpufleet.domain.facts import Gpu, HostFacts
 
 #: Every reason gpufleet sets starts with this; nothing else is ever resumed by gpufleet.
 REASON_PREFIX = "gpufleet:"
