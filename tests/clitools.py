@@ -69,6 +69,9 @@ def cli_for_backend(request: pytest.FixtureRequest, tmp_path: Path, actor: str) 
         "GPUFLEET_ACTOR": actor,
         "GPUFLEET_DATABASE_URL": None,
         "GPUFLEET_HOME": None,
+        # times without a zone are the operator's local time: the tests' is UTC unless a
+        # test says otherwise (docs/reference.md, "Times")
+        "TZ": "UTC",
     }
     args = ["--home", str(home)]  # also with --db, so nothing is written under ~
     if request.param == "sqlite":

@@ -71,9 +71,9 @@ def test_renew_and_release_refusals_exit_by_cause(gf: Cli) -> None:
 
     r = gf.run("leases", "renew", lid, "--for", "60h", code=6)  # into the reservation
     assert f"host {host}" in flat(r.stderr) and "another lease holds it then" in flat(r.stderr)
-    r = gf.run("leases", "renew", lid, "--for", "30h", "--owner", "team-b", code=6)
+    r = gf.run("leases", "renew", lid, "--for", "20h", "--owner", "team-b", code=6)
     assert "owned by 'team-a', not 'team-b'" in flat(r.stderr)
-    renewed = gf.json("leases", "renew", lid, "--for", "30h", "--owner", "team-a")
+    renewed = gf.json("leases", "renew", lid, "--for", "20h", "--owner", "team-a")  # 24h + 20h
     assert renewed["users"] == ["alice", "bob"]
     # usage errors stay 2: both --for and --until, a bad time, past the longest lease
     gf.run("leases", "renew", lid, "--for", "30h", "--until", _iso(start), code=2)

@@ -11,7 +11,7 @@ Only pydantic: the CLI imports this module without loading the web server.
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,11 +25,12 @@ from pydantic import (
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.runs import RunKind, RunState
+from gpufleet.domain.times import as_utc
 from gpufleet.errors import GpufleetError
 
 
 def _iso(dt: datetime) -> str:
-    return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).isoformat()
+    return as_utc(dt).isoformat()
 
 
 #: A timestamp: ISO 8601 with the zone in JSON.
@@ -40,12 +41,9 @@ Time = Annotated[
 ]
 
 
-def _utc(dt: datetime) -> datetime:
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-
-
-#: A time given by the caller: without a zone it is UTC (as the CLI reads it).
-InTime = Annotated[datetime, AfterValidator(_utc)]
+#: A time given by the caller: without a zone it is UTC (gpufleet.domain.times.as_utc; the
+#: CLI sends the operator's times zoned, docs/reference.md "Times").
+InTime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class Schema(BaseModel):
@@ -491,8 +489,11 @@ class AllocationOut(Schema):
 
 
 class RenewIn(Schema):
-    duration: str | None = Field(None, description="New expiry: now + this, e.g. 72h.", alias="for")
-    until: InTime | None = None
+    duration: str | None = Field(
+        None, description="Extend from the current end by this, e.g. 24h.", alias="for"
+    )
+    until: InTime | None = Field(None, description="New end (UTC unless zoned).")
+    shorten: bool = Field(False, description="Allow an until before the current end.")
     owner: str | None = Field(None, description="Refuse (409) unless this is the lease's owner.")
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,10 @@ from gpufleet.cli.common import (
     local_time,
     open_fleet,
     print_json,
+    when,
 )
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
-from gpufleet.errors import ConfigError
 from gpufleet.service import allocation, capacity, leases
 from gpufleet.service.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
 from gpufleet.service.leases import LeaseView
@@ -34,14 +34,8 @@ SELECTOR_HELP = "Only hosts of this selector (NAME-GLOB, group:G, pool:P, rack:R
 
 
 def _time(value: str | None, flag: str) -> datetime | None:
-    """An ISO time (naive = UTC); ConfigError naming the flag otherwise."""
-    if value is None:
-        return None
-    try:
-        dt = datetime.fromisoformat(value.strip())
-    except ValueError:
-        raise ConfigError(f"{flag} '{value}': use an ISO time, e.g. 2026-12-04T18:00") from None
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+    """An operator's time (:func:`gpufleet.cli.common.when`: local time unless zoned)."""
+    return when(value, flag)
 
 
 def register(app: typer.Typer) -> None:
@@ -92,9 +86,9 @@ def allocate_cmd(
     owner: str = typer.Option(..., "--owner", help="Team or person answering for the lease."),
     purpose: str = typer.Option(..., "--purpose", help="What the hosts are for."),
     for_: str | None = typer.Option(None, "--for", help="Duration, e.g. 72h or 7d."),
-    until: str | None = typer.Option(None, "--until", help="End (ISO time)."),
+    until: str | None = typer.Option(None, "--until", help="End (ISO time; local unless zoned)."),
     start: str | None = typer.Option(
-        None, "--start", help="Reserve from this time (ISO); default now."
+        None, "--start", help="Reserve from this time (ISO; local unless zoned); default now."
     ),
     users: list[str] | None = typer.Option(
         None,
@@ -210,14 +204,22 @@ def show_lease(v: LeaseView, as_json: bool) -> None:
 @boundary
 def leases_renew_cmd(
     lease_id: int = typer.Argument(..., help="Lease id."),
-    for_: str | None = typer.Option(None, "--for", help="New expiry: now + this, e.g. 72h."),
-    until: str | None = typer.Option(None, "--until", help="New expiry (ISO time)."),
+    for_: str | None = typer.Option(
+        None, "--for", help="Extend by this from the current end, e.g. 24h."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", help="New end (ISO time; local unless zoned)."
+    ),
+    shorten: bool = typer.Option(
+        False, "--shorten", help="Allow --until before the current end (refused otherwise)."
+    ),
     owner: str | None = typer.Option(
         None, "--owner", help="Renew only if this is the lease's owner (exit 6 otherwise)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
-    """Move a lease's expiry (within its pool's longest lease). Exit 4 unknown lease, 5 ended,
+    """Extend a lease by --for from its current end, or set its end with --until (an earlier
+    end needs --shorten), within its pool's longest lease. Exit 4 unknown lease, 5 ended,
     6 refused by state (another owner's; a reservation needs a host then), 2 usage."""
     v = leases.renew(
         open_fleet(),
@@ -225,6 +227,7 @@ def leases_renew_cmd(
         duration=parse_duration(for_, "--for") if for_ else None,
         until=_time(until, "--until"),
         owner=owner,
+        shorten=shorten,
     )
     show_renewed(v, as_json)
 
@@ -344,7 +347,9 @@ _SHORT = {"allocated": "alloc", "reserved": "resv", "quarantined": "quar", "main
 def capacity_cmd(
     ctx: typer.Context,
     selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
-    at: str | None = typer.Option(None, "--at", help="What will be free at this time (ISO)."),
+    at: str | None = typer.Option(
+        None, "--at", help="What will be free at this time (ISO; local unless zoned)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     k8s: bool = typer.Option(
         False,

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from enum import Enum
 from functools import wraps
 from pathlib import Path
@@ -95,6 +95,8 @@ class GlobalOptions:
     home: Path | None = None
     db_url: str | None = None
     debug: bool = False
+    #: ``--utc``: read times without a zone as UTC, and show times in UTC.
+    utc: bool = False
     #: The validated settings of the running command (loaded by :func:`boundary`).
     settings: Settings | None = None
 
@@ -172,22 +174,40 @@ def lean_read(read: Callable[[Fleet], Callable[[], int]]) -> int | None:
         close_fleets()
 
 
-def _aware(dt: datetime) -> datetime:
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+def operator_zone() -> tzinfo | None:
+    """The zone the operator reads and types times in: UTC with ``--utc``, else the local
+    zone (``TZ``, else the machine's; None). docs/reference.md, "Times"."""
+    import os
+
+    from gpufleet.domain.times import local_zone
+
+    return UTC if OPTIONS.utc else local_zone(os.environ)
+
+
+def when(value: str | None, flag: str) -> datetime | None:
+    """A time the operator typed for ``flag`` (:func:`gpufleet.domain.times.parse_time` in
+    :func:`operator_zone`), None when not given; ConfigError (exit 2) naming the flag."""
+    from gpufleet.domain.times import parse_time
+
+    return None if value is None else parse_time(value, flag, operator_zone())
 
 
 def iso_time(dt: datetime) -> str:
     """The one JSON timestamp format: ISO 8601 with the zone (``2026-01-05T10:00:00+00:00``);
     naive values are UTC (that is how the store keeps them)."""
-    return _aware(dt).isoformat()
+    from gpufleet.domain.times import as_utc
+
+    return as_utc(dt).isoformat()
 
 
 def local_time(dt: datetime | None) -> str:
-    """The one table timestamp format: local time, readable, with the zone
-    (``2026-01-05 11:00:00 CET``); ``-`` when unknown."""
+    """The one table timestamp format: the operator's time, readable, with the zone
+    (``2026-01-05 11:00:00 CET``; UTC with ``--utc``); ``-`` when unknown."""
     if dt is None:
         return "-"
-    return _aware(dt).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    from gpufleet.domain.times import shown
+
+    return shown(dt, operator_zone()).strftime("%Y-%m-%d %H:%M:%S %Z").strip()
 
 
 def cell(value: object) -> str:

@@ -2,7 +2,8 @@
 
 Issue 8, start-up: Typer, Click and the pydantic ``TypeAdapter`` Typer builds per parameter
 cost more than a whole ``gpufleet labels HOST``. So the entry point looks at the command line
-first: the plain shapes of the read commands, ``gpufleet [--home DIR] [--db URL] [--debug]``
+first: the plain shapes of the read commands, ``gpufleet [--home DIR] [--db URL] [--debug]
+[--utc]``
 then ``labels [SELECTOR] [--json]``, ``hosts show NAME [--json]``, ``hosts list [SELECTOR]
 [--json]``, ``summary [SELECTOR] [--json]`` or ``drift [SELECTOR] [--json]`` (:data:`_LEAN`),
 are answered by the commands' lean starts (``lean_*`` in :mod:`gpufleet.cli.labels`,
@@ -51,6 +52,7 @@ class Lean:
     command: tuple[str, ...]
     argument: str | None
     as_json: bool
+    utc: bool = False
 
 
 def lean_argv(argv: Sequence[str]) -> Lean | None:
@@ -59,13 +61,15 @@ def lean_argv(argv: Sequence[str]) -> Lean | None:
     ``-``, ``--json`` at most once anywhere after the command), or None for anything else
     (Typer parses it)."""
     given: dict[str, str] = {}
-    debug = False
+    debug = utc = False
     i = 0
     while i < len(argv) and argv[i].startswith("-"):
         word = argv[i]
         option, eq, value = word.partition("=")
         if word == "--debug":
             debug, i = True, i + 1
+        elif word == "--utc":
+            utc, i = True, i + 1
         elif option in _VALUED and eq:
             given[option], i = value, i + 1
         elif word in _VALUED and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
@@ -93,6 +97,7 @@ def lean_argv(argv: Sequence[str]) -> Lean | None:
         command=command,
         argument=rest[0] if rest else None,
         as_json=as_json,
+        utc=utc,
     )
 
 
@@ -120,6 +125,7 @@ def _lean(argv: Sequence[str]) -> int | None:
     from gpufleet.cli.common import OPTIONS
 
     OPTIONS.home, OPTIONS.db_url, OPTIONS.debug = parsed.home, parsed.db_url, parsed.debug
+    OPTIONS.utc = parsed.utc
     OPTIONS.settings = None
     arg, as_json = parsed.argument, parsed.as_json
     if parsed.command == ("labels",):

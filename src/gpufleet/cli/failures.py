@@ -7,7 +7,15 @@ from pathlib import Path
 
 import typer
 
-from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.cli.common import (
+    boundary,
+    console,
+    err_console,
+    lit,
+    open_fleet,
+    print_json,
+    when,
+)
 from gpufleet.domain.leases import parse_duration
 from gpufleet.errors import ConfigError
 from gpufleet.service.failures import (
@@ -28,15 +36,24 @@ def record_cmd(
     job: str = typer.Option(..., "--job", help="Job id."),
     host: str = typer.Option(..., "--host", help="Host the job failed on."),
     gpu: str | None = typer.Option(None, "--gpu", help="GPU index or UUID."),
-    time: str = typer.Option(..., "--time", help="When (ISO 8601 with a zone)."),
+    time: str = typer.Option(..., "--time", help="When (ISO 8601; local unless zoned)."),
     message: str = typer.Option(..., "--message", help="The error message."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Record one job failure; its message is classified by the rule table."""
     show_recorded(
-        record_failure(open_fleet(), job=job, host=host, gpu=gpu, time=time, message=message),
+        record_failure(
+            open_fleet(), job=job, host=host, gpu=gpu, time=when_(time), message=message
+        ),
         as_json,
     )
+
+
+def when_(time: str) -> str:
+    """``--time`` as the operator means it (local unless zoned), zoned for the service."""
+    at = when(time, "--time")
+    assert at is not None
+    return at.isoformat()
 
 
 def show_recorded(r: Recorded, as_json: bool) -> None:

@@ -188,13 +188,15 @@ def remove_cmd(
 @boundary
 def hosts_eta_cmd(
     host: str = typer.Argument(..., help="Host in maintenance or quarantine (or a selector)."),
-    eta: str = typer.Argument(..., help="Expected back (ISO time), or 'none' to clear."),
+    eta: str = typer.Argument(
+        ..., help="Expected back (ISO time, local unless zoned), or 'none' to clear."
+    ),
 ) -> None:
     """Say when hosts in maintenance or quarantine are expected back (summary, capacity)."""
-    from gpufleet.cli.alloc import _time
+    from gpufleet.cli.common import when
     from gpufleet.cli.lifecycle import report_each
     from gpufleet.service import operations
 
-    when = None if eta.strip().lower() == "none" else _time(eta, "ETA")
+    back = None if eta.strip().lower() == "none" else when(eta, "ETA")
     fleet = open_fleet()
-    report_each(operations.each(fleet, host, lambda n: operations.set_eta(fleet, n, when)))
+    report_each(operations.each(fleet, host, lambda n: operations.set_eta(fleet, n, back)))

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
 from gpufleet.service.inspect import (
@@ -50,7 +50,7 @@ app = typer.Typer(cls=_SweepByDefault)
 
 
 def _print_sweep(report: SweepReport) -> None:
-    t = Table(title=f"inspection {report.at:%Y-%m-%d %H:%M:%S} (rules {report.policy_version})")
+    t = Table(title=f"inspection {local_time(report.at)} (rules {report.policy_version})")
     for col in ("host", "outcome"):
         t.add_column(col, no_wrap=True)
     t.add_column("findings / actions", overflow="fold")
@@ -200,7 +200,7 @@ def report_cmd(
 
 
 def _print_report(report: InspectReport) -> None:
-    t = Table(title=f"top offenders since {report.since:%Y-%m-%d %H:%M}")
+    t = Table(title=f"top offenders since {local_time(report.since)}")
     widest = max((len(h.host) for h in report.top_offenders), default=4)
     t.add_column("host", no_wrap=True, min_width=widest)  # names are never cut
     for col in ("model", "max temp", "max uncorr. ECC", "HW throttled", "worst", "rules"):

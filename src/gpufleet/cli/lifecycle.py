@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -160,19 +159,20 @@ def validate_cmd(
 def maintenance_on_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option(..., "--reason", help="Why (shown in events and taints)."),
-    until: datetime | None = typer.Option(None, "--until", help="Planned end (ISO time)."),
-    eta: datetime | None = typer.Option(
-        None, "--eta", help="Expected back (ISO time; default --until): summary, capacity."
+    until_: str | None = typer.Option(
+        None, "--until", help="Planned end (ISO time; local unless zoned)."
+    ),
+    eta_: str | None = typer.Option(
+        None,
+        "--eta",
+        help="Expected back (ISO time, local unless zoned; default --until): summary, capacity.",
     ),
     confirm_all: bool = ALL_OPTION,
 ) -> None:
     """Put hosts in maintenance (refused while allocated)."""
-    from datetime import UTC
+    from gpufleet.cli.common import when
 
-    if until is not None and until.tzinfo is None:
-        until = until.replace(tzinfo=UTC)
-    if eta is not None and eta.tzinfo is None:
-        eta = eta.replace(tzinfo=UTC)
+    until, eta = when(until_, "--until"), when(eta_, "--eta")
     fleet = open_fleet()
     report_each(
         operations.each_change(

@@ -313,6 +313,12 @@ def main(
         "GPUFLEET_DATABASE_URL and --home's SQLite.",
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks with errors."),
+    utc: bool = typer.Option(
+        False,
+        "--utc",
+        help="Read times without a zone as UTC and show times in UTC (default: local time, "
+        "TZ).",
+    ),
 ) -> None:
     """gpufleet: take GPU servers from 'racked' to 'verified, allocatable, maintained'.
 
@@ -326,6 +332,7 @@ def main(
     OPTIONS.home = home
     OPTIONS.db_url = db
     OPTIONS.debug = debug
+    OPTIONS.utc = utc
     OPTIONS.settings = None
 
 

@@ -29,7 +29,9 @@ def remediate_cmd(
     ),
     gpu: int | None = typer.Option(None, "--gpu", help="GPU index (default: the unusable ones)."),
     ticket: str | None = typer.Option(None, "--ticket", help="Service request id (RMA-123)."),
-    eta: str | None = typer.Option(None, "--eta", help="Expected back (ISO time)."),
+    eta: str | None = typer.Option(
+        None, "--eta", help="Expected back (ISO time; local unless zoned)."
+    ),
     reason: str | None = typer.Option(None, "--reason", help="A note for the audit log."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds per in-band step."),
     reboot_wait: float = typer.Option(
@@ -43,7 +45,7 @@ def remediate_cmd(
     has one. Exit 1 when the step was refused or failed."""
     if override_identity and (reason is None or not reason.strip()):
         raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
-    from gpufleet.cli.alloc import _time as parse_time  # here: `drift` registers this module
+    from gpufleet.cli.common import when
     from gpufleet.service import remediation
 
     rep = remediation.remediate(
@@ -52,7 +54,7 @@ def remediate_cmd(
         action,
         gpu=gpu,
         ticket=ticket,
-        eta=parse_time(eta, "--eta"),  # as maintenance on --eta / hosts eta read it
+        eta=when(eta, "--eta"),  # as maintenance on --eta / hosts eta read it
         reason=reason,
         timeout_s=timeout,
         reboot_wait_s=reboot_wait,

@@ -353,9 +353,10 @@ def _lease(d: dict[str, Any]) -> Any:
 
 
 def _when(value: str | None, flag: str) -> str | None:
-    from gpufleet.cli.alloc import _time
+    """An operator's time (local unless zoned) sent zoned: the API reads naive as UTC."""
+    from gpufleet.cli.common import when
 
-    t = _time(value, flag)
+    t = when(value, flag)
     return None if t is None else t.isoformat()
 
 
@@ -444,12 +445,18 @@ def leases_renew(
     lease_id: int,
     for_: str | None,
     until: str | None,
+    shorten: bool,
     owner: str | None,
     as_json: bool,
 ) -> None:
     from gpufleet.cli.alloc import show_renewed
 
-    body = {"for": for_, "until": _when(until, "--until"), "owner": owner}
+    body = {
+        "for": for_,
+        "until": _when(until, "--until"),
+        "shorten": shorten or None,
+        "owner": owner,
+    }
     out = api.post(f"leases/{lease_id}/renew", {k: v for k, v in body.items() if v is not None})
     show_renewed(_lease(out), as_json)
 
@@ -575,7 +582,8 @@ def failures_record(
     from gpufleet.service.failures import Recorded
 
     d = api.post(
-        "failures", {"job": job, "host": host, "gpu": gpu, "time": time, "message": message}
+        "failures",
+        {"job": job, "host": host, "gpu": gpu, "time": _when(time, "--time"), "message": message},
     )
     show_recorded(
         Recorded(

@@ -152,3 +152,39 @@ def lease_window(
 def _human(d: timedelta) -> str:
     hours = d.total_seconds() / 3600
     return f"{hours / 24:g}d" if hours >= 48 else f"{hours:g}h"
+
+
+def renewed_end(
+    lease_id: int,
+    current: datetime,
+    now: datetime,
+    *,
+    duration: timedelta | None,
+    until: datetime | None,
+    shorten: bool = False,
+) -> datetime:
+    """The new end of a renewed lease that ends at ``current``: ``--for D`` extends it from
+    its current end (``current + D``; from ``now`` when that end has passed, a lease kept
+    past its end), ``--until T`` sets it to T. An end before ``current``
+    shortens the lease, refused (ConfigError, exit 2) unless ``shorten``; ``--shorten`` goes
+    with ``--until`` only (``--for`` always extends)."""
+    if (duration is None) == (until is None):
+        raise ConfigError("give exactly one of --for DURATION or --until TIME")
+    if duration is not None:
+        if shorten:
+            raise ConfigError(
+                "--shorten goes with --until TIME (--for always extends the lease from its "
+                "current end)"
+            )
+        try:
+            return max(current, now) + duration
+        except OverflowError:
+            raise ConfigError("the lease would end after the year 9999") from None
+    assert until is not None
+    if until < current and not shorten:
+        raise ConfigError(
+            f"--until {until.isoformat(timespec='minutes')} would shorten lease {lease_id} by "
+            f"{_human(current - until)} (it ends {current.isoformat(timespec='minutes')}); "
+            "pass --shorten to shorten it, or --for DURATION to extend it"
+        )
+    return until

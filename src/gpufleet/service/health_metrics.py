@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.states import HostState
+from gpufleet.domain.times import as_utc
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect_store import REASON_BITS
 from gpufleet.store.tables import (
@@ -83,7 +84,7 @@ class HealthMetrics:
 
 
 def _utc(dt: datetime) -> datetime:
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+    return as_utc(dt)  # naive means UTC: gpufleet.domain.times
 
 
 def health_metrics(fleet: Fleet) -> HealthMetrics:

@@ -22,6 +22,7 @@ from gpufleet.domain.leases import (
     LeaseState,
     OnExpiry,
     lease_window,
+    renewed_end,
 )
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition, NotFound
@@ -218,8 +219,10 @@ def renew(
     duration: timedelta | None = None,
     until: datetime | None = None,
     owner: str | None = None,
+    shorten: bool = False,
 ) -> LeaseView:
-    """Move a holding lease's expiry to now + ``duration`` (or ``until``).
+    """Extend a holding lease by ``duration`` from its current end, or move its end to
+    ``until`` (an earlier end only with ``shorten``: :func:`~gpufleet.domain.leases.renewed_end`).
 
     Refusals: an unknown lease is NotFound (exit 4); an ended one InvalidTransition (5);
     ``owner`` given and not the lease's, or a reservation of another lease needing one of its
@@ -235,16 +238,19 @@ def renew(
             )
         check_owner(lease, owner, "renew")
         base = max(now, lease.starts_at)
+        new_end = renewed_end(
+            lease_id, lease.ends_at, now, duration=duration, until=until, shorten=shorten
+        )
         pools = set(
             s.scalars(select(Host.pool).where(Host.id.in_([lh.host_id for lh in lease.hosts])))
         )
         end = None
         for pool in sorted(pools, key=lambda p: p or ""):
             _, end = lease_window(
-                base, start=base, duration=duration, until=until, policy=pool_policy(s, pool)
+                base, start=base, duration=None, until=new_end, policy=pool_policy(s, pool)
             )
         if end is None:
-            _, end = lease_window(base, start=base, duration=duration, until=until)
+            _, end = lease_window(base, start=base, duration=None, until=new_end)
         chosen = [
             CandidateRow(lh.host_id, v or 0, None)
             for lh, v in s.execute(

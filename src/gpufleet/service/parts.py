@@ -10,12 +10,13 @@ A card that fails again after moving to another server shows both hosts' records
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.times import as_utc
 from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import Alarm, EvidenceRow, FactSnapshot, GpuRow, Host, PartEvent
@@ -153,7 +154,7 @@ def _verdict(passed: bool | None) -> str:
 
 
 def _aware(dt: datetime) -> datetime:
-    return dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
+    return as_utc(dt)  # naive means UTC: gpufleet.domain.times
 
 
 def list_parts(fleet: Fleet, *, with_history: bool = False) -> list[dict[str, Any]]:

@@ -39,6 +39,7 @@ from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.domain.states import HostState
+from gpufleet.domain.times import as_utc
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
 
@@ -90,11 +91,7 @@ class UtcDateTime(TypeDecorator[datetime]):
         return value
 
     def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            from datetime import UTC
-
-            return value.replace(tzinfo=UTC)
-        return value
+        return None if value is None else as_utc(value)  # naive means UTC
 
 
 class Base(DeclarativeBase):

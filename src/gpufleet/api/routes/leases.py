@@ -80,7 +80,10 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
     )
 
 
-@router.post("/leases/{lease_id}/renew", summary="Move a lease's expiry")
+@router.post(
+    "/leases/{lease_id}/renew",
+    summary="Extend a lease (for: from its current end) or set its end (until; shorten)",
+)
 def leases_renew(lease_id: RowId, body: RenewIn, fleet: Fleet = Depends(as_operator)) -> LeaseOut:
     v = leases.renew(
         fleet,
@@ -88,6 +91,7 @@ def leases_renew(lease_id: RowId, body: RenewIn, fleet: Fleet = Depends(as_opera
         duration=parse_duration(body.duration, "for") if body.duration else None,
         until=body.until,
         owner=body.owner,
+        shorten=body.shorten,
     )
     return LeaseOut.of(v)
 

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.domain.checks.base import NUMBER, CheckContext, CheckResult, CheckStatus, check, res
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
+from gpufleet.domain.times import as_utc
 
 
 def _aware(t: datetime) -> datetime:
     # Kernel-log parsers may yield naive times; treat them as UTC rather than crash comparing.
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    return as_utc(t)
 
 
 @check("xid", window_hours=NUMBER)
