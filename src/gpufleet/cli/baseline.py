@@ -77,6 +77,7 @@ def create_cmd(**options: Any) -> None:
     pool: list[str] = options["pool"]
     status: BaselineStatus = options["status"]
     fleet = open_fleet()
+    svc.check_pools(fleet, pool, create=options["create"])  # a typo creates nothing
     meta = {"status": status, "os_image_url": options["os_image_url"]}
     pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
     changes: list[PinChange] = []
@@ -89,7 +90,7 @@ def create_cmd(**options: Any) -> None:
         b = _baseline({"name": name, "purpose": options["purpose"]} | meta | pinned)
     svc.save_baseline(fleet, b, replace=options["replace"])
     for p in pool:
-        svc.set_pool_baseline(fleet, p, name, create=True)
+        svc.set_pool_baseline(fleet, p, name, create=options["create"])
     if options["as_json"]:
         print_json(
             {
@@ -168,8 +169,16 @@ vars(create_cmd)["__signature__"] = inspect.Signature(
         inspect.Parameter(
             "pool",
             _KW,
-            default=typer.Option([], help="Point these pools at it; repeatable."),
+            default=typer.Option(
+                [], help="Point these pools at it; repeatable (an unknown pool needs --create)."
+            ),
             annotation=list[str],
+        ),
+        inspect.Parameter(
+            "create",
+            _KW,
+            default=typer.Option(False, "--create", help="Create the --pool pools that are new."),
+            annotation=bool,
         ),
         inspect.Parameter(
             "replace",

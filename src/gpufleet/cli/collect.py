@@ -64,7 +64,8 @@ def enroll_cmd(
     value, one machine under two names, gpufleet_transport=local for another machine, a secret
     variable (password, token, key) without $GPUFLEET_SECRET_KEY or $GPUFLEET_SECRET_KEY_FILE
     to encrypt it with. Warnings (a duplicate YAML key) are printed on stderr; with --strict
-    they stop the enroll with exit 1.
+    they stop the enroll with exit 1. A gpufleet_baseline naming no baseline is a warning
+    (with "did you mean"); with --strict it stops the enroll with exit 2.
     """
     inv = load_inventory(inventory)
     for warning in inv.warnings:
@@ -76,7 +77,9 @@ def enroll_cmd(
         )
         raise typer.Exit(1)
     fleet = open_fleet()
-    rep = enroll(fleet, inv)
+    rep = enroll(fleet, inv, strict=strict)
+    for warning in rep.warnings[len(inv.warnings) :]:  # the fleet's: an unknown baseline
+        typer.echo(printable(f"[WARNING]: {warning}"), err=True)
     if as_json:
         print_json(asdict(rep))
         return

@@ -27,6 +27,12 @@ def _profile_order(name: str) -> tuple[int, str]:
     return (order.index(name) if name in order else len(order), name)
 
 
+#: What ``hosts list`` says under the empty table of a fleet with no hosts (exit 0).
+EMPTY_FLEET = (
+    "no hosts yet: enroll them from an inventory with 'gpufleet enroll -i INVENTORY', "
+    "or try a simulated fleet: 'gpufleet lab create' (it prints the enroll command)"
+)
+
 STATE_STYLE = {
     "available": "green",
     "allocated": "cyan",
@@ -87,6 +93,8 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
             r.last_outcome or "never",
         )
     console.print(t)
+    if not rows:  # a selector matching nothing is refused (exit 4): this is an empty fleet
+        console.print(EMPTY_FLEET, markup=False, highlight=False)
 
 
 def lean_hosts_list(selector: str | None, *, as_json: bool) -> int | None:

@@ -170,7 +170,7 @@ def list_alarms(
     with fleet.db.session() as s:
         hosts = {h.id: h.name for h in s.scalars(select_hosts(selector))}
         if is_explicit(selector) and not hosts:
-            raise nothing_matches(selector)
+            raise nothing_matches(selector, s)
         stmt = select(Alarm).where(Alarm.host_id.in_(hosts)).order_by(Alarm.opened_at, Alarm.id)
         if not include_closed:
             stmt = stmt.where(Alarm.closed_at.is_(None))

@@ -40,6 +40,7 @@ from gpufleet.service.candidates import find_placement, host_views, lock_and_rec
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.leases import LeaseView, call_hooks, lease_view, pool_policy, queue_webhook
 from gpufleet.service.lifecycle import transition
+from gpufleet.service.policies import Policies
 from gpufleet.service.select import is_explicit, nothing_matches
 from gpufleet.store.tables import GpuRow, Host, Lease, LeaseHost
 
@@ -115,6 +116,7 @@ def allocate(
     the future). ``users``: the lessee's login users, recorded on the lease for reclaim. A
     request that cannot be met returns the refusal with its counts."""
     _check_request(req)
+    Policies(fleet).check_profile(req.profile)  # a typo is not "no host validated for it"
     lessees = check_users(users)
     if not owner.strip() or not purpose.strip():
         raise ConfigError("--owner and --purpose must not be empty")
@@ -166,7 +168,7 @@ def _allocate_once(
                 candidates_only=False,
             )
             if not everything and is_explicit(selector):
-                raise nothing_matches(selector)
+                raise nothing_matches(selector, s)
             return Allocation(refusal=explain(req, everything))
         chosen = [index[n] for n in placement.hosts]
         for pool in sorted({r.pool or "" for r in chosen}):

@@ -27,8 +27,11 @@ from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import (
     OWN_BASELINE,
     Baselines,
+    known_pools,
     latest_columns,
     latest_facts,
+    no_baseline,
+    no_pool,
 )
 from gpufleet.store.tables import BaselineRow, FactSnapshot, Host, Pool
 
@@ -87,7 +90,7 @@ def get_baseline(fleet: Fleet, name: str) -> Baseline:
     with fleet.db.session() as s:
         row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
         if row is None:
-            raise NotFound(f"no baseline named '{name}'")
+            raise no_baseline(s, name)
         return _to_domain(row)
 
 
@@ -99,6 +102,18 @@ def list_baselines(fleet: Fleet) -> list[tuple[Baseline, list[str]]]:
             (_to_domain(r), sorted(p.name for p in pools if p.baseline == r.name))
             for r in s.scalars(select(BaselineRow).order_by(BaselineRow.name))
         ]
+
+
+def check_pools(fleet: Fleet, pools: Sequence[str], *, create: bool) -> None:
+    """Refuse (NotFound, exit 4, "did you mean") a pool no inventory or host names unless
+    ``create``: asked before anything is written (``baseline create --pool``)."""
+    if create or not pools:
+        return
+    with fleet.db.session() as s:
+        known = known_pools(s)
+        for pool in pools:
+            if pool not in known:
+                raise NotFound(f"{no_pool(s, pool, known)}; use --create to make a new one")
 
 
 def set_pool_baseline(
@@ -113,14 +128,7 @@ def set_pool_baseline(
         if row is None and not create:
             used = s.scalar(select(Host.id).where(Host.pool == pool).limit(1))
             if used is None:
-                known = sorted(
-                    set(s.scalars(select(Pool.name)))
-                    | {p for p in s.scalars(select(Host.pool).distinct()) if p}
-                )
-                raise NotFound(
-                    f"no pool named '{pool}' (known: {', '.join(known) or 'none'}); "
-                    "use --create to make a new one"
-                )
+                raise NotFound(f"{no_pool(s, pool)}; use --create to make a new one")
         if row is None:
             row = Pool(name=pool, expected={})
             s.add(row)

@@ -33,7 +33,7 @@ from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.holds import held
 from gpufleet.service.lifecycle import retrying, transition
 from gpufleet.service.validate import validate
-from gpufleet.store.repo import baseline_for_host, host_by_name
+from gpufleet.store.repo import baseline_for_host, host_by_name, no_baseline
 from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool
 
 #: Where a run reports what it does, one line at a time (the CLI prints them on stderr).
@@ -53,7 +53,7 @@ def campaign_row(s: Session, name: str, *, for_update: bool = False) -> Campaign
 def baseline_named(s: Session, name: str) -> Baseline:
     row = s.scalar(select(BaselineRow).where(BaselineRow.name == name))
     if row is None:
-        raise NotFound(f"no baseline named '{name}'")
+        raise no_baseline(s, name)
     return Baseline.model_validate(row.spec | {"name": row.name, "status": row.status})
 
 

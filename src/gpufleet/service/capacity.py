@@ -25,6 +25,7 @@ from gpufleet.errors import ConfigError
 from gpufleet.service.accelerator_counts import accelerators_from_facts, display_model
 from gpufleet.service.candidates import host_views
 from gpufleet.service.fleet import Fleet
+from gpufleet.service.policies import Policies
 from gpufleet.service.select import is_explicit, nothing_matches
 from gpufleet.store.tables import Lease, LeaseHost
 
@@ -161,6 +162,7 @@ def check(
         raise ConfigError("--gpus must be at least 1")
     if cuda is not None:
         parse_cuda(cuda)
+    Policies(fleet).check_profile(profile)
     needed = math.ceil(gpus * (1 + headroom) - 1e-9)
     req = Request(gpus=needed, model=model, profile=profile, cuda=cuda)
     now = fleet.now()

@@ -23,13 +23,14 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
 from gpufleet.domain.events import EventKind
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
-from gpufleet.errors import Conflict, InventoryError
+from gpufleet.errors import ConfigError, Conflict, InventoryError
 from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.secrets import HOW_TO_KEY, SecretBox, is_secret_var, redact_vars
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import retrying
-from gpufleet.store.tables import Host, Pool
+from gpufleet.store.tables import BaselineRow, Host, Pool
 
 __all__ = ["EnrollReport", "enroll", "is_this_machine"]
 
@@ -241,19 +242,48 @@ def _change_data(key: str, before: Any, after: Any) -> dict[str, Any]:
     return data
 
 
-def enroll(fleet: Fleet, inventory: Inventory, *, box: SecretBox | None = None) -> EnrollReport:
+def enroll(
+    fleet: Fleet, inventory: Inventory, *, box: SecretBox | None = None, strict: bool = False
+) -> EnrollReport:
     """Create or update a host per inventory entry; new hosts start ``enrolled``.
 
     ``box`` seals secret variables; when None, the operator's key comes from the fleet's
     settings (``GPUFLEET_SECRET_KEY`` / ``GPUFLEET_SECRET_KEY_FILE``). Raises
     :class:`InventoryError` (file:line) and enrolls nothing when a check of the module
-    docstring fails.
+    docstring fails. A ``gpufleet_baseline`` naming no baseline is a warning of the report
+    (:func:`unknown_baselines`); with ``strict`` a ConfigError (exit 2), nothing enrolled.
     """
     if box is None:
         key = fleet.settings.secret_key_bytes()
         box = SecretBox(key) if key else None
     _check_inventory(inventory, box)  # before the transaction: may resolve names
-    return _enroll_once(fleet, inventory, box)
+    missing = unknown_baselines(fleet, inventory)
+    if strict and missing:
+        raise ConfigError("; ".join(missing) + "; nothing enrolled (--strict)")
+    report = _enroll_once(fleet, inventory, box)
+    report.warnings += missing
+    return report
+
+
+def unknown_baselines(fleet: Fleet, inventory: Inventory) -> list[str]:
+    """One warning (file:line) per inventory host whose ``gpufleet_baseline`` names no
+    baseline, with the nearest known names: its drift and validation would have no
+    baseline to compare with."""
+    named = {ih.baseline for ih in inventory.hosts if ih.baseline}
+    if not named:
+        return []
+    with fleet.db.session() as s:
+        known = set(s.scalars(select(BaselineRow.name)))
+    out = []
+    for ih in inventory.hosts:
+        if ih.baseline and ih.baseline not in known:
+            line = ih.var_lines.get("gpufleet_baseline", ih.line)
+            where = f"{inventory.source or '<inventory>'}" + (f":{line}" if line else "")
+            out.append(
+                f"{where}: host {ih.name}: no baseline named '{ih.baseline}'"
+                f"{did_you_mean(ih.baseline, known)} (gpufleet baseline create)"
+            )
+    return out
 
 
 @retrying

@@ -24,9 +24,9 @@ from gpufleet.domain.gpu_health import (
     evaluate_gpus,
 )
 from gpufleet.domain.spec import Baseline, ExpectedSpec
-from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.policies import Policies
+from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, PartEvent, Pool
 
 _FAULT_WORDS = {
@@ -56,7 +56,7 @@ def set_pool_health_policy(
     with fleet.db.session() as s:
         row = s.scalar(select(Pool).where(Pool.name == pool).with_for_update())
         if row is None:
-            raise NotFound(f"no pool '{pool}'")
+            raise no_pool(s, pool)
         cur = HealthPolicy.from_json(row.health_policy, where=f"pool {pool} health policy")
         raw: dict[str, Any] = cur.as_json()
         if gpu_fault is not None:

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.leases import HOLDING
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound
 from gpufleet.service.alarms import AlarmView, open_alarms
@@ -24,6 +25,7 @@ from gpufleet.service.select import (
     model_clause,
     nothing_matches,
     select_hosts,
+    selector_terms,
 )
 from gpufleet.service.summary import host_labels
 from gpufleet.store.repo import execute_read, host_by_name, read_columns_only
@@ -238,7 +240,10 @@ def list_hosts(
             for k, v in (("group", group), ("model", model), ("state", state), ("pool", pool))
             if v
         ]
-        raise nothing_matches(" and ".join([selector or "all", *filters]) if filters else selector)
+        text = " and ".join([selector or "all", *filters]) if filters else selector
+        with fleet.db.session() as s:  # say which name is unknown, with the nearest known
+            terms = [*selector_terms(selector), *([f"pool:{pool}"] if pool else [])]
+            raise nothing_matches(text, s, terms=terms if filters else None)
     return rows
 
 
@@ -382,7 +387,8 @@ def list_events(
         rows = list(s.scalars(stmt))
         if host and not rows and _unknown_host_name(s, host):
             # a removed host keeps its events (and so is found); a typo is not "no events"
-            raise NotFound(f"no host named '{host}', and no events recorded for that name")
+            near = did_you_mean(host, s.scalars(select(Host.name)))
+            raise NotFound(f"no host named '{host}', and no events recorded for that name{near}")
         return [
             {
                 "at": e.at,

@@ -108,7 +108,7 @@ def build_report(fleet: Fleet, selector: str | None, since: timedelta) -> Inspec
     with fleet.db.session() as s:
         names = {h.id: h.name for h in s.scalars(select_hosts(selector))}
         if is_explicit(selector) and not names:
-            raise nothing_matches(selector)
+            raise nothing_matches(selector, s)
         in_range = (
             GpuSampleRow.host_id.in_(names),
             GpuSampleRow.at >= start,

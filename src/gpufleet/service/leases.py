@@ -30,6 +30,7 @@ from gpufleet.service.candidates import CandidateRow, lock_and_recheck, write_lo
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, Lease, LeaseHost, Pool
 
 # --- the hook point; webhooks are queued in the lease change's transaction (the outbox) -------
@@ -178,7 +179,7 @@ def list_leases(
         if is_explicit(selector):
             ids = select_hosts(selector).with_only_columns(Host.id).order_by(None)
             if not s.scalars(ids).first():
-                raise nothing_matches(selector)
+                raise nothing_matches(selector, s)
             stmt = stmt.where(
                 Lease.id.in_(select(LeaseHost.lease_id).where(LeaseHost.host_id.in_(ids)))
             )
@@ -390,7 +391,7 @@ def set_policy(
     with fleet.db.session() as s:
         row = s.scalar(select(Pool).where(Pool.name == pool).with_for_update())
         if row is None:
-            raise NotFound(f"no pool named '{pool}'")
+            raise no_pool(s, pool)
         current = pool_policy(s, pool)
         policy = LeasePolicy(on_expiry, max_duration or current.max_duration)
         row.lease_policy = {

@@ -20,10 +20,11 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Health
 from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
-from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransition, NotFound
+from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransition
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import KEEP, reclaim_owed, retrying, transition
 from gpufleet.service.select import is_explicit, selected_names
+from gpufleet.store.repo import no_host
 from gpufleet.store.tables import (
     CollectionResult,
     FactSnapshot,
@@ -38,7 +39,7 @@ from gpufleet.store.tables import Event as EventRow
 def _host(s: Session, name: str) -> Host:
     host = s.scalar(select(Host).where(Host.name == name).with_for_update())
     if host is None:
-        raise NotFound(f"no host named '{name}'")
+        raise no_host(s, name)
     return host
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.profiles import Profile, load_profiles
 from gpufleet.domain.xid import XidPolicy
+from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet
 
 
@@ -29,6 +31,12 @@ class Policies:
         f = self.fleet.settings.xid_policy_file
         base = XidPolicy.load_default()
         return XidPolicy.from_yaml(f.read_text(), source=str(f)) if f else base
+
+    def check_profile(self, name: str | None) -> None:
+        """NotFound (exit 4) for a profile the site does not define, with the nearest
+        known names (``allocate --profile``, ``capacity check --profile``)."""
+        if name is not None and name not in self.profiles:
+            raise NotFound(f"no profile named '{name}'{did_you_mean(name, self.profiles)}")
 
     def load(self) -> Policies:
         """Read and check both now (before a run claims anything); returns self."""

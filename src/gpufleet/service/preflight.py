@@ -30,6 +30,7 @@ from gpufleet.domain.checks import ActiveEvidence
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.evidence import DcgmDiagResult
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.preflight import PreflightReport, judge, local_spec, unknown
 from gpufleet.domain.profiles import Profile, evaluate, load_profiles, without_proof
 from gpufleet.domain.xid import XidPolicy
@@ -86,7 +87,10 @@ def run_preflight(
     start = time.monotonic()
     profiles, xid = _policies(settings)
     if profile is not None and profile not in profiles:
-        raise ConfigError(f"unknown profile {profile!r} (known: {', '.join(sorted(profiles))})")
+        raise ConfigError(
+            f"unknown profile {profile!r}{did_you_mean(profile, profiles)} "
+            f"(known: {', '.join(sorted(profiles))})"
+        )
     host = socket.gethostname()
     target = Target(host, "localhost")
     transport = LocalTransport(env)

@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.reclaim import CleanupAction, parse_clean
-from gpufleet.errors import ConfigError, NotFound
+from gpufleet.errors import ConfigError
 from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, Pool
 
 KEY = "reclaim_clean"
@@ -52,7 +53,7 @@ def set_pool_clean(fleet: Fleet, pool: str, actions: tuple[str, ...]) -> tuple[s
     with fleet.db.session() as s:
         row = s.scalar(select(Pool).where(Pool.name == pool).with_for_update())
         if row is None:
-            raise NotFound(f"no pool named '{pool}'")
+            raise no_pool(s, pool)
         row.lease_policy = {**(row.lease_policy or {}), KEY: list(actions)}
         record_event(
             s,
@@ -68,7 +69,7 @@ def set_pool_clean(fleet: Fleet, pool: str, actions: tuple[str, ...]) -> tuple[s
 def get_pool_clean(fleet: Fleet, pool: str) -> tuple[str, ...]:
     with fleet.db.session() as s:
         if s.scalar(select(Pool.id).where(Pool.name == pool)) is None:
-            raise NotFound(f"no pool named '{pool}'")
+            raise no_pool(s, pool)
         return pool_clean(s, pool)
 
 

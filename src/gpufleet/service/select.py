@@ -10,11 +10,15 @@ hosts are selected (:func:`selected_names`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import ColumnElement, Select, Text, func, or_, select
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, NotFound
+from gpufleet.store.repo import known_pools, no_pool
 from gpufleet.store.tables import FactSnapshot, Host
 
 #: The selector kinds, as the help and error messages name them.
@@ -48,11 +52,49 @@ def is_single_name(selector: str) -> bool:
     return not any(c in selector for c in "*?,:[")
 
 
-def nothing_matches(selector: str | None) -> NotFound:
-    """The error for a selection that matched no host."""
-    if selector and is_single_name(selector.strip()):
+def nothing_matches(
+    selector: str | None, s: Session | None = None, *, terms: Sequence[str] | None = None
+) -> NotFound:
+    """The error for a selection that matched no host. With the session ``s``, the terms
+    (``selector``'s, or ``terms``) naming a host or pool that does not exist are said, with
+    the nearest known names (:func:`unknown_terms`)."""
+    given = selector_terms(selector) if terms is None else list(terms)
+    why = [] if s is None else unknown_terms(s, given)
+    if len(why) == 1 and len(given) == 1:
+        return NotFound(why[0])
+    if terms is None and selector and is_single_name(selector.strip()):
         return NotFound(f"no host named '{selector.strip()}'")
-    return NotFound(f"no hosts match selector '{selector}'")
+    said = ": " + "; ".join(why) if why else ""
+    return NotFound(f"no hosts match selector '{selector}'{said}")
+
+
+def selector_terms(selector: str | None) -> list[str]:
+    """The non-blank comma-separated terms of ``selector``."""
+    return [t.strip() for t in (selector or "").split(",") if t.strip()]
+
+
+def unknown_terms(s: Session, terms: Sequence[str]) -> list[str]:
+    """For each term naming a host (no wildcard) or a pool (``pool:P``) that does not exist:
+    ``no host named 'gpu01' (did you mean gpu-01?)``, ``no pool named 'trian-a100' (did you
+    mean train-a100?)``."""
+    out: list[str] = []
+    for term in terms:
+        if term.strip().lower() == "all":
+            continue
+        kind, _, value = term.partition(":")
+        if not value:
+            kind, value = "name", term
+        kind, value = kind.strip().lower(), value.strip()
+        if kind == "name" and is_single_name(value):
+            known = list(s.scalars(select(Host.name)))
+            if value.lower() not in {k.lower() for k in known}:
+                out.append(f"no host named '{value}'{did_you_mean(value, known)}")
+        elif kind == "pool":
+            pools = known_pools(s)
+            if value not in pools:
+                out.append(str(no_pool(s, value, pools)))
+    return out
+
 
 
 def group_clause(group: str) -> ColumnElement[bool]:
@@ -147,5 +189,5 @@ def selected_names(s: Session, selector: str | None) -> list[str]:
     explicit selector matches none."""
     names = list(s.scalars(select_hosts(selector).with_only_columns(Host.name)))
     if not names and is_explicit(selector):
-        raise nothing_matches(selector)
+        raise nothing_matches(selector, s)
     return names

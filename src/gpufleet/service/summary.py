@@ -141,7 +141,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         )
         explicit = is_explicit(selector)
         if not rows and explicit:
-            raise nothing_matches(selector)
+            raise nothing_matches(selector, s)
         alarms: list[dict[str, str | None]] = [
             {"host": a.host, "fault": f"{a.kind} ({a.severity})", "reason": a.message}
             # every host selected: no list of ids to send

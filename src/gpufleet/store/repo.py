@@ -22,6 +22,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.spec import Baseline
 from gpufleet.errors import NotFound
 from gpufleet.store.readmodel import baseline_name
@@ -36,8 +37,32 @@ def host_by_name(s: Session, name: str, *, for_update: bool = False) -> Host:
         stmt = stmt.with_for_update()
     host = s.scalar(stmt)
     if host is None:
-        raise NotFound(f"no host named '{name}'")
+        raise no_host(s, name)
     return host
+
+
+def known_pools(s: Session) -> set[str]:
+    """Every pool name: the pools' rows and the pools hosts name."""
+    return set(s.scalars(select(Pool.name))) | {
+        p for p in s.scalars(select(Host.pool).distinct()) if p
+    }
+
+
+def no_pool(s: Session, name: str, known: set[str] | None = None) -> NotFound:
+    """NotFound (exit 4) for the pool ``name``, with the nearest known names."""
+    pools = known_pools(s) if known is None else known
+    return NotFound(f"no pool named '{name}'{did_you_mean(name, pools)}")
+
+
+def no_baseline(s: Session, name: str) -> NotFound:
+    """NotFound (exit 4) for the baseline ``name``, with the nearest known names."""
+    near = did_you_mean(name, s.scalars(select(BaselineRow.name)))
+    return NotFound(f"no baseline named '{name}'{near}")
+
+
+def no_host(s: Session, name: str) -> NotFound:
+    """NotFound (exit 4) for the host ``name``, with the nearest known names."""
+    return NotFound(f"no host named '{name}'{did_you_mean(name, s.scalars(select(Host.name)))}")
 
 
 def hosts_with_latest_facts(
