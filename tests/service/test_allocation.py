@@ -14,7 +14,7 @@ from tests.labproof import prove_lab
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import OnExpiry
 from gpufleet.domain.placement import Request
-from gpufleet.errors import ConfigError, InvalidTransition
+from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity, leases, operations
 from gpufleet.service.fleet import Fleet
@@ -211,14 +211,15 @@ def test_alarmed_and_unvalidated_hosts_are_not_candidates(fleet: Fleet, tmp_path
         fleet, Request(hosts=2), owner="a", purpose="p", duration=timedelta(hours=1)
     )
     assert got.refusal is not None and "1 have an open alarm" in got.refusal.message
-    bad = allocation.allocate(
-        fleet,
-        Request(gpus=8, profile="no-such-profile"),
-        owner="a",
-        purpose="p",
-        duration=timedelta(hours=1),
-    )
-    assert bad.refusal is not None and "0 of the free ones are validated for" in bad.refusal.message
+    # a profile the site does not define is a typo, not "no host validated for it" (issue 29)
+    with pytest.raises(NotFound, match="no profile named 'no-such-profile'"):
+        allocation.allocate(
+            fleet,
+            Request(gpus=8, profile="no-such-profile"),
+            owner="a",
+            purpose="p",
+            duration=timedelta(hours=1),
+        )
 
 
 def test_eta_on_maintenance_and_quarantine_shows_in_summary_capacity_and_host(
