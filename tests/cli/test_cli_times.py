@@ -91,3 +91,13 @@ def test_capacity_at_hosts_eta_and_maintenance_read_local_time(gf: Cli) -> None:
     assert f"{day} 10:00:00 CST" in flat(gf.run("capacity", "--at", f"{day}T10:00").stdout)
     r = gf.run("capacity", "--at", "next tuesday", code=2)
     assert "--at 'next tuesday': not a time" in flat(r.stderr)
+
+
+def test_the_lean_start_takes_utc() -> None:
+    """``gpufleet --utc hosts list`` is still answered by the lean start (issue 8), in UTC."""
+    from gpufleet.cli.entry import lean_argv
+
+    got = lean_argv(["--utc", "--home", "h", "hosts", "list", "--json"])
+    assert got is not None and got.utc and got.command == ("hosts", "list")
+    plain = lean_argv(["hosts", "list"])
+    assert plain is not None and not plain.utc

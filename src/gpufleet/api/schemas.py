@@ -489,9 +489,7 @@ class AllocationOut(Schema):
 
 
 class RenewIn(Schema):
-    duration: str | None = Field(
-        None, description="Extend from the current end by this, e.g. 24h.", alias="for"
-    )
+    duration: str | None = Field(None, description="Add this to the end, e.g. 24h.", alias="for")
     until: InTime | None = Field(None, description="New end (UTC unless zoned).")
     shorten: bool = Field(False, description="Allow an until before the current end.")
     owner: str | None = Field(None, description="Refuse (409) unless this is the lease's owner.")

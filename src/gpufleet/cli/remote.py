@@ -353,8 +353,7 @@ def _lease(d: dict[str, Any]) -> Any:
 
 
 def _when(value: str | None, flag: str) -> str | None:
-    """An operator's time (local unless zoned) sent zoned: the API reads naive as UTC."""
-    from gpufleet.cli.common import when
+    from gpufleet.cli.common import when  # local unless zoned; sent zoned (API: naive = UTC)
 
     t = when(value, flag)
     return None if t is None else t.isoformat()
@@ -451,12 +450,8 @@ def leases_renew(
 ) -> None:
     from gpufleet.cli.alloc import show_renewed
 
-    body = {
-        "for": for_,
-        "until": _when(until, "--until"),
-        "shorten": shorten or None,
-        "owner": owner,
-    }
+    until_at, short = _when(until, "--until"), shorten or None
+    body = {"for": for_, "until": until_at, "shorten": short, "owner": owner}
     out = api.post(f"leases/{lease_id}/renew", {k: v for k, v in body.items() if v is not None})
     show_renewed(_lease(out), as_json)
 
@@ -581,10 +576,8 @@ def failures_record(
     from gpufleet.cli.failures import show_recorded
     from gpufleet.service.failures import Recorded
 
-    d = api.post(
-        "failures",
-        {"job": job, "host": host, "gpu": gpu, "time": _when(time, "--time"), "message": message},
-    )
+    at = _when(time, "--time")
+    d = api.post("failures", {"job": job, "host": host, "gpu": gpu, "time": at, "message": message})
     show_recorded(
         Recorded(
             job=d["job"],

@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, NotFound
-from gpufleet.store.repo import known_pools, no_pool
 from gpufleet.store.tables import FactSnapshot, Host
 
 #: The selector kinds, as the help and error messages name them.
@@ -77,6 +76,8 @@ def unknown_terms(s: Session, terms: Sequence[str]) -> list[str]:
     """For each term naming a host (no wildcard) or a pool (``pool:P``) that does not exist:
     ``no host named 'gpu01' (did you mean gpu-01?)``, ``no pool named 'trian-a100' (did you
     mean train-a100?)``."""
+    from gpufleet.store.repo import known_pools, no_pool  # on a miss only: start-up (issue 8)
+
     out: list[str] = []
     for term in terms:
         if term.strip().lower() == "all":
