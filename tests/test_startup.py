@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -370,11 +371,22 @@ def test_the_read_commands_start_without_typer_and_print_what_the_command_prints
     env = _env(home)
     code, body, err, loaded = _run("entry", env, *argv)
     assert "typer" not in loaded and "click" not in loaded, loaded
-    assert _run("typer", env, *argv)[:3] == (code, body, err)
-    assert body.strip() and err == ""
+    typer_code, typer_body, typer_err = _run("typer", env, *argv)[:3]
+    assert (typer_code, typer_body, _unlogged(typer_err)) == (code, body, _unlogged(err))
+    assert body.strip() and _unlogged(err) == ""
+    assert ("--debug" in argv) == (" DEBUG gpufleet." in err)  # --debug: debug lines (issue 25)
     assert code == (1 if argv[-1] == "drift" or argv[-2:] == ["drift", "--json"] else 0)
     if "--json" in argv:
         json.loads(body)
+
+
+#: A log line of gpufleet.logs' text format (its time differs from one run to the next).
+_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\S+ (DEBUG|INFO) \S+: .*\n", re.M)
+
+
+def _unlogged(err: str) -> str:
+    """``err`` without its DEBUG and INFO log lines."""
+    return _LOG_LINE.sub("", err)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -44,6 +44,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -447,6 +448,20 @@ class Settings(BaseModel):
         group="remote",
         doc="API token the CLI sends to GPUFLEET_URL (Authorization: Bearer); never printed.",
     )
+    # -- logging (issue 25: observable by default; set up by gpufleet.logs) ------------------
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = _setting(
+        env="GPUFLEET_LOG_LEVEL",
+        group="logging",
+        doc="Least level of gpufleet's log lines on stderr: DEBUG, INFO, WARNING, ERROR or "
+        "CRITICAL (default WARNING for commands, INFO for serve and worker; --debug: DEBUG).",
+    )
+    log_format: Literal["text", "json"] = _setting(
+        "text",
+        env="GPUFLEET_LOG_FORMAT",
+        group="logging",
+        doc="Log lines on stderr as text, or json: one object per line (time, level, logger, "
+        "message; host, run and job ids where known).",
+    )
     # -- worker (issue 12: background jobs on the job queue, schedules) ----------------------
     run_chunk: int = _setting(
         50,
@@ -640,6 +655,14 @@ class Settings(BaseModel):
     )
 
     # -- validation of single values --------------------------------------------------------
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _log_word(cls, v: Any, info: ValidationInfo) -> Any:
+        """``info`` and ``INFO``, ``JSON`` and ``json`` alike."""
+        if not isinstance(v, str):
+            return v
+        return v.strip().upper() if info.field_name == "log_level" else v.strip().lower()
+
     @field_validator("validation_ttl", mode="before")
     @classmethod
     def _hours(cls, v: Any) -> Any:

@@ -39,7 +39,7 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
 from gpufleet.service.tokens import record_api_call
 
-log = logging.getLogger("gpufleet.api")
+log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -100,6 +100,9 @@ def create_app(
 
     @app.exception_handler(GpufleetError)
     async def gpufleet_error(request: Request, exc: GpufleetError) -> JSONResponse:
+        # the server's own trouble (a database away: 503) is logged; a caller's mistake not
+        level = logging.WARNING if exc.http_status >= 500 else logging.DEBUG
+        log.log(level, "%s %s: %s (%s)", request.method, request.url.path, exc, exc.http_status)
         return _error(exc)
 
     @app.exception_handler(RequestValidationError)

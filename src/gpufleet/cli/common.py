@@ -18,6 +18,7 @@ host reaches the operator's terminal. JSON output keeps values faithful (JSON-es
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -84,6 +85,8 @@ def _err_console() -> SafeConsole:
     return __getattr__("err_console")  # type: ignore[no-any-return]
 
 
+_log = logging.getLogger(__name__)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -113,6 +116,9 @@ def current_settings() -> Settings:
     are reported on stderr as warnings."""
     if OPTIONS.settings is None:
         OPTIONS.settings = load_settings(home=OPTIONS.home, database_url=OPTIONS.db_url)
+        from gpufleet.logs import configure  # the logs of this command (issue 25)
+
+        configure(OPTIONS.settings, debug=OPTIONS.debug)
         for line in unknown_variables():
             _err_console().print(f"[yellow]warning:[/] {lit(line)}", soft_wrap=True)
     return OPTIONS.settings
@@ -129,6 +135,7 @@ def open_fleet() -> Fleet:
         from gpufleet.service.fleet import Fleet
 
         _OPEN[key] = Fleet.open(settings=current_settings())
+        _log.debug("opened the fleet database %s", _OPEN[key].db.safe_url)
         if _OPEN[key].settings.webhook_url:  # notifications a dead process left (issue 24)
             from gpufleet.service.webhooks import resume
 

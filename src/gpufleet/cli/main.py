@@ -312,7 +312,9 @@ def main(
         help="Database URL, e.g. postgresql+psycopg://user@host/db. Overrides "
         "GPUFLEET_DATABASE_URL and --home's SQLite.",
     ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks with errors."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show tracebacks with errors, and debug log lines."
+    ),
     utc: bool = typer.Option(
         False,
         "--utc",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import gc
+import logging
 
 import typer
 
-from gpufleet.cli.common import boundary, err_console, lit, open_fleet
+from gpufleet.cli.common import OPTIONS, boundary, current_settings, err_console, lit, open_fleet
+from gpufleet.logs import configure
 
 
 @boundary
@@ -30,6 +32,7 @@ def serve_cmd(
 
     from gpufleet.api.app import create_app
 
+    configure(current_settings(), debug=OPTIONS.debug, default=logging.INFO)
     fleet = open_fleet()
     from gpufleet.service.webhooks import resume
 

@@ -7,8 +7,9 @@ import logging
 
 import typer
 
-from gpufleet.cli.common import boundary, err_console, lit, open_fleet
+from gpufleet.cli.common import OPTIONS, boundary, current_settings, err_console, lit, open_fleet
 from gpufleet.errors import ConfigError
+from gpufleet.logs import configure
 
 
 @boundary
@@ -27,7 +28,12 @@ def worker_cmd(
         help="Only jobs of this queue: runs (chunks of collect/validate runs) or periodic "
         "(sweeps, syncs, scheduled runs); repeatable. Default: every queue.",
     ),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log every job."),
+    verbose: bool = typer.Option(
+        False,
+        "--verbose",
+        "-v",
+        help="Also the job queue's own log lines from INFO up (procrastinate: every job).",
+    ),
 ) -> None:
     """Run jobs from the job queue in the fleet's PostgreSQL database until stopped: chunks
     of collect/validate runs (POST /api/v1/runs, the schedules), the deadline and lease
@@ -51,12 +57,7 @@ def worker_cmd(
     resume(fleet, always=True)  # this process sends the outbox as long as it runs
     jq = JobQueue(fleet)
     jq.check_ready()  # the queue's schema is installed (`gpufleet db upgrade`)
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not verbose:
-        logging.getLogger("gpufleet.worker").setLevel(logging.INFO)
+    configure(current_settings(), debug=OPTIONS.debug, default=logging.INFO, verbose=verbose)
     err_console.print(
         f"gpufleet worker on {lit(fleet.db.safe_url)} "
         f"(queues: {', '.join(queue) or 'all'}, concurrency "

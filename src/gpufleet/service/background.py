@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from gpufleet.logs import ids as log_ids
+
 #: The components that report (every one is on /metrics, at 0 until it fails).
 CLAIM_RENEWAL = "claim-renewal"
 WEBHOOK_OUTBOX = "webhook-outbox"
@@ -28,16 +30,20 @@ def report(
     component: str,
     message: str,
     exc: BaseException | None = None,
+    **ids: object,
 ) -> None:
-    """Log ``message`` (and the exception's type and text) as a warning on ``logger`` and
-    count one failure of ``component``. Never raises."""
+    """Log ``message`` (and the exception's type and text) as a warning on ``logger``, with
+    the ``component`` and the ``ids`` the caller has (``host=``, ``run=``, ``job=``: fields
+    of the JSON log lines, :mod:`gpufleet.logs`), and count one failure of ``component``.
+    Never raises."""
     with _lock:
         _counts[component] = _counts.get(component, 0) + 1
     detail = f": {_words(exc)}" if exc is not None else ""
     if exc is not None and exc.__cause__ is not None:  # "Database error." says little alone
         detail += f" (from {_words(exc.__cause__)})"
     try:
-        logger.warning("%s: %s%s", component, message, detail)
+        extra = log_ids(component=component, **ids)
+        logger.warning("%s: %s%s", component, message, detail, extra=extra)
     except Exception:  # a broken log handler must not stop the background work
         return
 

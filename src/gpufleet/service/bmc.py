@@ -16,6 +16,7 @@ only with the operator's key), a file named by ``gpufleet_bmc_password_file``, o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
@@ -52,6 +53,7 @@ from gpufleet.domain.facts import DmiIdentity, HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
+from gpufleet.logs import hide, ids
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
 from gpufleet.service import bmc_guard
 from gpufleet.service.alarms import close_alarms, raise_alarm
@@ -76,6 +78,8 @@ UUID = "gpufleet_bmc_uuid"
 _TRUE = {"1", "true", "yes", "on", "y"}
 #: The longest deadline of one BMC's read (a day; GPUFLEET_BMC_DEADLINE has the same bound).
 MAX_DEADLINE_S = 86_400
+
+log = logging.getLogger(__name__)
 
 
 def _password(host: Host, fleet: Fleet) -> str:
@@ -135,11 +139,13 @@ def bmc_target(host: Host, fleet: Fleet, timeout_s: float | None = None,
         verify = False
     elif v.get(CA_BUNDLE):
         verify = str(Path(v[CA_BUNDLE]).expanduser())
+    password = _password(host, fleet)
+    hide(password)  # never in a log line, whoever logs it (gpufleet.logs)
     return BmcTarget(
         host=host.name,
         address=address,
         username=username,
-        password=_password(host, fleet),
+        password=password,
         verify=verify,
         system_id=v.get(SYSTEM) or None,
         timeout_s=timeout_s if timeout_s is not None else fleet.settings.bmc_timeout_s,
@@ -390,6 +396,7 @@ def _read_one(job: _Job) -> tuple[BmcReading | None, BmcFailure | None]:
     try:
         return call(job.target, read_bmc), None
     except BmcFailure as exc:
+        log.info("BMC of %s: %s: %s", job.name, exc.outcome, exc.reason, extra=ids(host=job.name))
         return None, exc
 
 
@@ -467,6 +474,8 @@ def power(fleet: Fleet, name: str, action: PowerAction, *, force: bool = False,
     try:
         state = call(target, lambda t: redfish_power(t, action, settle_s=settle))
     except BmcFailure as exc:
+        log.warning("power %s of %s failed: BMC %s: %s", action, name, exc.outcome, exc.reason,
+                    extra=ids(host=name))
         _record(fleet, host_id, f"power {action} failed: BMC {exc.outcome}: {exc.reason}",
                 {"action": f"power-{action}", "ok": False, "outcome": exc.outcome.value,
                  "forced": force})
@@ -509,6 +518,8 @@ def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str 
     try:
         res: MediaResult = call(target, lambda t: boot_from_media(t, url, settle_s=settle))
     except BmcFailure as exc:
+        log.warning("reimage of %s failed: BMC %s: %s", name, exc.outcome, exc.reason,
+                    extra=ids(host=name))
         _record(fleet, host_id, f"reimage failed: BMC {exc.outcome}: {exc.reason}",
                 {"action": "reimage", "ok": False, "image": url, "outcome": exc.outcome.value,
                  "ticket": ticket})

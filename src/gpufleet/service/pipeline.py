@@ -47,6 +47,7 @@ from gpufleet.collect.transport import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.logs import hide, ids
 from gpufleet.secrets import ssh_password
 from gpufleet.service import background
 from gpufleet.service.claim_owner import local_prefix, owner_gone, this_owner
@@ -196,6 +197,7 @@ def claim_hosts(
                 if kind == "ssh":  # only ssh logs in with a password
                     try:
                         password = ssh_password(h.vars, fleet.settings.secret_key_bytes)
+                        hide(password)  # never in a log line (gpufleet.logs)
                     except ConfigError as exc:
                         reason = f"SSH password: {exc}"
             if reason is not None:
@@ -220,7 +222,7 @@ def claim_hosts(
         for h in rows:
             if h.claim_token in orphans:
                 log.info("%s: took over the claim of a process gone from this machine (%s)",
-                            h.name, h.claim_owner)
+                            h.name, h.claim_owner, extra=ids(host=h.name, run=run_id))
             h.claim_token = token
             h.claimed_until = until
             h.claim_owner = owner
@@ -291,10 +293,16 @@ class _Renewer(threading.Thread):
     """Renews a run's claims every ``interval_s`` to the work still left (see claim_lease)."""
 
     def __init__(
-        self, fleet: Fleet, token: str, lease: Callable[[], timedelta], interval_s: float
+        self,
+        fleet: Fleet,
+        token: str,
+        lease: Callable[[], timedelta],
+        interval_s: float,
+        run: int | None = None,
     ) -> None:
         super().__init__(name="gpufleet-claims", daemon=True)
         self.fleet, self.token, self.lease, self.interval_s = fleet, token, lease, interval_s
+        self.run_id = run  # the collection run's id, for the log lines
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -302,7 +310,9 @@ class _Renewer(threading.Thread):
             try:
                 renew_claims(self.fleet, self.token, self.lease())
             except Exception as exc:  # only shortens the claim: logged and counted, go on
-                background.report(log, background.CLAIM_RENEWAL, "cannot renew claims", exc)
+                background.report(
+                    log, background.CLAIM_RENEWAL, "cannot renew claims", exc, run=self.run_id
+                )
 
     def stop(self) -> None:
         self.stopped.set()
@@ -462,6 +472,7 @@ class Pipeline(Generic[R]):
             token,
             lambda: self.lease(len(claimed) - len(done)),
             interval_s=max(1.0, min(60.0, (self.timeout_s + connect_s) / 3)),
+            run=self.claim.run_id,
         )
         worker: threading.Thread | None = None
         # (result, whether it holds a backlog slot); None ends the applier
@@ -536,7 +547,11 @@ class Pipeline(Generic[R]):
                     release_claims(self.fleet, token)
                 except Exception as exc:
                     background.report(
-                        log, background.CLAIM_RENEWAL, "cannot release claims (they run out)", exc
+                        log,
+                        background.CLAIM_RENEWAL,
+                        "cannot release claims (they run out)",
+                        exc,
+                        run=self.claim.run_id,
                     )
         if failure:
             raise failure[0]

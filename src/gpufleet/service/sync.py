@@ -11,6 +11,7 @@ and writes nothing, in gpufleet or in the systems.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from gpufleet.service.slurm import _hosts as slurm_hosts
 from gpufleet.service.slurm import slurm_sync
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -123,6 +126,7 @@ def sync_round(fleet: Fleet, targets: Sequence[Target], systems: Systems | None 
         try:
             results.append(RUNNERS[t](fleet, systems))
         except GpufleetError as exc:
+            log.warning("%s sync failed: %s", t, exc)
             results.append(TargetResult(t, errors=[str(exc)]))
     return Round(results)
 

@@ -58,6 +58,7 @@ from sqlalchemy.orm import Session
 from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
+from gpufleet.logs import ids
 from gpufleet.service import background, jobs
 from gpufleet.service.campaign import run_campaign, show_campaign
 from gpufleet.service.fleet import Fleet
@@ -65,9 +66,7 @@ from gpufleet.service.sync import enabled_targets, sync_round
 from gpufleet.service.validate import sweep
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT
 
-log = logging.getLogger("gpufleet.worker")
-#: Background failures (service/background.py) go to this module's logger.
-_log = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 #: The longest wait between two reconnections of a worker that lost the database.
 RECONNECT_MAX_S = 30.0
 #: Seconds the worker's procrastinate operations wait for a pooled connection.
@@ -130,6 +129,8 @@ def run_chunk_task(context: JobContext, run_id: int, seq: int) -> None:
         jobs.run_chunk(fleet, run_id, seq, worker=worker_label(), final=final)
     except Exception as exc:
         if ChunkRetry().get_retry_decision(exception=exc, job=context.job) is None:
+            log.warning("chunk %d of run %s failed: %s", seq, run_id, exc,
+                        extra=ids(run=run_id, job=context.job.id))
             jobs.fail_chunk(fleet, run_id, seq, str(exc) or type(exc).__name__)
         raise
 
@@ -143,7 +144,8 @@ def _reported(func: Callable[..., None]) -> Callable[..., None]:
         try:
             func(context, *args, **kwargs)
         except Exception as exc:
-            background.report(_log, background.SCHEDULER, f"task {func.__name__} failed", exc)
+            background.report(log, background.SCHEDULER, f"task {func.__name__} failed", exc,
+                              job=context.job.id)
             raise
 
     return task
@@ -166,9 +168,8 @@ def scheduled_run_task(context: JobContext, timestamp: int, kind: str) -> None:
         fleet, RunKind(kind), selector, queue_of(context), schedule=kind, period=timestamp
     )
     if run is not None:
-        log.info(
-            "scheduled %s run %s: %s hosts in %s chunk(s)", kind, run.id, run.hosts, run.chunks
-        )
+        log.info("scheduled %s run %s: %s hosts in %s chunk(s)", kind, run.id, run.hosts,
+                 run.chunks, extra=ids(run=run.id, job=context.job.id))
 
 
 @_reported
@@ -188,7 +189,8 @@ def sync_task(context: JobContext, timestamp: int) -> None:
     if targets:
         r = sync_round(fleet, targets)
         if not r.ok:
-            background.report(_log, background.SCHEDULER, f"sync round had errors: {r}")
+            background.report(log, background.SCHEDULER, f"sync round had errors: {r}",
+                              job=context.job.id)
 
 
 class CampaignRetry(BaseRetryStrategy):
@@ -219,10 +221,12 @@ def campaign_run_task(context: JobContext, name: str, actor: str) -> None:
         status = show_campaign(fleet, name).status
         if status not in ("running", "planned"):
             log.info("campaign %s: %s; attempt %d of job %s has nothing to do", name, status,
-                     job.attempts + 1, job.id)
+                     job.attempts + 1, job.id, extra=ids(campaign=name, job=job.id))
             return
-    v = run_campaign(fleet, name, lambda m: log.info("campaign %s: %s", name, m), job=job.id)
-    log.info("campaign %s: %s", name, v.status)
+    where = ids(campaign=name, job=job.id)
+    v = run_campaign(fleet, name, lambda m: log.info("campaign %s: %s", name, m, extra=where),
+                     job=job.id)
+    log.info("campaign %s: %s", name, v.status, extra=where)
 
 
 @dataclass(frozen=True)
@@ -479,18 +483,18 @@ class JobQueue:
                     except Exception as exc:
                         if not self.shared:
                             raise
-                        background.report(_log, background.WORKER, "the worker failed", exc)
+                        background.report(log, background.WORKER, "the worker failed", exc)
                     else:
                         if not (wait and self.shared):
                             return
                         background.report(
-                            _log,
+                            log,
                             background.WORKER,
                             "the worker stopped on its own (database connection lost)",
                         )
                     if time.monotonic() - began > 60:
                         delay = 1.0
-                    _log.warning("worker reconnecting to the job queue in %g s", delay)
+                    log.warning("worker reconnecting to the job queue in %g s", delay)
                     await asyncio.sleep(delay)
                     delay = min(delay * 2, RECONNECT_MAX_S)
                 except asyncio.CancelledError:
@@ -556,14 +560,15 @@ class JobQueue:
                     seconds_since_heartbeat=settings.worker_stalled_s
                 )
             except Exception as exc:  # the database is away: try again next time
-                background.report(_log, background.WORKER, "cannot look for stalled jobs", exc)
+                background.report(log, background.WORKER, "cannot look for stalled jobs", exc)
                 continue
             for job in stalled:
                 try:
                     await manager.retry_job(job)
                 except Exception:  # another worker retried it first
                     continue
-                log.warning("job %s (%s) of a dead worker queued again", job.id, job.task_name)
+                log.warning("job %s (%s) of a dead worker queued again", job.id, job.task_name,
+                            extra=ids(job=job.id))
 
     def start_in_process(self, concurrency: int | None = None) -> None:
         """Run a worker in a thread of this process (``serve --with-worker``)."""

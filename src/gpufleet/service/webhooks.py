@@ -233,6 +233,7 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
             log,
             background.WEBHOOK_OUTBOX,
             f"webhook delivery {rid} ({kind}) failed, attempt {attempts}: {error}; {what}",
+            delivery=rid,
         )
     values: dict[str, Any] = {
         "attempts": attempts,
