@@ -7,16 +7,13 @@ collect the same host at once, and results are applied only while the token stil
 
 from __future__ import annotations
 
-import hashlib
-import json
 import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.assemble import assemble_facts
@@ -36,14 +33,14 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
-from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
-from gpufleet.domain.telemetry import stable_view
 from gpufleet.errors import ParseError
 from gpufleet.service import gpu_health, reachability
 from gpufleet.service.alarms import close_alarms, raise_alarm
+from gpufleet.service.fact_snapshots import _store_facts
+from gpufleet.service.fact_snapshots import facts_digest as facts_digest
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.lifecycle import on_changes, transition
 from gpufleet.service.pipeline import CLAIM_MARGIN_S as CLAIM_MARGIN_S
@@ -63,14 +60,12 @@ from gpufleet.service.pipeline import renew_claims as renew_claims
 from gpufleet.service.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.policies import Policies
-from gpufleet.store.repo import label_set_id
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
     FactSnapshot,
     GpuRow,
     Host,
-    NicRow,
 )
 
 
@@ -565,103 +560,6 @@ def flag_duplicate(
     return reason
 
 
-def facts_digest(doc: dict[str, Any]) -> str:
-    """Content hash of a facts document (``model_dump(mode="json")``) without its readings
-    (``collected_at``, temperatures, power, utilization ...: :mod:`gpufleet.domain.telemetry`):
-    equal digests, same facts apart from what moves by itself. (Migration 0006 backfilled
-    with the whole document but ``collected_at``, the digest before issue 8's telemetry
-    change: such a host writes one new snapshot at its next collection.)"""
-    text = json.dumps(stable_view(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _store_facts(
-    s: Session, host: Host, run_id: int, facts: HostFacts
-) -> tuple[int, HostFacts | None]:
-    """Record ``facts`` as ``host``'s latest; returns (its snapshot id, the previous facts
-    when they differ, for change detection).
-
-    A host whose facts are the same as its latest snapshot's apart from their readings
-    (content hash, :func:`facts_digest`) writes no new snapshot, GPU or NIC rows: that
-    snapshot stays the latest and its facts document becomes this collection's (one UPDATE),
-    so every reader of the latest facts sees the latest readings, never stale ones; the
-    collection result row and ``hosts.last_collected_at`` record the collection. The
-    snapshot's columns (derived columns, labels' set, DMI UUID, ``collected_at``: when these
-    facts were first seen) and its GPU/NIC rows read no reading, so they stay right.
-    Otherwise one snapshot row and its
-    GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
-    labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
-    """
-    doc = facts.model_dump(mode="json")
-    digest = facts_digest(doc)
-    prev_id = host.latest_snapshot_id
-    if prev_id is not None:
-        prev_hash = s.scalar(select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id))
-        if prev_hash == digest:
-            s.execute(update(FactSnapshot).where(FactSnapshot.id == prev_id).values(facts=doc))
-            return prev_id, None
-    gpus = facts.gpus
-    derived = derived_columns(facts)
-    dmi_uuid = facts.dmi.uuid if facts.dmi is not None else None
-    snap_id = s.execute(
-        insert(FactSnapshot).returning(FactSnapshot.id),
-        [
-            {
-                "host_id": host.id,
-                "run_id": run_id,
-                "collected_at": facts.collected_at,
-                "facts": doc,
-                **derived,
-                "cuda": facts.cuda_version,
-                "kernel": facts.kernel,
-                "os": facts.os.pretty_name if facts.os else None,
-                "content_hash": digest,
-                "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
-                "fact_labels_id": label_set_id(s, fact_labels(facts)),
-            }
-        ],
-    ).scalar_one()
-    if gpus:
-        s.execute(
-            insert(GpuRow),
-            [
-                {
-                    "snapshot_id": snap_id,
-                    "host_id": host.id,
-                    "index": g.index,
-                    "uuid": g.uuid,
-                    "serial": g.serial,
-                    "product_name": g.product_name,
-                    "pci_bus_id": g.pci_bus_id,
-                    "memory_total_mib": g.memory_total_mib,
-                    "vbios": g.vbios_version,
-                }
-                for g in gpus
-            ],
-        )
-    if facts.ib_ports:  # None: ibstat not collected, no rows
-        s.execute(
-            insert(NicRow),
-            [
-                {
-                    "snapshot_id": snap_id,
-                    "host_id": host.id,
-                    "ca": p.ca,
-                    "port": p.port,
-                    "state": p.state,
-                    "physical_state": p.physical_state,
-                    "rate_gbps": p.rate_gbps,
-                    "link_layer": p.link_layer,
-                }
-                for p in facts.ib_ports
-            ],
-        )
-    prev: HostFacts | None = None
-    if prev_id is not None:
-        prev_doc = s.scalar(select(FactSnapshot.facts).where(FactSnapshot.id == prev_id))
-        prev = HostFacts.model_validate(prev_doc) if prev_doc is not None else None
-    host.latest_snapshot_id = snap_id
-    return snap_id, prev
 
 
 def local_target() -> Target:
