@@ -1,5 +1,7 @@
 """Runs of background work: start one (split into chunks, one queue job each), run a chunk,
-read its progress, and the depth of the job queue.
+read its progress, and the depth of the job queue. Starting lives in
+:mod:`gpufleet.service.run_start`, reading in :mod:`gpufleet.service.run_views`; both are
+re-exported here.
 
 A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
 (evidence) of the hosts a selector matched when it started. Its hosts (by id: a host renamed
@@ -27,27 +29,35 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Outcome, RawResult
-from gpufleet.domain.runs import RunKind, RunState, chunked, claim_prefix, claim_token
+from gpufleet.domain.runs import RunKind, RunState, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
-from gpufleet.errors import ConfigError, Conflict, NotFound
+from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.collect import claim_into_run, collect_claimed
-from gpufleet.service.evidence import HELD_ELSEWHERE, active_test, run_active
+from gpufleet.service.evidence import HELD_ELSEWHERE, run_active
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.inspect import inspect, load_policy
+from gpufleet.service.inspect import inspect
 from gpufleet.service.inspect_store import roll_up_and_prune
 from gpufleet.service.lifecycle import retrying
-from gpufleet.service.pipeline import Claim, check_forks, check_timeout, claim_lease
+from gpufleet.service.pipeline import Claim, claim_lease
 from gpufleet.service.policies import Policies
-from gpufleet.service.select import select_hosts, selected_names
+from gpufleet.service.run_start import Deferrer as Deferrer
+from gpufleet.service.run_start import run_params as run_params
+from gpufleet.service.run_start import start_run as start_run
+from gpufleet.service.run_views import RunView as RunView
+from gpufleet.service.run_views import _counts
+from gpufleet.service.run_views import list_runs as list_runs
+from gpufleet.service.run_views import queue_depth as queue_depth
+from gpufleet.service.run_views import run_hosts as run_hosts
+from gpufleet.service.run_views import show_run as show_run
+from gpufleet.service.run_views import unfinished_chunks as unfinished_chunks
 from gpufleet.service.validate import HostVerdict, judge_host, sweep
 from gpufleet.store.tables import (
     CollectionResult,
@@ -68,210 +78,6 @@ class HostsBusy(Exception):
         super().__init__(f"{len(hosts)} host(s) held by another worker: {', '.join(hosts[:5])}")
         self.hosts = list(hosts)
 
-
-class Deferrer(Protocol):
-    """What :func:`start_run` queues chunk jobs on (``gpufleet.service.tasks.JobQueue``)."""
-
-    #: The queue lives in the fleet's database: jobs are inserted in the run's transaction
-    #: (else they are queued once the run is committed).
-    shared: bool
-
-    def check_ready(self) -> None:
-        """Raise when this process cannot queue jobs now."""
-        ...
-
-    def defer_chunks(self, session: Session | None, chunks: Sequence[tuple[int, int]]) -> list[int]:
-        """Queue one job per (run id, chunk), inside ``session``'s transaction when given;
-        the job ids."""
-        ...
-
-
-@dataclass
-class ChunkView:
-    """One chunk of a run as the API shows it."""
-
-    seq: int
-    state: RunState
-    hosts: int
-    attempts: int
-    worker: str | None
-    job_id: int | None
-    error: str | None = None
-
-
-@dataclass
-class RunView:
-    """A run and its progress: hosts done, outcomes so far (collection outcomes; inspect:
-    probe outcomes; evidence: passed / failed / skipped), the verdicts of a validation, the
-    findings of an inspection."""
-
-    id: int
-    kind: RunKind
-    selector: str | None
-    state: RunState
-    actor: str
-    schedule: str | None
-    period: int | None
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    collection_run: int | None
-    hosts: int
-    hosts_done: int
-    chunks: int
-    chunks_done: int
-    counts: dict[str, int] = field(default_factory=dict)
-    verdicts: dict[str, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    error: str | None = None
-    chunk_list: list[ChunkView] = field(default_factory=list)
-    params: dict[str, Any] = field(default_factory=dict)
-    findings: int = 0
-
-
-@dataclass
-class RunHostView:
-    """One host's result in a run."""
-
-    host: str
-    outcome: str
-    detail: str | None
-
-
-# --- starting a run ------------------------------------------------------------------------
-
-
-def run_params(kind: RunKind, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The checked parameters of a run: an evidence run names its ``test`` (dcgm, nccl,
-    gpu-burn) and may give ``level`` (DCGM, 1-4) and ``seconds`` (gpu-burn); the other kinds
-    take none. :class:`ConfigError` names the field that is wrong."""
-    given = {k: v for k, v in (params or {}).items() if v is not None}
-    if kind is not RunKind.EVIDENCE:
-        if given:
-            raise ConfigError(
-                f"a {kind.value} run takes no {', '.join(sorted(given))} (only evidence runs do)"
-            )
-        return None
-    unknown = sorted(set(given) - {"test", "level", "seconds"})
-    if unknown:
-        raise ConfigError(f"unknown evidence run parameter(s): {', '.join(unknown)}")
-    if "test" not in given:
-        raise ConfigError("an evidence run needs 'test' (dcgm, nccl or gpu-burn)")
-    test = active_test(str(given["test"])).kind
-    level, seconds = given.get("level", 1), given.get("seconds", 60)
-    if not isinstance(level, int) or isinstance(level, bool) or not 1 <= level <= 4:
-        raise ConfigError(f"evidence run 'level' must be 1 to 4, not {level!r}")
-    if not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= 86400:
-        raise ConfigError(f"evidence run 'seconds' must be 1 to 86400, not {seconds!r}")
-    return {"test": test.value, "level": level, "seconds": seconds}
-
-
-def start_run(
-    fleet: Fleet,
-    kind: RunKind,
-    selector: str | None,
-    queue: Deferrer,
-    *,
-    schedule: str | None = None,
-    period: int | None = None,
-    params: Mapping[str, Any] | None = None,
-) -> RunView | None:
-    """Create a run over the hosts ``selector`` matches now and queue its chunks, in one
-    transaction (on PostgreSQL the queue's jobs are inserted in it too).
-
-    An explicit selector matching nothing is :class:`NotFound`; so is a fleet without hosts.
-    A scheduled run (``schedule`` and ``period`` given) is started once per period fleet-wide
-    (a unique index): a second start for the same period, or one while the schedule's previous
-    run is still unfinished, returns None. ``params``: see :func:`run_params`.
-    """
-    settings = fleet.settings
-    checked = run_params(kind, params)
-    queue.check_ready()
-    if kind is RunKind.EVIDENCE:
-        check_timeout(settings.evidence_timeout_s, "GPUFLEET_EVIDENCE_TIMEOUT")
-        check_forks(settings.evidence_forks, "GPUFLEET_EVIDENCE_FORKS")
-    else:
-        check_timeout(settings.collect_timeout_s, "GPUFLEET_COLLECT_TIMEOUT")
-        check_forks(settings.forks, "GPUFLEET_FORKS")
-    if kind is RunKind.VALIDATE:
-        Policies(fleet).load()  # a bad profiles file refuses the run before anything is queued
-    if kind is RunKind.INSPECT:
-        load_policy(fleet)  # so does a bad health-rules overlay
-    now = fleet.now()
-    try:
-        with fleet.db.session() as s:
-            selected_names(s, selector)  # an explicit selector matching nothing: NotFound
-            ids = list(
-                s.scalars(
-                    select_hosts(selector)
-                    .where(Host.state != HostState.RETIRED)
-                    .with_only_columns(Host.id)
-                )
-            )
-            if not ids:
-                if schedule is not None:
-                    return None
-                raise NotFound(
-                    f"no hosts to {kind.value}" + (f" in '{selector}'" if selector else "")
-                )
-            if schedule is not None:
-                busy = s.scalar(
-                    select(func.count(JobRun.id)).where(
-                        JobRun.schedule == schedule,
-                        JobRun.state.in_([RunState.QUEUED, RunState.RUNNING]),
-                    )
-                )
-                if busy:
-                    return None
-            coll_id: int | None = None
-            if kind.collects:
-                coll = CollectionRun(
-                    started_at=now,
-                    transport="auto",
-                    selector=selector,
-                    actor=fleet.actor,
-                    counts={},
-                )
-                s.add(coll)
-                s.flush()
-                coll_id = coll.id
-            parts = chunked(ids, settings.run_chunk)
-            run = JobRun(
-                kind=kind,
-                selector=selector,
-                state=RunState.QUEUED,
-                actor=fleet.actor,
-                schedule=schedule,
-                period=period,
-                created_at=now,
-                collection_run_id=coll_id,
-                hosts=len(ids),
-                chunks=len(parts),
-                params=checked,
-            )
-            s.add(run)
-            s.flush()
-            chunks = [
-                JobChunk(run_id=run.id, seq=i, hosts=part, state=RunState.QUEUED, result={})
-                for i, part in enumerate(parts)
-            ]
-            s.add_all(chunks)
-            s.flush()
-            run_id = run.id
-            if queue.shared:  # the jobs commit (and become visible) with the run
-                job_ids = queue.defer_chunks(s, [(run_id, c.seq) for c in chunks])
-                for c, job_id in zip(chunks, job_ids, strict=True):
-                    c.job_id = job_id
-    except IntegrityError:
-        if schedule is not None:  # another server or worker started this period's run
-            return None
-        raise
-    if not queue.shared:  # in-process: queued once the run is visible to the worker
-        job_ids = queue.defer_chunks(None, [(run_id, i) for i in range(len(parts))])
-        with fleet.db.session() as s:
-            for c in s.scalars(select(JobChunk).where(JobChunk.run_id == run_id)):
-                c.job_id = job_ids[c.seq]
-    return show_run(fleet, run_id)
 
 
 # --- running one chunk -----------------------------------------------------------------------
@@ -651,139 +457,3 @@ def _finish_chunk(
             if coll is not None:
                 coll.finished_at = now
                 coll.counts = _counts(s, coll.id)
-
-
-def _counts(s: Session, coll_id: int) -> dict[str, int]:
-    return {
-        str(outcome): int(n)
-        for outcome, n in s.execute(
-            select(CollectionResult.outcome, func.count(CollectionResult.id))
-            .where(CollectionResult.run_id == coll_id)
-            .group_by(CollectionResult.outcome)
-        )
-    }
-
-
-# --- reading runs ----------------------------------------------------------------------------
-
-
-def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
-    chunks = list(
-        s.scalars(select(JobChunk).where(JobChunk.run_id == run.id).order_by(JobChunk.seq))
-    )
-    if run.kind.collects:
-        counts = _counts(s, run.collection_run_id) if run.collection_run_id is not None else {}
-    else:
-        counts = {
-            str(outcome): int(n)
-            for outcome, n in s.execute(
-                select(JobRunHost.outcome, func.count())
-                .where(JobRunHost.run_id == run.id)
-                .group_by(JobRunHost.outcome)
-            )
-        }
-    verdicts: Counter[str] = Counter()
-    skipped: list[str] = []
-    findings = 0
-    for c in chunks:
-        verdicts.update(c.result.get("verdicts") or {})
-        skipped += c.result.get("skipped") or []
-        findings += int(c.result.get("findings") or 0)
-    return RunView(
-        id=run.id,
-        kind=run.kind,
-        selector=run.selector,
-        state=run.state,
-        actor=run.actor,
-        schedule=run.schedule,
-        period=run.period,
-        created_at=run.created_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        collection_run=run.collection_run_id,
-        hosts=run.hosts,
-        hosts_done=sum(counts.values()),
-        chunks=run.chunks,
-        chunks_done=sum(1 for c in chunks if c.state.finished),
-        counts=counts,
-        verdicts=dict(verdicts),
-        skipped=skipped,
-        error=run.error,
-        chunk_list=[
-            ChunkView(c.seq, c.state, len(c.hosts), c.attempts, c.worker, c.job_id, c.error)
-            for c in chunks
-        ]
-        if with_chunks
-        else [],
-        params=dict(run.params or {}),
-        findings=findings,
-    )
-
-
-def show_run(fleet: Fleet, run_id: int) -> RunView:
-    """One run with its chunks; :class:`NotFound` for an unknown id."""
-    with fleet.db.session() as s:
-        run = s.get(JobRun, run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}")
-        return _view(s, run, with_chunks=True)
-
-
-def run_hosts(fleet: Fleet, run_id: int) -> list[RunHostView]:
-    """Each host's result in run ``run_id``, by host name (collect/validate: the collection
-    outcome and reason; inspect/evidence: the recorded outcome); :class:`NotFound` for an
-    unknown id."""
-    with fleet.db.session() as s:
-        run = s.get(JobRun, run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}")
-        rows: Sequence[Any]
-        if run.kind.collects:
-            rows = s.execute(
-                select(Host.name, CollectionResult.outcome, CollectionResult.reason)
-                .join(Host, Host.id == CollectionResult.host_id)
-                .where(CollectionResult.run_id == run.collection_run_id)
-                .order_by(Host.name)
-            ).all()
-        else:
-            rows = s.execute(
-                select(Host.name, JobRunHost.outcome, JobRunHost.detail)
-                .join(Host, Host.id == JobRunHost.host_id)
-                .where(JobRunHost.run_id == run_id)
-                .order_by(Host.name)
-            ).all()
-        return [RunHostView(str(n), str(o), d or None) for n, o, d in rows]
-
-
-def list_runs(fleet: Fleet, *, limit: int = 50, state: RunState | None = None) -> list[RunView]:
-    """The newest runs first (without their chunks)."""
-    with fleet.db.session() as s:
-        stmt = select(JobRun).order_by(JobRun.id.desc()).limit(limit)
-        if state is not None:
-            stmt = stmt.where(JobRun.state == state)
-        return [_view(s, r, with_chunks=False) for r in s.scalars(stmt)]
-
-
-def unfinished_chunks(fleet: Fleet) -> list[tuple[int, int]]:
-    """(run id, chunk) of every chunk not finished yet, oldest first: what an in-process
-    queue (SQLite, lost when the server stopped) queues again at start."""
-    with fleet.db.session() as s:
-        rows = s.execute(
-            select(JobChunk.run_id, JobChunk.seq)
-            .where(JobChunk.state.in_([RunState.QUEUED, RunState.RUNNING]))
-            .order_by(JobChunk.run_id, JobChunk.seq)
-        )
-        return [(int(r), int(q)) for r, q in rows]
-
-
-def queue_depth(fleet: Fleet) -> dict[tuple[str, str], int]:
-    """Jobs waiting (``todo``) and running (``doing``) per queue, from the job queue's table
-    in the fleet's PostgreSQL database."""
-    with fleet.db.session() as s:
-        rows = s.execute(
-            text(
-                "SELECT queue_name, status::text, count(*) FROM procrastinate_jobs "
-                "WHERE status IN ('todo', 'doing') GROUP BY queue_name, status"
-            )
-        )
-        return {(str(q), str(st)): int(n) for q, st, n in rows}
