@@ -1,0 +1,466 @@
+"""Remote mode's reads and changes answered by one API call: hosts, events, summary, labels,
+leases, allocation, capacity, alarms, failures, drift, baselines and pools (registered with
+:func:`gpufleet.cli.remote.remote`; moved out of :mod:`gpufleet.cli.remote`)."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpufleet.cli.common import print_json
+from gpufleet.cli.remote import (
+    Client,
+    _dt,
+    refuse_options,
+    remote,
+)
+from gpufleet.errors import (
+    ConfigError,
+)
+
+# --- hosts, events, summary, labels ---------------------------------------------------------
+
+
+@remote("hosts.list_cmd")
+def hosts_list(
+    api: Client,
+    selector: str | None,
+    group: str | None,
+    model: str | None,
+    state: str | None,
+    pool: str | None,
+    as_json: bool,
+) -> None:
+    from gpufleet.api.schemas import HostOut
+    from gpufleet.cli.hosts import render_host_list
+
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = api.get(
+            "hosts",
+            selector=selector,
+            group=group,
+            model=model,
+            state=state,
+            pool=pool,
+            limit=1000,
+            cursor=cursor,
+        )
+        items.extend(page["items"])
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if as_json:
+        print_json(items)
+    else:
+        render_host_list([HostOut.model_validate(i) for i in items])
+
+
+@remote("hosts.show_cmd")
+def hosts_show(api: Client, name: str, as_json: bool) -> None:
+    from types import SimpleNamespace
+
+    from gpufleet.api.schemas import AlarmOut, HostOut
+    from gpufleet.cli.hosts_show import render_host
+    from gpufleet.domain.facts import HostFacts
+
+    d = api.get(f"hosts/{urllib.parse.quote(name, safe='')}")
+    if as_json:
+        print_json(d)
+        return
+
+    def timed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r | {"at": _dt(r.get("at"))} for r in rows]
+
+    detail: Any = SimpleNamespace(
+        view=HostOut.model_validate(d["host"]),
+        facts=None if d["facts"] is None else HostFacts.model_validate(d["facts"]),
+        usable_gpus=d["usable_gpus"],
+        unusable_gpus=d["unusable_gpus"],
+        reclaim_due=d.get("reclaim_due"),
+        collections=d["collections"],
+        alarms=[AlarmOut.model_validate(a) for a in d["alarms"]],
+        remediations=timed(d["remediations"]),
+        evidence=timed(d["evidence"]),
+        events=timed(d["events"]),
+    )
+    render_host(detail)
+
+
+@remote("hosts.events_cmd")
+def events(api: Client, host: str | None, kind: str | None, limit: int, as_json: bool) -> None:
+    from gpufleet.cli.hosts import render_events
+
+    rows = api.get("events", host=host, kind=kind, limit=limit)
+    if as_json:
+        print_json(rows)
+    else:
+        render_events([r | {"at": _dt(r["at"])} for r in rows])
+
+
+@remote("summary.summary_cmd")
+def summary(api: Client, selector: str | None, as_json: bool) -> None:
+    from gpufleet.cli.summary import render_summary
+    from gpufleet.domain.drift import DriftItem, DriftSummary
+    from gpufleet.service.baselines import DriftReport
+    from gpufleet.service.summary import FleetSummary
+
+    d = api.get("summary", selector=selector)
+    if as_json:
+        print_json(d)
+        return
+    drift = d["drift"]
+    report = DriftReport(
+        by_host={h: [DriftItem(**i) for i in items] for h, items in drift["hosts"].items()},
+        summary=[DriftSummary(**x) for x in drift["summary"]],
+        baselines={},
+        no_baseline=drift["no_baseline"],
+        no_facts=[],
+    )
+    render_summary(FleetSummary(**(d | {"drift": report})))
+
+
+@remote("summary.labels_cmd")
+def labels(api: Client, selector: str | None, as_json: bool) -> None:
+    from types import SimpleNamespace
+
+    from gpufleet.cli.labels import render_labels
+    from gpufleet.domain.labels import Taint
+
+    rows = api.get("labels", selector=selector)
+    if as_json:
+        print_json(rows)
+        return
+    hosts: list[Any] = [
+        SimpleNamespace(
+            host=r["host"], labels=r["labels"], taints=[Taint(**t) for t in r["taints"]]
+        )
+        for r in rows
+    ]
+    render_labels(hosts)
+
+
+# --- leases, allocation, capacity ---------------------------------------------------------
+
+
+def _lease(d: dict[str, Any]) -> Any:
+    from gpufleet.api.schemas import LeaseOut
+    from gpufleet.service.leases import LeaseView
+
+    return LeaseView(**dict(LeaseOut.model_validate(d)))
+
+
+def _when(value: str | None, flag: str) -> str | None:
+    from gpufleet.cli.common import when  # local unless zoned; sent zoned (API: naive = UTC)
+
+    t = when(value, flag)
+    return None if t is None else t.isoformat()
+
+
+@remote("alloc.allocate_cmd")
+def allocate(
+    api: Client,
+    gpus: int | None,
+    hosts: int | None,
+    model: str | None,
+    min_gpu_memory: str | None,
+    fabric: str | None,
+    profile: str | None,
+    cuda: str | None,
+    selector: str | None,
+    owner: str,
+    purpose: str,
+    for_: str | None,
+    until: str | None,
+    start: str | None,
+    users: list[str] | None,
+    as_json: bool,
+) -> None:
+    from gpufleet.cli.alloc import show_allocation
+    from gpufleet.domain.placement import Refusal
+    from gpufleet.service.allocation import Allocation
+
+    body = {
+        "gpus": gpus,
+        "hosts": hosts,
+        "model": model,
+        "min_gpu_memory": min_gpu_memory,
+        "fabric": fabric,
+        "profile": profile,
+        "cuda": cuda,
+        "selector": selector,
+        "owner": owner,
+        "purpose": purpose,
+        "for": for_,
+        "until": _when(until, "--until"),
+        "start": _when(start, "--start"),
+        "users": users or None,
+    }
+    out = api.post("leases", {k: v for k, v in body.items() if v is not None})
+    r = out.get("refusal")
+    show_allocation(
+        Allocation(
+            lease=_lease(out["lease"]) if out.get("lease") else None,
+            refusal=None
+            if r is None
+            else Refusal(
+                message=r["reason"],
+                counts=r["counts"],
+                held=r["held"],
+                missing_gpus=r["missing_gpus"],
+            ),
+            warnings=list(out.get("warnings") or []),
+        ),
+        as_json,
+    )
+
+
+@remote("alloc.leases_list_cmd")
+def leases_list(
+    api: Client, selector: str | None, owner: str | None, all_: bool, as_json: bool
+) -> None:
+    from gpufleet.cli.alloc import _lease_json, _lease_table
+    from gpufleet.cli.common import console
+
+    rows = [_lease(d) for d in api.get("leases", selector=selector, owner=owner, all=all_)]
+    if as_json:
+        print_json([_lease_json(v) for v in rows])
+    else:
+        console.print(_lease_table(rows, "leases"))
+
+
+@remote("alloc.leases_show_cmd")
+def leases_show(api: Client, lease_id: int, as_json: bool) -> None:
+    from gpufleet.cli.alloc import show_lease
+
+    show_lease(_lease(api.get(f"leases/{lease_id}")), as_json)
+
+
+@remote("alloc.leases_renew_cmd")
+def leases_renew(
+    api: Client,
+    lease_id: int,
+    for_: str | None,
+    until: str | None,
+    shorten: bool,
+    owner: str | None,
+    as_json: bool,
+) -> None:
+    from gpufleet.cli.alloc import show_renewed
+
+    until_at, short = _when(until, "--until"), shorten or None
+    body = {"for": for_, "until": until_at, "shorten": short, "owner": owner}
+    out = api.post(f"leases/{lease_id}/renew", {k: v for k, v in body.items() if v is not None})
+    show_renewed(_lease(out), as_json)
+
+
+@remote("alloc.leases_release_cmd")
+def leases_release(
+    api: Client, lease_id: int, reason: str, owner: str | None, as_json: bool
+) -> None:
+    from gpufleet.cli.alloc import show_released
+    from gpufleet.service.leases import Released
+
+    body: dict[str, Any] = {"reason": reason} | ({"owner": owner} if owner else {})
+    out = api.post(f"leases/{lease_id}/release", body)
+    show_released(
+        Released(
+            lease=_lease(out["lease"]),
+            reclaiming=out["reclaiming"],
+            reclaim=out["reclaim"],
+            note=out["note"],
+            warnings=out["warnings"],
+        ),
+        as_json,
+    )
+
+
+@remote("alloc.capacity_cmd")
+def capacity(
+    api: Client,
+    ctx: typer.Context,
+    selector: str | None,
+    at: str | None,
+    as_json: bool,
+    k8s: bool,
+    kubeconfig: Path | None,
+) -> None:
+    from gpufleet.cli.alloc import show_capacity
+    from gpufleet.service.capacity import CapacityReport
+
+    if ctx.invoked_subcommand is not None:
+        return
+    refuse_options(**{"--k8s": k8s, "--kubeconfig": kubeconfig})
+    d = api.get("capacity", selector=selector, at=_when(at, "--at"))
+    rep = CapacityReport(
+        at=_dt(d["at"]) or datetime.now().astimezone(),
+        rows=d["rows"],
+        totals=d["totals"],
+        back=[b | {"eta": _dt(b["eta"])} for b in d["back"]],
+    )
+    show_capacity(rep, None, as_json)
+
+
+@remote("alloc.capacity_check_cmd")
+def capacity_check(
+    api: Client,
+    gpus: int,
+    model: str | None,
+    profile: str | None,
+    headroom: str,
+    selector: str | None,
+    cuda: str | None,
+    as_json: bool,
+) -> None:
+    from gpufleet.cli.alloc import show_check
+    from gpufleet.service.capacity import CapacityCheck
+
+    d = api.get(
+        "capacity/check",
+        gpus=gpus,
+        model=model,
+        profile=profile,
+        headroom=headroom,
+        selector=selector,
+        cuda=cuda,
+    )
+    d["held"] = [h | {"until": _dt(h["until"])} for h in d["held"]]
+    d["frees"] = [f | {"at": _dt(f["at"])} for f in d["frees"]]
+    show_check(CapacityCheck(**d), as_json)
+
+
+# --- alarms, failures, drift, baselines, pools ----------------------------------------------
+
+
+def _alarm(d: dict[str, Any]) -> Any:
+    from gpufleet.api.schemas import AlarmRecordOut
+    from gpufleet.service.alarms import AlarmRecord
+
+    return AlarmRecord(**dict(AlarmRecordOut.model_validate(d)))
+
+
+@remote("alarms.list_cmd")
+def alarms_list(api: Client, selector: str | None, include_closed: bool, as_json: bool) -> None:
+    from gpufleet.cli.alarms import show_alarms
+
+    rows = api.get("alarms", selector=selector, all=include_closed)
+    show_alarms([_alarm(d) for d in rows], as_json)
+
+
+@remote("alarms.show_cmd")
+def alarms_show(api: Client, alarm_id: int, as_json: bool) -> None:
+    from gpufleet.cli.alarms import show_one
+
+    show_one(_alarm(api.get(f"alarms/{alarm_id}")), as_json)
+
+
+@remote("alarms.ack_cmd")
+def alarms_ack(api: Client, alarm_id: int, reason: str | None, as_json: bool) -> None:
+    from gpufleet.cli.alarms import show_acked
+
+    show_acked(_alarm(api.post(f"alarms/{alarm_id}/ack", {"reason": reason})), as_json)
+
+
+@remote("failures.record_cmd")
+def failures_record(
+    api: Client,
+    job: str,
+    host: str,
+    gpu: str | None,
+    time: str,
+    message: str,
+    as_json: bool,
+) -> None:
+    from gpufleet.cli.failures import show_recorded
+    from gpufleet.service.failures import Recorded
+
+    at = _when(time, "--time")
+    d = api.post("failures", {"job": job, "host": host, "gpu": gpu, "time": at, "message": message})
+    show_recorded(
+        Recorded(
+            job=d["job"],
+            host=d["host"],
+            gpu=d["gpu"],
+            at=_dt(d["at"]) or datetime.now().astimezone(),
+            category=d["category"],
+            rule=d["rule"],
+        ),
+        as_json,
+    )
+
+
+@remote("failures.import_cmd")
+def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, since: str) -> None:
+    from gpufleet.cli.failures import show_import
+    from gpufleet.errors import LocalIOError
+    from gpufleet.service.failures import ImportReport
+
+    refuse_options(**{"--slurm": slurm})
+    if file is None:
+        raise ConfigError("failures import: give a FILE or --slurm (one of them)")
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise LocalIOError(path=str(file), cause=exc.strerror or str(exc)) from None
+    fmt = {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv"}.get(file.suffix)
+    d = api.post("failures/import", {"text": text, "format": fmt})
+    # the server names a refused line "line N: why"; the CLI names it FILE:N: why
+    errors = [f"{file}:{e.removeprefix('line ')}" for e in d["errors"]]
+    show_import(ImportReport(recorded=d["recorded"], errors=errors), as_json)
+
+
+@remote("baseline.drift_cmd")
+def drift(api: Client, selector: str | None, as_json: bool) -> None:
+    from gpufleet.cli.baseline import show_drift
+    from gpufleet.domain.drift import DriftItem, DriftSummary, PoolDrift, PoolField
+    from gpufleet.service.baselines import DriftReport
+
+    d = api.get("drift", selector=selector)
+    pools = [
+        PoolDrift(**({k: v for k, v in p.items() if k != "drifts"}
+                     | {"fields": [PoolField(**f) for f in p["fields"]]}))
+        for p in d.get("pools", [])
+    ]
+    show_drift(
+        DriftReport(
+            by_host={h: [DriftItem(**i) for i in items] for h, items in d["by_host"].items()},
+            summary=[DriftSummary(**x) for x in d["summary"]],
+            baselines=d["baselines"],
+            no_baseline=d["no_baseline"],
+            no_facts=d["no_facts"],
+            pools=pools,
+        ),
+        as_json,
+    )
+
+
+@remote("baseline.list_cmd")
+def baselines_list(api: Client, as_json: bool) -> None:
+    from gpufleet.cli.baseline import show_baselines
+    from gpufleet.domain.spec import Baseline
+
+    rows = [
+        (
+            Baseline.model_validate(
+                {k: b[k] for k in ("name", "status", "purpose", "os_image_url")} | b["spec"]
+            ),
+            list(b["pools"]),
+        )
+        for b in api.get("baselines")
+    ]
+    show_baselines(rows, as_json)
+
+
+@remote("baseline.pool_list_cmd")
+def pools_list(api: Client, as_json: bool) -> None:
+    from gpufleet.cli.baseline import show_pools
+    from gpufleet.service.baselines import PoolView
+
+    show_pools([PoolView(**p) for p in api.get("pools")], as_json)
