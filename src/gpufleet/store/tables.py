@@ -8,14 +8,10 @@ garbage keeps its last known truth. ``Event`` is the append-only audit log.
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from sqlalchemy import (
-    JSON,
-    BigInteger,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
@@ -23,9 +19,7 @@ from sqlalchemy import (
     String,
     Text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from gpufleet.domain.decision import Decision
 from gpufleet.domain.events import (
@@ -37,65 +31,25 @@ from gpufleet.domain.events import (
 )
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
-from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.domain.states import HostState
-from gpufleet.domain.times import as_utc
-
-JsonType = JSON().with_variant(JSONB(), "postgresql")
-
-E = TypeVar("E", bound=StrEnum)
-
-
-class StrEnumType(TypeDecorator[E], Generic[E]):
-    """A domain ``StrEnum`` stored as its value in a VARCHAR (the DDL stays ``VARCHAR(n)``).
-
-    Writes accept the enum or its exact value and refuse anything else (a typo never reaches
-    the database); reads return the enum, so services compare members, never strings.
-    """
-
-    impl = String
-    cache_ok = True
-
-    def __init__(self, enum_cls: type[E], length: int) -> None:
-        super().__init__(length)
-        self.enum_cls = enum_cls
-
-    def process_bind_param(self, value: E | str | None, dialect: Any) -> str | None:
-        if value is None:
-            return None
-        try:
-            return str(self.enum_cls(value).value)
-        except ValueError:
-            known = ", ".join(m.value for m in self.enum_cls)
-            raise ValueError(
-                f"{value!r} is not a {self.enum_cls.__name__} (known: {known})"
-            ) from None
-
-    def process_result_value(self, value: str | None, dialect: Any) -> E | None:
-        return None if value is None else self.enum_cls(value)
-
-    @property
-    def python_type(self) -> type[E]:
-        return self.enum_cls
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Timezone-aware datetimes on both backends (SQLite drops tzinfo otherwise)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime stored; use datetime.now(UTC)")
-        return value
-
-    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
-        return None if value is None else as_utc(value)  # naive means UTC
-
-
-class Base(DeclarativeBase):
-    """Declarative base for every gpufleet table."""
+from gpufleet.store.health_tables import FleetAlarm as FleetAlarm
+from gpufleet.store.health_tables import GpuSampleRow as GpuSampleRow
+from gpufleet.store.health_tables import HostSampleRow as HostSampleRow
+from gpufleet.store.health_tables import InspectQuarantine as InspectQuarantine
+from gpufleet.store.health_tables import PartEvent as PartEvent
+from gpufleet.store.health_tables import Remediation as Remediation
+from gpufleet.store.health_tables import SampleRollup as SampleRollup
+from gpufleet.store.run_tables import ApiToken as ApiToken
+from gpufleet.store.run_tables import CampaignHost as CampaignHost
+from gpufleet.store.run_tables import CampaignRow as CampaignRow
+from gpufleet.store.run_tables import JobChunk as JobChunk
+from gpufleet.store.run_tables import JobRun as JobRun
+from gpufleet.store.run_tables import JobRunHost as JobRunHost
+from gpufleet.store.run_tables import WebhookDelivery as WebhookDelivery
+from gpufleet.store.table_types import Base as Base
+from gpufleet.store.table_types import JsonType as JsonType
+from gpufleet.store.table_types import StrEnumType as StrEnumType
+from gpufleet.store.table_types import UtcDateTime as UtcDateTime
 
 
 class Host(Base):
@@ -517,219 +471,6 @@ class BmcRead(Base):
     sel_seen: Mapped[list[str] | None] = mapped_column(JsonType)
 
 
-# --- issue 12 (service: auth and roles): API tokens, stored hashed ---
-class ApiToken(Base):
-    """One API bearer token (``gpufleet token create``): its name (the actor of what it does),
-    role and the SHA-256 of the token; the token itself is never stored. Revoked tokens stay
-    (revoked_at set) until a new token takes their name."""
-
-    __tablename__ = "api_tokens"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(64), unique=True)
-    role: Mapped[str] = mapped_column(String(16))
-    digest: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    created_by: Mapped[str] = mapped_column(String(128))
-    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-
-
-# --- issue 12 (service: workers): runs of background work and their chunks (one job each) ---
-class JobRun(Base):
-    """One collect or validate run started from the API or a schedule (``POST /api/v1/runs``,
-    ``GPUFLEET_SCHEDULE_*``), split into chunks that workers run as queue jobs. A scheduled
-    run records its schedule and period: one run per schedule and period, fleet-wide."""
-
-    __tablename__ = "job_runs"
-    __table_args__ = (
-        Index("ux_job_runs_schedule_period", "schedule", "period", unique=True),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[RunKind] = mapped_column(StrEnumType(RunKind, 20))
-    selector: Mapped[str | None] = mapped_column(Text)
-    state: Mapped[RunState] = mapped_column(StrEnumType(RunState, 20), index=True)
-    actor: Mapped[str] = mapped_column(String(128))
-    schedule: Mapped[str | None] = mapped_column(String(64))
-    period: Mapped[int | None] = mapped_column(BigInteger)
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    collection_run_id: Mapped[int | None] = mapped_column(
-        ForeignKey("collection_runs.id", ondelete="SET NULL")
-    )
-    hosts: Mapped[int] = mapped_column(Integer, default=0)
-    chunks: Mapped[int] = mapped_column(Integer, default=0)
-    error: Mapped[str | None] = mapped_column(Text)
-    #: What the run does besides its kind (evidence: the test, level, seconds).
-    params: Mapped[dict[str, Any] | None] = mapped_column(JsonType)
-
-
-class JobChunk(Base):
-    """One chunk of a run: its hosts, its queue job, how many attempts and who ran the last."""
-
-    __tablename__ = "job_chunks"
-    __table_args__ = (Index("ux_job_chunks_run_seq", "run_id", "seq", unique=True),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("job_runs.id", ondelete="CASCADE"))
-    seq: Mapped[int] = mapped_column(Integer)  # 0, 1, ... within the run
-    #: Host ids (a host renamed meanwhile is still the same host).
-    hosts: Mapped[list[int]] = mapped_column(JsonType, default=list)
-    state: Mapped[RunState] = mapped_column(StrEnumType(RunState, 20))
-    job_id: Mapped[int | None] = mapped_column(BigInteger)
-    attempts: Mapped[int] = mapped_column(Integer, default=0)
-    worker: Mapped[str | None] = mapped_column(String(128))
-    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    #: What the chunk did: verdict counts (validate), hosts skipped as held elsewhere.
-    result: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-    error: Mapped[str | None] = mapped_column(Text)
-
-
-class JobRunHost(Base):
-    """One host's result in an inspect or evidence run (collect and validate runs store theirs
-    as ``collection_results``): one row per host and run, written by the chunk that did it."""
-
-    __tablename__ = "job_run_hosts"
-
-    run_id: Mapped[int] = mapped_column(
-        ForeignKey("job_runs.id", ondelete="CASCADE"), primary_key=True
-    )
-    host_id: Mapped[int] = mapped_column(
-        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
-    )
-    outcome: Mapped[str] = mapped_column(String(32))
-    detail: Mapped[str | None] = mapped_column(Text)
-    at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-# --- issue 10 (health, items 2/3/4/6): inspection samples, roll-ups, auto-quarantines, -------
-# --- fleet alarms (service/inspect.py; migration 0004) ---------------------------------------
-
-
-class GpuSampleRow(Base):
-    """One GPU in one inspection sweep (``gpufleet inspect``): the ``--query-gpu`` values the
-    rules read. Kept ``GPUFLEET_INSPECT_RETENTION`` long; older sweeps live on as hourly
-    :class:`SampleRollup` rows. ``reasons`` is a bit set of active clock-event reasons."""
-
-    __tablename__ = "gpu_samples"
-    __table_args__ = (Index("ix_gpu_samples_at", "at"),)
-
-    host_id: Mapped[int] = mapped_column(
-        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
-    )
-    at: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
-    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    uuid: Mapped[str | None] = mapped_column(String(64))
-    model: Mapped[str | None] = mapped_column(String(96))
-    pci_bus_id: Mapped[str | None] = mapped_column(String(32))
-    temperature_c: Mapped[float | None] = mapped_column(Float)
-    power_w: Mapped[float | None] = mapped_column(Float)
-    power_limit_w: Mapped[float | None] = mapped_column(Float)
-    sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    max_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    mem_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    util_gpu_pct: Mapped[float | None] = mapped_column(Float)
-    util_mem_pct: Mapped[float | None] = mapped_column(Float)
-    memory_used_mib: Mapped[float | None] = mapped_column(Float)
-    fan_pct: Mapped[float | None] = mapped_column(Float)
-    ecc_vol_corr: Mapped[int | None] = mapped_column(BigInteger)
-    ecc_vol_unc: Mapped[int | None] = mapped_column(BigInteger)
-    ecc_agg_corr: Mapped[int | None] = mapped_column(BigInteger)
-    ecc_agg_unc: Mapped[int | None] = mapped_column(BigInteger)
-    retired_sbe: Mapped[int | None] = mapped_column(Integer)
-    retired_dbe: Mapped[int | None] = mapped_column(Integer)
-    retired_pending: Mapped[bool | None] = mapped_column(Boolean)
-    remap_corr: Mapped[int | None] = mapped_column(Integer)
-    remap_unc: Mapped[int | None] = mapped_column(Integer)
-    remap_pending: Mapped[bool | None] = mapped_column(Boolean)
-    remap_failure: Mapped[bool | None] = mapped_column(Boolean)
-    pcie_gen: Mapped[int | None] = mapped_column(Integer)
-    pcie_gen_max: Mapped[int | None] = mapped_column(Integer)
-    pcie_width: Mapped[int | None] = mapped_column(Integer)
-    pcie_width_max: Mapped[int | None] = mapped_column(Integer)
-    reasons: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class HostSampleRow(Base):
-    """One host in one inspection sweep: whether the GPU query answered, the new Xid lines,
-    IB/RoCE port counters, disk space, uptime, and the kernel-log cursor for the next sweep."""
-
-    __tablename__ = "host_samples"
-    __table_args__ = (Index("ix_host_samples_at", "at"),)
-
-    host_id: Mapped[int] = mapped_column(
-        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
-    )
-    at: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
-    gpus_ok: Mapped[bool] = mapped_column(Boolean)
-    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
-    uptime_s: Mapped[float | None] = mapped_column(Float)
-    #: issue 10 (migration 0014): seconds since the NVIDIA driver was loaded (grace).
-    driver_age_s: Mapped[float | None] = mapped_column(Float)
-    nvlink: Mapped[bool] = mapped_column(Boolean, default=False)
-    xids: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
-    ports: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
-    disks: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
-    problems: Mapped[list[str]] = mapped_column(JsonType, default=list)
-    kmsg_cursor: Mapped[str | None] = mapped_column(String(64))
-    #: issue 24 (migration 0018): the boot the sample was taken in (boot_id, else
-    #: ``uptime:<boot time>``), and what the probe could not observe (``{kind, detail}``).
-    boot_id: Mapped[str | None] = mapped_column(String(80))
-    failures: Mapped[list[dict[str, str]] | None] = mapped_column(JsonType, default=list)
-
-
-class SampleRollup(Base):
-    """Hourly roll-up of one GPU's samples, kept after the raw samples are pruned."""
-
-    __tablename__ = "sample_rollups"
-
-    host_id: Mapped[int] = mapped_column(
-        ForeignKey("hosts.id", ondelete="CASCADE"), primary_key=True
-    )
-    hour: Mapped[datetime] = mapped_column(UtcDateTime, primary_key=True)
-    gpu_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    model: Mapped[str | None] = mapped_column(String(96))
-    samples: Mapped[int] = mapped_column(Integer)
-    temperature_max: Mapped[float | None] = mapped_column(Float)
-    temperature_avg: Mapped[float | None] = mapped_column(Float)
-    power_avg: Mapped[float | None] = mapped_column(Float)
-    sm_clock_avg: Mapped[float | None] = mapped_column(Float)
-    util_avg: Mapped[float | None] = mapped_column(Float)
-    ecc_unc_max: Mapped[int | None] = mapped_column(BigInteger)
-    throttled: Mapped[int] = mapped_column(Integer, default=0)
-
-
-class InspectQuarantine(Base):
-    """A host the inspection quarantined on its own (the blast-radius guard counts these
-    within its window)."""
-
-    __tablename__ = "inspect_quarantines"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
-    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    rule: Mapped[str] = mapped_column(String(64))
-
-
-class FleetAlarm(Base):
-    """An alarm about the fleet rather than one host (the blast-radius guard tripped); one
-    open per kind."""
-
-    __tablename__ = "fleet_alarms"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(40), index=True)
-    severity: Mapped[AlarmSeverity] = mapped_column(StrEnumType(AlarmSeverity, 10))
-    opened_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    message: Mapped[str] = mapped_column(Text)
-    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-    closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    reason: Mapped[str | None] = mapped_column(Text)
-
-
 # --- issue 9 (session 6, migration 0003): placement's per-rack summary of candidate hosts ---
 class PlacementRack(Base):
     """What placement reads first (``service/placement_index.py``): per rack, how many hosts
@@ -747,123 +488,3 @@ class PlacementRack(Base):
     refreshed_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
-# --- issue 14 (canary campaigns: the plan and each host's step, for crash-safe resume) ---
-class CampaignRow(Base):
-    """One change campaign (``gpufleet campaign``): what it does, to which baseline, the plan
-    (hosts per wave, skipped hosts and why) and where it is. ``status`` is a
-    ``domain.campaign.CampaignStatus`` value; ``owner`` is ``hostname:pid`` of the process
-    driving it (resume takes over only when that process is gone)."""
-
-    __tablename__ = "campaigns"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), unique=True)
-    status: Mapped[str] = mapped_column(String(20))
-    action_kind: Mapped[str] = mapped_column(String(12))
-    action: Mapped[str] = mapped_column(Text)
-    rollback: Mapped[str | None] = mapped_column(Text)
-    target_baseline: Mapped[str] = mapped_column(String(128))
-    selector: Mapped[str] = mapped_column(Text)
-    ticket: Mapped[str] = mapped_column(String(128))
-    options: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-    plan: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-    current_wave: Mapped[int] = mapped_column(Integer, default=0)
-    halt_reason: Mapped[str | None] = mapped_column(Text)
-    approved_by: Mapped[str | None] = mapped_column(String(128))
-    approved_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    owner: Mapped[str | None] = mapped_column(String(128))
-    created_by: Mapped[str] = mapped_column(String(128))
-    created_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-
-
-class CampaignHost(Base):
-    """One host of a campaign: its wave and step (``domain.campaign.HostStep``), committed
-    before each next step; ``previous_baseline`` is the host's own ``gpufleet_baseline``
-    variable before the change (None: it had none), restored by a rollback."""
-
-    __tablename__ = "campaign_hosts"
-    __table_args__ = (
-        Index("ix_campaign_hosts_campaign_host", "campaign_id", "host_name", unique=True),
-    )
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
-    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
-    host_name: Mapped[str] = mapped_column(String(255))
-    wave: Mapped[int] = mapped_column(Integer)
-    step: Mapped[str] = mapped_column(String(20))
-    reason: Mapped[str | None] = mapped_column(Text)
-    previous_baseline: Mapped[str | None] = mapped_column(String(128))
-    driver_before: Mapped[str | None] = mapped_column(String(32))
-    action_runs: Mapped[int] = mapped_column(Integer, default=0)
-    action_started_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    action_finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
-
-
-# --- issue 10 (health: remediation records, parts history, webhook deliveries) ---
-class Remediation(Base):
-    """One remediation step on one host (``gpufleet remediate``): the action, the GPUs (and
-    their serials) it touched, what ran and how it ended; the host's ladder is these rows."""
-
-    __tablename__ = "remediations"
-    __table_args__ = (Index("ix_remediations_host_time", "host_id", "started_at"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
-    host_name: Mapped[str] = mapped_column(String(255))
-    action: Mapped[str] = mapped_column(String(20))
-    gpus: Mapped[list[int]] = mapped_column(JsonType, default=list)
-    serials: Mapped[list[str]] = mapped_column(JsonType, default=list)
-    started_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    outcome: Mapped[str] = mapped_column(String(20))
-    detail: Mapped[str] = mapped_column(Text, default="")
-    steps: Mapped[list[dict[str, Any]]] = mapped_column(JsonType, default=list)
-    ticket: Mapped[str | None] = mapped_column(String(128))
-    eta: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    rule: Mapped[str | None] = mapped_column(String(128))  # the rule that ran it automatically
-    actor: Mapped[str] = mapped_column(String(128))
-
-
-class PartEvent(Base):
-    """Something that happened to one GPU, by serial, wherever it was (``gpufleet parts``):
-    marked unusable, reset, RMA ticket, alarm. Where a serial was seen is the ``gpus`` rows."""
-
-    __tablename__ = "part_events"
-    __table_args__ = (Index("ix_part_events_serial_time", "serial", "at"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    serial: Mapped[str] = mapped_column(String(64))
-    at: Mapped[datetime] = mapped_column(UtcDateTime)
-    host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
-    host_name: Mapped[str | None] = mapped_column(String(255))
-    gpu_index: Mapped[int | None] = mapped_column(Integer)
-    kind: Mapped[str] = mapped_column(String(20))
-    message: Mapped[str] = mapped_column(Text)
-    data: Mapped[dict[str, Any]] = mapped_column(JsonType, default=dict)
-
-
-class WebhookDelivery(Base):
-    """One notification sent to the webhook (``GPUFLEET_WEBHOOK_URL``): what, how many tries,
-    delivered or the last error. Never holds the secret or the signature."""
-
-    __tablename__ = "webhook_deliveries"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    at: Mapped[datetime] = mapped_column(UtcDateTime, index=True)
-    kind: Mapped[str] = mapped_column(String(40))
-    host_name: Mapped[str | None] = mapped_column(String(255))
-    payload: Mapped[dict[str, Any]] = mapped_column(JsonType)
-    attempts: Mapped[int] = mapped_column(Integer)
-    delivered: Mapped[bool] = mapped_column(Boolean)
-    status: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
-    #: issue 10 (migration 0014), the outbox: when the next attempt is due (None: finished,
-    #: delivered or given up), the sender holding it until ``claimed_until``, when delivered.
-    next_at: Mapped[datetime | None] = mapped_column(UtcDateTime, index=True)
-    claim: Mapped[str | None] = mapped_column(String(32))
-    claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    delivered_at: Mapped[datetime | None] = mapped_column(UtcDateTime)
