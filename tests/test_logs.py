@@ -117,6 +117,7 @@ def test_no_secret_reaches_a_log_line(
         for h in [h for h in root.handlers if type(h).__module__ == "gpufleet.logs"]:
             root.removeHandler(h)
         root.setLevel(level)
+        logging.getLogger("gpufleet").setLevel(logging.NOTSET)
 
 
 def test_no_secret_in_a_debug_run_of_remote_mode(tmp_path: Path) -> None:
@@ -168,6 +169,7 @@ def test_a_background_failure_shows_with_its_ids(
         for h in [h for h in root.handlers if type(h).__module__ == "gpufleet.logs"]:
             root.removeHandler(h)
         root.setLevel(level)
+        logging.getLogger("gpufleet").setLevel(logging.NOTSET)
     assert background.counts()[background.SCHEDULER] == before + 1
     records = [r for r in _json_lines(capsys.readouterr().err)
                if r["logger"] == "gpufleet.service.tasks"]

@@ -156,12 +156,16 @@ def configure(
             value = getattr(settings, name)
             if isinstance(value, SecretStr):
                 hide(value)
-    handler = _Handler(level, level if verbose else max(level, logging.WARNING))
+    floor = level if verbose else max(level, logging.WARNING)
+    handler = _Handler(level, floor)
     as_json = settings is not None and settings.log_format == "json"
     handler.setFormatter(JsonFormatter() if as_json else TextFormatter())
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _Handler)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(min(level, logging.WARNING))
+    # other libraries make no record below the floor (asyncssh's INFO lines cost time);
+    # gpufleet's own loggers go down to the level
+    root.setLevel(floor)
+    logging.getLogger("gpufleet").setLevel(level if level < floor else logging.NOTSET)
     return level
