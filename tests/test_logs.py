@@ -13,7 +13,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -23,7 +22,6 @@ from gpufleet.config import load_settings
 from gpufleet.logs import MASK, configure
 from gpufleet.service import background
 from gpufleet.service.fleet import Fleet
-from gpufleet.store.db import Database
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
@@ -142,20 +140,11 @@ def test_a_background_failure_shows_with_its_ids(
 ) -> None:
     """A scheduled task whose store went away: one JSON line naming the component and the
     job, and the counter /metrics shows."""
-    from procrastinate import JobContext
-    from procrastinate.jobs import Job
-    from procrastinate.testing import InMemoryConnector
-
     from gpufleet.errors import StoreUnavailable
-    from gpufleet.service.tasks import build_app, sweep_task
+    from gpufleet.service.tasks import sweep_task
+    from tests.service.test_outbox import lost_store_job
 
-    gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")
-    broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
-    app = build_app(InMemoryConnector(), fleet.settings, schedules=False)
-    job = Job(id=4242, queue="periodic", lock=None, queueing_lock=None,
-              task_name="gpufleet.sweep", task_kwargs={"timestamp": 0})
-    context = JobContext(app=app, job=job, start_timestamp=time.time(),
-                         additional_context={"fleet": broken}, abort_reason=lambda: None)
+    context, gone = lost_store_job(fleet, 4242)
     settings = fleet.settings.model_copy(update={"log_format": "json"})
     root = logging.getLogger()
     level = root.level

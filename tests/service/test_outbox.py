@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from procrastinate import JobContext
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 from tests.api.conftest import auth, write_tokens
@@ -282,25 +283,33 @@ def test_every_lease_event_is_queued_with_its_change(
     assert sorted(sent) == sorted(kinds)
 
 
+def lost_store_job(fleet: Fleet, job_id: int) -> tuple[JobContext, Database]:
+    """The context of periodic job ``job_id`` (the sweep) on a copy of ``fleet`` whose store
+    went away, and that store (dispose it)."""
+    from procrastinate.jobs import Job
+    from procrastinate.testing import InMemoryConnector
+
+    from gpufleet.service.tasks import build_app
+
+    gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")
+    broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
+    app = build_app(InMemoryConnector(), fleet.settings, schedules=False)
+    job = Job(id=job_id, queue="periodic", lock=None, queueing_lock=None,
+              task_name="gpufleet.sweep", task_kwargs={"timestamp": 0})
+    context = JobContext(app=app, job=job, start_timestamp=time.time(),
+                         additional_context={"fleet": broken}, abort_reason=lambda: None)
+    return context, gone
+
+
 def test_a_failed_scheduled_task_is_logged_counted_and_still_fails_its_job(
     fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The periodic sweep on a store that went away: reported (``scheduler``), then raised for
     procrastinate to record the failed job."""
-    from procrastinate import JobContext
-    from procrastinate.jobs import Job
-    from procrastinate.testing import InMemoryConnector
-
     from gpufleet.errors import StoreUnavailable
-    from gpufleet.service.tasks import build_app, sweep_task
+    from gpufleet.service.tasks import sweep_task
 
-    gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")
-    broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
-    app = build_app(InMemoryConnector(), fleet.settings, schedules=False)
-    job = Job(id=1, queue="periodic", lock=None, queueing_lock=None,
-              task_name="gpufleet.sweep", task_kwargs={"timestamp": 0})
-    context = JobContext(app=app, job=job, start_timestamp=time.time(),
-                         additional_context={"fleet": broken}, abort_reason=lambda: None)
+    context, gone = lost_store_job(fleet, 1)
     before = background.counts()[background.SCHEDULER]
     caplog.set_level(logging.WARNING, logger="gpufleet.service.tasks")
     try:
