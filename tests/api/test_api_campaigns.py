@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from gpufleet.api.schemas import CampaignOut
+from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import BaselineStatus
 from gpufleet.service.baselines import baseline_from_host, save_baseline

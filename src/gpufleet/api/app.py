@@ -32,7 +32,7 @@ from gpufleet.api.routes import leases as lease_routes
 from gpufleet.api.routes import runs as run_routes
 from gpufleet.api.routes import summary as summary_routes
 from gpufleet.api.routes import tokens as token_routes
-from gpufleet.api.schemas import Health
+from gpufleet.api.schemas_ops import Health
 from gpufleet.api.security import add_security_headers
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.service.fleet import Fleet

@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from gpufleet.api.schemas import CampaignOut
+from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
 from gpufleet.domain.campaign import (
     ActionKind,

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.table import Table
 
-from gpufleet.api.schemas import TokenCreatedOut, TokenOut
+from gpufleet.api.schemas_tokens import TokenCreatedOut, TokenOut
 from gpufleet.cli.common import (
     boundary,
     console,

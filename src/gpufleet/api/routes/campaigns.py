@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Path
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
-from gpufleet.api.schemas import CampaignJobOut, CampaignOut
+from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut
 from gpufleet.service import campaign
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.tasks import JobQueue

@@ -7,19 +7,16 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS, RowId
-from gpufleet.api.schemas import (
+from gpufleet.api.schemas import BaselineOut, DriftOut, InTime, PoolOut
+from gpufleet.api.schemas_health import DeadLetterOut
+from gpufleet.api.schemas_ops import (
     AckIn,
     AlarmRecordOut,
-    BaselineOut,
-    DriftOut,
     FailureIn,
     FailureOut,
     FailureReportOut,
-    InTime,
-    PoolOut,
     ResolveIn,
 )
-from gpufleet.api.schemas_health import DeadLetterOut
 from gpufleet.domain.leases import parse_duration
 from gpufleet.service import alarms, baselines, failures, overview, webhooks
 from gpufleet.service.fleet import Fleet

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
-from gpufleet.api.schemas import BaselineOut, HostOutcomeOut, PoolOut
+from gpufleet.api.schemas import BaselineOut, PoolOut
 from gpufleet.api.schemas_health import (
     BaselineFromHostIn,
     BmcActionOut,
@@ -33,6 +33,7 @@ from gpufleet.api.schemas_health import (
     SweepOut,
     UnquarantineIn,
 )
+from gpufleet.api.schemas_ops import HostOutcomeOut
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
 from gpufleet.service import baselines, bmc, failures, operations, parts

@@ -9,16 +9,8 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_viewer
 from gpufleet.api.routes import ERRORS
-from gpufleet.api.schemas import (
-    EventOut,
-    HostDetailOut,
-    HostOut,
-    HostOutcomeOut,
-    HostPage,
-    InTime,
-    MaintenanceOffIn,
-    MaintenanceOnIn,
-)
+from gpufleet.api.schemas import EventOut, HostDetailOut, HostOut, HostPage, InTime
+from gpufleet.api.schemas_ops import HostOutcomeOut, MaintenanceOffIn, MaintenanceOnIn
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.service import operations

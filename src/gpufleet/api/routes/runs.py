@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, FastAPI, Query, Request
 
 from gpufleet.api.deps import as_operator, as_viewer
 from gpufleet.api.routes import ERRORS, RowId
-from gpufleet.api.schemas import QueueDepthOut, RunHostOut, RunIn, RunOut
+from gpufleet.api.schemas_runs import QueueDepthOut, RunHostOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
 from gpufleet.service import jobs
 from gpufleet.service.fleet import Fleet

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends
 
 from gpufleet.api.deps import as_admin
 from gpufleet.api.routes import ERRORS
-from gpufleet.api.schemas import TokenCreatedOut, TokenIn, TokenOut
+from gpufleet.api.schemas_tokens import TokenCreatedOut, TokenIn, TokenOut
 from gpufleet.domain.leases import parse_duration
 from gpufleet.service import tokens
 from gpufleet.service.fleet import Fleet

@@ -1,0 +1,129 @@
+"""API shapes of alarms, maintenance, job failures and the health check (the fleet's
+operations; split from :mod:`gpufleet.api.schemas`, whose base and time types they use)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import Field
+
+from gpufleet.api.schemas import ErrorBody, InTime, Schema, Time
+
+# --- alarms, events, maintenance, failures ------------------------------------------------
+
+
+class AckIn(Schema):
+    reason: str | None = None
+
+
+class ResolveIn(Schema):
+    reason: str = Field(min_length=1, description="Why it is closed by hand (audited).")
+
+
+class AlarmRecordOut(Schema):
+    """One alarm with its id (``alarms list/show``)."""
+
+    id: int
+    host: str
+    kind: str
+    severity: str
+    opened_at: Time
+    message: str
+    acknowledged_at: Time | None
+    acknowledged_by: str | None
+    closed_at: Time | None
+    reason: str | None
+    data: dict[str, Any]
+
+    @classmethod
+    def of(cls, a: Any) -> AlarmRecordOut:
+        """From ``service.alarms.AlarmRecord``."""
+        return cls(
+            id=a.id,
+            host=a.host,
+            kind=str(a.kind),
+            severity=str(a.severity),
+            opened_at=a.opened_at,
+            message=a.message,
+            acknowledged_at=a.acknowledged_at,
+            acknowledged_by=a.acknowledged_by,
+            closed_at=a.closed_at,
+            reason=a.reason,
+            data=dict(a.data),
+        )
+
+
+class HostOutcomeOut(Schema):
+    """One host's result of an action on a selector: its new state, or its error."""
+
+    host: str
+    state: str | None
+    error: ErrorBody | None
+
+    @classmethod
+    def of(cls, o: Any) -> HostOutcomeOut:
+        """From ``service.operations.HostOutcome``."""
+        err = None if o.error is None else ErrorBody(**o.error.as_json()["error"])
+        return cls(host=o.host, state=o.state, error=err)
+
+
+class MaintenanceOnIn(Schema):
+    selector: str = Field(min_length=1, description="Host name or selector.")
+    reason: str = Field(min_length=1)
+    until: InTime | None = None
+    eta: InTime | None = None
+    confirm_all: bool = False
+
+
+class MaintenanceOffIn(Schema):
+    selector: str = Field(min_length=1)
+    reason: str = "maintenance done"
+    confirm_all: bool = False
+
+
+class FailureIn(Schema):
+    job: str = Field(min_length=1, max_length=128)
+    host: str = Field(min_length=1)
+    gpu: str | None = None
+    time: datetime
+    message: str = Field(min_length=1)
+
+
+class FailureOut(Schema):
+    job: str
+    host: str
+    gpu: str | None
+    at: Time
+    category: str
+    rule: str | None
+    message: str | None = None
+    source: str | None = None
+    actor: str | None = None
+
+
+class FailureHostOut(Schema):
+    host: str
+    failures: int
+    jobs: int
+    gpus: dict[str, int]
+    categories: dict[str, int]
+    flagged: bool
+    evidence: list[str]
+    summary: str
+
+
+class FailureReportOut(Schema):
+    since: Time
+    until: Time
+    fleet_hosts: int
+    rule: dict[str, Any]
+    flagged: list[str]
+    quarantined: list[str]
+    not_quarantined: list[str]
+    hosts: list[FailureHostOut]
+
+
+class Health(Schema):
+    status: str
+    version: str
