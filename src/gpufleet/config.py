@@ -28,7 +28,6 @@ the host it runs on (the lab's sshd hosts set it), so it is not listed here.
 
 from __future__ import annotations
 
-import getpass
 import math
 import os
 import re
@@ -36,20 +35,19 @@ from collections.abc import Mapping
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
     SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic.config import JsonDict
 
+from gpufleet.config_fields import HostSettings, _setting
+from gpufleet.config_fields import default_actor as default_actor
+from gpufleet.config_fields import default_home as default_home
 from gpufleet.errors import ConfigError
 
 PREFIX = "GPUFLEET_"
@@ -58,32 +56,6 @@ PREFIX = "GPUFLEET_"
 NOT_SETTINGS = frozenset({"GPUFLEET_SYSROOT"})
 
 
-def default_actor() -> str:
-    """The OS user (``GPUFLEET_ACTOR`` overrides it, e.g. with a CI job id)."""
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        return "unknown"
-
-
-def default_home() -> Path:
-    """``~/.local/share/gpufleet`` (``GPUFLEET_HOME`` / ``--home`` override it)."""
-    return Path.home() / ".local" / "share" / "gpufleet"
-
-
-def _setting(default: Any = None, *, env: str, group: str, doc: str, **kw: Any) -> Any:
-    """A field read from the environment variable ``env``, documented in ``group``."""
-    factory = kw.pop("default_factory", None)
-    extra: JsonDict = {"env": env, "group": group}
-    if factory is not None:
-        return Field(
-            default_factory=factory,
-            validation_alias=env,
-            description=doc,
-            json_schema_extra=extra,
-            **kw,
-        )
-    return Field(default, validation_alias=env, description=doc, json_schema_extra=extra, **kw)
 
 
 def _duration(value: Any, unit: str) -> Any:
@@ -138,330 +110,10 @@ def _variables() -> dict[str, str]:
     return out
 
 
-class Settings(BaseModel):
+class Settings(HostSettings):
     """Every setting of one gpufleet process, with production defaults. :func:`load_settings`
     reads them from the environment (:func:`environment_values`), flags overriding."""
 
-    model_config = ConfigDict(
-        extra="ignore",
-        validate_by_name=True,
-        validate_by_alias=True,
-        validate_assignment=True,
-        validate_default=True,
-    )
-
-    # -- store ----------------------------------------------------------------------------
-    home: Path = _setting(
-        default_factory=default_home,
-        env="GPUFLEET_HOME",
-        group="store",
-        doc="State directory (SQLite database, lab).",
-    )
-    database_url: str | None = _setting(
-        env="GPUFLEET_DATABASE_URL",
-        group="store",
-        doc="Database URL, e.g. postgresql+psycopg://gpufleet@db/gpufleet (default: SQLite "
-        "in the home).",
-    )
-    # -- identity -------------------------------------------------------------------------
-    actor: str = _setting(
-        default_factory=default_actor,
-        env="GPUFLEET_ACTOR",
-        group="identity",
-        doc="Who is acting, recorded in every event (e.g. a CI job id); default the OS user.",
-    )
-    # -- collect --------------------------------------------------------------------------
-    forks: int = _setting(
-        200,
-        env="GPUFLEET_FORKS",
-        group="collect",
-        ge=1,
-        le=10_000,
-        doc="Hosts collected at once by collect and validate (--forks).",
-    )
-    collect_timeout_s: float = _setting(
-        120.0,
-        env="GPUFLEET_COLLECT_TIMEOUT",
-        group="collect",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds per host for the whole collection script (--timeout).",
-    )
-    connect_timeout_s: float = _setting(
-        10.0,
-        env="GPUFLEET_CONNECT_TIMEOUT",
-        group="collect",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds to open one SSH connection.",
-    )
-    # -- evidence -------------------------------------------------------------------------
-    evidence_forks: int = _setting(
-        50,
-        env="GPUFLEET_EVIDENCE_FORKS",
-        group="evidence",
-        ge=1,
-        le=10_000,
-        doc="Hosts tested at once by evidence run (--forks).",
-    )
-    evidence_timeout_s: float = _setting(
-        3600.0,
-        env="GPUFLEET_EVIDENCE_TIMEOUT",
-        group="evidence",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds per host for one active test (--timeout).",
-    )
-    # -- validate -------------------------------------------------------------------------
-    profiles_file: Path | None = _setting(
-        env="GPUFLEET_PROFILES",
-        group="validate",
-        doc="YAML overlaid on the shipped workload profiles.",
-    )
-    xid_policy_file: Path | None = _setting(
-        env="GPUFLEET_XID_POLICY",
-        group="validate",
-        doc="YAML overlaid on the shipped Xid catalog.",
-    )
-    failure_rules_file: Path | None = _setting(
-        env="GPUFLEET_FAILURE_RULES",
-        group="validate",
-        doc="YAML overlaid on the shipped job-failure classification rules.",
-    )
-    validation_ttl: timedelta = _setting(
-        timedelta(days=30),
-        env="GPUFLEET_VALIDATION_TTL_HOURS",
-        group="validate",
-        doc="How long a validation record stays good, in hours (default 720).",
-    )
-    validating_deadline: timedelta = _setting(
-        timedelta(hours=2),
-        env="GPUFLEET_VALIDATING_DEADLINE_MINUTES",
-        group="validate",
-        doc="Minutes in validating before sweep quarantines the host (default 120).",
-    )
-    reclaiming_deadline: timedelta = _setting(
-        timedelta(minutes=30),
-        env="GPUFLEET_RECLAIMING_DEADLINE_MINUTES",
-        group="validate",
-        doc="The same for reclaiming, in minutes (default 30).",
-    )
-    # -- reclaim --------------------------------------------------------------------------
-    reclaim_data_paths: str = _setting(
-        "/data,/scratch,/mnt",
-        env="GPUFLEET_RECLAIM_DATA_PATHS",
-        group="reclaim",
-        doc="Comma-separated paths: a mount left under one fails reclaim.",
-    )
-    reclaim_scratch_paths: str = _setting(
-        "/scratch",
-        env="GPUFLEET_RECLAIM_SCRATCH_PATHS",
-        group="reclaim",
-        doc="Comma-separated scratch paths that must be empty after a lease.",
-    )
-    reclaim_scratch_policy: str = _setting(
-        "check",
-        env="GPUFLEET_RECLAIM_SCRATCH",
-        group="reclaim",
-        doc="check: scratch left over fails reclaim; clean: reclaim deletes it first.",
-    )
-    reclaim_idle_memory_mib: int = _setting(
-        1024,
-        env="GPUFLEET_RECLAIM_IDLE_MEMORY_MIB",
-        group="reclaim",
-        ge=0,
-        doc="GPU memory in use (MiB) above which a GPU is not back to idle.",
-    )
-    confirm_share: float = _setting(
-        0.5,
-        env="GPUFLEET_CONFIRM_SHARE",
-        group="validate",
-        gt=0,
-        le=1,
-        allow_inf_nan=False,
-        doc="A change (retire, maintenance, unquarantine, change record) that would reach more "
-        "than this share of the fleet needs --all (API: confirm_all).",
-    )
-    # -- k8s ------------------------------------------------------------------------------
-    k8s_node_name: str = _setting(
-        "{name}",
-        env="GPUFLEET_KUBE_NODE_NAME",
-        group="k8s",
-        doc="Kubernetes node name of a host: {name}, {short} (up to the first dot), {address}.",
-    )
-    k8s_kubeconfig: Path | None = _setting(
-        env="GPUFLEET_KUBECONFIG",
-        group="k8s",
-        doc="Kubeconfig for k8s sync (default: KUBECONFIG, ~/.kube/config, in-cluster).",
-    )
-    k8s_own_nvidia_labels: bool = _setting(
-        False,
-        env="GPUFLEET_KUBE_OWN_NVIDIA_LABELS",
-        group="k8s",
-        doc="Also manage nvidia.com/ labels (clusters without GPU Feature Discovery).",
-    )
-    k8s_own_vendor_labels: bool = _setting(
-        False,
-        env="GPUFLEET_KUBE_OWN_VENDOR_LABELS",
-        group="k8s",
-        doc="Also manage other vendors' labels (Ascend accelerator, accelerator-type, "
-        "node.kubernetes.io/npu.chip.name; amd.com/gpu.*).",
-    )
-    k8s_cordon_quarantined: bool = _setting(
-        False,
-        env="GPUFLEET_KUBE_CORDON_QUARANTINED",
-        group="k8s",
-        doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
-    )
-    # -- sync -----------------------------------------------------------------------------
-    sync_targets: str = _setting(
-        "",
-        env="GPUFLEET_SYNC_TARGETS",
-        group="sync",
-        doc="Comma-separated syncs gpufleet sync runs: k8s, slurm (none: pass --k8s/--slurm).",
-    )
-    sync_every_s: float = _setting(
-        60.0,
-        env="GPUFLEET_SYNC_EVERY",
-        group="sync",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds between gpufleet sync rounds when looping (--every).",
-    )
-    # -- bmc ------------------------------------------------------------------------------
-    bmc_forks: int = _setting(
-        50,
-        env="GPUFLEET_BMC_FORKS",
-        group="bmc",
-        ge=1,
-        le=10_000,
-        doc="BMCs read at once by bmc status (--forks).",
-    )
-    bmc_timeout_s: float = _setting(
-        10.0,
-        env="GPUFLEET_BMC_TIMEOUT",
-        group="bmc",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds to connect to a BMC and for each Redfish request (--timeout).",
-    )
-    bmc_deadline_s: float = _setting(
-        60.0,
-        env="GPUFLEET_BMC_DEADLINE",
-        group="bmc",
-        gt=0,
-        le=86_400,
-        allow_inf_nan=False,
-        doc="Seconds one BMC's whole read by bmc status may take, every request included "
-        "(--deadline); a BMC past it is reported timed out, the others as they finish.",
-    )
-    bmc_max_body_bytes: int = _setting(
-        16 * 1024 * 1024,
-        env="GPUFLEET_BMC_MAX_BODY_BYTES",
-        group="bmc",
-        ge=1024,
-        le=1024**3,
-        doc="Largest body of one Redfish answer read from a BMC; a larger one is refused.",
-    )
-    bmc_settle_s: float = _setting(
-        120.0,
-        env="GPUFLEET_BMC_SETTLE",
-        group="bmc",
-        gt=0,
-        allow_inf_nan=False,
-        doc="Seconds bmc power and reimage wait for the power state to settle.",
-    )
-    bmc_password: SecretStr | None = _setting(
-        env="GPUFLEET_BMC_PASSWORD",
-        group="bmc",
-        doc="BMC password for hosts without their own (never printed or stored).",
-    )
-    # -- reachability (issue 24) -----------------------------------------------------------
-    unreachable_attempts: int = _setting(
-        2,
-        env="GPUFLEET_UNREACHABLE_ATTEMPTS",
-        group="collect",
-        ge=1,
-        le=1000,
-        doc="Consecutive failed collections/inspections that make a host unreachable.",
-    )
-    unreachable_minutes: float = _setting(
-        10.0,
-        env="GPUFLEET_UNREACHABLE_MINUTES",
-        group="collect",
-        gt=0,
-        le=525_600,
-        allow_inf_nan=False,
-        doc="Minutes of failed contacts (from the first) that make a host unreachable.",
-    )
-    # -- secrets --------------------------------------------------------------------------
-    secret_key: SecretStr | None = _setting(
-        env="GPUFLEET_SECRET_KEY",
-        group="secrets",
-        doc="Key that encrypts inventory secrets in the store (never printed).",
-    )
-    secret_key_file: Path | None = _setting(
-        env="GPUFLEET_SECRET_KEY_FILE",
-        group="secrets",
-        doc="File holding that key (instead of GPUFLEET_SECRET_KEY).",
-    )
-    # -- lab ------------------------------------------------------------------------------
-    captures_dir: Path | None = _setting(
-        env="GPUFLEET_CAPTURES",
-        group="lab",
-        doc="Captured tool output the simulated lab answers with (default: the shipped copy).",
-    )
-    # -- api ------------------------------------------------------------------------------
-    api_tokens_file: Path | None = _setting(
-        env="GPUFLEET_API_TOKENS_FILE",
-        group="api",
-        doc="YAML of API bearer tokens: SHA-256 of the token -> role (viewer, operator, "
-        "admin) or {role, name}; tokens are never stored in clear. Unset: every API call "
-        "is refused (401).",
-    )
-    api_max_body_bytes: int = _setting(
-        1024 * 1024,
-        env="GPUFLEET_API_MAX_BODY_BYTES",
-        group="api",
-        ge=1024,
-        le=1024**3,
-        doc="Largest request body the API reads (413 beyond), checked after the token and "
-        "before the body is read.",
-    )
-    api_max_upload_bytes: int = _setting(
-        16 * 1024 * 1024,
-        env="GPUFLEET_API_MAX_UPLOAD_BYTES",
-        group="api",
-        ge=1024,
-        le=4 * 1024**3,
-        doc="Largest request body of a bulk upload (POST /api/v1/failures/import).",
-    )
-    # -- remote (issue 12: the CLI through a gpufleet server instead of the database) ------
-    url: str | None = _setting(
-        env="GPUFLEET_URL",
-        group="remote",
-        doc="Base URL of a gpufleet server (gpufleet serve), e.g. https://fleet.example:8080; "
-        "set: the CLI calls its API instead of opening the database.",
-    )
-    token: SecretStr | None = _setting(
-        env="GPUFLEET_TOKEN",
-        group="remote",
-        doc="API token the CLI sends to GPUFLEET_URL (Authorization: Bearer); never printed.",
-    )
-    # -- logging (issue 25: observable by default; set up by gpufleet.logs) ------------------
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] | None = _setting(
-        env="GPUFLEET_LOG_LEVEL",
-        group="logging",
-        doc="Least level of gpufleet's log lines on stderr: DEBUG, INFO, WARNING, ERROR or "
-        "CRITICAL (default WARNING for commands, INFO for serve and worker; --debug: DEBUG).",
-    )
-    log_format: Literal["text", "json"] = _setting(
-        "text",
-        env="GPUFLEET_LOG_FORMAT",
-        group="logging",
-        doc="Log lines on stderr as text, or json: one object per line (time, level, logger, "
-        "message; host, run and job ids where known).",
-    )
     # -- worker (issue 12: background jobs on the job queue, schedules) ----------------------
     run_chunk: int = _setting(
         50,
