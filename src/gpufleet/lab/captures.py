@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from functools import cache
 from pathlib import Path
 
 from gpufleet.errors import ParseError
@@ -113,6 +114,12 @@ def load_exporter_bundle(path: Path) -> dict[str, str]:
 # were copied from, the ms-swift ones start with the shell prompt line, the mind-cluster ones
 # are bundles (each command echoed, then its output). These cut exactly that away.
 _ECHOED = re.compile(r"^(/?usr/\S+|cat |lspci|pip |npu-smi |hccn_tool |Datetime:)")
+
+
+@cache
+def read_capture(rel: str) -> str:
+    """A capture file's text, by its path under :func:`captures_dir` (read once)."""
+    return (captures_dir() / rel).read_text(encoding="utf-8")
 
 
 def tool_output(path: Path) -> str:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from gpufleet.errors import ConfigError
 
@@ -84,6 +85,22 @@ class ModelSpec:
     vendor: str = "nvidia"
     #: Serial number prefix of the host's accelerators (None: the lab's table or a neutral one).
     serial_prefix: str | None = None
+
+
+#: The NVIDIA-only parts of a ModelSpec for another vendor's model: no row remapping, NVLink,
+#: InfiniBand, NVSwitch or nvidia-smi topology (``ModelSpec(..., **NO_NVIDIA_FABRIC)``).
+NO_NVIDIA_FABRIC: dict[str, Any] = {
+    "has_remapped_rows": False,
+    "nvlink_file": None,
+    "nvlink_per_gpu": None,
+    "ibstat_file": None,
+    "fabric": "none",
+    "ib_ports": 0,
+    "ib_rate_gbps": None,
+    "nic_bus_ids": (),
+    "nvswitch": False,
+    "topo_capture": None,
+}
 
 
 _NVME_PM1733 = (

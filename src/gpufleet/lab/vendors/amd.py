@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
 
-from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, ModelSpec
+from gpufleet.lab.captures import read_capture
+from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
 from gpufleet.lab.vendors import Answer, LabVendor, replace_driver
@@ -34,17 +33,8 @@ MI100_4X = ModelSpec(
     gpu_bus_ids=(),
     pci_gpu="Display controller [0380]: Advanced Micro Devices, Inc. [AMD/ATI] "
     "Arcturus GL-XL [Instinct MI100] [1002:738c] (rev 01)",
-    has_remapped_rows=False,
-    nvlink_file=None,
-    nvlink_per_gpu=None,
-    ibstat_file=None,
-    fabric="none",
-    ib_ports=0,
-    ib_rate_gbps=None,
-    nic_bus_ids=(),
+    **NO_NVIDIA_FABRIC,
     extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e1", "e2")),
-    nvswitch=False,
-    topo_capture=None,
     dmi=("Supermicro", "AS -4124GS-TNR"),
     nproc=128,
     mem_total_kib=1056462336,
@@ -54,14 +44,9 @@ MI100_4X = ModelSpec(
 )
 
 
-@cache
-def _capture(rel: str) -> str:
-    return (captures_dir() / rel).read_text(encoding="utf-8")
-
-
 def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
     """``rocm-smi --json`` as ``host`` answers it (its fault and driver applied)."""
-    text = replace_driver(_capture(spec.smi_file), r'("Driver version": ")([^"]+)', host)
+    text = replace_driver(read_capture(spec.smi_file), r'("Driver version": ")([^"]+)', host)
     if "gpu-missing" in host.faults:
         # rocm-smi no longer lists one card (lspci still does); the capture is indent-4 JSON,
         # so dropping the card's object and dumping again keeps every other byte
@@ -74,7 +59,7 @@ def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
 
 def bus_ids(spec: ModelSpec) -> tuple[str, ...]:
     """The cards' PCI addresses as the rocm-smi capture prints them."""
-    return tuple(re.findall(r'"PCI Bus": "([0-9a-fA-F:.]+)"', _capture(spec.smi_file)))
+    return tuple(re.findall(r'"PCI Bus": "([0-9a-fA-F:.]+)"', read_capture(spec.smi_file)))
 
 
 def check_fault(spec: ModelSpec, kind: str, arg: str | None) -> str | None:

@@ -10,10 +10,8 @@ Not yet in the mixed demo fleet (issue 28 item 5 adds every new vendor there at 
 
 from __future__ import annotations
 
-from functools import cache
-
-from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, ModelSpec
+from gpufleet.lab.captures import read_capture
+from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
 from gpufleet.lab.vendors import Answer, LabVendor
@@ -30,17 +28,8 @@ MLU370_X8_2X = ModelSpec(
     replicate=False,
     gpu_bus_ids=(),
     pci_gpu="",
-    has_remapped_rows=False,
-    nvlink_file=None,
-    nvlink_per_gpu=None,
-    ibstat_file=None,
-    fabric="none",
-    ib_ports=0,
-    ib_rate_gbps=None,
-    nic_bus_ids=(),
+    **NO_NVIDIA_FABRIC,
     extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e1", "e2")),
-    nvswitch=False,
-    topo_capture=None,
     dmi=("Lab", "MLU370-X8 host"),
     nproc=64,
     mem_total_kib=527995616,
@@ -50,14 +39,9 @@ MLU370_X8_2X = ModelSpec(
 )
 
 
-@cache
-def _capture(rel: str) -> str:
-    return (captures_dir() / rel).read_text(encoding="utf-8")
-
-
 def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
     """cnmon's summary as ``host`` answers it (its fault applied)."""
-    text = _capture(spec.smi_file)
+    text = read_capture(spec.smi_file)
     if "mlu-missing" in host.faults:
         gone = _pick(spec.gpu_count, "cambricon", host.name, host.serial_salt)
         lines = text.splitlines(keepends=True)

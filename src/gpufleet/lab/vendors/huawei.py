@@ -42,7 +42,7 @@ import re
 from functools import cache
 
 from gpufleet.lab.captures import bundle_output, captures_dir, tool_output
-from gpufleet.lab.catalogue import _NVME_PM1733, _U2_3T84, ModelSpec
+from gpufleet.lab.catalogue import _NVME_PM1733, _U2_3T84, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.faults import _split_fault
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
@@ -72,17 +72,8 @@ ASCEND_910B3_8X = ModelSpec(
     gpu_bus_ids=tuple(f"0000:{b}:00.0" for b in ("c1", "c2", "81", "82", "01", "02", "41", "42")),
     pci_gpu="Processing accelerators [1200]: Huawei Technologies Co., Ltd. "
     "Device [19e5:d802] (rev 20)",
-    has_remapped_rows=False,
-    nvlink_file=None,
-    nvlink_per_gpu=None,
-    ibstat_file=None,
-    fabric="none",
-    ib_ports=0,
-    ib_rate_gbps=None,
-    nic_bus_ids=(),
+    **NO_NVIDIA_FABRIC,
     extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM1733}" for b in ("a1", "a2")),
-    nvswitch=False,
-    topo_capture=None,
     dmi=("Huawei", "Atlas 800T A2"),
     nproc=192,
     mem_total_kib=1584473472,

@@ -18,10 +18,8 @@ adds every new vendor there at once).
 
 from __future__ import annotations
 
-from functools import cache
-
-from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, ModelSpec
+from gpufleet.lab.captures import read_capture
+from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
 from gpufleet.lab.vendors import Answer, LabVendor
@@ -39,17 +37,8 @@ K100AI_4X = ModelSpec(
     gpu_bus_ids=tuple(f"0000:{b}:00.0" for b in ("37", "3a", "9c", "9f")),
     pci_gpu="Co-processor [0b40]: Chengdu Haiguang IC Design Co., Ltd. "
     "Device [1d94:6210] (rev 01)",
-    has_remapped_rows=False,
-    nvlink_file=None,
-    nvlink_per_gpu=None,
-    ibstat_file=None,
-    fabric="none",
-    ib_ports=0,
-    ib_rate_gbps=None,
-    nic_bus_ids=(),
+    **NO_NVIDIA_FABRIC,
     extra_pci=tuple(f"0000:{b}:00.0 {_NVME_PM983}" for b in ("e1", "e2")),
-    nvswitch=False,
-    topo_capture=None,
     dmi=("Sugon", "X7840 H0"),
     nproc=128,
     mem_total_kib=1056462336,
@@ -59,15 +48,10 @@ K100AI_4X = ModelSpec(
 )
 
 
-@cache
-def _capture(rel: str) -> str:
-    return (captures_dir() / rel).read_text(encoding="utf-8")
-
-
 def render(host: LabHost, spec: ModelSpec) -> dict[str, Answer]:
     """hy-smi's table as ``host`` answers it (its fault applied); no DTK rocm-smi (module
     docstring)."""
-    text = _capture(spec.smi_file)
+    text = read_capture(spec.smi_file)
     if "dcu-missing" in host.faults:
         gone = str(_pick(spec.gpu_count, "hygon", host.name, host.serial_salt))
         text = "".join(
