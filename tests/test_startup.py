@@ -36,7 +36,7 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 
 HEAVY = ("typer", "click", "sqlalchemy", "pydantic_settings", "croniter", "rich", "gpufleet.api")
 

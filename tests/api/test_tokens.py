@@ -17,8 +17,8 @@ from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.cli.main import app as cli_app
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.tokens import Role, create_token, token_digest
+from gpufleet.service.views.hosts import list_events
 from gpufleet.store.tables import ApiToken
 from gpufleet.testing import FakeClock
 from tests.api.test_api import error

@@ -21,8 +21,8 @@ from gpufleet.service.alarms import list_alarms
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 
 pytestmark = [pytest.mark.xdist_group("redfish"), pytest.mark.sshlab]
 

@@ -23,8 +23,8 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service import bmc, remediation
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events
 
 pytestmark = [pytest.mark.xdist_group("redfish"), pytest.mark.sshlab]
 SYSTEM = 3

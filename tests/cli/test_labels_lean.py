@@ -19,7 +19,7 @@ from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import HostLabels, lean_host_labels
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.db import SCHEMA_REVISION
 from gpufleet.store.readmodel import schema_head
 from gpufleet.store.tables import FactSnapshot, Host, Pool

@@ -11,8 +11,8 @@ from gpufleet.domain.vendors import plugin
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 
 
 def test_cambricon_hosts_enroll_collect_and_validate(fleet: Fleet, tmp_path: Path) -> None:

@@ -39,8 +39,8 @@ from gpufleet.service.campaign import (
 from gpufleet.service.enroll import enroll
 from gpufleet.service.failures import failure_report, record_failure
 from gpufleet.service.fleet import Fleet, utcnow
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import CampaignHost, Host
 
 pytestmark = pytest.mark.sshlab

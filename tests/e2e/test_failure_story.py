@@ -20,8 +20,8 @@ from gpufleet.service.baselines import baseline_from_host, save_baseline, set_po
 from gpufleet.service.collect import collect
 from gpufleet.service.failures import failure_report, import_failures, record_failure
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_hosts
 from gpufleet.testing import FakeClock
 
 DRIFT, FABRIC, ONE_JOB = "gpu-03", "gpu-08", "gpu-11"

@@ -15,8 +15,8 @@ from gpufleet.domain.vendors import plugin
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 
 MODELS = ["k100ai-4x", "k100ai-4x"]
 FAULTS = {"gpu-02": ["dcu-missing"]}

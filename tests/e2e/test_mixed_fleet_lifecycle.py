@@ -16,9 +16,9 @@ from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
-from gpufleet.service.summary import host_labels
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
+from gpufleet.service.views.summary import host_labels
 
 MODELS = ["h100-8x", "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "ascend-910b3-8x"]
 FAULTS = {"gpu-03": ["npu-alarm:5"], "gpu-05": ["npu-missing:3"]}

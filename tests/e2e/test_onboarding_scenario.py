@@ -16,9 +16,9 @@ from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts, show_host
-from gpufleet.service.summary import host_labels
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_hosts, show_host
+from gpufleet.service.views.summary import host_labels
 
 ALL = {"training-multinode", "training-single", "inference", "test"}
 A, B, C, D = "gpu-02", "gpu-05", "gpu-09", "gpu-13"

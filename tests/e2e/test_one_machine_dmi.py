@@ -17,8 +17,8 @@ from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 
 pytestmark = pytest.mark.sshlab
 

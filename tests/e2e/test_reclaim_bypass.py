@@ -36,11 +36,11 @@ from gpufleet.service import operations
 from gpufleet.service.allocation import allocate
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.leases import release
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.reclaim import reclaim_selected
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host

@@ -29,11 +29,11 @@ from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.lifecycle import transition
 from gpufleet.service.reclaim import reclaim_hosts
 from gpufleet.service.reclaim_policy import check_clean, set_pool_clean
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events
 from gpufleet.store.repo import host_by_name
 
 LESSEE = "gflessee"  # a real account, created once (useradd -r)

@@ -21,8 +21,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events, show_host
 from gpufleet.service.operations import rekey_hosts
+from gpufleet.service.views.hosts import list_events, show_host
 
 pytestmark = pytest.mark.sshlab
 

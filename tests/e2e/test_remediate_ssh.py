@@ -21,8 +21,8 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service import gpu_health, parts, remediation
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.summary import fleet_summary
 from gpufleet.service.validate import validate
+from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.tables import FactSnapshot, Host, Remediation
 
 pytestmark = pytest.mark.sshlab

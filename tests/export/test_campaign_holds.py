@@ -22,10 +22,10 @@ from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.k8s import KubeNodes, k8s_sync
 from gpufleet.service.slurm import slurm_sync
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 
@@ -94,7 +94,7 @@ def test_hosts_cordoned_by_someone_else_are_skipped_not_taken_over(
 
 
 def show_state(fleet: Fleet, host: str) -> str:
-    from gpufleet.service.hosts import show_host
+    from gpufleet.service.views.hosts import show_host
     return str(show_host(fleet, host).view.state)
 
 

@@ -18,8 +18,8 @@ from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity, leases, operations
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts, show_host
 from gpufleet.service.validate import sweep, validate
+from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.store.tables import Event, Lease, LeaseHost
 from gpufleet.testing import FakeClock
 
@@ -231,7 +231,7 @@ def test_eta_on_maintenance_and_quarantine_shows_in_summary_capacity_and_host(
     assert show_host(fleet, "gpu-01").view.eta == back
     with pytest.raises(InvalidTransition):
         operations.set_eta(fleet, "gpu-02", back)  # available: nothing to come back from
-    from gpufleet.service.summary import fleet_summary
+    from gpufleet.service.views.summary import fleet_summary
 
     assert fleet_summary(fleet).back == [
         {"host": "gpu-01", "state": "maintenance", "eta": back.isoformat()}

@@ -15,7 +15,7 @@ from gpufleet.errors import Conflict
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
+from gpufleet.service.views.hosts import list_events
 from gpufleet.store.tables import CampaignRow
 
 

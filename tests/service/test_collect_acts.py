@@ -19,9 +19,9 @@ from gpufleet.service import operations
 from gpufleet.service.collect import collect
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events, show_host
-from gpufleet.service.summary import host_labels
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events, show_host
+from gpufleet.service.views.summary import host_labels
 
 
 def lab(fleet: Fleet, tmp_path: Path, n: int = 2) -> Path:

@@ -25,7 +25,7 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host, snapshot_count
+from gpufleet.service.views.hosts import show_host, snapshot_count
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 KERNEL_200 = "5.15.0-" + "x" * 193

@@ -12,7 +12,7 @@ from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inven
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host, snapshot_count
+from gpufleet.service.views.hosts import show_host, snapshot_count
 from gpufleet.store.tables import Event, FactSnapshot
 
 FAULTS = {

@@ -16,8 +16,8 @@ from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_hosts
 
 
 def lab(fleet: Fleet, tmp_path: Path) -> None:

@@ -11,8 +11,8 @@ from gpufleet.lab.demo import enroll_lab, validated_baselines
 from gpufleet.service.collect import collect
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_events
 
 
 def lab(fleet: Fleet, tmp_path: Path, model: str = "a100-8x") -> None:

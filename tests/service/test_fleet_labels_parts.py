@@ -27,7 +27,7 @@ from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import labels_of
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import baseline_name_for_host
 from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host, Pool
 

@@ -13,9 +13,9 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import allocation, capacity, gpu_health
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts
-from gpufleet.service.summary import host_labels
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import list_hosts
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.tables import Host, PartEvent
 
 

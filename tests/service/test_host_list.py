@@ -15,7 +15,7 @@ from sqlalchemy import insert, select, text
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import HostView, _view, list_hosts, list_query
+from gpufleet.service.views.hosts import HostView, _view, list_hosts, list_query
 from gpufleet.store.tables import FactSnapshot, Host
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -15,8 +15,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import sweep, validate
+from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import Event, Host
 
 

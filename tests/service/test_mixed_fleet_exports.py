@@ -20,8 +20,8 @@ from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
 from gpufleet.service.capacity import capacity
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.slurm import slurm_config
-from gpufleet.service.summary import fleet_summary, host_labels
 from gpufleet.service.validate import validate
+from gpufleet.service.views.summary import fleet_summary, host_labels
 
 MODELS = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]  # gpu-01, gpu-02, gpu-03
 

@@ -17,8 +17,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import baselines, leases, operations
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts, show_host
 from gpufleet.service.select import selected_names
+from gpufleet.service.views.hosts import list_hosts, show_host
 
 
 def test_unknown_names_get_the_nearest_known(fleet: Fleet, tmp_path: Path) -> None:

@@ -16,8 +16,8 @@ from gpufleet.service.alarms import list_alarms
 from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 from gpufleet.store.repo import host_by_name
 from gpufleet.testing import FakeClock
 

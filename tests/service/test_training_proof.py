@@ -14,10 +14,10 @@ from gpufleet.lab.demo import enroll_lab, run_evidence, validated_baselines
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.service import gpu_health
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.operations import record_change
 from gpufleet.service.slurm import slurm_config
 from gpufleet.service.validate import HostVerdict, validate
+from gpufleet.service.views.hosts import show_host
 
 
 def _verdicts(fleet: Fleet) -> dict[str, HostVerdict]:

@@ -22,10 +22,10 @@ from gpufleet.lab.fleet import create_fleet
 from gpufleet.service.collect import collect
 from gpufleet.service.evidence import run_active
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events, show_host
 from gpufleet.service.operations import record_change, rekey
-from gpufleet.service.summary import fleet_summary
 from gpufleet.service.validate import _evidence
+from gpufleet.service.views.hosts import list_events, show_host
+from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, EvidenceRow

@@ -18,9 +18,9 @@ from sqlalchemy import inspect, text
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts, list_query
 from gpufleet.service.select import select_hosts
-from gpufleet.service.summary import fleet_summary
+from gpufleet.service.views.hosts import list_hosts, list_query
+from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database
 from gpufleet.store.repo import READ_COLUMNS_INDEX, latest_columns
 from gpufleet.store.tables import FactSnapshot, Host

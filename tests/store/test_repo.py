@@ -16,7 +16,7 @@ from gpufleet.service.collect import collect
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.select import select_hosts
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store import repo
 from gpufleet.store.tables import FactSnapshot, Host
 

@@ -27,9 +27,9 @@ from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline
 from gpufleet.service.collect import collect, facts_digest
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts
 from gpufleet.service.select import select_hosts
-from gpufleet.service.summary import fleet_summary, host_labels
+from gpufleet.service.views.hosts import list_hosts
+from gpufleet.service.views.summary import fleet_summary, host_labels
 from gpufleet.store.repo import (
     baseline_for_host,
     baseline_name_for_host,

@@ -17,8 +17,8 @@ from gpufleet.domain.facts_upgrade import UPGRADERS
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
 from gpufleet.service.validate import validate
+from gpufleet.service.views.hosts import show_host
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot
 

@@ -318,9 +318,9 @@ from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.ansible import inventory_list
 from gpufleet.service.enroll import enroll
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import show_host
+from gpufleet.service.views.hosts import show_host
 from gpufleet.service.slurm import slurm_config
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 from gpufleet.service.validate import validate
 from gpufleet.service.vendor_exports import EXPORTS
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.summary import fleet_summary
-from gpufleet.service.timeline import LANES
 from gpufleet.service.tokens import revoke_token
+from gpufleet.service.views.summary import fleet_summary
+from gpufleet.service.views.timeline import LANES
 from gpufleet.web import i18n
 
 TEMPLATES = Path(__file__).parents[2] / "src" / "gpufleet" / "web" / "templates"

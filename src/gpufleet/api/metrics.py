@@ -1,7 +1,8 @@
 """``/metrics``: the fleet in Prometheus' text format, read once per scrape.
 
-One custom collector (:class:`FleetCollector`) asks :func:`gpufleet.service.overview.fleet_metrics`
-for the aggregate (a few GROUP BY queries, never one per host) and turns it into gauges.
+One custom collector (:class:`FleetCollector`) asks
+:func:`gpufleet.service.views.overview.fleet_metrics` for the aggregate (a few GROUP BY
+queries, never one per host) and turns it into gauges.
 Labels are bounded: state, pool, model, profile, severity, alarm kind, lease state.
 """
 
@@ -24,7 +25,7 @@ from gpufleet.service import background, webhooks
 from gpufleet.service.fleet import Fleet
 from gpufleet.service.health_metrics import health_metrics
 from gpufleet.service.inspect import GUARD_KIND
-from gpufleet.service.overview import fleet_metrics
+from gpufleet.service.views.overview import fleet_metrics
 
 
 class FleetCollector(Collector):

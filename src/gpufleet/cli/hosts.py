@@ -24,7 +24,7 @@ from gpufleet.cli.hosts_list import (
     render_host_list,
 )
 from gpufleet.cli.hosts_show import print_host
-from gpufleet.service.hosts import list_events, list_hosts, show_host
+from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 __all__ = ["PROFILE_SHORT", "STATE_STYLE", "app", "render_host_list"]
 

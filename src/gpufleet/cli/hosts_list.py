@@ -16,7 +16,7 @@ from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
     from gpufleet.service.fleet import Fleet
-    from gpufleet.service.hosts import HostView
+    from gpufleet.service.views.hosts import HostView
 
 #: Profile names shortened for narrow tables (``--json`` keeps the full names).
 PROFILE_SHORT = {"training-multinode": "M", "training-single": "S", "inference": "I", "test": "T"}
@@ -100,7 +100,7 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
 def lean_hosts_list(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet hosts list [SELECTOR] [--json]`` and return its exit code (0), or
     None when the command must run instead (:func:`~gpufleet.cli.common.lean_read`)."""
-    from gpufleet.service.hosts import list_hosts
+    from gpufleet.service.views.hosts import list_hosts
 
     def read(fleet: Fleet) -> Callable[[], int]:
         rows = list_hosts(fleet, selector)

@@ -4,7 +4,7 @@ Importing this module imports no Typer: :func:`lean_hosts_show` prints one host'
 the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the command itself
 (:func:`gpufleet.cli.hosts.show_cmd`) and the remote mode print through :func:`print_host` /
 :func:`render_host` too, so the output is one code path. The page is read by the service
-(:func:`gpufleet.service.hosts.show_host`), as the command reads it.
+(:func:`gpufleet.service.views.hosts.show_host`), as the command reads it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gpufleet.cli.common import (
 from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
-    from gpufleet.service.hosts import HostDetail
+    from gpufleet.service.views.hosts import HostDetail
 
 
 def print_host(d: HostDetail, *, as_json: bool) -> None:
@@ -163,7 +163,7 @@ def lean_hosts_show(name: str, *, as_json: bool) -> int | None:
     (``GPUFLEET_URL``), no such host, any failure while reading."""
     from gpufleet.cli.common import close_fleets, open_fleet
     from gpufleet.config import unknown_variables
-    from gpufleet.service.hosts import show_host
+    from gpufleet.service.views.hosts import show_host
 
     imports_done()
     try:

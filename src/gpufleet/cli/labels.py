@@ -59,7 +59,7 @@ def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet labels [SELECTOR] [--json]`` as the command does and return its exit
     code (0): one host named plainly is read lean
     (:func:`gpufleet.service.labels.lean_host_labels`: no SQLAlchemy), any other selector
-    through the service (:func:`gpufleet.service.summary.host_labels`).
+    through the service (:func:`gpufleet.service.views.summary.host_labels`).
 
     Only the plain successful read is answered here; None (nothing printed, nothing kept)
     whenever the ordinary command must run, which then reports what there is to report in
@@ -78,7 +78,7 @@ def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
         rows = lean_host_labels(settings.db_url(), selector)
         if rows is None:
             from gpufleet.cli.common import close_fleets, open_fleet
-            from gpufleet.service.summary import host_labels
+            from gpufleet.service.views.summary import host_labels
 
             imports_done()
             try:

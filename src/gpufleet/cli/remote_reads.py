@@ -110,7 +110,7 @@ def summary(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.summary import render_summary
     from gpufleet.domain.drift import DriftItem, DriftSummary
     from gpufleet.service.baselines import DriftReport
-    from gpufleet.service.summary import FleetSummary
+    from gpufleet.service.views.summary import FleetSummary
 
     d = api.get("summary", selector=selector)
     if as_json:

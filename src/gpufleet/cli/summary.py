@@ -23,7 +23,7 @@ def summary_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Hosts per state, available GPUs per profile/model, quarantined hosts, drift."""
-    from gpufleet.service.summary import fleet_summary
+    from gpufleet.service.views.summary import fleet_summary
 
     sm = fleet_summary(open_fleet(), selector)
     if as_json:
@@ -43,7 +43,7 @@ def labels_cmd(
     # One host by name: read lean (no SQLAlchemy, no facts document), else the full path.
     rows = lean_host_labels(current_settings().db_url(), selector)
     if rows is None:
-        from gpufleet.service.summary import host_labels
+        from gpufleet.service.views.summary import host_labels
 
         rows = host_labels(open_fleet(), selector)
     print_labels(rows, as_json=as_json)

@@ -15,7 +15,7 @@ from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.service.fleet import Fleet
-    from gpufleet.service.summary import FleetSummary
+    from gpufleet.service.views.summary import FleetSummary
 
 STATE_ORDER = [
     "available",
@@ -142,7 +142,7 @@ def _host_table(
 def lean_summary(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet summary [SELECTOR] [--json]`` and return its exit code (0), or None
     when the command must run instead (:func:`~gpufleet.cli.common.lean_read`)."""
-    from gpufleet.service.summary import fleet_summary
+    from gpufleet.service.views.summary import fleet_summary
 
     def read(fleet: Fleet) -> Callable[[], int]:
         sm = fleet_summary(fleet, selector)

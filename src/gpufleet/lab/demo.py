@@ -23,8 +23,8 @@ from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.enroll import EnrollReport, enroll
 from gpufleet.service.evidence import ActiveRun, run_active
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.summary import FleetSummary, fleet_summary
 from gpufleet.service.validate import ValidateReport, validate
+from gpufleet.service.views.summary import FleetSummary, fleet_summary
 
 
 class Progress(Protocol):

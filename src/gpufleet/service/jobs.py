@@ -1,6 +1,6 @@
 """Runs of background work: start one (split into chunks, one queue job each), run a chunk,
 read its progress, and the depth of the job queue. Starting lives in
-:mod:`gpufleet.service.run_start`, reading in :mod:`gpufleet.service.run_views`; both are
+:mod:`gpufleet.service.run_start`, reading in :mod:`gpufleet.service.views.run_views`; both are
 re-exported here.
 
 A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
@@ -51,14 +51,14 @@ from gpufleet.service.policies import Policies
 from gpufleet.service.run_start import Deferrer as Deferrer
 from gpufleet.service.run_start import run_params as run_params
 from gpufleet.service.run_start import start_run as start_run
-from gpufleet.service.run_views import RunView as RunView
-from gpufleet.service.run_views import _counts
-from gpufleet.service.run_views import list_runs as list_runs
-from gpufleet.service.run_views import queue_depth as queue_depth
-from gpufleet.service.run_views import run_hosts as run_hosts
-from gpufleet.service.run_views import show_run as show_run
-from gpufleet.service.run_views import unfinished_chunks as unfinished_chunks
 from gpufleet.service.validate import HostVerdict, judge_host, sweep
+from gpufleet.service.views.run_views import RunView as RunView
+from gpufleet.service.views.run_views import _counts
+from gpufleet.service.views.run_views import list_runs as list_runs
+from gpufleet.service.views.run_views import queue_depth as queue_depth
+from gpufleet.service.views.run_views import run_hosts as run_hosts
+from gpufleet.service.views.run_views import show_run as show_run
+from gpufleet.service.views.run_views import unfinished_chunks as unfinished_chunks
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,

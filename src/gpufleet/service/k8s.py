@@ -1,7 +1,7 @@
 """Kubernetes sync (``gpufleet k8s sync``) and export (``gpufleet k8s export``).
 
 Per host that is a node (name from ``GPUFLEET_KUBE_NODE_NAME``), the labels and taints gpufleet
-computes (:func:`gpufleet.service.summary.host_labels`) are applied with the official
+computes (:func:`gpufleet.service.views.summary.host_labels`) are applied with the official
 ``kubernetes`` client as JSON merge patches computed by :func:`gpufleet.domain.k8s.plan_node`
 (only gpufleet's keys; see that module). Three phases, no network I/O inside a transaction:
 read the desired state (short read), list and patch the nodes (no transaction), then record
@@ -44,8 +44,8 @@ from gpufleet.service.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.holds import record_holds
 from gpufleet.service.select import select_hosts
-from gpufleet.service.summary import host_labels
 from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Host
 

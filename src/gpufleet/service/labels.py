@@ -1,6 +1,6 @@
 """One host's Kubernetes labels and taints from its row: the one place that turns a host's
 lifecycle, pool, baseline, spec and its snapshot's facts into :func:`derive_labels` arguments
-(:func:`gpufleet.service.summary.host_labels` for a selection; :func:`lean_host_labels` for
+(:func:`gpufleet.service.views.summary.host_labels` for a selection; :func:`lean_host_labels` for
 ``gpufleet labels HOST``, which must start fast).
 
 Light on purpose (issue 8, start-up): importing this module imports no SQLAlchemy, ORM
@@ -200,7 +200,7 @@ def lean_host_labels(db_url: str, selector: str | None) -> list[HostLabels] | No
     """The labels of the one host ``selector`` names, read without SQLAlchemy or the facts
     document (:func:`gpufleet.store.readmodel.host_label_row` and the snapshot's stored
     ``fact_labels``); None when the lean read cannot give exactly what
-    :func:`~gpufleet.service.summary.host_labels` would (a selector that is not one plain
+    :func:`~gpufleet.service.views.summary.host_labels` would (a selector that is not one plain
     name, no such host, a snapshot without usable ``fact_labels``, a database it cannot
     read): then call that."""
     name = (selector or "").strip()

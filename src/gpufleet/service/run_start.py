@@ -18,8 +18,8 @@ from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import load_policy
 from gpufleet.service.pipeline import check_forks, check_timeout
 from gpufleet.service.policies import Policies
-from gpufleet.service.run_views import RunView, show_run
 from gpufleet.service.select import select_hosts, selected_names
+from gpufleet.service.views.run_views import RunView, show_run
 from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
 
 

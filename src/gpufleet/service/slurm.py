@@ -42,8 +42,8 @@ from gpufleet.service.failures import _store as store_failure
 from gpufleet.service.fleet import Fleet, record_event
 from gpufleet.service.holds import record_holds
 from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.summary import host_labels
 from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Alarm, FailureRow, Host
 

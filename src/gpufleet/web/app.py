@@ -35,10 +35,10 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import GpufleetError, Unauthorized
 from gpufleet.service import alarms, baselines, capacity, leases
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_hosts, show_host
-from gpufleet.service.summary import fleet_summary
-from gpufleet.service.timeline import LANES, TimelineItem, host_timeline
 from gpufleet.service.tokens import Authenticator, Principal
+from gpufleet.service.views.hosts import list_hosts, show_host
+from gpufleet.service.views.summary import fleet_summary
+from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
 from gpufleet.web.i18n import pick_language, t
 
 COOKIE = "gpufleet_token"

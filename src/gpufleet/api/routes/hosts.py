@@ -15,7 +15,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.service import operations
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events, list_hosts, show_host
+from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)
 

@@ -10,7 +10,7 @@ from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.hosts import SELECTOR
 from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.summary import fleet_summary, host_labels
+from gpufleet.service.views.summary import fleet_summary, host_labels
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)
 

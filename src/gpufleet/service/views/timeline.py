@@ -15,9 +15,9 @@ from sqlalchemy import desc, select
 
 from gpufleet.domain.events import EventKind
 from gpufleet.service.fleet import Fleet
-from gpufleet.service.hosts import list_events
 from gpufleet.service.leases import list_leases
-from gpufleet.service.overview import list_failures
+from gpufleet.service.views.hosts import list_events
+from gpufleet.service.views.overview import list_failures
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import CollectionResult, CollectionRun
 

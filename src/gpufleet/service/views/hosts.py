@@ -27,7 +27,7 @@ from gpufleet.service.select import (
     select_hosts,
     selector_terms,
 )
-from gpufleet.service.summary import host_labels
+from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import execute_read, host_by_name, read_columns_only
 from gpufleet.store.tables import (
     CollectionResult,
