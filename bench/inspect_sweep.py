@@ -51,8 +51,8 @@ from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.candidates import candidate_filters
+from gpufleet.service.core.fleet import Fleet, utcnow
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet, utcnow
 from gpufleet.service.inspect import TransportCache, inspect, inspect_loop
 from gpufleet.service.inspect_store import gpu_row, host_row, store_samples
 from gpufleet.service.validate import validate

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from scale import pg_drop, pg_scratch  # bench/scale.py: the scratch database of every bench
 
 if TYPE_CHECKING:
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
 
 DEFAULT_PG = os.environ.get("GPUFLEET_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 MODELS = ("a100-8x", "h100-8x", "v100s-8x")
@@ -151,7 +151,7 @@ def lab_fleet(hosts: int, db: str, pg_admin: str, actor: str) -> Iterator[Fleet]
     temporary directory, on SQLite there or (``db`` "pg") on a scratch PostgreSQL database of
     the server ``pg_admin`` names, dropped on the way out; ``actor`` is the fleet's actor."""
     from gpufleet.lab.demo import enroll_lab
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
     from gpufleet.store.db import Database
 
     tmp = Path(tempfile.mkdtemp(prefix=f"gpufleet-{actor}-"))

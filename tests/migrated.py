@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from gpufleet.domain.spec import BaselineStatus
 from gpufleet.service.baselines import baseline_from_host, save_baseline
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.repo import host_by_name
 
 

@@ -41,13 +41,13 @@ def test_import_contracts_hold() -> None:
 
 #: One deliberate violation per contract: (file under src/gpufleet, line appended, contract).
 VIOLATIONS = [
-    ("domain/spec.py", "import gpufleet.service.fleet", "Layers:"),
+    ("domain/spec.py", "import gpufleet.service.core.fleet", "Layers:"),
     ("collect/ib.py", "import gpufleet.lab.fleet", "The product never imports the lab"),
     ("domain/xid.py", "import subprocess", "The domain is pure"),
     ("vendors/nvidia.py", "import subprocess", "Vendor plugins are pure"),
     ("collect/pci.py", "import sqlalchemy", "Collection (transports, parsers)"),
     ("store/db.py", "import rich", "Only the CLI (and lab plugin)"),
-    ("lab/captures.py", "import gpufleet.service.fleet", "The lab's simulator"),
+    ("lab/captures.py", "import gpufleet.service.core.fleet", "The lab's simulator"),
     ("api/routes/hosts.py", "import sqlalchemy", "The API edge holds no logic"),
 ]
 

@@ -17,7 +17,7 @@ from gpufleet.config import (
     with_overrides,
 )
 from gpufleet.errors import ConfigError, LocalIOError
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -423,7 +423,7 @@ def test_no_doc_or_comment_names_a_missing_module() -> None:
 @pytest.mark.parametrize(
     ("name", "why"),
     [
-        ("gpufleet.service.lifecycle.transition", None),
+        ("gpufleet.service.core.lifecycle.transition", None),
         ("gpufleet.lab", None),
         ("gpufleet.service.nosuch", "gpufleet.service has no nosuch"),
         ("gpufleet.errors.NotFound.nosuch", "gpufleet.errors.NotFound has no nosuch"),

@@ -20,8 +20,8 @@ import pytest
 
 from gpufleet.config import load_settings
 from gpufleet.logs import MASK, configure
-from gpufleet.service import background
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core.fleet import Fleet
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 

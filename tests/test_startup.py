@@ -35,7 +35,7 @@ from gpufleet.domain.spec import Baseline
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.summary import host_labels
 
 HEAVY = ("typer", "click", "sqlalchemy", "pydantic_settings", "croniter", "rich", "gpufleet.api")
@@ -447,7 +447,7 @@ _NOT_FOR_READS = (
     "jinja2",
     "cryptography",
     "gpufleet.service.remediation",
-    "gpufleet.service.webhooks",
+    "gpufleet.service.core.webhooks",
     "gpufleet.domain.profiles",
     "gpufleet.domain.checks",
 )

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore, token_digest
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.testing import FakeClock
 from tests.conftest import copy_sqlite_template

@@ -17,8 +17,8 @@ from gpufleet.api.auth import TokenStore
 from gpufleet.api.schemas import HostDetailOut, HostOut
 from gpufleet.cli.main import app as cli_app
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
-from gpufleet.service.alarms import raise_alarm
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import raise_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import Host
 from gpufleet.testing import FakeClock
 from tests.api.conftest import TOKENS, auth, write_tokens

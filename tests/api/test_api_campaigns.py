@@ -11,7 +11,7 @@ from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import BaselineStatus
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.campaign import CampaignSpec, create_campaign, show_campaign
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 
 V1 = "/api/v1"

@@ -8,7 +8,7 @@ import json
 
 from fastapi.testclient import TestClient
 
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 from tests.api.test_api import V1, error
 

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
-from gpufleet.service.alarms import raise_alarm
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import raise_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import Host
 from tests.api.conftest import auth
 

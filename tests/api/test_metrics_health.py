@@ -17,7 +17,7 @@ from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.runs import RunKind, RunState
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import Alarm, Host, JobRun
 from gpufleet.testing import FakeClock

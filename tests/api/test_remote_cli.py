@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import TOKENS
 from tests.api.test_serve import free_port, wait_until_serving
 from tests.clitools import Cli

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
 from tests.api.conftest import auth
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 
 GPUFLEET = str(Path(sys.executable).parent / "gpufleet")

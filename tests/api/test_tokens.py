@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.cli.main import app as cli_app
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.tokens import Role, create_token, token_digest
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.tokens import Role, create_token, token_digest
 from gpufleet.service.views.hosts import list_events
 from gpufleet.store.tables import ApiToken
 from gpufleet.testing import FakeClock

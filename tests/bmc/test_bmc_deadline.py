@@ -26,7 +26,7 @@ from tests.clitools import Cli, cli_for_backend
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.service.bmc import bmc_history
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 
 pytestmark = pytest.mark.xdist_group("redfish")
 

@@ -23,7 +23,7 @@ from gpufleet.domain.spec import Baseline
 from gpufleet.errors import ConfigError
 from gpufleet.service.baselines import get_baseline, save_baseline
 from gpufleet.service.bmc import image_for
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.db import Database
 
 pytestmark = pytest.mark.xdist_group("redfish")

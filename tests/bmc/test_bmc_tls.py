@@ -16,8 +16,8 @@ from tests.bmc.redfishlab import TOWER, Emulator, free_port, start_static
 
 from gpufleet.inventory import load_inventory
 from gpufleet.service.bmc import bmc_status, set_bmc
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 
 pytestmark = pytest.mark.xdist_group("redfish")
 

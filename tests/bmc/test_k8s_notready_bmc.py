@@ -14,9 +14,9 @@ from tests.export.test_k8s_sync import Kmock, _lab, _node
 
 from gpufleet.inventory import load_inventory
 from gpufleet.service import bmc
-from gpufleet.service.alarms import list_alarms
+from gpufleet.service.core.alarms import list_alarms
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.k8s import KubeNodes, k8s_sync
 from gpufleet.service.validate import validate
 

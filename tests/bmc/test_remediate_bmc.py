@@ -21,8 +21,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service import bmc, remediation
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import list_events
 

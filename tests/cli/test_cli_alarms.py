@@ -8,8 +8,8 @@ import pytest
 from tests.clitools import Cli, cli_for_backend
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
-from gpufleet.service.alarms import raise_alarm
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import raise_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.repo import host_by_name
 
 

@@ -16,8 +16,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.labels import HostLabels, lean_host_labels
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.db import SCHEMA_REVISION
@@ -97,7 +97,8 @@ _CODE = (
     "sys.argv = ['gpufleet', *sys.argv[1:]]\n"
     "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
     "print('LOADED', *sorted(m for m in sys.modules if m.startswith(('sqlalchemy', 'rich',"
-    " 'gpufleet.domain.facts', 'gpufleet.api', 'gpufleet.service.fleet', 'gpufleet.store.t'))))\n"
+    " 'gpufleet.domain.facts', 'gpufleet.api', 'gpufleet.service.core.fleet',"
+    " 'gpufleet.store.t'))))\n"
 )
 
 

@@ -10,7 +10,7 @@ from gpufleet.domain.accelerators import Vendor, accelerators_of, inventories_of
 from gpufleet.domain.vendors import plugin
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import show_host
 

@@ -36,9 +36,9 @@ from gpufleet.service.campaign import (
     run_campaign,
     show_campaign,
 )
+from gpufleet.service.core.fleet import Fleet, utcnow
 from gpufleet.service.enroll import enroll
 from gpufleet.service.failures import failure_report, record_failure
-from gpufleet.service.fleet import Fleet, utcnow
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import CampaignHost, Host

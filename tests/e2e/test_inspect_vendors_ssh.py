@@ -19,8 +19,8 @@ from gpufleet.collect.bundle import Section
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet, write_inventory
 from gpufleet.lab.renderers import render_sections
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow

@@ -15,7 +15,7 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.service.views.summary import host_labels

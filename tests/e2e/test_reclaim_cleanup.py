@@ -27,9 +27,9 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet
 from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.renderers import render_sections
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
 from gpufleet.service.reclaim import reclaim_hosts
 from gpufleet.service.reclaim_policy import check_clean, set_pool_clean
 from gpufleet.service.validate import validate

@@ -28,10 +28,10 @@ from gpufleet.lab.fleet import LabHost, create_fleet
 from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.allocation import allocate
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.leases import release
-from gpufleet.service.lifecycle import transition
 from gpufleet.service.reclaim import FALLBACK_NOTE, HostReclaim, reclaim_selected
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name

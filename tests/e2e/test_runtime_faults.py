@@ -21,10 +21,10 @@ from tests.service.test_inspect import allocatable, lab, set_faults, states
 
 from gpufleet.domain.placement import Request
 from gpufleet.lab.fleet import LabFleet
-from gpufleet.service.alarms import list_alarms
 from gpufleet.service.allocation import allocate
 from gpufleet.service.capacity import capacity
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import list_alarms
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import Host

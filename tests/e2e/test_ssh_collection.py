@@ -20,8 +20,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import apply_change, create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.views.hosts import show_host, snapshot_count
 from gpufleet.testing import FakeClock
 

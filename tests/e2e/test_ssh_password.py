@@ -23,8 +23,8 @@ from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.secrets import SEALED_PREFIX, SecretBox
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import Base, Host
 
 pytestmark = pytest.mark.sshlab

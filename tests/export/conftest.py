@@ -16,7 +16,7 @@ import pytest
 from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
 
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.slurm import write_slurm_config
 from gpufleet.service.validate import validate
 

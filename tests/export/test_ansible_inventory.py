@@ -26,8 +26,8 @@ from gpufleet.secrets import SecretBox
 from gpufleet.service import operations
 from gpufleet.service.ansible import write_inventory_script
 from gpufleet.service.baselines import save_baseline, set_pool_baseline
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 
 pytestmark = pytest.mark.sshlab

@@ -18,10 +18,10 @@ from gpufleet.domain.k8s import HostEvidence, recommend
 from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
 from gpufleet.service import allocation
-from gpufleet.service.alarms import list_alarms
 from gpufleet.service.collect import collect
+from gpufleet.service.core.alarms import list_alarms
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.k8s import KubeNodes, k8s_sync
 from gpufleet.service.validate import validate
 

@@ -19,8 +19,8 @@ from tests.export.conftest import slurm_lab_fleet
 from tests.slurmlab import SlurmLab
 
 from gpufleet.collect.slurm import SlurmClient
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.failures import failure_report
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.operations import remove_host
 from gpufleet.service.slurm import import_slurm_failures
 from gpufleet.testing import FakeClock

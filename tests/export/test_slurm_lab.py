@@ -17,8 +17,8 @@ from gpufleet.domain.events import AlarmKind, EventKind
 from gpufleet.domain.health import Fault
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service import operations
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.slurm import slurm_sync
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name

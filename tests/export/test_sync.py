@@ -26,7 +26,7 @@ from tests.slurmlab import SlurmLab
 
 from gpufleet.collect.slurm import SlurmClient
 from gpufleet.domain.sync import Cause, Target
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.k8s import KubeNodes
 from gpufleet.service.sync import Systems, sync_round, sync_status
 

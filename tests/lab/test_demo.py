@@ -16,7 +16,7 @@ from gpufleet.lab.demo import (
     reference_hosts,
     run_demo,
 )
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 
 
 def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> None:

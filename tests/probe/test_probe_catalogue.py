@@ -37,9 +37,9 @@ from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inven
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.store.db import Database
 from tests.conftest import PG_ADMIN_URL

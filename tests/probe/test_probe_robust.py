@@ -23,7 +23,7 @@ import pytest
 from cryptography.fernet import Fernet
 
 from gpufleet.service.bmc import bmc_history, set_bmc
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import TOKENS, write_tokens
 from tests.api.test_api_limits import _post, _send
 from tests.api.test_serve import free_port, wait_until_serving

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.allocation import allocate
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import LeaseHost
 from gpufleet.testing import FakeClock

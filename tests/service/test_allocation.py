@@ -17,7 +17,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity, leases, operations
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import sweep, validate
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.store.tables import Event, Lease, LeaseHost
@@ -200,7 +200,7 @@ def test_renew_release_and_notify_policy_with_hooks(
 def test_alarmed_and_unvalidated_hosts_are_not_candidates(fleet: Fleet, tmp_path: Path) -> None:
     lab(fleet, tmp_path, n=2)
     from gpufleet.domain.events import AlarmKind, AlarmSeverity
-    from gpufleet.service.alarms import raise_alarm
+    from gpufleet.service.core.alarms import raise_alarm
     from gpufleet.store.repo import host_by_name
 
     with fleet.db.session() as s:

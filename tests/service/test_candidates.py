@@ -22,7 +22,7 @@ from gpufleet.service.candidates import (
     find_placement,
     host_views,
 )
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, Lease, LeaseHost
 
 STATES = [HostState.AVAILABLE] * 6 + [

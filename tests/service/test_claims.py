@@ -29,8 +29,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import collect as collect_mod
 from gpufleet.service.collect import claim, collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import Host
 
 

@@ -17,8 +17,8 @@ from gpufleet.lab.demo import enroll_lab, validated_baselines
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.evidence import run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import list_events, show_host
 from gpufleet.service.views.summary import host_labels

@@ -10,8 +10,8 @@ from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.service.collect import collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.views.hosts import show_host, snapshot_count
 from gpufleet.store.tables import Event, FactSnapshot
 

@@ -25,7 +25,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.labels import labels_of
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import baseline_name_for_host

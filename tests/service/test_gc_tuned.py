@@ -12,8 +12,8 @@ import pytest
 from gpufleet.collect.transport import RawResult
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.pipeline import GC_YOUNG_THRESHOLD, gc_tuned
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import GC_YOUNG_THRESHOLD, gc_tuned
 
 
 def test_overlapping_runs_restore_the_collector_when_the_last_ends() -> None:

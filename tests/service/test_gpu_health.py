@@ -12,7 +12,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service import allocation, capacity, gpu_health
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import list_hosts
 from gpufleet.service.views.summary import host_labels

@@ -14,7 +14,7 @@ from sqlalchemy import insert, select, text
 
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.hosts import HostView, _view, list_hosts, list_query
 from gpufleet.store.tables import FactSnapshot, Host
 

@@ -16,7 +16,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.service.candidates import candidate_filters
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import fleet_alarms, inspect
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuSampleRow, Host, HostSampleRow

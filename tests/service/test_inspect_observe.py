@@ -24,9 +24,9 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.faults import PROBE_FAULTS, validate_faults
 from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.lab.probe import render_probe
-from gpufleet.service.alarms import resolve_alarm
 from gpufleet.service.capacity import capacity, check
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import resolve_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host, HostSampleRow

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from tests.service.test_inspect import allocatable, health_alarms, set_faults, states
 
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import SweepReport, inspect
 from gpufleet.service.validate import validate
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow

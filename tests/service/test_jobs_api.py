@@ -23,8 +23,8 @@ from tests.store.conftest import empty_url as empty_url
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.config import load_settings
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.schema import upgrade
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.schema import upgrade
 from gpufleet.service.tasks import JobQueue
 from gpufleet.store.db import Database
 

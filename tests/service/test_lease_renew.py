@@ -14,7 +14,7 @@ from tests.service.test_allocation import lab
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
 from gpufleet.service import allocation, leases
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.testing import FakeClock
 
 HOUR = timedelta(hours=1)

@@ -14,7 +14,7 @@ from gpufleet.errors import InvalidTransition
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import operations
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import sweep, validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import Event, Host

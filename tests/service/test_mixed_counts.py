@@ -33,8 +33,8 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service import accelerator_counts
 from gpufleet.service.capacity import capacity
 from gpufleet.service.collect import apply_result, claim
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.tokens import Role, create_token
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.tokens import Role, create_token
 from gpufleet.service.validate import validate
 from gpufleet.service.views.summary import FleetSummary, fleet_summary
 from gpufleet.store.repo import latest_facts

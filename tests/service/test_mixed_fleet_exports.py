@@ -18,7 +18,7 @@ from gpufleet.service import operations
 from gpufleet.service.ansible import inventory_list
 from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
 from gpufleet.service.capacity import capacity
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.slurm import slurm_config
 from gpufleet.service.validate import validate
 from gpufleet.service.views.summary import fleet_summary, host_labels

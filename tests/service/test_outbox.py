@@ -37,11 +37,12 @@ from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.inventory import load_inventory
-from gpufleet.service import background, webhooks
-from gpufleet.service.alarms import raise_alarm
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.alarms import raise_alarm
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import _Renewer
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.pipeline import _Renewer
 from gpufleet.store.db import Database
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, WebhookDelivery
@@ -54,8 +55,8 @@ import os, signal, sys
 from pathlib import Path
 from sqlalchemy import event
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
-from gpufleet.service.alarms import raise_alarm
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import raise_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.db import Database
 from gpufleet.store.repo import host_by_name
 
@@ -178,7 +179,7 @@ def test_retries_go_on_past_the_quick_ones_then_dead_letter_shown_everywhere(
     _configure(fleet, receiver.url, webhook_retries=3, webhook_max_age_h=24.0)
     before = background.counts()[background.WEBHOOK_OUTBOX]
     receiver.statuses = [500, 502, 503, 500]  # fails 4 times: 84be469 gave up there
-    caplog.set_level(logging.WARNING, logger="gpufleet.service.webhooks")
+    caplog.set_level(logging.WARNING, logger="gpufleet.service.core.webhooks")
     assert webhooks.notify(fleet, "alarm-opened", "node-1", {"n": 1}) is None
     _wait(fleet, lambda: all(r.delivered for r in _rows(fleet)))
     (row,) = _rows(fleet)
@@ -224,7 +225,7 @@ def test_a_failed_claim_renewal_is_logged_and_counted(
 ) -> None:
     """The renewer of a run whose store went away: 84be469 swallowed it silently."""
     before = background.counts()[background.CLAIM_RENEWAL]
-    caplog.set_level(logging.WARNING, logger="gpufleet.service.pipeline")
+    caplog.set_level(logging.WARNING, logger="gpufleet.service.core.pipeline")
     gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")  # nothing listens there
     broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
     renewer = _Renewer(broken, "tok", lambda: timedelta(minutes=5), interval_s=0.05)
@@ -237,7 +238,7 @@ def test_a_failed_claim_renewal_is_logged_and_counted(
     finally:
         renewer.stop()
         broken.db.dispose()
-    (rec, *_) = [r for r in caplog.records if r.name == "gpufleet.service.pipeline"]
+    (rec, *_) = [r for r in caplog.records if r.name == "gpufleet.service.core.pipeline"]
     assert rec.levelno == logging.WARNING
     assert "claim-renewal: cannot renew claims: StoreUnavailable" in rec.getMessage()
     assert "Connection refused" in rec.getMessage()

@@ -1,4 +1,4 @@
-"""service/pipeline.py: ``evidence run`` on the claim -> run -> apply engine of ``collect``,
+"""service/core/pipeline.py: ``evidence run`` on the claim -> run -> apply engine of ``collect``,
 over real sshd hosts, on SQLite and PostgreSQL: --forks hosts at once, --timeout per host,
 hosts held by another worker left alone, every claim released (also on Ctrl-C)."""
 
@@ -16,9 +16,9 @@ from gpufleet.collect.transport import RawResult, Target
 from gpufleet.domain.events import EvidenceKind
 from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import claim
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
 from gpufleet.service.evidence import run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.store.tables import EvidenceRow, Host
 
 DCGM = (

@@ -22,8 +22,8 @@ from tests.service.test_candidates import REQUESTS, _build
 from gpufleet.domain.placement import Request, allocatable, place
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.candidates import find_placement, host_views
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.placement_index import FLEET, RACK, compute, read_summary, rebuild
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, PlacementRack
 

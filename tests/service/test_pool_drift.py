@@ -19,7 +19,7 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.baselines import drift, list_pools
 from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.campaign_run import Runner
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import CampaignHost, CampaignRow

@@ -12,7 +12,7 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.lab.templates import fault_gpu_index
 from gpufleet.service import gpu_health, remediation
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 
 

@@ -46,7 +46,7 @@ from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet
 from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.renderers import render_output
 from gpufleet.service.collect import collect, facts_digest
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import Event, FactSnapshot, GpuRow, Host, NicRow
 from gpufleet.testing import FakeClock
 

@@ -23,10 +23,11 @@ from sqlalchemy import select
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.remediation import Action
 from gpufleet.inventory import load_inventory
-from gpufleet.service import leases, remediation, webhooks
-from gpufleet.service.alarms import close_alarms, raise_alarm
+from gpufleet.service import leases, remediation
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.alarms import close_alarms, raise_alarm
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, WebhookDelivery
 from gpufleet.testing import FakeClock
@@ -277,7 +278,7 @@ def test_a_short_lived_process_delivers_its_notifications_before_it_exits(
         "import sys\n"
         "from pathlib import Path\n"
         "from gpufleet.service import webhooks\n"
-        "from gpufleet.service.fleet import Fleet\n"
+        "from gpufleet.service.core.fleet import Fleet\n"
         "f = Fleet.open(home=Path(sys.argv[2]), url=sys.argv[3], actor='pytest')\n"
         "f.settings = f.settings.model_copy(update={'webhook_url': sys.argv[1]})\n"
         "assert webhooks.notify(f, 'alarm-opened', 'node-9', {'n': 9}) is None\n"

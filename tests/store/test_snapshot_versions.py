@@ -16,7 +16,7 @@ from gpufleet.domain.facts import FACTS_VERSION
 from gpufleet.domain.facts_upgrade import UPGRADERS
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.repo import host_by_name

@@ -17,7 +17,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import event, inspect, text
 
 from gpufleet.errors import StoreError, StoreUnavailable
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.db import SCHEMA_REVISION, Database
 from gpufleet.store.tables import Base
 

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from gpufleet.errors import StoreError, StoreUnavailable
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.db import Database
 
 

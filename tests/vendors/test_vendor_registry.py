@@ -317,7 +317,7 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.ansible import inventory_list
 from gpufleet.service.enroll import enroll
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.hosts import show_host
 from gpufleet.service.slurm import slurm_config
 from gpufleet.service.views.summary import host_labels

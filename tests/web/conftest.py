@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.tokens import Role, create_token
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.tokens import Role, create_token
 from gpufleet.web.app import attach
 from tests.api.conftest import sqlite_lab, with_lab  # noqa: F401 (sqlite_lab: a fixture)
 

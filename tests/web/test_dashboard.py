@@ -8,8 +8,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.tokens import revoke_token
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.tokens import revoke_token
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES
 from gpufleet.web import i18n

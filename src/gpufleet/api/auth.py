@@ -21,7 +21,7 @@ Neither a file nor a database token: every call is refused (401): the API fails 
 
 from __future__ import annotations
 
-from gpufleet.service.tokens import (
+from gpufleet.service.core.tokens import (
     Authenticator,
     Principal,
     Role,

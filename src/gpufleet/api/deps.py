@@ -10,7 +10,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gpufleet.api.auth import Authenticator, Principal, Role
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 
 #: The security scheme the OpenAPI document names; errors are ours (auto_error off).
 bearer = HTTPBearer(

@@ -21,8 +21,9 @@ from prometheus_client.registry import Collector
 
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
-from gpufleet.service import background, webhooks
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.health_metrics import health_metrics
 from gpufleet.service.inspect import GUARD_KIND
 from gpufleet.service.views.overview import fleet_metrics
@@ -107,7 +108,7 @@ def registry_for(fleet: Callable[[], Fleet]) -> CollectorRegistry:
 
 class BackgroundCollector(Collector):
     """Issue 24 (item 10): background failures of this process by component (claim renewal,
-    webhook outbox, worker, scheduler; ``service/background.py``) and the webhook
+    webhook outbox, worker, scheduler; ``service/core/background_errors.py``) and the webhook
     notifications dead-lettered (fleet-wide, from the outbox)."""
 
     def __init__(self, fleet: Callable[[], Fleet]) -> None:

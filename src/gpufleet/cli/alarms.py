@@ -9,8 +9,14 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
-from gpufleet.service import webhooks
-from gpufleet.service.alarms import AlarmRecord, ack_alarm, list_alarms, resolve_alarm, show_alarm
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.alarms import (
+    AlarmRecord,
+    ack_alarm,
+    list_alarms,
+    resolve_alarm,
+    show_alarm,
+)
 
 app = typer.Typer(no_args_is_help=True)
 

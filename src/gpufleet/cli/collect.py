@@ -22,8 +22,8 @@ from gpufleet.cli.common import (
 from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.service.collect import RunReport, collect, ensure_local_host
+from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 from gpufleet.service.enroll import enroll
-from gpufleet.service.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 
 OUTCOME_STYLE = {
     Outcome.OK: "green",

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import typer
 
     from gpufleet.cli.console import SafeConsole
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
 
     console: SafeConsole
     err_console: SafeConsole
@@ -132,12 +132,12 @@ def open_fleet() -> Fleet:
 
         raise not_available()
     if key not in _OPEN:
-        from gpufleet.service.fleet import Fleet
+        from gpufleet.service.core.fleet import Fleet
 
         _OPEN[key] = Fleet.open(settings=current_settings())
         _log.debug("opened the fleet database %s", _OPEN[key].db.safe_url)
         if _OPEN[key].settings.webhook_url:  # notifications a dead process left (issue 24)
-            from gpufleet.service.webhooks import resume
+            from gpufleet.service.core.webhooks import resume
 
             resume(_OPEN[key])
     return _OPEN[key]

@@ -7,8 +7,8 @@ from dataclasses import asdict
 import typer
 
 from gpufleet.cli.common import boundary, console, current_settings, lit, open_fleet, print_json
-from gpufleet.service.prune import prune
-from gpufleet.service.schema import schema_status, upgrade
+from gpufleet.service.core.prune import prune
+from gpufleet.service.core.schema import schema_status, upgrade
 
 app = typer.Typer(no_args_is_help=True)
 

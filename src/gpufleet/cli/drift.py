@@ -17,7 +17,7 @@ from gpufleet.cli.common import cell, lean_read, lit, print_json
 if TYPE_CHECKING:
     from gpufleet.domain.drift import PoolField
     from gpufleet.service.baselines import DriftReport
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
 
 
 def pool_json(rep: DriftReport) -> list[dict[str, object]]:

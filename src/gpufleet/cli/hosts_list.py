@@ -15,7 +15,7 @@ from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
     from gpufleet.service.views.hosts import HostView
 
 #: Profile names shortened for narrow tables (``--json`` keeps the full names).

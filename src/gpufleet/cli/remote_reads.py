@@ -341,7 +341,7 @@ def capacity_check(
 
 def _alarm(d: dict[str, Any]) -> Any:
     from gpufleet.api.schemas_ops import AlarmRecordOut
-    from gpufleet.service.alarms import AlarmRecord
+    from gpufleet.service.core.alarms import AlarmRecord
 
     return AlarmRecord(**dict(AlarmRecordOut.model_validate(d)))
 

@@ -34,7 +34,7 @@ def serve_cmd(
 
     configure(current_settings(), debug=OPTIONS.debug, default=logging.INFO)
     fleet = open_fleet()
-    from gpufleet.service.webhooks import resume
+    from gpufleet.service.core.webhooks import resume
 
     resume(fleet, always=True)  # this process sends the outbox as long as it runs
     jobs = None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
 
 if TYPE_CHECKING:
-    from gpufleet.service.fleet import Fleet
+    from gpufleet.service.core.fleet import Fleet
     from gpufleet.service.views.summary import FleetSummary
 
 STATE_ORDER = [

@@ -18,7 +18,7 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service.tokens import Role, create_token, list_tokens, revoke_token
+from gpufleet.service.core.tokens import Role, create_token, list_tokens, revoke_token
 
 app = typer.Typer(no_args_is_help=True)
 

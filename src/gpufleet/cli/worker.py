@@ -52,7 +52,7 @@ def worker_cmd(
             f"gpufleet worker needs a shared PostgreSQL database (GPUFLEET_DATABASE_URL); "
             f"{lit(fleet.db.safe_url)} is embedded SQLite: run `gpufleet serve --with-worker`"
         )
-    from gpufleet.service.webhooks import resume
+    from gpufleet.service.core.webhooks import resume
 
     resume(fleet, always=True)  # this process sends the outbox as long as it runs
     jq = JobQueue(fleet)

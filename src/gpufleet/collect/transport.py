@@ -38,7 +38,7 @@ class Target:
     key_file: str | None = None
     pinned_host_key: str | None = None  # OpenSSH public key line, pinned on first use
     #: SSH login password, in clear: opened from the sealed inventory variable only when the
-    #: target is built for a run (service/pipeline.py); never shown, logged or stored.
+    #: target is built for a run (service/core/pipeline.py); never shown, logged or stored.
     password: str | None = field(default=None, repr=False, compare=False)
 
 

@@ -20,9 +20,9 @@ from gpufleet.lab.transport import ACTIVE_CAPTURE_MODELS
 from gpufleet.lab.vendors import lab_vendors
 from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.collect import RunReport, collect
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.enroll import EnrollReport, enroll
 from gpufleet.service.evidence import ActiveRun, run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.validate import ValidateReport, validate
 from gpufleet.service.views.summary import FleetSummary, fleet_summary
 

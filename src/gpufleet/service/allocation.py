@@ -14,7 +14,7 @@ that cannot hand a host out twice:
   meanwhile); a host taken by a concurrent request raises :class:`Conflict` and the request
   is placed again from fresh reads (up to :data:`ATTEMPTS` times).
 
-Both: the move to ``allocated`` goes through :func:`gpufleet.service.lifecycle.transition`
+Both: the move to ``allocated`` goes through :func:`gpufleet.service.core.lifecycle.transition`
 (compare-and-set on ``state_version``).
 """
 
@@ -37,11 +37,11 @@ from gpufleet.domain.placement import Placement, Refusal, Request, explain
 from gpufleet.domain.states import Event
 from gpufleet.errors import ConfigError, Conflict
 from gpufleet.service.candidates import find_placement, host_views, lock_and_recheck, write_lock
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.core.select import is_explicit, nothing_matches
 from gpufleet.service.leases import LeaseView, call_hooks, lease_view, pool_policy, queue_webhook
-from gpufleet.service.lifecycle import transition
-from gpufleet.service.policies import Policies
-from gpufleet.service.select import is_explicit, nothing_matches
 from gpufleet.store.tables import GpuRow, Host, Lease, LeaseHost
 
 #: How often a request that lost a host to a concurrent one is placed again.

@@ -23,8 +23,8 @@ from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, LocalIOError
 from gpufleet.secrets import SEALED_PREFIX, is_secret_var
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.vendor_exports import EXPORTS
 from gpufleet.store.repo import (
     baseline_for_host,

@@ -22,8 +22,8 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.pins import baseline_values
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import (
     OWN_BASELINE,
     Baselines,

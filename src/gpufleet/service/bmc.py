@@ -1,7 +1,7 @@
 """The hosts' BMCs over Redfish: enroll (``bmc set``), read (``bmc status``), power, reimage
 by virtual media, acknowledge SEL faults.
 
-``bmc status`` follows the pipeline's pattern (``service/pipeline.py``) without taking the
+``bmc status`` follows the pipeline's pattern (``service/core/pipeline.py``) without taking the
 hosts' collection claims (a BMC read must work while a collection, or a hung SSH, holds the
 host): *load* (one short transaction: the selected hosts, their BMC settings, the SEL cursor
 and what is known in-band), *run* (no transaction open: at most ``forks`` BMCs at once, each
@@ -56,12 +56,12 @@ from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
 from gpufleet.service import bmc_guard
-from gpufleet.service.alarms import close_alarms, raise_alarm
 from gpufleet.service.baselines import get_baseline
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.alarms import close_alarms, raise_alarm
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.pipeline import check_forks, check_timeout
+from gpufleet.service.core.select import select_hosts
 from gpufleet.service.operations import REIMAGE_HINT, record_change
-from gpufleet.service.pipeline import check_forks, check_timeout
-from gpufleet.service.select import select_hosts
 from gpufleet.store.repo import baseline_for_host, host_by_name
 from gpufleet.store.tables import BmcRead, FactSnapshot, GpuRow, Host
 

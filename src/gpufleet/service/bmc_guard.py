@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, EventKind
 from gpufleet.errors import ConfigError, IdentityMismatch
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import Alarm, Host
 
 

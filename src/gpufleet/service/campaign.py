@@ -64,9 +64,9 @@ from gpufleet.service.campaign_run import (
     campaign_row,
     set_status,
 )
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.select import selected_names
 from gpufleet.service.holds import held
-from gpufleet.service.select import selected_names
 from gpufleet.store.tables import CampaignHost, CampaignRow, Host
 
 #: A runner silent this long (on another machine) is taken for dead by ``resume``.

@@ -22,8 +22,8 @@ from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.pipeline import Claimed, Pipeline, claim_hosts, claim_lease, holds_claim
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import Claimed, Pipeline, claim_hosts, claim_lease, holds_claim
 from gpufleet.store.tables import BaselineRow, CampaignRow, Host
 
 #: The playbooks gpufleet ships (``upgrade-driver.yml``, ``system-init.yml``): a ``--playbook``

@@ -29,9 +29,9 @@ from gpufleet.errors import NotFound
 from gpufleet.service.baselines import set_pool_baseline
 from gpufleet.service.campaign_actions import host_list, run_action
 from gpufleet.service.collect import collect
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import retrying, transition
 from gpufleet.service.holds import held
-from gpufleet.service.lifecycle import retrying, transition
 from gpufleet.service.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name, no_baseline
 from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool

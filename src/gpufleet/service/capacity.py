@@ -24,9 +24,9 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
 from gpufleet.service.accelerator_counts import accelerators_from_facts, display_model
 from gpufleet.service.candidates import host_views
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.policies import Policies
-from gpufleet.service.select import is_explicit, nothing_matches
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.core.select import is_explicit, nothing_matches
 from gpufleet.store.tables import Lease, LeaseHost
 
 #: The columns of ``gpufleet capacity``.

@@ -27,9 +27,9 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.k8s import GPU_RESOURCE, OWN_PREFIX, node_name
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.k8s import KubeNodes
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import hosts_with_latest_facts
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

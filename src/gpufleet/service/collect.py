@@ -38,13 +38,11 @@ from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ParseError
 from gpufleet.service import gpu_health, reachability
-from gpufleet.service.alarms import close_alarms, raise_alarm
-from gpufleet.service.fact_snapshots import _store_facts
-from gpufleet.service.fact_snapshots import facts_digest as facts_digest
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import on_changes, transition
-from gpufleet.service.pipeline import CLAIM_MARGIN_S as CLAIM_MARGIN_S
-from gpufleet.service.pipeline import (
+from gpufleet.service.core.alarms import close_alarms, raise_alarm
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import on_changes, transition
+from gpufleet.service.core.pipeline import CLAIM_MARGIN_S as CLAIM_MARGIN_S
+from gpufleet.service.core.pipeline import (
     Claim,
     Claimed,
     Pipeline,
@@ -55,11 +53,13 @@ from gpufleet.service.pipeline import (
     drop_claim,
     holds_claim,
 )
-from gpufleet.service.pipeline import release_claims as release_claims
-from gpufleet.service.pipeline import renew_claims as renew_claims
-from gpufleet.service.pipeline import sigterm_as_exit as sigterm_as_exit
-from gpufleet.service.pipeline import transport_for_host as transport_for_host
-from gpufleet.service.policies import Policies
+from gpufleet.service.core.pipeline import release_claims as release_claims
+from gpufleet.service.core.pipeline import renew_claims as renew_claims
+from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
+from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.fact_snapshots import _store_facts
+from gpufleet.service.fact_snapshots import facts_digest as facts_digest
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
@@ -107,7 +107,7 @@ class RunReport:
         return not self.skipped_locked and all(r.outcome is Outcome.OK for r in self.results)
 
 
-#: The claim a collection holds on one host (see :mod:`gpufleet.service.pipeline`).
+#: The claim a collection holds on one host (see :mod:`gpufleet.service.core.pipeline`).
 _Claimed = Claimed
 
 

@@ -28,8 +28,8 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InventoryError
 from gpufleet.inventory import Inventory, InventoryHost
 from gpufleet.secrets import HOW_TO_KEY, SecretBox, is_secret_var, redact_vars
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import retrying
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import retrying
 from gpufleet.store.tables import BaselineRow, Host, Pool
 
 __all__ = ["EnrollReport", "enroll", "is_this_machine"]

@@ -16,8 +16,8 @@ from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.events import EvidenceKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.pipeline import (
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import (
     Claimed,
     Pipeline,
     check_forks,
@@ -143,7 +143,7 @@ def run_active(
     """Run an active test on the selected hosts over their transport and store the results.
     ``timeout_s`` / ``forks`` default to the settings (GPUFLEET_EVIDENCE_TIMEOUT / _FORKS).
 
-    The claim -> run -> apply pipeline of ``collect`` (:mod:`gpufleet.service.pipeline`):
+    The claim -> run -> apply pipeline of ``collect`` (:mod:`gpufleet.service.core.pipeline`):
     hosts are claimed (a host another worker holds is reported, not tested twice), up to
     ``forks`` tests run at once with no database transaction open (they take minutes), and
     each result is stored in its own short transaction while the claim still holds.

@@ -35,8 +35,8 @@ from gpufleet.domain.health import Health
 from gpufleet.domain.lifecycle import TRANSITIONS
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ConfigError, LocalIOError, NotFound
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.store.repo import baseline_for_host, host_by_name
 from gpufleet.store.tables import Alarm, FactSnapshot, FailureRow, Host
 from gpufleet.store.tables import Event as EventRow

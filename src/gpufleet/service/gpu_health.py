@@ -24,8 +24,8 @@ from gpufleet.domain.gpu_health import (
     evaluate_gpus,
 )
 from gpufleet.domain.spec import Baseline, ExpectedSpec
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.policies import Policies
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.policies import Policies
 from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, PartEvent, Pool
 

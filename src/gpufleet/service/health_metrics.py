@@ -27,7 +27,7 @@ from sqlalchemy import func, select
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.domain.times import as_utc
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect_store import REASON_BITS
 from gpufleet.store.tables import (
     Alarm,

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import EventKind
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import Event, Host
 
 

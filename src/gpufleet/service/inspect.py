@@ -2,7 +2,7 @@
 
 One sweep:
 
-1. *probe* through the shared claim -> run -> apply engine (:mod:`gpufleet.service.pipeline`):
+1. *probe* through the shared claim -> run -> apply engine (:mod:`gpufleet.service.core.pipeline`):
    one command per host (:func:`gpufleet.collect.inspect.probe_script`), ``forks`` at once,
    ``timeout_s`` each, so a hanging host costs its own timeout and nobody else's; the apply
    step only parses (no transaction per host);
@@ -12,7 +12,7 @@ One sweep:
    in the policy's window, with the fleet medians of this sweep for the straggler rules; then
    in one short transaction per host (row-locked): a finding opens one ``health`` alarm per
    rule and GPU/port (deduplicated); a critical one quarantines the host at once
-   (``hardware_fault`` through :func:`gpufleet.service.lifecycle.transition`) unless it is
+   (``hardware_fault`` through :func:`gpufleet.service.core.lifecycle.transition`) unless it is
    leased (the lease runs on, its owner is told through the lease hooks) or the blast-radius
    guard has tripped; a finding that has cleared marks its alarm, which closes only once the
    host has also passed validation after that (the validation closes it:
@@ -59,7 +59,17 @@ from gpufleet.domain.rules import (
 )
 from gpufleet.errors import GpufleetError
 from gpufleet.service import reachability
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import (
+    Claimed,
+    Pipeline,
+    check_forks,
+    check_timeout,
+    claim_hosts,
+    claim_lease,
+    release_claims,
+)
+from gpufleet.service.core.policies import Policies
 from gpufleet.service.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
 from gpufleet.service.inspect_guard import (
     GUARD_KIND,
@@ -80,16 +90,6 @@ from gpufleet.service.inspect_store import (
     store_samples,
 )
 from gpufleet.service.inspect_vendors import host_vendors
-from gpufleet.service.pipeline import (
-    Claimed,
-    Pipeline,
-    check_forks,
-    check_timeout,
-    claim_hosts,
-    claim_lease,
-    release_claims,
-)
-from gpufleet.service.policies import Policies
 from gpufleet.store.tables import (
     FactSnapshot,
     Host,
@@ -148,7 +148,7 @@ class TransportCache:
         self._ssh: Transport | None = None
 
     def __call__(self, key: TransportKey) -> Transport:
-        from gpufleet.service.pipeline import transport_for_host
+        from gpufleet.service.core.pipeline import transport_for_host
 
         if key[0] == "ssh":
             if self._ssh is None:
@@ -182,7 +182,7 @@ def inspect(
     ``at``: the samples' time (default now); a retried run chunk passes its first attempt's,
     so a host that attempt stored is not stored twice (:mod:`gpufleet.service.jobs`);
     ``token`` / ``take_over``: its claim token and its earlier attempts' prefix
-    (:func:`gpufleet.service.pipeline.claim_hosts`)."""
+    (:func:`gpufleet.service.core.pipeline.claim_hosts`)."""
     forks = check_forks(forks)
     timeout_s = check_timeout(timeout_s)
     policy = load_policy(fleet)

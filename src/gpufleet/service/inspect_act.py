@@ -1,6 +1,6 @@
 """Acting on a sweep's findings (:mod:`gpufleet.service.inspect`): per host, in one short
 row-locked transaction, one ``health`` alarm per rule and GPU/port (deduplicated), the
-quarantine of a critical finding (through :func:`gpufleet.service.lifecycle.transition`), the
+quarantine of a critical finding (through :func:`gpufleet.service.core.lifecycle.transition`), the
 lease owner told about a leased host's current faults (after the commit), cleared findings
 marked and closed, and a host the inspection quarantined sent back to validation once every
 finding cleared. The blast-radius guard's budget is taken here (a held quarantine keeps its
@@ -21,12 +21,12 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import Finding, Severity
 from gpufleet.domain.states import Event, HostState
-from gpufleet.service import webhooks
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.inspect_guard import Budget
 from gpufleet.service.inspect_observe import OBSERVE_FAULTS
 from gpufleet.service.leases import call_hooks, lease_view, queue_webhook
-from gpufleet.service.lifecycle import transition
 from gpufleet.store.tables import Alarm, Host, InspectQuarantine, LeaseHost, Validation
 
 ACTOR = "inspect"

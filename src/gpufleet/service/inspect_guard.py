@@ -20,8 +20,8 @@ from sqlalchemy import func, select, update
 
 from gpufleet.domain.events import AlarmSeverity, EventKind
 from gpufleet.domain.states import HostState
-from gpufleet.service import webhooks
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import FleetAlarm, Host, InspectQuarantine
 
 GUARD_KIND = "blast-radius"

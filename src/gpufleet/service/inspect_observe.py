@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.health import Fault
 from gpufleet.domain.rules import RulePolicy
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import FactSnapshot, Host
 
 #: The outcome of a host whose probe answered but could not observe everything.

@@ -22,7 +22,7 @@ from gpufleet.domain.samples import (
     ProbeFailure,
     XidSeen,
 )
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow, SampleRollup
 
 #: Clock-event reasons as bits of ``gpu_samples.reasons``.

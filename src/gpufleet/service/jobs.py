@@ -13,7 +13,7 @@ inspect or evidence run records one ``job_run_hosts`` row per host (its samples 
 are stored as ``gpufleet inspect`` / ``evidence run`` store them).
 
 Claimed once: a chunk claims its hosts through the claim -> run -> apply engine
-(:mod:`gpufleet.service.pipeline`) under a token of its own (``run<id>-<chunk>-<attempt>``).
+(:mod:`gpufleet.service.core.pipeline`) under a token of its own (``run<id>-<chunk>-<attempt>``).
 A retried chunk (its worker was killed) skips the hosts that already have a result in the
 run and takes back the claims its earlier attempts still hold; hosts held by somebody else
 (another run, a CLI ``collect``) make the chunk retry later rather than skip them. An
@@ -41,13 +41,13 @@ from gpufleet.domain.runs import RunKind, RunState, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.collect import claim_into_run, collect_claimed
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import retrying
+from gpufleet.service.core.pipeline import Claim, claim_lease
+from gpufleet.service.core.policies import Policies
 from gpufleet.service.evidence import HELD_ELSEWHERE, run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.service.inspect_store import roll_up_and_prune
-from gpufleet.service.lifecycle import retrying
-from gpufleet.service.pipeline import Claim, claim_lease
-from gpufleet.service.policies import Policies
 from gpufleet.service.run_start import Deferrer as Deferrer
 from gpufleet.service.run_start import run_params as run_params
 from gpufleet.service.run_start import start_run as start_run

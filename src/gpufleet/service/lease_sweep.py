@@ -9,7 +9,8 @@ from sqlalchemy import select
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeaseState, OnExpiry
 from gpufleet.domain.states import Event, HostState
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.leases import (
     call_hooks,
     get_lease,
@@ -18,7 +19,6 @@ from gpufleet.service.leases import (
     queue_webhook,
     release,
 )
-from gpufleet.service.lifecycle import transition
 from gpufleet.store.tables import Host, Lease
 
 # --- the sweep: reservations start, leases expire ----------------------------------------------

@@ -27,9 +27,9 @@ from gpufleet.domain.leases import (
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition, NotFound
 from gpufleet.service.candidates import CandidateRow, lock_and_recheck, write_lock
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import transition
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, Lease, LeaseHost, Pool
 
@@ -49,8 +49,8 @@ def register_lease_hook(hook: LeaseHook) -> Callable[[], None]:
 
 def queue_webhook(s: Session, fleet: Fleet, kind: EventKind, lease: LeaseView) -> None:
     """Queue the lease event's webhook in the transaction ``s`` that makes the change (issue
-    24: a change is never committed without its notification; see service/webhooks.py)."""
-    from gpufleet.service import webhooks  # here: the reads need none of it
+    24: a change is never committed without its notification; see service/core/webhooks.py)."""
+    from gpufleet.service.core import webhooks  # here: the reads need none of it
 
     webhooks.enqueue(s, fleet, kind.value, None, lease.as_dict())
 

@@ -21,9 +21,9 @@ from gpufleet.domain.health import Health
 from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransition
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import KEEP, reclaim_owed, retrying, transition
-from gpufleet.service.select import is_explicit, selected_names
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import KEEP, reclaim_owed, retrying, transition
+from gpufleet.service.core.select import is_explicit, selected_names
 from gpufleet.store.repo import no_host
 from gpufleet.store.tables import (
     CollectionResult,

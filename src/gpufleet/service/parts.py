@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.times import as_utc
 from gpufleet.errors import NotFound
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import Alarm, EvidenceRow, FactSnapshot, GpuRow, Host, PartEvent
 
 

@@ -12,7 +12,7 @@ Keeping it in step is not left to each writer: session events watch every transa
   alarm opened, closed or removed (its host).
 * ``do_orm_execute`` does the same for UPDATE/INSERT/DELETE statements on ``hosts`` and
   ``alarms``: one that names its hosts (execution option ``gpufleet_hosts``, as
-  :func:`gpufleet.service.lifecycle.transition` does) marks those; one that touches no
+  :func:`gpufleet.service.core.lifecycle.transition` does) marks those; one that touches no
   watched column (a claim, the SQLite write lock) is ignored; any other marks the whole
   summary stale (its ``fleet`` row is deleted at commit, so the next placement reads every
   candidate and rebuilds it).

@@ -35,7 +35,7 @@ from gpufleet.domain.preflight import PreflightReport, judge, local_spec, unknow
 from gpufleet.domain.profiles import Profile, evaluate, load_profiles, without_proof
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
-from gpufleet.service.fleet import Fleet, record_event, utcnow
+from gpufleet.service.core.fleet import Fleet, record_event, utcnow
 from gpufleet.store.tables import Host
 
 #: Seconds for the whole collection (each tool runs under its own shorter timeout), and for

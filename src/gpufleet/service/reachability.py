@@ -40,9 +40,9 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
-from gpufleet.service.alarms import close_alarms, raise_alarm
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
+from gpufleet.service.core.alarms import close_alarms, raise_alarm
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.store.tables import Alarm, Host
 
 #: Outcomes of an attempt that reached the host (something ran on it).

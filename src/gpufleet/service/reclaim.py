@@ -2,7 +2,7 @@
 
 Hosts in ``reclaiming`` (moved there by a release or an expired lease, or left there by a
 crash: ``gpufleet reclaim SELECTOR``) go through the claim -> run -> apply engine
-(:mod:`gpufleet.service.pipeline`): one round trip runs the collection script followed by the
+(:mod:`gpufleet.service.core.pipeline`): one round trip runs the collection script followed by the
 reclaim sections (:data:`gpufleet.collect.sections.RECLAIM_REGISTRY`); the apply step stores
 the fresh facts as a collection does (:func:`gpufleet.service.collect.apply_result`: changes
 since the last validation send the host to ``validating``), then, in one short transaction,
@@ -51,9 +51,9 @@ from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
 from gpufleet.service.collect import _refuse, _start_run, apply_result
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.lifecycle import transition
-from gpufleet.service.pipeline import (
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.core.pipeline import (
     Claimed,
     Pipeline,
     check_forks,
@@ -61,9 +61,9 @@ from gpufleet.service.pipeline import (
     claim_hosts,
     claim_lease,
 )
-from gpufleet.service.policies import Policies
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.core.select import selected_names
 from gpufleet.service.reclaim_policy import clean_by_host, record_cleanup
-from gpufleet.service.select import selected_names
 from gpufleet.service.validate import _evidence, store_evidence
 from gpufleet.store.repo import baseline_for_host
 from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost, Validation

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.reclaim import CleanupAction, parse_clean
 from gpufleet.errors import ConfigError
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, Pool
 

@@ -6,7 +6,7 @@ in-band steps run over its transport with no transaction open (probe the GPU hol
 verify, bug report, reboot and wait for the host to return), then one short transaction writes
 the remediation rows, the audit event, the parts history of the GPUs touched and the lifecycle
 move (to ``validating``; ``service-request``: to ``maintenance`` with the ticket and ETA).
-Notifications are queued in the same transaction (the outbox, service/webhooks.py).
+Notifications are queued in the same transaction (the outbox, service/core/webhooks.py).
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from gpufleet.domain.remediation import (
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, IdentityMismatch, InvalidTransition, UsageError
-from gpufleet.service import bmc_guard, webhooks
+from gpufleet.service import bmc_guard
 from gpufleet.service import remediation_steps as steps_
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.gpu_health import pool_health_policy
-from gpufleet.service.lifecycle import transition
-from gpufleet.service.pipeline import (
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.core.pipeline import (
     Claimed,
     claim_hosts,
     drop_claim,
@@ -50,6 +50,7 @@ from gpufleet.service.pipeline import (
     release_claims,
     transport_for_host,
 )
+from gpufleet.service.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot, Host, PartEvent, Remediation
 

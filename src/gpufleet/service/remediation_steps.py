@@ -20,8 +20,8 @@ from gpufleet.collect.transport import Outcome, RawResult, Transport, run_many
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import SERVICES, Action, alive_script, read_restart, restart_script
 from gpufleet.errors import ConfigError, IdentityMismatch, UsageError
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.pipeline import Claimed
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import Claimed
 
 if TYPE_CHECKING:
     from gpufleet.service.remediation import Step

@@ -13,12 +13,12 @@ from sqlalchemy.orm import Session
 from gpufleet.domain.runs import RunKind, RunState, chunked
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, NotFound
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.pipeline import check_forks, check_timeout
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.core.select import select_hosts, selected_names
 from gpufleet.service.evidence import active_test
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import load_policy
-from gpufleet.service.pipeline import check_forks, check_timeout
-from gpufleet.service.policies import Policies
-from gpufleet.service.select import select_hosts, selected_names
 from gpufleet.service.views.run_views import RunView, show_run
 from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
 

@@ -32,7 +32,7 @@ from gpufleet.domain.sync import (
     slurm_disagreements,
 )
 from gpufleet.errors import ConfigError, GpufleetError
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.k8s import KubeNodes, NodeApi, desired_nodes, k8s_sync
 from gpufleet.service.slurm import _hosts as slurm_hosts
 from gpufleet.service.slurm import slurm_sync

@@ -59,9 +59,10 @@ from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.logs import ids
-from gpufleet.service import background, jobs
+from gpufleet.service import jobs
 from gpufleet.service.campaign import run_campaign, show_campaign
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.sync import enabled_targets, sync_round
 from gpufleet.service.validate import sweep
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT

@@ -27,12 +27,12 @@ from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
 from gpufleet.service import gpu_health
-from gpufleet.service.alarms import close_cleared
 from gpufleet.service.collect import RunReport, collect, flag_duplicate
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.lifecycle import KEEP, reclaim_owed_message, retrying, transition
-from gpufleet.service.policies import Policies
-from gpufleet.service.select import select_hosts
+from gpufleet.service.core.alarms import close_cleared
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import KEEP, reclaim_owed_message, retrying, transition
+from gpufleet.service.core.policies import Policies
+from gpufleet.service.core.select import select_hosts
 from gpufleet.store.repo import (
     baseline_for_host,
     host_by_name,

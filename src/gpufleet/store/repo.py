@@ -2,7 +2,7 @@
 
 Services call these inside their own transaction (the session is theirs); nothing here opens
 a transaction, commits or does network I/O. Selectors are built by
-:mod:`gpufleet.service.select`; the functions here take the resulting ``SELECT`` of hosts.
+:mod:`gpufleet.service.core.select`; the functions here take the resulting ``SELECT`` of hosts.
 """
 
 from __future__ import annotations

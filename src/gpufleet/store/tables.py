@@ -76,7 +76,7 @@ class Host(Base):
     health: Mapped[Health] = mapped_column(StrEnumType(Health, 10), default=Health.OK)
     fault: Mapped[Fault | None] = mapped_column(StrEnumType(Fault, 40))
     fault_reason: Mapped[str | None] = mapped_column(Text)
-    #: Bumped by every lifecycle write (service/lifecycle.py): the compare-and-set token that
+    #: Bumped by every lifecycle write (service/core/lifecycle.py): the compare-and-set token that
     #: keeps two writers from losing each other's transition.
     state_version: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     status_reason: Mapped[str | None] = mapped_column(Text)  # why it is where it is
@@ -112,7 +112,7 @@ class Host(Base):
     # Work claiming across processes: a worker sets both under SELECT ... FOR UPDATE SKIP LOCKED.
     claim_token: Mapped[str | None] = mapped_column(String(36))
     claimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime)
-    # Who holds the claim: "BOOT_ID PID START HOSTNAME" (service/claim_owner.py); a claim of
+    # Who holds the claim: "BOOT_ID PID START HOSTNAME" (service/core/claim_owner.py); a claim of
     # a process gone from this machine's current boot is taken over at once.
     claim_owner: Mapped[str | None] = mapped_column(String(200))
 

@@ -14,7 +14,7 @@ from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
 from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut
 from gpufleet.service import campaign
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
 
 router = APIRouter(responses=ERRORS, tags=["campaigns"])

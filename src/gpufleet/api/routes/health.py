@@ -37,8 +37,8 @@ from gpufleet.api.schemas_ops import HostOutcomeOut
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
 from gpufleet.service import baselines, bmc, failures, operations, parts
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.evidence import run_active
-from gpufleet.service.fleet import Fleet
 from gpufleet.service.inspect import inspect
 from gpufleet.service.inspect_report import build_report, parse_since
 from gpufleet.service.remediation import remediate

@@ -14,7 +14,7 @@ from gpufleet.api.schemas_ops import HostOutcomeOut, MaintenanceOffIn, Maintenan
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.service import operations
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)

@@ -10,7 +10,7 @@ from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas_runs import QueueDepthOut, RunHostOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
 from gpufleet.service import jobs
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
 
 router = APIRouter(responses=ERRORS)

@@ -9,7 +9,7 @@ from gpufleet.api.deps import as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.hosts import SELECTOR
 from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.summary import fleet_summary, host_labels
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)

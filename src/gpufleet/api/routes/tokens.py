@@ -8,8 +8,8 @@ from gpufleet.api.deps import as_admin
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.schemas_tokens import TokenCreatedOut, TokenIn, TokenOut
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service import tokens
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core import tokens
+from gpufleet.service.core.fleet import Fleet
 
 router = APIRouter(tags=["tokens"], responses=ERRORS)
 

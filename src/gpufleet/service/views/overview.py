@@ -14,7 +14,7 @@ from sqlalchemy import Text, desc, func, select
 from gpufleet.domain.events import AlarmSeverity
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, FactSnapshot, FailureRow, Host, Lease
 

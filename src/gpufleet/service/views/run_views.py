@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.errors import NotFound
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.tables import (
     CollectionResult,
     Host,

@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 from sqlalchemy import Text, cast
 
 from gpufleet.domain.states import HostState
-from gpufleet.service.alarms import open_alarms
 from gpufleet.service.baselines import DriftHost, DriftReport, drift_of
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.alarms import open_alarms
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.labels import FleetLabels, HostLabels
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.repo import (
     OWN_BASELINE,
     Baselines,

@@ -14,7 +14,7 @@ from datetime import datetime
 from sqlalchemy import desc, select
 
 from gpufleet.domain.events import EventKind
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.leases import list_leases
 from gpufleet.service.views.hosts import list_events
 from gpufleet.service.views.overview import list_failures

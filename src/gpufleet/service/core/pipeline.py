@@ -49,10 +49,10 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import ssh_password
-from gpufleet.service import background
-from gpufleet.service.claim_owner import local_prefix, owner_gone, this_owner
-from gpufleet.service.fleet import Fleet
-from gpufleet.service.select import select_hosts
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core.claim_owner import local_prefix, owner_gone, this_owner
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.select import select_hosts
 from gpufleet.store.tables import Host
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ def claim_hosts(
 
 def orphaned_tokens(s: Session, now: datetime) -> set[str]:
     """The tokens of running claims whose owner was a process of this machine's current
-    boot that is gone (killed, crashed): taken over at once (``service/claim_owner.py``)."""
+    boot that is gone (killed, crashed): taken over at once (``service/core/claim_owner.py``)."""
     prefix = local_prefix()
     if prefix is None:
         return set()

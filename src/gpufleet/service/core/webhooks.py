@@ -49,8 +49,8 @@ from sqlalchemy import event as sa_event
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Session
 
-from gpufleet.service import background
-from gpufleet.service.fleet import Fleet, utcnow
+from gpufleet.service.core import background_errors as background
+from gpufleet.service.core.fleet import Fleet, utcnow
 from gpufleet.store.tables import WebhookDelivery
 
 log = logging.getLogger(__name__)

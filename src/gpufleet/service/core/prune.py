@@ -15,7 +15,7 @@ from sqlalchemy import delete, select, update
 
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import CollectionResult, Event, FactSnapshot, Host, Validation
 
 

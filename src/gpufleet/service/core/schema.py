@@ -2,7 +2,7 @@
 
 Servers and workers never migrate on their own (they would race); an operator runs
 ``gpufleet db upgrade`` once. Only a brand-new, empty SQLite database is created at the
-current schema by :meth:`gpufleet.service.fleet.Fleet.open`.
+current schema by :meth:`gpufleet.service.core.fleet.Fleet.open`.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.lifecycle import Transition, advance
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import Host
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from sqlalchemy import select
 
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError, Conflict, Forbidden, NotFound, Unauthorized
-from gpufleet.service.fleet import Fleet, record_event
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.store.tables import ApiToken
 
 PREFIX = "gft_"

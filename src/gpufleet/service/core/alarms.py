@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.errors import NotFound, UsageError
-from gpufleet.service.fleet import Fleet, record_event
-from gpufleet.service.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, Host
 
 
@@ -44,7 +44,7 @@ def raise_alarm(
         )
         s.add(alarm)
         alarm_data = {"kind": kind.value, "severity": severity.value, "message": message}
-        from gpufleet.service import webhooks  # here: the reads need none of it
+        from gpufleet.service.core import webhooks  # here: the reads need none of it
 
         webhooks.enqueue(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
     return alarm
@@ -60,7 +60,7 @@ def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: 
         alarm.reason = reason
         n += 1
         closed = {"kind": kind.value, "reason": reason, "message": alarm.message}
-        from gpufleet.service import webhooks  # here: the reads need none of it
+        from gpufleet.service.core import webhooks  # here: the reads need none of it
 
         webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed)
     return n
@@ -83,7 +83,7 @@ def close_cleared(s: Session, fleet: Fleet, host: Host) -> int:
         alarm.reason = "finding cleared and the host re-validated"
         n += 1
         closed = {"kind": alarm.kind.value, "reason": alarm.reason, "message": alarm.message}
-        from gpufleet.service import webhooks
+        from gpufleet.service.core import webhooks
 
         webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed | dict(alarm.data))
     return n
@@ -240,7 +240,7 @@ def resolve_alarm(fleet: Fleet, alarm_id: int, reason: str) -> AlarmRecord:
             data={"alarm": alarm_id, "kind": alarm.kind.value, "reason": reason},
         )
         closed = {"alarm": alarm_id, "kind": alarm.kind.value, "reason": alarm.reason}
-        from gpufleet.service import webhooks  # here: the reads need none of it
+        from gpufleet.service.core import webhooks  # here: the reads need none of it
 
         webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed)
         s.flush()

@@ -12,7 +12,7 @@ from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.profiles import Profile, load_profiles
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import NotFound
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
 
 
 @dataclass
