@@ -57,9 +57,9 @@ import httpx
 from sqlalchemy import create_engine, insert, text
 
 from gpufleet.domain.states import HostState
-from gpufleet.service.collect import facts_digest
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Role, create_token
+from gpufleet.service.hosts.collect import facts_digest
 from gpufleet.service.views.hosts import list_query
 from gpufleet.store.db import Database
 from gpufleet.store.tables import (

@@ -34,9 +34,9 @@ from tests.bmc.redfishlab import start_dynamic, system_uuid  # noqa: E402
 
 from gpufleet.inventory import load_inventory  # noqa: E402
 from gpufleet.secrets import SecretBox  # noqa: E402
-from gpufleet.service.bmc import bmc_status  # noqa: E402
 from gpufleet.service.core.fleet import Fleet  # noqa: E402
-from gpufleet.service.enroll import enroll  # noqa: E402
+from gpufleet.service.hosts.bmc import bmc_status  # noqa: E402
+from gpufleet.service.hosts.enroll import enroll  # noqa: E402
 
 USER, PASSWORD = "bench", "bench-Pw-1"
 

@@ -65,7 +65,7 @@ def _vacuum(fleet: Any, db: str) -> None:
 
 def run(hosts: int, rounds: int, db: str, digest: str, pg_admin: str) -> None:
     import gpufleet.lab.transport as sim
-    import gpufleet.service.collect as svc
+    import gpufleet.service.hosts.collect as svc
     from gpufleet.lab.readings import vary_readings
 
     real_render: Callable[..., str] = sim.render_output

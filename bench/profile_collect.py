@@ -65,7 +65,7 @@ def parse_bench(repeat: int, profile: bool, top: int) -> None:
     from gpufleet.errors import ParseError
     from gpufleet.lab.fleet import LabHost
     from gpufleet.lab.renderers import render_sections
-    from gpufleet.service.collect import facts_digest
+    from gpufleet.service.hosts.collect import facts_digest
 
     now = datetime.now(UTC)
     for model in MODELS:
@@ -175,7 +175,7 @@ def lab_fleet(hosts: int, db: str, pg_admin: str, actor: str) -> Iterator[Fleet]
 def collect_bench(
     hosts: int, db: str, profile: bool, top: int, again: bool, pg_admin: str, dump: str
 ) -> None:
-    import gpufleet.service.collect as svc
+    import gpufleet.service.hosts.collect as svc
 
     with lab_fleet(hosts, db, pg_admin, "prof") as fleet:
         real = svc.apply_result

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from gpufleet.lab.demo import validated_baselines
 from gpufleet.lab.fleet import LabFleet
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import ActiveRun, run_active
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.evidence import ActiveRun, run_active
 
 #: The lab replays one real all-reduce run, on 8x A100 (235 GB/s peak: lab/data/captured/
 #: active): below the H100 SXM floor of domain/data/nccl_floors.yaml, and there is no H100

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from gpufleet.domain.spec import BaselineStatus
-from gpufleet.service.baselines import baseline_from_host, save_baseline
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
 from gpufleet.store.repo import host_by_name
 
 

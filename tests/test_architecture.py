@@ -68,7 +68,7 @@ def test_every_contract_breaks_on_a_violation(tmp_path: Path) -> None:
 
 
 PRODUCT = [
-    "gpufleet.cli.main", "gpufleet.service.collect", "gpufleet.service.evidence",
+    "gpufleet.cli.main", "gpufleet.service.hosts.collect", "gpufleet.service.hosts.evidence",
     "gpufleet.collect.transport", "gpufleet.store.db", "gpufleet.domain.checks",
 ]
 

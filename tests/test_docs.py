@@ -243,7 +243,7 @@ def command_refs() -> Iterator[tuple[Ref, str]]:
 
 
 #: Things that look like a file of this repository. Package-relative paths
-#: (``service/collect.py``) are resolved under the package directory.
+#: (``service/hosts/collect.py``) are resolved under the package directory.
 _PACKAGE_DIRS = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__")
 _REPO_PATH = re.compile(
     r"(?<![\w./~-])"

@@ -33,9 +33,9 @@ from gpufleet.cli.entry import Lean, lean_argv
 from gpufleet.config import KNOWN_CRON, environment_values, load_settings
 from gpufleet.domain.spec import Baseline
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.baselines import save_baseline, set_pool_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.baselines import save_baseline, set_pool_baseline
+from gpufleet.service.hosts.collect import collect
 from gpufleet.service.views.summary import host_labels
 
 HEAVY = ("typer", "click", "sqlalchemy", "pydantic_settings", "croniter", "rich", "gpufleet.api")

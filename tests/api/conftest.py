@@ -15,7 +15,7 @@ from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore, token_digest
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.validate import validate
 from gpufleet.testing import FakeClock
 from tests.conftest import copy_sqlite_template
 

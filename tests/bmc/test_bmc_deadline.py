@@ -25,8 +25,8 @@ from tests.clitools import Cli, cli_for_backend
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.service.bmc import bmc_history
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.bmc import bmc_history
 
 pytestmark = pytest.mark.xdist_group("redfish")
 

@@ -21,11 +21,11 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections
 from gpufleet.lab.templates import system_identity
-from gpufleet.service.bmc import bmc_status
-from gpufleet.service.collect import collect
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.bmc import bmc_status
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
 
 pytestmark = [pytest.mark.sshlab, pytest.mark.xdist_group("redfish")]
 

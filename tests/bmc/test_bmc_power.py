@@ -21,9 +21,9 @@ from gpufleet.api.schemas import BaselineOut
 from gpufleet.cli.main import app
 from gpufleet.domain.spec import Baseline
 from gpufleet.errors import ConfigError
-from gpufleet.service.baselines import get_baseline, save_baseline
-from gpufleet.service.bmc import image_for
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.baselines import get_baseline, save_baseline
+from gpufleet.service.hosts.bmc import image_for
 from gpufleet.store.db import Database
 
 pytestmark = pytest.mark.xdist_group("redfish")

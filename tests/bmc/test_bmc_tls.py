@@ -15,9 +15,9 @@ from tests.bmc.conftest import BMC_PASSWORD, BMC_USER
 from tests.bmc.redfishlab import TOWER, Emulator, free_port, start_static
 
 from gpufleet.inventory import load_inventory
-from gpufleet.service.bmc import bmc_status, set_bmc
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.bmc import bmc_status, set_bmc
+from gpufleet.service.hosts.enroll import enroll
 
 pytestmark = pytest.mark.xdist_group("redfish")
 

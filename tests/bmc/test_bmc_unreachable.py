@@ -16,12 +16,12 @@ from gpufleet.domain.bmc import PowerAction
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import bmc
-from gpufleet.service.collect import collect
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import bmc
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 
 pytestmark = [pytest.mark.xdist_group("redfish"), pytest.mark.sshlab]

@@ -14,11 +14,11 @@ from sqlalchemy import select, text, update
 
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.baselines import baseline_from_host, save_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.labels import HostLabels, lean_host_labels
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.labels import HostLabels, lean_host_labels
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.db import SCHEMA_REVISION
 from gpufleet.store.readmodel import schema_head

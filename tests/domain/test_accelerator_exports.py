@@ -31,7 +31,7 @@ from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.slurm import NodeDef, node_features, node_line, render_gres_conf
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.testing import NOW, make_facts
 from gpufleet.vendors.amd import plugin as amd
 from gpufleet.vendors.huawei import plugin as ascend

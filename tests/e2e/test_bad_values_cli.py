@@ -12,9 +12,9 @@ from tests.clitools import Cli, cli_for_backend, flat
 from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import run_active
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.evidence import run_active
 
 COMMANDS = [("collect",), ("validate",), ("evidence", "run", "gpu-01", "--kind", "dcgm")]
 BAD_TIMEOUTS = ["nan", "inf", "-inf", "-5", "0"]

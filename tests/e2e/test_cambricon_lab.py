@@ -9,9 +9,9 @@ from pathlib import Path
 from gpufleet.domain.accelerators import Vendor, accelerators_of, inventories_of
 from gpufleet.domain.vendors import plugin
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 
 

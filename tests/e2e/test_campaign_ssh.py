@@ -28,7 +28,6 @@ from gpufleet.domain.spec import BaselineStatus
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.campaign import (
     CampaignSpec,
     approve_campaign,
@@ -37,9 +36,10 @@ from gpufleet.service.campaign import (
     show_campaign,
 )
 from gpufleet.service.core.fleet import Fleet, utcnow
-from gpufleet.service.enroll import enroll
 from gpufleet.service.failures import failure_report, record_failure
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import CampaignHost, Host
 
@@ -210,7 +210,7 @@ def test_failed_canary_halts_before_wave_one_and_auto_rollback_restores_it(
         assert h is not None
         h.vars = {k: x for k, x in h.vars.items() if k != "gpufleet_baseline"}
     lab.set_sections(canary, render_sections(lf.host(canary)))
-    from gpufleet.service import operations
+    from gpufleet.service.hosts import operations
     operations.unquarantine(fleet, canary, "test: reset")
     assert validate(fleet, canary).ok
     v = run_campaign(fleet, create_campaign(fleet, _spec(tmp_path, "c2",

@@ -15,12 +15,12 @@ from pathlib import Path
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet
-from gpufleet.service import operations
-from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.failures import failure_report, import_failures, record_failure
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts
 from gpufleet.testing import FakeClock
 

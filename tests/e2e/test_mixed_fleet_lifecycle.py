@@ -13,10 +13,15 @@ from gpufleet.domain.k8s import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.vendors import plugin
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.baselines import (
+    baseline_from_host,
+    drift,
+    save_baseline,
+    set_pool_baseline,
+)
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.service.views.summary import host_labels
 

@@ -13,10 +13,15 @@ from tests.labproof import prove
 from gpufleet.domain.spec import BaselineStatus
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service.baselines import baseline_from_host, drift, save_baseline, set_pool_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.baselines import (
+    baseline_from_host,
+    drift,
+    save_baseline,
+    set_pool_baseline,
+)
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.service.views.summary import host_labels
 

@@ -16,8 +16,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 
 pytestmark = pytest.mark.sshlab

@@ -30,10 +30,10 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service.allocation import allocate
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.leases import release
 from gpufleet.service.reclaim import FALLBACK_NOTE, HostReclaim, reclaim_selected
-from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import EvidenceRow, Host, Lease
 

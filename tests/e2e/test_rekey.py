@@ -18,10 +18,10 @@ from tests.sshlab_fixtures import SshLabFactory, sample_sections
 from gpufleet.collect.transport import Outcome, fingerprint
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.inventory import load_inventory
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.operations import rekey_hosts
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.operations import rekey_hosts
 from gpufleet.service.views.hosts import list_events, show_host
 
 pytestmark = pytest.mark.sshlab

@@ -40,7 +40,7 @@ from tests.conftest import PG_ADMIN_URL
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.db import Database
 
 pytestmark = pytest.mark.postgres

@@ -22,9 +22,9 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.secrets import SEALED_PREFIX, SecretBox
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.tables import Base, Host
 
 pytestmark = pytest.mark.sshlab

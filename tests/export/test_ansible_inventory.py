@@ -23,12 +23,12 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.secrets import SecretBox
-from gpufleet.service import operations
 from gpufleet.service.ansible import write_inventory_script
-from gpufleet.service.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.baselines import save_baseline, set_pool_baseline
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 
 pytestmark = pytest.mark.sshlab
 

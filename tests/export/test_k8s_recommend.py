@@ -18,12 +18,12 @@ from gpufleet.domain.k8s import HostEvidence, recommend
 from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
 from gpufleet.service import allocation
-from gpufleet.service.collect import collect
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.k8s import KubeNodes, k8s_sync
-from gpufleet.service.validate import validate
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 

@@ -21,9 +21,9 @@ from gpufleet.lab.renderers import render_reclaim_sections, render_sections
 from gpufleet.lab.transport import SimTransport
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.reclaim import reclaim_hosts, reclaim_script
-from gpufleet.service.validate import validate
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import EvidenceRow, Host
 

@@ -35,12 +35,12 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import operations
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.evidence import run_active
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.evidence import run_active
+from gpufleet.service.hosts.validate import validate
 from gpufleet.store.db import Database
 from tests.conftest import PG_ADMIN_URL
 from tests.probe.harness import (

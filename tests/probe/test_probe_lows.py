@@ -29,8 +29,8 @@ from gpufleet.domain.states import HostState
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.store.db import Database
 from gpufleet.store.tables import Host, Pool
 from gpufleet.web.app import attach

@@ -22,8 +22,8 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from gpufleet.service.bmc import bmc_history, set_bmc
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.bmc import bmc_history, set_bmc
 from tests.api.conftest import TOKENS, write_tokens
 from tests.api.test_api_limits import _post, _send
 from tests.api.test_serve import free_port, wait_until_serving

@@ -25,7 +25,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.allocation import allocate
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.validate import validate
 from gpufleet.store.tables import LeaseHost
 from gpufleet.testing import FakeClock
 

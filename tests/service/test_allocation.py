@@ -16,9 +16,10 @@ from gpufleet.domain.leases import OnExpiry
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import allocation, capacity, leases, operations
+from gpufleet.service import allocation, capacity, leases
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import sweep, validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.validate import sweep, validate
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.store.tables import Event, Lease, LeaseHost
 from gpufleet.testing import FakeClock

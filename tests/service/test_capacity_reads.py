@@ -14,8 +14,8 @@ from sqlalchemy import event
 
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.capacity import capacity, check
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.collect import collect
 from gpufleet.store.repo import READ_COLUMNS_INDEX
 from gpufleet.store.tables import Host
 

@@ -26,10 +26,10 @@ from tests.sshlab_fixtures import SshLabFactory
 
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.collect import claim, collect
 from gpufleet.service.core.claim_owner import boot_id, owner_gone, this_owner
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import claim, collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.tables import Host
 
 

@@ -27,10 +27,10 @@ from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service import collect as collect_mod
-from gpufleet.service.collect import claim, collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts import collect as collect_mod
+from gpufleet.service.hosts.collect import claim, collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.tables import Host
 
 
@@ -158,7 +158,7 @@ def test_collection_claims_in_batches_so_workers_split_it(fleet: Fleet, tmp_path
 
 
 def test_running_collection_renews_its_claims(fleet: Fleet, tmp_path: Path) -> None:
-    from gpufleet.service.collect import renew_claims
+    from gpufleet.service.hosts.collect import renew_claims
 
     lab(fleet, tmp_path, n=2)
     _run, held, _ = claim(fleet, None, None, timedelta(minutes=1))

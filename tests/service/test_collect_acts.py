@@ -15,11 +15,11 @@ from gpufleet.collect.transport import Outcome
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.demo import enroll_lab, validated_baselines
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service import operations
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import run_active
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.evidence import run_active
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_events, show_host
 from gpufleet.service.views.summary import host_labels
 

@@ -22,9 +22,9 @@ from gpufleet.errors import ParseError
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.views.hosts import show_host, snapshot_count
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,9 +9,9 @@ from sqlalchemy import func, select
 from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.views.hosts import show_host, snapshot_count
 from gpufleet.store.tables import Event, FactSnapshot
 
@@ -117,7 +117,7 @@ def test_hosts_claimed_by_another_worker_are_skipped(fleet: Fleet, tmp_path: Pat
     """Two collectors sharing one database never collect the same host at once."""
     from datetime import timedelta
 
-    from gpufleet.service.collect import claim
+    from gpufleet.service.hosts.collect import claim
 
     d = make_lab(tmp_path, n=3, faults={})
     enroll(fleet, load_inventory(d / "inventory.ini"))
@@ -141,7 +141,7 @@ def test_row_locks_of_a_concurrent_transaction_are_skipped(
     from sqlalchemy import select
     from tests.conftest import _truncate
 
-    from gpufleet.service.collect import claim
+    from gpufleet.service.hosts.collect import claim
     from gpufleet.store.tables import Host
 
     fleet = Fleet.open(home=tmp_path / "home", url=pg_database_url, actor="pytest")
@@ -161,7 +161,7 @@ def test_stale_result_after_lease_expiry_is_discarded(fleet: Fleet, tmp_path: Pa
     from datetime import timedelta
 
     from gpufleet.collect.transport import RawResult
-    from gpufleet.service.collect import apply_result, claim
+    from gpufleet.service.hosts.collect import apply_result, claim
 
     d = make_lab(tmp_path, n=1, faults={})
     enroll(fleet, load_inventory(d / "inventory.ini"))

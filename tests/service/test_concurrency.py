@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import select
 
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import gpu_health, operations
-from gpufleet.service import validate as validate_mod
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts import gpu_health, operations
+from gpufleet.service.hosts import validate as validate_mod
 from gpufleet.store.tables import Event, Host
 
 CTX = mp.get_context("spawn")  # a fresh interpreter per process, nothing shared but the DB

@@ -16,7 +16,7 @@ from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service import allocation, capacity
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts
 
 

@@ -14,7 +14,7 @@ from gpufleet.errors import ConfigError, InventoryError
 from gpufleet.inventory import load_inventory
 from gpufleet.secrets import REDACTED, SecretBox, is_secret_var, redact_vars, secret_key_from_env
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll, is_this_machine
+from gpufleet.service.hosts.enroll import enroll, is_this_machine
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.store.tables import Event, Host, Pool
 

@@ -16,7 +16,7 @@ import pytest
 from gpufleet.domain.states import HostState
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import EnrollReport, enroll
+from gpufleet.service.hosts.enroll import EnrollReport, enroll
 from gpufleet.store.tables import Host
 
 

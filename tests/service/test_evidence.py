@@ -8,10 +8,10 @@ import pytest
 
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.lab.demo import enroll_lab, validated_baselines
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import run_active
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.evidence import run_active
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_events
 
 

@@ -23,10 +23,10 @@ from gpufleet.domain.labels import derive_labels, derive_taints, usable_fact_lab
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.baselines import baseline_from_host, save_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.labels import labels_of
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.labels import labels_of
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import baseline_name_for_host
 from gpufleet.store.tables import FactLabelSet, FactSnapshot, Host, Pool

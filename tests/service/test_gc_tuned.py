@@ -11,9 +11,9 @@ import pytest
 
 from gpufleet.collect.transport import RawResult
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import GC_YOUNG_THRESHOLD, gc_tuned
+from gpufleet.service.hosts.collect import collect
 
 
 def test_overlapping_runs_restore_the_collector_when_the_last_ends() -> None:

@@ -11,9 +11,10 @@ from pathlib import Path
 from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service import allocation, capacity, gpu_health
+from gpufleet.service import allocation, capacity
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import gpu_health
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.tables import Host, PartEvent

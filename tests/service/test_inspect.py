@@ -17,8 +17,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.service.candidates import candidate_filters
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.inspect import fleet_alarms, inspect
-from gpufleet.service.validate import validate
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuSampleRow, Host, HostSampleRow
 from gpufleet.testing import FakeClock
 
@@ -193,7 +193,7 @@ def test_blast_radius_guard_stops_at_the_share(
     assert len(fleet_alarms(fleet)) == 1
     assert sorted(n for n, s in states(fleet).items() if s == "quarantined") == quarantined
     # Manual actions are not blocked by the guard: an operator takes a held host out.
-    from gpufleet.service.operations import maintenance_on
+    from gpufleet.service.hosts.operations import maintenance_on
 
     maintenance_on(fleet, "gpu-04", reason="ECC reported, pulling it by hand")
     assert states(fleet)["gpu-04"] == "maintenance"
@@ -286,7 +286,8 @@ def test_a_rule_the_pool_names_runs_the_first_rung(
     ``ecc-uncorrectable`` under ``auto_remediate``, so the sweep that quarantines gpu-02 for
     it runs the GPU reset (recorded on the ladder with the rule) and sends the host to
     validation; gpu-01's Xid 79 is not named, so it stays quarantined with no remediation."""
-    from gpufleet.service import gpu_health, remediation
+    from gpufleet.service import remediation
+    from gpufleet.service.hosts import gpu_health
 
     fleet.settings.guard_share = 1.0
     fleet.settings.guard_hosts = 100

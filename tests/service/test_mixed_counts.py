@@ -30,12 +30,12 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import accelerator_counts
 from gpufleet.service.capacity import capacity
-from gpufleet.service.collect import apply_result, claim
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Role, create_token
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts import accelerator_counts
+from gpufleet.service.hosts.collect import apply_result, claim
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.summary import FleetSummary, fleet_summary
 from gpufleet.store.repo import latest_facts
 from gpufleet.web.app import attach

@@ -14,10 +14,11 @@ from gpufleet.domain.leases import OnExpiry
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import baselines, leases, operations
+from gpufleet.service import leases
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import selected_names
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts import baselines, operations
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.views.hosts import list_hosts, show_host
 
 

@@ -42,7 +42,7 @@ from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import raise_alarm
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import _Renewer
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.db import Database
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, WebhookDelivery
@@ -254,7 +254,7 @@ def test_every_lease_event_is_queued_with_its_change(
 
     from gpufleet.domain.placement import Request
     from gpufleet.service import allocation, leases
-    from gpufleet.service.validate import sweep
+    from gpufleet.service.hosts.validate import sweep
 
     lab(fleet, tmp_path, n=2)
     _configure(fleet, receiver.url)

@@ -15,10 +15,10 @@ from tests.sshlab_fixtures import SshLabFactory, sample_sections
 from gpufleet.collect.transport import RawResult, Target
 from gpufleet.domain.events import EvidenceKind
 from gpufleet.inventory import load_inventory
-from gpufleet.service.collect import claim
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.evidence import run_active
+from gpufleet.service.hosts.collect import claim
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.evidence import run_active
 from gpufleet.store.tables import EvidenceRow, Host
 
 DCGM = (

@@ -17,7 +17,7 @@ from gpufleet.config import load_settings
 from gpufleet.domain.preflight import EXIT_CODES, Action, Verdict
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.preflight import run_preflight
+from gpufleet.service.hosts.preflight import run_preflight
 
 NOW = datetime.now(UTC)
 

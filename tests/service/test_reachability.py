@@ -12,11 +12,11 @@ from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service import allocation
-from gpufleet.service.collect import collect
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.repo import host_by_name
 from gpufleet.testing import FakeClock

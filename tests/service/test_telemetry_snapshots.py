@@ -45,8 +45,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet
 from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.renderers import render_output
-from gpufleet.service.collect import collect, facts_digest
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.collect import collect, facts_digest
 from gpufleet.store.tables import Event, FactSnapshot, GpuRow, Host, NicRow
 from gpufleet.testing import FakeClock
 

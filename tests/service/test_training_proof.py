@@ -12,11 +12,11 @@ from pathlib import Path
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.demo import enroll_lab, run_evidence, validated_baselines
 from gpufleet.lab.fleet import LabFleet
-from gpufleet.service import gpu_health
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.operations import record_change
+from gpufleet.service.hosts import gpu_health
+from gpufleet.service.hosts.operations import record_change
+from gpufleet.service.hosts.validate import HostVerdict, validate
 from gpufleet.service.slurm import slurm_config
-from gpufleet.service.validate import HostVerdict, validate
 from gpufleet.service.views.hosts import show_host
 
 

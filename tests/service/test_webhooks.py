@@ -27,7 +27,7 @@ from gpufleet.service import leases, remediation
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, WebhookDelivery
 from gpufleet.testing import FakeClock
@@ -204,8 +204,8 @@ def test_a_slow_receiver_never_delays_an_inspection_sweep(
 ) -> None:
     from gpufleet.lab.demo import enroll_lab
     from gpufleet.lab.fleet import LabFleet
+    from gpufleet.service.hosts.validate import validate
     from gpufleet.service.inspect import inspect
-    from gpufleet.service.validate import validate
 
     fleet.settings.guard_share = 1.0
     d = tmp_path / "lab"

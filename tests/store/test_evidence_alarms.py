@@ -19,11 +19,11 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EvidenceKind
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import run_active
-from gpufleet.service.operations import record_change, rekey
-from gpufleet.service.validate import _evidence
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.evidence import run_active
+from gpufleet.service.hosts.operations import record_change, rekey
+from gpufleet.service.hosts.validate import _evidence
 from gpufleet.service.views.hosts import list_events, show_host
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database

@@ -26,8 +26,8 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.labels import fact_labels
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.collect import collect
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION
 from gpufleet.store.repo import READ_COLUMNS_INDEX, label_set_digest, label_set_id

@@ -13,10 +13,10 @@ from sqlalchemy import insert, text
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.states import HostState
-from gpufleet.service.baselines import list_pools
 from gpufleet.service.core.alarms import raise_alarm
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import select_hosts
+from gpufleet.service.hosts.baselines import list_pools
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts, latest_columns
 from gpufleet.store.tables import FactSnapshot, GpuRow, Host, Pool

@@ -10,10 +10,10 @@ from sqlalchemy import func, select, update
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.prune import prune
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.store.tables import CollectionResult, FactSnapshot, Host
 from gpufleet.testing import FakeClock
 

@@ -16,9 +16,9 @@ from alembic.config import Config
 from sqlalchemy import inspect, text
 
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import select_hosts
+from gpufleet.service.hosts.collect import collect
 from gpufleet.service.views.hosts import list_hosts, list_query
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database

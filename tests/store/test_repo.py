@@ -11,11 +11,11 @@ from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import NotFound
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.baselines import drift, save_baseline, set_pool_baseline
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import select_hosts
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.baselines import drift, save_baseline, set_pool_baseline
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store import repo
 from gpufleet.store.tables import FactSnapshot, Host

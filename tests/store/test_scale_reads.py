@@ -24,10 +24,10 @@ from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service.baselines import baseline_from_host, drift, save_baseline
-from gpufleet.service.collect import collect, facts_digest
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import select_hosts
+from gpufleet.service.hosts.baselines import baseline_from_host, drift, save_baseline
+from gpufleet.service.hosts.collect import collect, facts_digest
 from gpufleet.service.views.hosts import list_hosts
 from gpufleet.service.views.summary import fleet_summary, host_labels
 from gpufleet.store.repo import (

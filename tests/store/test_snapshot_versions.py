@@ -15,9 +15,9 @@ from gpufleet.domain import facts as facts_mod
 from gpufleet.domain.facts import FACTS_VERSION
 from gpufleet.domain.facts_upgrade import UPGRADERS
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot

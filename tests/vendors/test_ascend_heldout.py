@@ -16,7 +16,7 @@ from gpufleet.domain.accelerator_exports import gres_of
 from gpufleet.domain.accelerators import AcceleratorInventory, LinkState, Vendor, accelerators_of
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.vendors.huawei import plugin as ascend
 from gpufleet.vendors.huawei.chips import device_type
 from gpufleet.vendors.huawei.hccn import parse_link_stat

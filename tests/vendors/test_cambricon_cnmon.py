@@ -14,7 +14,7 @@ from gpufleet.domain.accelerator_exports import Gres, extended_resources, gres_o
 from gpufleet.domain.accelerators import Vendor, inventory_group
 from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.vendors.cambricon.cnmon import LAYOUTS, parse_cnmon
 from gpufleet.vendors.cambricon.plugin import PLUGIN, device_files, labels, parse_sections
 

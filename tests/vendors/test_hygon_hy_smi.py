@@ -22,7 +22,7 @@ from gpufleet.domain.accelerators import (
 )
 from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.vendors.hygon.hy_smi import HEADERS, parse_hy_smi, parse_rocm_smi_dtk_json
 from gpufleet.vendors.hygon.plugin import (
     COLLECTOR,

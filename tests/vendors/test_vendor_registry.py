@@ -34,7 +34,7 @@ from gpufleet.lab import vendors as lab_vendors
 from gpufleet.lab.catalogue import all_models, model_spec
 from gpufleet.lab.demo import mixed_models
 from gpufleet.lab.faults import fault_kinds, validate_faults
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.testing import make_facts
 
 ACME_PLUGIN = '''
@@ -216,7 +216,7 @@ def test_a_host_of_one_vendor_imports_only_that_vendors_plugin() -> None:
     (a few declarations) and no other vendor's parsers; an Ascend host only Huawei's."""
     code = textwrap.dedent("""
         import sys
-        from gpufleet.service.vendor_exports import digest_accelerator_labels as labels
+        from gpufleet.service.hosts.vendor_exports import digest_accelerator_labels as labels
         def loaded():
             return sorted(m for m in sys.modules if m.startswith("gpufleet.vendors."))
         def digest(vendor, model):
@@ -316,13 +316,13 @@ from gpufleet.domain.accelerators import inventories_of
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.ansible import inventory_list
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.hosts import show_host
 from gpufleet.service.slurm import slurm_config
 from gpufleet.service.views.summary import host_labels
-from gpufleet.service.validate import validate
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.validate import validate
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 
 home, lab = Path(sys.argv[1]), Path(sys.argv[2])
 lab.mkdir()

@@ -24,7 +24,7 @@ from gpufleet.domain.pins import (
 )
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
-from gpufleet.service import baselines as svc
+from gpufleet.service.hosts import baselines as svc
 
 app = typer.Typer(no_args_is_help=True)
 pool_app = typer.Typer(no_args_is_help=True)

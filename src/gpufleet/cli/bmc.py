@@ -1,6 +1,6 @@
 """``gpufleet bmc``: the hosts' BMCs over Redfish (set, status, power, sel-ack) and
 ``gpufleet reimage`` by virtual media. Parsing and printing only; the work is in
-``service/bmc.py``."""
+``service/hosts/bmc.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.table import Table
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.errors import ConfigError
-from gpufleet.service import bmc as svc
+from gpufleet.service.hosts import bmc as svc
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -21,9 +21,9 @@ from gpufleet.cli.common import (
 )
 from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
-from gpufleet.service.collect import RunReport, collect, ensure_local_host
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
-from gpufleet.service.enroll import enroll
+from gpufleet.service.hosts.collect import RunReport, collect, ensure_local_host
+from gpufleet.service.hosts.enroll import enroll
 
 OUTCOME_STYLE = {
     Outcome.OK: "green",

@@ -16,8 +16,8 @@ from gpufleet.cli.common import cell, lean_read, lit, print_json
 
 if TYPE_CHECKING:
     from gpufleet.domain.drift import PoolField
-    from gpufleet.service.baselines import DriftReport
     from gpufleet.service.core.fleet import Fleet
+    from gpufleet.service.hosts.baselines import DriftReport
 
 
 def pool_json(rep: DriftReport) -> list[dict[str, object]]:
@@ -117,7 +117,7 @@ def lean_drift(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet drift [SELECTOR] [--json]`` and return its exit code (1 when any host
     drifts), or None when the command must run instead
     (:func:`~gpufleet.cli.common.lean_read`)."""
-    from gpufleet.service.baselines import drift
+    from gpufleet.service.hosts.baselines import drift
 
     def read(fleet: Fleet) -> Callable[[], int]:
         rep = drift(fleet, selector)

@@ -116,7 +116,7 @@ def rekey_cmd(
     cleared and the next collection pins the key it is offered (trust on first use); with
     it, the next collection accepts only that key (any other: host key changed, alarm).
     The host's state is unchanged. Exit 4: no such host; 2: bad fingerprint."""
-    from gpufleet.service import operations
+    from gpufleet.service.hosts import operations
 
     rows = operations.rekey_hosts(open_fleet(), hosts, reason, fingerprint)
     if as_json:
@@ -165,7 +165,7 @@ def remove_cmd(
     results, validations). The audit log keeps their events and a host-removed event with
     the last state. Refused for an allocated host (exit 5) or one a running collection
     holds (exit 6); exit 4 when nothing matches."""
-    from gpufleet.service import operations
+    from gpufleet.service.hosts import operations
 
     fleet = open_fleet()
     names = operations.named_hosts(fleet, hosts, "remove")
@@ -195,7 +195,7 @@ def hosts_eta_cmd(
     """Say when hosts in maintenance or quarantine are expected back (summary, capacity)."""
     from gpufleet.cli.common import when
     from gpufleet.cli.lifecycle import report_each
-    from gpufleet.service import operations
+    from gpufleet.service.hosts import operations
 
     back = None if eta.strip().lower() == "none" else when(eta, "ETA")
     fleet = open_fleet()

@@ -15,7 +15,7 @@ from gpufleet.cli.common import current_settings, lit, print_json
 from gpufleet.cli.entry import imports_done
 
 if TYPE_CHECKING:
-    from gpufleet.service.labels import HostLabels
+    from gpufleet.service.hosts.labels import HostLabels
 
 
 def print_labels(rows: Sequence[HostLabels], *, as_json: bool) -> None:
@@ -58,7 +58,7 @@ def render_labels(rows: Sequence[Any]) -> None:
 def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet labels [SELECTOR] [--json]`` as the command does and return its exit
     code (0): one host named plainly is read lean
-    (:func:`gpufleet.service.labels.lean_host_labels`: no SQLAlchemy), any other selector
+    (:func:`gpufleet.service.hosts.labels.lean_host_labels`: no SQLAlchemy), any other selector
     through the service (:func:`gpufleet.service.views.summary.host_labels`).
 
     Only the plain successful read is answered here; None (nothing printed, nothing kept)
@@ -67,7 +67,7 @@ def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
     mode (``GPUFLEET_URL``), a selector that matches nothing, or any failure while reading.
     """
     from gpufleet.config import unknown_variables
-    from gpufleet.service.labels import lean_host_labels
+    from gpufleet.service.hosts.labels import lean_host_labels
 
     try:
         if unknown_variables():

@@ -21,9 +21,9 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.service import operations
-from gpufleet.service.evidence import ingest_file, run_active
-from gpufleet.service.validate import ValidateReport, sweep, validate
+from gpufleet.service.hosts import operations
+from gpufleet.service.hosts.evidence import ingest_file, run_active
+from gpufleet.service.hosts.validate import ValidateReport, sweep, validate
 
 maintenance_app = typer.Typer(no_args_is_help=True)
 change_app = typer.Typer(no_args_is_help=True)

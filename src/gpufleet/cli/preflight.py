@@ -9,7 +9,7 @@ import typer
 from gpufleet.cli.common import boundary, console, current_settings, err_console, lit
 from gpufleet.domain.preflight import Verdict
 from gpufleet.errors import GpufleetError
-from gpufleet.service.preflight import post_configured, run_preflight
+from gpufleet.service.hosts.preflight import post_configured, run_preflight
 
 _COLOURS = {
     Verdict.PASS: "green",

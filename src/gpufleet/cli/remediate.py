@@ -87,7 +87,7 @@ def pool_health_policy_cmd(
     """Show or set a pool's health policy."""
     if fallback_reboot not in (None, "on", "off"):
         raise UsageError(f"--fallback-reboot: 'on' or 'off', not {fallback_reboot!r}")
-    from gpufleet.service import gpu_health
+    from gpufleet.service.hosts import gpu_health
 
     policy = gpu_health.set_pool_health_policy(
         open_fleet(),

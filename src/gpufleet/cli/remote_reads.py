@@ -109,7 +109,7 @@ def events(api: Client, host: str | None, kind: str | None, limit: int, as_json:
 def summary(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.summary import render_summary
     from gpufleet.domain.drift import DriftItem, DriftSummary
-    from gpufleet.service.baselines import DriftReport
+    from gpufleet.service.hosts.baselines import DriftReport
     from gpufleet.service.views.summary import FleetSummary
 
     d = api.get("summary", selector=selector)
@@ -420,7 +420,7 @@ def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, 
 def drift(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_drift
     from gpufleet.domain.drift import DriftItem, DriftSummary, PoolDrift, PoolField
-    from gpufleet.service.baselines import DriftReport
+    from gpufleet.service.hosts.baselines import DriftReport
 
     d = api.get("drift", selector=selector)
     pools = [
@@ -461,6 +461,6 @@ def baselines_list(api: Client, as_json: bool) -> None:
 @remote("baseline.pool_list_cmd")
 def pools_list(api: Client, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_pools
-    from gpufleet.service.baselines import PoolView
+    from gpufleet.service.hosts.baselines import PoolView
 
     show_pools([PoolView(**p) for p in api.get("pools")], as_json)

@@ -38,7 +38,7 @@ def labels_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Kubernetes labels (GPU Feature Discovery compatible + gpufleet.io) and taints."""
-    from gpufleet.service.labels import lean_host_labels
+    from gpufleet.service.hosts.labels import lean_host_labels
 
     # One host by name: read lean (no SQLAlchemy, no facts document), else the full path.
     rows = lean_host_labels(current_settings().db_url(), selector)

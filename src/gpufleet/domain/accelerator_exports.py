@@ -4,7 +4,7 @@ extended resources, Slurm GRES, Ansible groups with their versions, per-vendor/m
 Pure. What a vendor's own conventions are (its Kubernetes labels, its extended resource, the
 name of its GRES and its device files, the name of its runtime) is not written here: each
 vendor plugin declares them as a :class:`VendorExport` (:mod:`gpufleet.domain.vendors`), the
-service hands them in (:data:`gpufleet.service.vendor_exports.EXPORTS`). This module only
+service hands them in (:data:`gpufleet.service.hosts.vendor_exports.EXPORTS`). This module only
 applies them, the same way for every vendor:
 
 * labels: gpufleet's own ``gpufleet.io/accelerator.{vendor,model,count}`` on every host, then

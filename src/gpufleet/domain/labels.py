@@ -277,7 +277,7 @@ def derive_labels(
     Issue 15: ``gpufleet.io/accelerator.vendor/model/count`` for every vendor's accelerators
     (:func:`gpufleet.domain.accelerator_exports.own_accelerator_labels`);
     ``accelerator_labels`` (from the service, which knows the vendor plugins:
-    :func:`gpufleet.service.vendor_exports.host_accelerator_labels`) are the other vendors'
+    :func:`gpufleet.service.hosts.vendor_exports.host_accelerator_labels`) are the other vendors'
     own labels (Ascend device plugin / Volcano, AMD node labeller), added beside these; they
     never replace one of these.
 
@@ -339,7 +339,7 @@ class FactTail:
     :func:`fact_labels`), its expected fabric and partial GPUs, sanitized: ``labels`` in
     their order, set over the host's own; ``defaults`` (the vendors' own accelerator
     labels) only where no label of that key is set. Hosts of one hardware configuration
-    share one (:class:`gpufleet.service.labels.FleetLabels`, issue 8)."""
+    share one (:class:`gpufleet.service.hosts.labels.FleetLabels`, issue 8)."""
 
     labels: Mapping[str, str]
     defaults: tuple[tuple[str, str], ...]

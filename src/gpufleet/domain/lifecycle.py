@@ -36,14 +36,14 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     # --- enrolment and validation
     (S.ENROLLED, E.VALIDATE): S.VALIDATING,  # cli `gpufleet validate` (first validation)
     (S.AVAILABLE, E.VALIDATE): S.VALIDATING,  # cli/api `gpufleet validate` (operator re-check)
-    (S.VALIDATING, E.VALIDATE): S.VALIDATING,  # service/validate.py: new attempt, clock restarts
-    (S.VALIDATING, E.VALIDATION_PASSED): S.AVAILABLE,  # service/validate.py
-    (S.VALIDATING, E.VALIDATION_FAILED): S.VALIDATING,  # service/validate.py: reasons recorded
-    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/validate.py sweep: validation record too old
+    (S.VALIDATING, E.VALIDATE): S.VALIDATING,  # service/hosts/validate: new attempt, clock restarts
+    (S.VALIDATING, E.VALIDATION_PASSED): S.AVAILABLE,  # service/hosts/validate.py
+    (S.VALIDATING, E.VALIDATION_FAILED): S.VALIDATING,  # service/hosts/validate: reasons recorded
+    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/hosts/validate sweep: record too old
     # --- hardware faults (validation or monitoring)
-    (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py, monitoring
-    (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/validate.py
-    (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/collect.py (critical fault)
+    (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/validate.py, monitoring
+    (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/validate.py
+    (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/collect.py (critical fault)
     (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): job broken
     (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/reclaim.py
     (S.MAINTENANCE, E.HARDWARE_FAULT): S.MAINTENANCE,  # monitoring (not built yet): recorded only
@@ -63,7 +63,7 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.RECLAIMING, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: aborts the reclaim
     (S.QUARANTINED, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: taken away for repair
     (S.MAINTENANCE, E.MAINTENANCE_OFF): S.VALIDATING,  # cli/api `gpufleet maintenance off`
-    # --- changes: detected by service/collect.py (changes.detect_changes), declared by cli/api
+    # --- changes: detected by service/hosts/collect (changes.detect_changes), declared by cli/api
     (S.ENROLLED, E.CHANGE_DETECTED): S.ENROLLED,  # recorded; first validation sees it anyway
     (S.VALIDATING, E.CHANGE_DETECTED): S.VALIDATING,  # restarts the attempt
     (S.AVAILABLE, E.CHANGE_DETECTED): S.VALIDATING,
@@ -79,8 +79,8 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.MAINTENANCE, E.CHANGE_DECLARED): S.MAINTENANCE,
     (S.QUARANTINED, E.CHANGE_DECLARED): S.VALIDATING,  # e.g. RMA'd GPU swapped: the repair
     # --- deadlines
-    (S.VALIDATING, E.TIMEOUT): S.QUARANTINED,  # service/validate.py sweep, reason "timed out"
-    (S.RECLAIMING, E.TIMEOUT): S.QUARANTINED,  # service/validate.py sweep, reason "timed out"
+    (S.VALIDATING, E.TIMEOUT): S.QUARANTINED,  # service/hosts/validate.py sweep, reason "timed out"
+    (S.RECLAIMING, E.TIMEOUT): S.QUARANTINED,  # service/hosts/validate.py sweep, reason "timed out"
     # --- repair and retirement (operator)
     (S.QUARANTINED, E.UNQUARANTINE): S.VALIDATING,  # cli/api `gpufleet unquarantine`
     (S.ENROLLED, E.RETIRE): S.RETIRED,  # cli/api `gpufleet retire`

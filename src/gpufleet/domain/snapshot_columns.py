@@ -2,7 +2,7 @@
 
 ``fact_snapshots.gpu_count``, ``gpu_model``, ``gpu_memory_mib`` and ``driver`` are read by the
 host list, placement and capacity without decoding the facts document. They are computed here,
-once, for every vendor: collection writes them (``service/collect.py``) and migration 0011
+once, for every vendor: collection writes them (``service/hosts/collect.py``) and migration 0011
 recomputes them for snapshots stored before they counted Ascend/AMD accelerators.
 """
 

@@ -18,12 +18,12 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, _mix, apply_change, create_fleet, write_inventory
 from gpufleet.lab.transport import ACTIVE_CAPTURE_MODELS
 from gpufleet.lab.vendors import lab_vendors
-from gpufleet.service.baselines import baseline_from_host, save_baseline, set_pool_baseline
-from gpufleet.service.collect import RunReport, collect
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.enroll import EnrollReport, enroll
-from gpufleet.service.evidence import ActiveRun, run_active
-from gpufleet.service.validate import ValidateReport, validate
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
+from gpufleet.service.hosts.collect import RunReport, collect
+from gpufleet.service.hosts.enroll import EnrollReport, enroll
+from gpufleet.service.hosts.evidence import ActiveRun, run_active
+from gpufleet.service.hosts.validate import ValidateReport, validate
 from gpufleet.service.views.summary import FleetSummary, fleet_summary
 
 

@@ -25,7 +25,7 @@ from gpufleet.errors import ConfigError, LocalIOError
 from gpufleet.secrets import SEALED_PREFIX, is_secret_var
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.store.repo import (
     baseline_for_host,
     baseline_name_for_host,

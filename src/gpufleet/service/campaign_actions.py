@@ -232,8 +232,8 @@ def _run_command(
 def _reimage(fleet: Fleet, camp: CampaignRow, names: list[str]) -> dict[str, tuple[bool, str]]:
     """BMC reimage (virtual media) with the target baseline's image, then the pinned SSH key
     is cleared (a reimaged host has a new one; the next collection pins it on first use)."""
-    from gpufleet.service.bmc import reimage
-    from gpufleet.service.operations import rekey
+    from gpufleet.service.hosts.bmc import reimage
+    from gpufleet.service.hosts.operations import rekey
 
     out: dict[str, tuple[bool, str]] = {}
     for name in names:

@@ -26,13 +26,13 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import NotFound
-from gpufleet.service.baselines import set_pool_baseline
 from gpufleet.service.campaign_actions import host_list, run_action
-from gpufleet.service.collect import collect
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
 from gpufleet.service.holds import held
-from gpufleet.service.validate import validate
+from gpufleet.service.hosts.baselines import set_pool_baseline
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name, no_baseline
 from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool
 

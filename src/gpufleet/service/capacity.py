@@ -5,7 +5,7 @@ A mixed fleet side by side (issue 15): each row names its vendor; the accelerato
 carrying another vendor's than NVIDIA's (Ascend NPUs, AMD Instinct GPUs, with or without
 NVIDIA GPUs beside them) are counted under their vendor and model (``huawei 910B3``, ``amd
 Instinct MI100``, ``H100 80GB HBM3``), read from the host's facts
-(:mod:`gpufleet.service.accelerator_counts`)."""
+(:mod:`gpufleet.service.hosts.accelerator_counts`)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
-from gpufleet.service.accelerator_counts import accelerators_from_facts, display_model
 from gpufleet.service.candidates import host_views
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import is_explicit, nothing_matches
+from gpufleet.service.hosts.accelerator_counts import accelerators_from_facts, display_model
 from gpufleet.store.tables import Lease, LeaseHost
 
 #: The columns of ``gpufleet capacity``.

@@ -58,7 +58,6 @@ from gpufleet.domain.rules import (
     fleet_medians,
 )
 from gpufleet.errors import GpufleetError
-from gpufleet.service import reachability
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import (
     Claimed,
@@ -70,6 +69,7 @@ from gpufleet.service.core.pipeline import (
     release_claims,
 )
 from gpufleet.service.core.policies import Policies
+from gpufleet.service.hosts import reachability
 from gpufleet.service.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
 from gpufleet.service.inspect_guard import (
     GUARD_KIND,

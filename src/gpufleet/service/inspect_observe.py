@@ -80,6 +80,6 @@ def transport_unobserved(
     """Hook for the hosts whose transport failed this sweep (refused, timeout, auth failure,
     host key changed): the probe never ran, so there is no sample and no finding here. The
     ``unreachable`` fault and its alarm (issue 24 item 2) act on them: inspect() counts them
-    in :func:`gpufleet.service.reachability.after_sweep` with the hosts it reached, so this
+    in :func:`gpufleet.service.hosts.reachability.after_sweep` with the hosts it reached, so this
     records nothing more and the host's outcome (``unreachable``, ``timeout`` ...) stands."""
     del fleet, policy, at, hosts

@@ -40,18 +40,18 @@ from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.runs import RunKind, RunState, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict, NotFound
-from gpufleet.service.collect import claim_into_run, collect_claimed
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import retrying
 from gpufleet.service.core.pipeline import Claim, claim_lease
 from gpufleet.service.core.policies import Policies
-from gpufleet.service.evidence import HELD_ELSEWHERE, run_active
+from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
+from gpufleet.service.hosts.evidence import HELD_ELSEWHERE, run_active
+from gpufleet.service.hosts.validate import HostVerdict, judge_host, sweep
 from gpufleet.service.inspect import inspect
 from gpufleet.service.inspect_store import roll_up_and_prune
 from gpufleet.service.run_start import Deferrer as Deferrer
 from gpufleet.service.run_start import run_params as run_params
 from gpufleet.service.run_start import start_run as start_run
-from gpufleet.service.validate import HostVerdict, judge_host, sweep
 from gpufleet.service.views.run_views import RunView as RunView
 from gpufleet.service.views.run_views import _counts
 from gpufleet.service.views.run_views import list_runs as list_runs

@@ -4,7 +4,7 @@ Hosts in ``reclaiming`` (moved there by a release or an expired lease, or left t
 crash: ``gpufleet reclaim SELECTOR``) go through the claim -> run -> apply engine
 (:mod:`gpufleet.service.core.pipeline`): one round trip runs the collection script followed by the
 reclaim sections (:data:`gpufleet.collect.sections.RECLAIM_REGISTRY`); the apply step stores
-the fresh facts as a collection does (:func:`gpufleet.service.collect.apply_result`: changes
+the fresh facts as a collection does (:func:`gpufleet.service.hosts.collect.apply_result`: changes
 since the last validation send the host to ``validating``), then, in one short transaction,
 judges the host:
 
@@ -50,7 +50,6 @@ from gpufleet.domain.reclaim import (
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
-from gpufleet.service.collect import _refuse, _start_run, apply_result
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.pipeline import (
@@ -63,8 +62,9 @@ from gpufleet.service.core.pipeline import (
 )
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import selected_names
+from gpufleet.service.hosts.collect import _refuse, _start_run, apply_result
+from gpufleet.service.hosts.validate import _evidence, store_evidence
 from gpufleet.service.reclaim_policy import clean_by_host, record_cleanup
-from gpufleet.service.validate import _evidence, store_evidence
 from gpufleet.store.repo import baseline_for_host
 from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost, Validation
 

@@ -37,7 +37,6 @@ from gpufleet.domain.remediation import (
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, IdentityMismatch, InvalidTransition, UsageError
-from gpufleet.service import bmc_guard
 from gpufleet.service import remediation_steps as steps_
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
@@ -50,7 +49,8 @@ from gpufleet.service.core.pipeline import (
     release_claims,
     transport_for_host,
 )
-from gpufleet.service.gpu_health import pool_health_policy
+from gpufleet.service.hosts import bmc_guard
+from gpufleet.service.hosts.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot, Host, PartEvent, Remediation
 
@@ -192,7 +192,7 @@ def remediate(
     """Run ``action`` on host ``name`` (see the module); ``rule``: the rule that ran it
     automatically (policy ``auto_remediate``); ``service``: what ``restart-service``
     restarts; ``override_identity``: the reason to power-cycle through a BMC whose identity
-    alarm is open (:mod:`gpufleet.service.bmc_guard`)."""
+    alarm is open (:mod:`gpufleet.service.hosts.bmc_guard`)."""
     if action is Action.RESTART_SERVICE:
         service = steps_.check_service(service)
     elif service:

@@ -4,8 +4,8 @@ device plugin's container) and power-cycle the machine through its BMC when the 
 reboot fails or the host does not answer at all.
 
 Each returns a :class:`~gpufleet.service.remediation.Step` that ``remediate`` records like the
-others. The BMC rung goes through :func:`gpufleet.service.bmc.power` (so the identity guard,
-:mod:`gpufleet.service.bmc_guard`, applies: an open ``bmc-identity`` alarm refuses it unless
+others. The BMC rung goes through :func:`gpufleet.service.hosts.bmc.power` (so the identity guard,
+:mod:`gpufleet.service.hosts.bmc_guard`, applies: an open ``bmc-identity`` alarm refuses it unless
 overridden) and then waits for SSH to answer again.
 """
 
@@ -72,7 +72,7 @@ def wait_back(c: Claimed, tr: Transport, wait_s: float,
 
 def has_bmc(vars_: dict[str, str]) -> bool:
     """The host has a BMC address configured."""
-    from gpufleet.service.bmc import ADDRESS
+    from gpufleet.service.hosts.bmc import ADDRESS
 
     return bool(vars_.get(ADDRESS))
 
@@ -83,7 +83,7 @@ def power_cycle(
 ) -> Step:
     """Power-cycle the machine through its BMC (``why``: what made the ladder climb here),
     then wait for SSH to answer again."""
-    from gpufleet.service import bmc
+    from gpufleet.service.hosts import bmc
     from gpufleet.service.remediation import Step
 
     name = c.target.name

@@ -42,7 +42,7 @@ from gpufleet.service.core.select import is_explicit, nothing_matches, select_ho
 from gpufleet.service.failures import ImportReport, failure_rules
 from gpufleet.service.failures import _store as store_failure
 from gpufleet.service.holds import record_holds
-from gpufleet.service.vendor_exports import EXPORTS
+from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
 from gpufleet.store.tables import Alarm, FailureRow, Host
@@ -51,7 +51,7 @@ from gpufleet.store.tables import Alarm, FailureRow, Host
 def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
     """One Slurm node per selected host: CPUs, memory (MiB) and GPUs from its latest facts,
     the other vendors' accelerators as their GRES (``npu:910b3:8``, ``gpu:mi250:2``: see
-    :mod:`gpufleet.service.vendor_exports`), features from its labels. Retired hosts are
+    :mod:`gpufleet.service.hosts.vendor_exports`), features from its labels. Retired hosts are
     left out."""
     with fleet.db.session() as s:
         rows = hosts_with_latest_facts(s, select_hosts(selector))

@@ -105,7 +105,7 @@ class Host(Base):
     last_reason: Mapped[str | None] = mapped_column(Text)
     #: Consecutive collections/inspections that could not reach the host (refused, timeout,
     #: auth, host key) and when the first of them failed; reset by one that reaches it
-    #: (service/reachability.py).
+    #: (service/hosts/reachability.py).
     unreachable_attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     unreachable_since: Mapped[datetime | None] = mapped_column(UtcDateTime)
 

@@ -33,10 +33,11 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 import gpufleet
 from gpufleet.domain.states import HostState
 from gpufleet.errors import GpufleetError, Unauthorized
-from gpufleet.service import baselines, capacity, leases
+from gpufleet.service import capacity, leases
 from gpufleet.service.core import alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Authenticator, Principal
+from gpufleet.service.hosts import baselines
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline

@@ -36,9 +36,10 @@ from gpufleet.api.schemas_health import (
 from gpufleet.api.schemas_ops import HostOutcomeOut
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
-from gpufleet.service import baselines, bmc, failures, operations, parts
+from gpufleet.service import failures, parts
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.evidence import run_active
+from gpufleet.service.hosts import baselines, bmc, operations
+from gpufleet.service.hosts.evidence import run_active
 from gpufleet.service.inspect import inspect
 from gpufleet.service.inspect_report import build_report, parse_since
 from gpufleet.service.remediation import remediate

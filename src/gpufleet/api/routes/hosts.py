@@ -13,8 +13,8 @@ from gpufleet.api.schemas import EventOut, HostDetailOut, HostOut, HostPage, InT
 from gpufleet.api.schemas_ops import HostOutcomeOut, MaintenanceOffIn, MaintenanceOnIn
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
-from gpufleet.service import operations
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts import operations
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)

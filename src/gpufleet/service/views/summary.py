@@ -11,11 +11,11 @@ from typing import Any, NamedTuple
 from sqlalchemy import Text, cast
 
 from gpufleet.domain.states import HostState
-from gpufleet.service.baselines import DriftHost, DriftReport, drift_of
 from gpufleet.service.core.alarms import open_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.labels import FleetLabels, HostLabels
+from gpufleet.service.hosts.baselines import DriftHost, DriftReport, drift_of
+from gpufleet.service.hosts.labels import FleetLabels, HostLabels
 from gpufleet.store.repo import (
     OWN_BASELINE,
     Baselines,
@@ -56,8 +56,8 @@ class FleetSummary:
     def noun(self) -> str:
         """What the counts are of: ``GPUs`` (NVIDIA, AMD), ``NPUs`` (an Ascend fleet), or
         ``accelerators`` when the fleet mixes kinds
-        (:func:`~gpufleet.service.accelerator_counts.fleet_noun`)."""
-        from gpufleet.service.accelerator_counts import fleet_noun
+        (:func:`~gpufleet.service.hosts.accelerator_counts.fleet_noun`)."""
+        from gpufleet.service.hosts.accelerator_counts import fleet_noun
 
         return fleet_noun(self.per_vendor)
 
@@ -69,8 +69,8 @@ class FleetSummary:
     def counts_line(self) -> str:
         """The first line: ``32 hosts, 256 GPUs, 200 GPUs available`` for an NVIDIA fleet,
         ``32 hosts, 214 accelerators (198 GPUs, 16 NPUs), 200 available`` for a mixed one
-        (:func:`~gpufleet.service.accelerator_counts.fleet_counts_line`)."""
-        from gpufleet.service.accelerator_counts import fleet_counts_line
+        (:func:`~gpufleet.service.hosts.accelerator_counts.fleet_counts_line`)."""
+        from gpufleet.service.hosts.accelerator_counts import fleet_counts_line
 
         return fleet_counts_line(self.hosts, self.gpus_total, self.gpus_available, self.per_vendor)
 
@@ -99,7 +99,7 @@ class _SummaryHost(NamedTuple):
 
 
 #: What :func:`fleet_summary` reads of each host and its latest snapshot: what it shows and
-#: what drift needs (:class:`~gpufleet.service.baselines.DriftHost`), read once for both;
+#: what drift needs (:class:`~gpufleet.service.hosts.baselines.DriftHost`), read once for both;
 #: the snapshot columns from their index (:func:`~gpufleet.store.repo.latest_columns`).
 _SUMMARY_COLUMNS = (
     Host.id,
@@ -123,7 +123,7 @@ _SUMMARY_COLUMNS = (
 
 def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     """Summarise the selected hosts (all by default)."""
-    from gpufleet.service.accelerator_counts import (
+    from gpufleet.service.hosts.accelerator_counts import (
         BESIDE_GPUS,
         accelerators_of_snapshots,
         display_model,
@@ -220,7 +220,7 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
     ``fact_label_sets`` row, by the id the snapshots' read index holds, migration 0017; the
     few sets read once) is enough, and it and the host's expected spec are read as their
     JSON text, decoded and derived once per distinct text
-    (:class:`~gpufleet.service.labels.FleetLabels`). Only a snapshot without a usable one
+    (:class:`~gpufleet.service.hosts.labels.FleetLabels`). Only a snapshot without a usable one
     (written before migration 0015, or by another version of the rules) has its facts
     decoded, a batch at a time, dropped once the host's labels are derived."""
     with fleet.db.session() as s:
@@ -270,7 +270,8 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
 
 class _LabelHost(NamedTuple):
     """A row of :data:`_LABEL_COLUMNS` as a plain tuple (see :class:`_SummaryHost`); a
-    :class:`~gpufleet.service.labels.LabelledHost` but for ``expected``, its JSON text here."""
+    :class:`~gpufleet.service.hosts.labels.LabelledHost` but for ``expected``, its JSON text
+    here."""
 
     name: str
     state: Any  # HostState
@@ -287,7 +288,7 @@ class _LabelHost(NamedTuple):
 
 
 #: What :func:`host_labels` reads of each host and its latest snapshot: the
-#: :class:`~gpufleet.service.labels.LabelledHost` attributes, its own baseline variable, and
+#: :class:`~gpufleet.service.hosts.labels.LabelledHost` attributes, its own baseline variable, and
 #: the JSON documents as their text (decoded, or derived, once per distinct text: issue 8).
 _LABEL_COLUMNS = (
     Host.name,

@@ -114,9 +114,9 @@ def accelerator_noun(vendor: str) -> str:
     """What a vendor's accelerators are called in counts: ``GPUs`` (NVIDIA, AMD), ``NPUs``
     (Huawei Ascend), ``accelerators`` for a vendor no installed plugin names. Taken from the
     kind the vendor's own exports name them by (its Slurm GRES name,
-    :data:`gpufleet.service.vendor_exports.EXPORTS`), so there is no vendor table here: a
+    :data:`gpufleet.service.hosts.vendor_exports.EXPORTS`), so there is no vendor table here: a
     vendor plugin that wants another word changes this one function."""
-    from gpufleet.service.vendor_exports import EXPORTS
+    from gpufleet.service.hosts.vendor_exports import EXPORTS
 
     try:
         export = EXPORTS[Vendor(vendor)]  # imports that vendor's plugin only

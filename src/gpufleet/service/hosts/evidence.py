@@ -27,7 +27,7 @@ from gpufleet.service.core.pipeline import (
     drop_claim,
     holds_claim,
 )
-from gpufleet.service.validate import record_evidence, store_evidence
+from gpufleet.service.hosts.validate import record_evidence, store_evidence
 from gpufleet.store.tables import Host
 
 

@@ -55,13 +55,13 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
-from gpufleet.service import bmc_guard
-from gpufleet.service.baselines import get_baseline
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.select import select_hosts
-from gpufleet.service.operations import REIMAGE_HINT, record_change
+from gpufleet.service.hosts import bmc_guard
+from gpufleet.service.hosts.baselines import get_baseline
+from gpufleet.service.hosts.operations import REIMAGE_HINT, record_change
 from gpufleet.store.repo import baseline_for_host, host_by_name
 from gpufleet.store.tables import BmcRead, FactSnapshot, GpuRow, Host
 
@@ -466,7 +466,7 @@ def power(fleet: Fleet, name: str, action: PowerAction, *, force: bool = False,
     """Power ``name`` on/off/cycle/reset through its BMC, wait for the state to settle;
     refused (:class:`InvalidTransition`) for an allocated host unless ``force``, and while
     its ``bmc-identity`` alarm is open unless ``override_identity`` (the reason,
-    :mod:`gpufleet.service.bmc_guard`). Recorded as a ``bmc`` event, failed or not."""
+    :mod:`gpufleet.service.hosts.bmc_guard`). Recorded as a ``bmc`` event, failed or not."""
     target, host_id = _target_for(fleet, name, force=force, verb=f"power {action}",
                                   override_identity=override_identity)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s

@@ -37,7 +37,6 @@ from gpufleet.domain.profiles import Decision
 from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import ParseError
-from gpufleet.service import gpu_health, reachability
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import on_changes, transition
@@ -58,8 +57,9 @@ from gpufleet.service.core.pipeline import renew_claims as renew_claims
 from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
-from gpufleet.service.fact_snapshots import _store_facts
-from gpufleet.service.fact_snapshots import facts_digest as facts_digest
+from gpufleet.service.hosts import gpu_health, reachability
+from gpufleet.service.hosts.fact_snapshots import _store_facts
+from gpufleet.service.hosts.fact_snapshots import facts_digest as facts_digest
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,

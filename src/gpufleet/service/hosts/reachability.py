@@ -56,7 +56,7 @@ UNREACHED = frozenset(
 ALARM_STATES = frozenset(
     {HostState.AVAILABLE, HostState.VALIDATING, HostState.ALLOCATED, HostState.RECLAIMING}
 )
-BMC_ADDRESS = "gpufleet_bmc_address"  # the variable service/bmc.py reads
+BMC_ADDRESS = "gpufleet_bmc_address"  # the variable service/hosts/bmc.py reads
 
 
 def is_due(attempts: int, since: datetime | None, now: datetime, fleet: Fleet) -> bool:
@@ -149,7 +149,7 @@ def bmc_view(fleet: Fleet, name: str, outcome: Outcome) -> BmcView:
         diagnose,
         unreachable_step,
     )
-    from gpufleet.service.bmc import bmc_status
+    from gpufleet.service.hosts.bmc import bmc_status
 
     try:
         got = [st for st in bmc_status(fleet, f"name:{name}") if st.host == name]

@@ -26,13 +26,13 @@ from gpufleet.domain.lifecycle import is_overdue
 from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
-from gpufleet.service import gpu_health
-from gpufleet.service.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.core.alarms import close_cleared
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import KEEP, reclaim_owed_message, retrying, transition
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import select_hosts
+from gpufleet.service.hosts import gpu_health
+from gpufleet.service.hosts.collect import RunReport, collect, flag_duplicate
 from gpufleet.store.repo import (
     baseline_for_host,
     host_by_name,
@@ -201,7 +201,7 @@ def judge_host(
     facts = HostFacts.model_validate(snap.facts)
     baseline = baseline_for_host(s, host)
     now = fleet.now()
-    # The pool's GPU fault policy may keep a partial host (service/gpu_health.py).
+    # The pool's GPU fault policy may keep a partial host (service/hosts/gpu_health.py).
     gpu_verdict = gpu_health.judge(
         s,
         host,

@@ -1,6 +1,6 @@
 """A collection's facts as the host's latest snapshot: the content hash (:func:`facts_digest`)
 and the write of a snapshot with its GPU and NIC rows, or of its new readings only (moved out
-of :mod:`gpufleet.service.collect`, which stores every collected host's facts with it)."""
+of :mod:`gpufleet.service.hosts.collect`, which stores every collected host's facts with it)."""
 
 from __future__ import annotations
 

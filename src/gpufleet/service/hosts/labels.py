@@ -79,7 +79,10 @@ def _accelerator_labels(facts: HostFacts | dict[str, Any] | None) -> dict[str, s
     ``fact_labels``); None without facts."""
     if facts is None:
         return None
-    from gpufleet.service.vendor_exports import digest_accelerator_labels, host_accelerator_labels
+    from gpufleet.service.hosts.vendor_exports import (
+        digest_accelerator_labels,
+        host_accelerator_labels,
+    )
 
     if isinstance(facts, dict):
         return digest_accelerator_labels(facts.get("accelerators"))
