@@ -50,7 +50,7 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, create_fleet, write_inventory
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.candidates import candidate_filters
+from gpufleet.service.allocation.candidates import candidate_filters
 from gpufleet.service.core.fleet import Fleet, utcnow
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate

@@ -45,8 +45,8 @@ from sqlalchemy import create_engine, insert, select, text
 
 from gpufleet.domain.placement import Request
 from gpufleet.domain.states import HostState
-from gpufleet.service.candidates import candidate_filters, find_placement, place_exact
-from gpufleet.service.placement_index import rebuild
+from gpufleet.service.allocation.candidates import candidate_filters, find_placement, place_exact
+from gpufleet.service.allocation.placement_index import rebuild
 from gpufleet.store.db import Database
 from gpufleet.store.tables import (
     Alarm,
@@ -185,7 +185,7 @@ def build(db: Database, n: int) -> None:
             ],
         )
     # Written straight to the tables (no ORM session): build placement's per-rack summary as
-    # the first allocation would (service/placement_index.py); not timed.
+    # the first allocation would (service/allocation/placement_index.py); not timed.
     with db.session() as s:
         rebuild(s)
     if db.dialect == "postgresql":

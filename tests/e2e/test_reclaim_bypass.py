@@ -32,14 +32,14 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet
 from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.allocation import allocate
+from gpufleet.service.allocation.allocation import allocate
+from gpufleet.service.allocation.leases import release
+from gpufleet.service.allocation.reclaim import reclaim_selected
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.leases import release
-from gpufleet.service.reclaim import reclaim_selected
 from gpufleet.service.views.hosts import list_events
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Event as EventRow

@@ -27,12 +27,12 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet
 from gpufleet.lab.hostfiles import render_reclaim_sections
 from gpufleet.lab.renderers import render_sections
+from gpufleet.service.allocation.reclaim import reclaim_hosts
+from gpufleet.service.allocation.reclaim_policy import check_clean, set_pool_clean
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.reclaim import reclaim_hosts
-from gpufleet.service.reclaim_policy import check_clean, set_pool_clean
 from gpufleet.service.views.hosts import list_events
 from gpufleet.store.repo import host_by_name
 

@@ -17,11 +17,11 @@ from gpufleet.domain.states import Event
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet
 from gpufleet.lab.renderers import render_reclaim_sections, render_sections
+from gpufleet.service.allocation.reclaim import reclaim_hosts, reclaim_selected
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.reclaim import reclaim_hosts, reclaim_selected
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import EvidenceRow, Host
 

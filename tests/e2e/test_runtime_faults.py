@@ -21,8 +21,8 @@ from tests.service.test_inspect import allocatable, lab, set_faults, states
 
 from gpufleet.domain.placement import Request
 from gpufleet.lab.fleet import LabFleet
-from gpufleet.service.allocation import allocate
-from gpufleet.service.capacity import capacity
+from gpufleet.service.allocation.allocation import allocate
+from gpufleet.service.allocation.capacity import capacity
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.validate import validate

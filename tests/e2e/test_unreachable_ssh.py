@@ -20,7 +20,7 @@ from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import allocation, capacity
+from gpufleet.service.allocation import allocation, capacity
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect

@@ -17,7 +17,7 @@ from gpufleet.domain.events import AlarmKind
 from gpufleet.domain.k8s import HostEvidence, recommend
 from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
-from gpufleet.service import allocation
+from gpufleet.service.allocation import allocation
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect

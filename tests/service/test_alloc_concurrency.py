@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.allocation import allocate
+from gpufleet.service.allocation.allocation import allocate
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.validate import validate
 from gpufleet.store.tables import LeaseHost

@@ -16,7 +16,7 @@ from gpufleet.domain.leases import OnExpiry
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import allocation, capacity, leases
+from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.validate import sweep, validate

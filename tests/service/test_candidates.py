@@ -16,7 +16,7 @@ from sqlalchemy import insert, text
 
 from gpufleet.domain.placement import Request, allocatable, place
 from gpufleet.domain.states import HostState
-from gpufleet.service.candidates import (
+from gpufleet.service.allocation.candidates import (
     candidate_filters,
     candidate_views,
     find_placement,

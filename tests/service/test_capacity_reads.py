@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import event
 
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.capacity import capacity, check
+from gpufleet.service.allocation.capacity import capacity, check
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect
 from gpufleet.store.repo import READ_COLUMNS_INDEX

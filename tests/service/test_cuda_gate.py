@@ -14,7 +14,7 @@ from tests.migrated import migrate
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import allocation, capacity
+from gpufleet.service.allocation import allocation, capacity
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
-from gpufleet.service import allocation, capacity
+from gpufleet.service.allocation import allocation, capacity
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.validate import validate

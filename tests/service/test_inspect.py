@@ -15,7 +15,7 @@ from gpufleet.domain.events import AlarmKind
 from gpufleet.domain.placement import Request
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, create_fleet
-from gpufleet.service.candidates import candidate_filters
+from gpufleet.service.allocation.candidates import candidate_filters
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.validate import validate
 from gpufleet.service.inspect import fleet_alarms, inspect
@@ -138,7 +138,7 @@ def test_injected_faults_are_found_alarmed_and_kept_out(
 def test_leased_host_keeps_its_lease_and_warnings_do_not_block(
     fleet: Fleet, clock: FakeClock, tmp_path: Path
 ) -> None:
-    from gpufleet.service.allocation import allocate
+    from gpufleet.service.allocation.allocation import allocate
 
     fleet.settings.guard_share = 1.0
     d = lab(fleet, tmp_path, 3)

@@ -24,7 +24,7 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.faults import PROBE_FAULTS, validate_faults
 from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.lab.probe import render_probe
-from gpufleet.service.capacity import capacity, check
+from gpufleet.service.allocation.capacity import capacity, check
 from gpufleet.service.core.alarms import resolve_alarm
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.inspect import inspect
@@ -203,7 +203,7 @@ def test_an_xid_from_before_a_reboot_never_reopens_an_alarm(
     On main the Xid, still inside the rule's hour, reopens a critical alarm and notifies."""
     from datetime import timedelta
 
-    from gpufleet.service.allocation import allocate
+    from gpufleet.service.allocation.allocation import allocate
 
     fleet.settings.guard_share = 1.0
     d = lab(fleet, tmp_path, 2)

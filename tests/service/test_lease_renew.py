@@ -13,7 +13,7 @@ from tests.service.test_allocation import lab
 
 from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError
-from gpufleet.service import allocation, leases
+from gpufleet.service.allocation import allocation, leases
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.testing import FakeClock
 

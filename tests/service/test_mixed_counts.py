@@ -30,7 +30,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.capacity import capacity
+from gpufleet.service.allocation.capacity import capacity
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Role, create_token
 from gpufleet.service.hosts import accelerator_counts

@@ -14,8 +14,8 @@ from gpufleet.domain.drift import DriftItem
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.spec import Baseline
 from gpufleet.lab.demo import enroll_lab
+from gpufleet.service.allocation.capacity import capacity
 from gpufleet.service.ansible import inventory_list
-from gpufleet.service.capacity import capacity
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.baselines import drift, save_baseline, set_pool_baseline

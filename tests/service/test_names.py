@@ -14,7 +14,7 @@ from gpufleet.domain.leases import OnExpiry
 from gpufleet.errors import ConfigError, NotFound
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service import leases
+from gpufleet.service.allocation import leases
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import selected_names
 from gpufleet.service.hosts import baselines, operations

@@ -253,7 +253,7 @@ def test_every_lease_event_is_queued_with_its_change(
     from tests.service.test_allocation import lab
 
     from gpufleet.domain.placement import Request
-    from gpufleet.service import allocation, leases
+    from gpufleet.service.allocation import allocation, leases
     from gpufleet.service.hosts.validate import sweep
 
     lab(fleet, tmp_path, n=2)

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpufleet.domain.placement import Request
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service import allocation
+from gpufleet.service.allocation import allocation
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect

@@ -23,7 +23,8 @@ from sqlalchemy import select
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.remediation import Action
 from gpufleet.inventory import load_inventory
-from gpufleet.service import leases, remediation
+from gpufleet.service import remediation
+from gpufleet.service.allocation import leases
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet

@@ -23,9 +23,9 @@ from gpufleet.cli.common import (
 )
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
-from gpufleet.service import allocation, capacity, leases
+from gpufleet.service.allocation import allocation, capacity, leases
+from gpufleet.service.allocation.leases import LeaseView
 from gpufleet.service.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
-from gpufleet.service.leases import LeaseView
 
 leases_app = typer.Typer(no_args_is_help=True)
 capacity_app = typer.Typer(invoke_without_command=True)

@@ -9,8 +9,8 @@ from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.errors import UsageError
-from gpufleet.service import reclaim_policy as rp
-from gpufleet.service.reclaim import reclaim_selected
+from gpufleet.service.allocation import reclaim_policy as rp
+from gpufleet.service.allocation.reclaim import reclaim_selected
 
 
 @boundary

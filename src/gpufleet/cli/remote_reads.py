@@ -152,7 +152,7 @@ def labels(api: Client, selector: str | None, as_json: bool) -> None:
 
 def _lease(d: dict[str, Any]) -> Any:
     from gpufleet.api.schemas import LeaseOut
-    from gpufleet.service.leases import LeaseView
+    from gpufleet.service.allocation.leases import LeaseView
 
     return LeaseView(**dict(LeaseOut.model_validate(d)))
 
@@ -185,7 +185,7 @@ def allocate(
 ) -> None:
     from gpufleet.cli.alloc import show_allocation
     from gpufleet.domain.placement import Refusal
-    from gpufleet.service.allocation import Allocation
+    from gpufleet.service.allocation.allocation import Allocation
 
     body = {
         "gpus": gpus,
@@ -266,7 +266,7 @@ def leases_release(
     api: Client, lease_id: int, reason: str, owner: str | None, as_json: bool
 ) -> None:
     from gpufleet.cli.alloc import show_released
-    from gpufleet.service.leases import Released
+    from gpufleet.service.allocation.leases import Released
 
     body: dict[str, Any] = {"reason": reason} | ({"owner": owner} if owner else {})
     out = api.post(f"leases/{lease_id}/release", body)
@@ -293,7 +293,7 @@ def capacity(
     kubeconfig: Path | None,
 ) -> None:
     from gpufleet.cli.alloc import show_capacity
-    from gpufleet.service.capacity import CapacityReport
+    from gpufleet.service.allocation.capacity import CapacityReport
 
     if ctx.invoked_subcommand is not None:
         return
@@ -320,7 +320,7 @@ def capacity_check(
     as_json: bool,
 ) -> None:
     from gpufleet.cli.alloc import show_check
-    from gpufleet.service.capacity import CapacityCheck
+    from gpufleet.service.allocation.capacity import CapacityCheck
 
     d = api.get(
         "capacity/check",

@@ -536,7 +536,7 @@ _check(REGISTRY)
 
 # --------------------------------------------------------------------------- reclaim sections
 
-# Reclaim (gpufleet reclaim, service/reclaim.py): run after the collection sections in the same
+# Reclaim (gpufleet reclaim, service/allocation/reclaim.py): run after the collection sections in the same
 # script when a released host is checked before it goes back to the pool. The GPU processes,
 # memory and pending row remaps come from the GPU report above; these add what the lessee may
 # have left on the host. Parsed by gpufleet.collect.reclaim.read_reclaim. The scratch function

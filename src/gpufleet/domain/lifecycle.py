@@ -45,17 +45,17 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/validate.py
     (S.AVAILABLE, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/collect.py (critical fault)
     (S.ALLOCATED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): job broken
-    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/reclaim.py
+    (S.RECLAIMING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/allocation/reclaim.py
     (S.MAINTENANCE, E.HARDWARE_FAULT): S.MAINTENANCE,  # monitoring (not built yet): recorded only
     (S.QUARANTINED, E.HARDWARE_FAULT): S.QUARANTINED,  # monitoring (not built yet): recorded only
     # --- allocation and reclaim (Ironic: teardown always passes through cleaning)
-    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # service/allocation.py
-    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # service/allocation.py
-    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # service/reclaim.py
-    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # service/reclaim.py
+    (S.AVAILABLE, E.ALLOCATE): S.ALLOCATED,  # service/allocation/allocation.py
+    (S.ALLOCATED, E.RELEASE): S.RECLAIMING,  # service/allocation/allocation.py
+    (S.RECLAIMING, E.RECLAIM_PASSED): S.AVAILABLE,  # service/allocation/reclaim.py
+    (S.RECLAIMING, E.RECLAIM_FAILED): S.QUARANTINED,  # service/allocation/reclaim.py
     # a host that owes a passing reclaim: `gpufleet reclaim HOST` re-runs the checks
-    (S.QUARANTINED, E.RECLAIM): S.RECLAIMING,  # service/reclaim.py
-    (S.VALIDATING, E.RECLAIM): S.RECLAIMING,  # service/reclaim.py
+    (S.QUARANTINED, E.RECLAIM): S.RECLAIMING,  # service/allocation/reclaim.py
+    (S.VALIDATING, E.RECLAIM): S.RECLAIMING,  # service/allocation/reclaim.py
     # --- maintenance (operator)
     (S.ENROLLED, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api `gpufleet maintenance on`
     (S.VALIDATING, E.MAINTENANCE_ON): S.MAINTENANCE,  # cli/api: aborts the run
@@ -68,7 +68,7 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.VALIDATING, E.CHANGE_DETECTED): S.VALIDATING,  # restarts the attempt
     (S.AVAILABLE, E.CHANGE_DETECTED): S.VALIDATING,
     (S.ALLOCATED, E.CHANGE_DETECTED): S.ALLOCATED,  # recorded; re-seen at reclaim
-    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # service/reclaim.py: full validation
+    (S.RECLAIMING, E.CHANGE_DETECTED): S.VALIDATING,  # allocation/reclaim.py: full validation
     (S.MAINTENANCE, E.CHANGE_DETECTED): S.MAINTENANCE,  # recorded; maintenance_off validates
     (S.QUARANTINED, E.CHANGE_DETECTED): S.QUARANTINED,  # recorded; only a human unquarantines
     (S.ENROLLED, E.CHANGE_DECLARED): S.ENROLLED,  # cli/api `gpufleet change record`

@@ -55,6 +55,7 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition
+from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
 from gpufleet.service.campaign_run import (
     Progress,
@@ -66,7 +67,6 @@ from gpufleet.service.campaign_run import (
 )
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import selected_names
-from gpufleet.service.holds import held
 from gpufleet.store.tables import CampaignHost, CampaignRow, Host
 
 #: A runner silent this long (on another machine) is taken for dead by ``resume``.

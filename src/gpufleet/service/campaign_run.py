@@ -26,10 +26,10 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import NotFound
+from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaign_actions import host_list, run_action
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
-from gpufleet.service.holds import held
 from gpufleet.service.hosts.baselines import set_pool_baseline
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.validate import validate

@@ -21,12 +21,12 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import Finding, Severity
 from gpufleet.domain.states import Event, HostState
+from gpufleet.service.allocation.leases import call_hooks, lease_view, queue_webhook
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.inspect_guard import Budget
 from gpufleet.service.inspect_observe import OBSERVE_FAULTS
-from gpufleet.service.leases import call_hooks, lease_view, queue_webhook
 from gpufleet.store.tables import Alarm, Host, InspectQuarantine, LeaseHost, Validation
 
 ACTOR = "inspect"

@@ -39,10 +39,10 @@ from gpufleet.domain.k8s import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
+from gpufleet.service.allocation.holds import record_holds
 from gpufleet.service.core.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import select_hosts
-from gpufleet.service.holds import record_holds
 from gpufleet.service.hosts import reachability
 from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels

@@ -33,7 +33,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 import gpufleet
 from gpufleet.domain.states import HostState
 from gpufleet.errors import GpufleetError, Unauthorized
-from gpufleet.service import capacity, leases
+from gpufleet.service.allocation import capacity, leases
 from gpufleet.service.core import alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Authenticator, Principal

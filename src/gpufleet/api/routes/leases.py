@@ -20,7 +20,7 @@ from gpufleet.api.schemas import (
 )
 from gpufleet.domain.leases import parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
-from gpufleet.service import allocation, capacity, leases
+from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.core.fleet import Fleet
 
 router = APIRouter(tags=["leases"], responses=ERRORS)

@@ -12,7 +12,7 @@ from gpufleet.errors import LocalIOError
 
 # Installs the session events that keep the per-rack placement summary in step with every
 # commit of a session on a database opened here.
-from gpufleet.service import placement_index as _placement_index  # noqa: F401
+from gpufleet.service.allocation import placement_index as _placement_index  # noqa: F401
 from gpufleet.store.db import Database, SchemaStatus
 
 

@@ -92,8 +92,9 @@ class ValidateReport:
 def sweep(fleet: Fleet) -> list[str]:
     """Fire deadlines and expiries: overdue transient states -> quarantined ("timed out"),
     expired validation records -> validating; reservations start and leases expire
-    (:func:`gpufleet.service.lease_sweep.sweep_leases`). Returns the host names touched."""
-    from gpufleet.service.lease_sweep import sweep_leases
+    (:func:`gpufleet.service.allocation.lease_sweep.sweep_leases`). Returns the host names
+    touched."""
+    from gpufleet.service.allocation.lease_sweep import sweep_leases
 
     touched: list[str] = sweep_leases(fleet)
     now = fleet.now()

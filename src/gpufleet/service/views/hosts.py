@@ -15,6 +15,7 @@ from gpufleet.domain.leases import HOLDING
 from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound
+from gpufleet.service.allocation.leases import LeaseView, lease_view
 from gpufleet.service.core.alarms import AlarmView, open_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import (
@@ -26,7 +27,6 @@ from gpufleet.service.core.select import (
     select_hosts,
     selector_terms,
 )
-from gpufleet.service.leases import LeaseView, lease_view
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import execute_read, host_by_name, read_columns_only
 from gpufleet.store.tables import (

@@ -14,8 +14,8 @@ from datetime import datetime
 from sqlalchemy import desc, select
 
 from gpufleet.domain.events import EventKind
+from gpufleet.service.allocation.leases import list_leases
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.leases import list_leases
 from gpufleet.service.views.hosts import list_events
 from gpufleet.service.views.overview import list_failures
 from gpufleet.store.repo import host_by_name

@@ -9,9 +9,7 @@ from sqlalchemy import select
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeaseState, OnExpiry
 from gpufleet.domain.states import Event, HostState
-from gpufleet.service.core.fleet import Fleet, record_event
-from gpufleet.service.core.lifecycle import transition
-from gpufleet.service.leases import (
+from gpufleet.service.allocation.leases import (
     call_hooks,
     get_lease,
     lease_view,
@@ -19,6 +17,8 @@ from gpufleet.service.leases import (
     queue_webhook,
     release,
 )
+from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.core.lifecycle import transition
 from gpufleet.store.tables import Host, Lease
 
 # --- the sweep: reservations start, leases expire ----------------------------------------------

@@ -1,10 +1,11 @@
 """Allocation: place a request and lease the hosts to an owner for a purpose and a window
 (or reserve a future window). Leases once made (views, hooks, renew, release, policy) are
-:mod:`gpufleet.service.leases`; starting reservations and expiring leases is
-:mod:`gpufleet.service.lease_sweep`.
+:mod:`gpufleet.service.allocation.leases`; starting reservations and expiring leases is
+:mod:`gpufleet.service.allocation.lease_sweep`.
 
 Placement itself is pure (:mod:`gpufleet.domain.placement`); this module reads the hosts
-(:mod:`gpufleet.service.candidates`), runs it and writes the lease in one short transaction
+(:mod:`gpufleet.service.allocation.candidates`), runs it and writes the lease in one short
+transaction
 that cannot hand a host out twice:
 
 * **SQLite** (one writer): the transaction takes the write lock first (a no-op ``UPDATE``),
@@ -36,12 +37,23 @@ from gpufleet.domain.leases import LeasePolicy, LeaseState, lease_window
 from gpufleet.domain.placement import Placement, Refusal, Request, explain
 from gpufleet.domain.states import Event
 from gpufleet.errors import ConfigError, Conflict
-from gpufleet.service.candidates import find_placement, host_views, lock_and_recheck, write_lock
+from gpufleet.service.allocation.candidates import (
+    find_placement,
+    host_views,
+    lock_and_recheck,
+    write_lock,
+)
+from gpufleet.service.allocation.leases import (
+    LeaseView,
+    call_hooks,
+    lease_view,
+    pool_policy,
+    queue_webhook,
+)
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import is_explicit, nothing_matches
-from gpufleet.service.leases import LeaseView, call_hooks, lease_view, pool_policy, queue_webhook
 from gpufleet.store.tables import GpuRow, Host, Lease, LeaseHost
 
 #: How often a request that lost a host to a concurrent one is placed again.

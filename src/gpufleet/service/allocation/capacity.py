@@ -22,7 +22,7 @@ from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
-from gpufleet.service.candidates import host_views
+from gpufleet.service.allocation.candidates import host_views
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import is_explicit, nothing_matches

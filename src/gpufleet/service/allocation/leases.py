@@ -1,7 +1,8 @@
 """Leases once made: the lease view, the hook point for lease events, reading (list, show,
 expiring), renewing, releasing (hosts to ``reclaiming``, then the reclaim checks when
-installed) and each pool's lease policy. Making a lease is :mod:`gpufleet.service.allocation`;
-starting reservations and expiring leases is :mod:`gpufleet.service.lease_sweep`.
+installed) and each pool's lease policy. Making a lease is
+:mod:`gpufleet.service.allocation.allocation`;
+starting reservations and expiring leases is :mod:`gpufleet.service.allocation.lease_sweep`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from gpufleet.domain.leases import (
 )
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition, NotFound
-from gpufleet.service.candidates import CandidateRow, lock_and_recheck, write_lock
+from gpufleet.service.allocation.candidates import CandidateRow, lock_and_recheck, write_lock
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
@@ -366,14 +367,14 @@ def _reclaim(
 ) -> tuple[object | None, str | None]:
     """Hand the released hosts to the reclaim checks when that module is installed."""
     try:
-        from gpufleet.service import reclaim as reclaim_mod  # type: ignore[attr-defined,unused-ignore]
+        from gpufleet.service.allocation import reclaim as reclaim_mod  # type: ignore[attr-defined,unused-ignore]
     except ImportError as exc:
-        if exc.name not in ("gpufleet.service.reclaim", None):
+        if exc.name not in ("gpufleet.service.allocation.reclaim", None):
             raise
         return None, (
             f"{', '.join(hosts)} left in reclaiming: the reclaim checks are not installed "
-            "(gpufleet.service.reclaim); they time out to quarantined after the reclaiming "
-            "deadline unless reclaimed"
+            "(gpufleet.service.allocation.reclaim); they time out to quarantined after the "
+            "reclaiming deadline unless reclaimed"
         )
     fn = getattr(reclaim_mod, "reclaim_hosts", None)
     if fn is None:

@@ -50,6 +50,7 @@ from gpufleet.domain.reclaim import (
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
+from gpufleet.service.allocation.reclaim_policy import clean_by_host, record_cleanup
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.pipeline import (
@@ -64,7 +65,6 @@ from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import selected_names
 from gpufleet.service.hosts.collect import _refuse, _start_run, apply_result
 from gpufleet.service.hosts.validate import _evidence, store_evidence
-from gpufleet.service.reclaim_policy import clean_by_host, record_cleanup
 from gpufleet.store.repo import baseline_for_host
 from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost, Validation
 

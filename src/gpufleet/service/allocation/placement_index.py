@@ -3,7 +3,7 @@
 Placement on a large fleet reads this summary (a few hundred rows: per rack, how many
 ``available`` hosts with no open alarm of each fabric, GPU count, model, GPU memory and
 profile set) instead of aggregating every candidate host, then reads only the hosts of the
-rack(s) it picked (:func:`gpufleet.service.candidates.find_placement`).
+rack(s) it picked (:func:`gpufleet.service.allocation.candidates.find_placement`).
 
 Keeping it in step is not left to each writer: session events watch every transaction.
 
