@@ -52,10 +52,10 @@ from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.allocation.candidates import candidate_filters
 from gpufleet.service.core.fleet import Fleet, utcnow
+from gpufleet.service.health.inspect import TransportCache, inspect, inspect_loop
+from gpufleet.service.health.inspect_store import gpu_row, host_row, store_samples
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import TransportCache, inspect, inspect_loop
-from gpufleet.service.inspect_store import gpu_row, host_row, store_samples
 from gpufleet.store.db import Database
 from gpufleet.store.tables import (
     Alarm,

@@ -446,7 +446,7 @@ _NOT_FOR_READS = (
     "httpx",
     "jinja2",
     "cryptography",
-    "gpufleet.service.remediation",
+    "gpufleet.service.health.remediation",
     "gpufleet.service.core.webhooks",
     "gpufleet.domain.profiles",
     "gpufleet.domain.checks",

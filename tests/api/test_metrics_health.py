@@ -18,7 +18,7 @@ from gpufleet.api.auth import TokenStore
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.inspect import inspect
+from gpufleet.service.health.inspect import inspect
 from gpufleet.store.tables import Alarm, Host, JobRun
 from gpufleet.testing import FakeClock
 from tests.api.conftest import lab

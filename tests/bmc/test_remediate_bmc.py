@@ -20,8 +20,8 @@ from gpufleet.errors import IdentityMismatch, UsageError
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import remediation
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import remediation
 from gpufleet.service.hosts import bmc
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate

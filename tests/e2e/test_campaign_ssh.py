@@ -36,7 +36,7 @@ from gpufleet.service.campaign import (
     show_campaign,
 )
 from gpufleet.service.core.fleet import Fleet, utcnow
-from gpufleet.service.failures import failure_report, record_failure
+from gpufleet.service.health.failures import failure_report, record_failure
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate

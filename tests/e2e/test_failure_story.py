@@ -16,7 +16,7 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.failures import failure_report, import_failures, record_failure
+from gpufleet.service.health.failures import failure_report, import_failures, record_failure
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.hosts.collect import collect

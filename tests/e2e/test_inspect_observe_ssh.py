@@ -21,9 +21,9 @@ from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.core.fleet import Fleet, utcnow
+from gpufleet.service.health.inspect import inspect
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import Alarm, Host, HostSampleRow
 
 pytestmark = pytest.mark.sshlab

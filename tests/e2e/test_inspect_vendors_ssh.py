@@ -20,9 +20,9 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabHost, create_fleet, write_inventory
 from gpufleet.lab.renderers import render_sections
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import inspect
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow
 from gpufleet.vendors.huawei.plugin import split_chip_answers
 

@@ -18,8 +18,8 @@ from gpufleet.domain.remediation import Action
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service import parts, remediation
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import parts, remediation
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate

@@ -25,8 +25,8 @@ from gpufleet.service.allocation.allocation import allocate
 from gpufleet.service.allocation.capacity import capacity
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import inspect
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import Host
 from gpufleet.testing import FakeClock
 

@@ -23,10 +23,10 @@ from gpufleet.lab.renderers import render_sections
 from gpufleet.service.allocation import allocation, capacity
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import inspect
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import inspect
 from gpufleet.service.views.hosts import show_host
 
 pytestmark = pytest.mark.sshlab

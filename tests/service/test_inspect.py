@@ -17,8 +17,8 @@ from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, create_fleet
 from gpufleet.service.allocation.candidates import candidate_filters
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import fleet_alarms, inspect
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import fleet_alarms, inspect
 from gpufleet.store.tables import Alarm, FactSnapshot, GpuSampleRow, Host, HostSampleRow
 from gpufleet.testing import FakeClock
 
@@ -207,7 +207,7 @@ def test_blast_radius_guard_stops_at_the_share(
 def test_samples_past_the_retention_roll_up_hourly(
     fleet: Fleet, clock: FakeClock, tmp_path: Path
 ) -> None:
-    from gpufleet.service.inspect_store import roll_up_and_prune
+    from gpufleet.service.health.inspect_store import roll_up_and_prune
     from gpufleet.store.tables import SampleRollup
 
     d = lab(fleet, tmp_path, 2)
@@ -286,7 +286,7 @@ def test_a_rule_the_pool_names_runs_the_first_rung(
     ``ecc-uncorrectable`` under ``auto_remediate``, so the sweep that quarantines gpu-02 for
     it runs the GPU reset (recorded on the ladder with the rule) and sends the host to
     validation; gpu-01's Xid 79 is not named, so it stays quarantined with no remediation."""
-    from gpufleet.service import remediation
+    from gpufleet.service.health import remediation
     from gpufleet.service.hosts import gpu_health
 
     fleet.settings.guard_share = 1.0
@@ -315,7 +315,7 @@ def test_the_copy_rows_equal_the_orm_rows() -> None:
     a real capture with a fault (reasons, ECC) in it."""
     from gpufleet.collect.inspect import parse_probe
     from gpufleet.lab.probe import render_probe
-    from gpufleet.service import inspect_store as st
+    from gpufleet.service.health import inspect_store as st
 
     host = create_fleet(1, models=["h100-8x"], faults={}).hosts[0]
     host = host.model_copy(update={"faults": ["power-brake:1", "ecc-uncorrectable"]})
@@ -338,7 +338,7 @@ def test_a_value_the_binary_copy_refuses_falls_back_to_text(fleet: Fleet, tmp_pa
 
     from gpufleet.collect.inspect import parse_probe
     from gpufleet.lab.probe import render_probe
-    from gpufleet.service.inspect_store import store_samples
+    from gpufleet.service.health.inspect_store import store_samples
 
     lab(fleet, tmp_path, 1)
     with fleet.db.session() as s:

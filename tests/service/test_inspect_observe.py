@@ -27,7 +27,7 @@ from gpufleet.lab.probe import render_probe
 from gpufleet.service.allocation.capacity import capacity, check
 from gpufleet.service.core.alarms import resolve_alarm
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.inspect import inspect
+from gpufleet.service.health.inspect import inspect
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host, HostSampleRow
 from gpufleet.testing import FakeClock

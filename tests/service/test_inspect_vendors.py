@@ -16,8 +16,8 @@ from tests.service.test_inspect import allocatable, health_alarms, set_faults, s
 
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import SweepReport, inspect
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import SweepReport, inspect
 from gpufleet.store.tables import GpuSampleRow, Host, HostSampleRow
 from gpufleet.testing import FakeClock
 

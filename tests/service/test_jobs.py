@@ -345,7 +345,7 @@ def test_a_retried_inspect_chunk_keeps_what_the_killed_attempt_stored(
     with fleet.db.session() as s:
         chunk = s.scalars(select(JobChunk).where(JobChunk.run_id == run.id)).one()
         chunk.attempts, chunk.state, chunk.started_at = 1, RunState.RUNNING, at
-    from gpufleet.service.inspect import inspect
+    from gpufleet.service.health.inspect import inspect
 
     inspect(fleet, "gpu-01,gpu-02", at=at, token=claim_token(run.id, 0, 1))
     # and it still holds gpu-03 (claimed, never probed)

@@ -11,8 +11,8 @@ from gpufleet.domain.remediation import Action
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.lab.templates import fault_gpu_index
-from gpufleet.service import remediation
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import remediation
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.validate import validate
 

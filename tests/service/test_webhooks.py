@@ -23,11 +23,11 @@ from sqlalchemy import select
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.remediation import Action
 from gpufleet.inventory import load_inventory
-from gpufleet.service import remediation
 from gpufleet.service.allocation import leases
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import remediation
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm, WebhookDelivery
@@ -205,8 +205,8 @@ def test_a_slow_receiver_never_delays_an_inspection_sweep(
 ) -> None:
     from gpufleet.lab.demo import enroll_lab
     from gpufleet.lab.fleet import LabFleet
+    from gpufleet.service.health.inspect import inspect
     from gpufleet.service.hosts.validate import validate
-    from gpufleet.service.inspect import inspect
 
     fleet.settings.guard_share = 1.0
     d = tmp_path / "lab"

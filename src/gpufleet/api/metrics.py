@@ -24,8 +24,8 @@ from gpufleet.domain.states import HostState
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.health_metrics import health_metrics
-from gpufleet.service.inspect import GUARD_KIND
+from gpufleet.service.health.health_metrics import health_metrics
+from gpufleet.service.health.inspect import GUARD_KIND
 from gpufleet.service.views.overview import fleet_metrics
 
 
@@ -178,7 +178,7 @@ def _histogram(
 
 class HealthCollector(Collector):
     """Per-GPU readings of the latest inspection sample, inspection age per host, the
-    blast-radius guard, time to act and run durations (``service/health_metrics.py``).
+    blast-radius guard, time to act and run durations (``service/health/health_metrics.py``).
     Labels: host, gpu index, model, run kind, fleet-alarm kind; all bounded by the fleet."""
 
     def __init__(self, fleet: Callable[[], Fleet]) -> None:

@@ -18,7 +18,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.domain.leases import parse_duration
 from gpufleet.errors import ConfigError
-from gpufleet.service.failures import (
+from gpufleet.service.health.failures import (
     ImportReport,
     Recorded,
     failure_report,

@@ -19,14 +19,14 @@ from typer.core import TyperGroup
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
-from gpufleet.service.inspect import (
+from gpufleet.service.health.inspect import (
     SweepReport,
     close_fleet_alarm,
     fleet_alarms,
     inspect,
     inspect_loop,
 )
-from gpufleet.service.inspect_report import (
+from gpufleet.service.health.inspect_report import (
     FORMATS,
     InspectReport,
     build_report,

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
-from gpufleet.service.parts import list_parts, show_part
+from gpufleet.service.health.parts import list_parts, show_part
 
 app = typer.Typer(no_args_is_help=True)
 

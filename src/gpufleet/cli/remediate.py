@@ -46,7 +46,7 @@ def remediate_cmd(
     if override_identity and (reason is None or not reason.strip()):
         raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
     from gpufleet.cli.common import when
-    from gpufleet.service import remediation
+    from gpufleet.service.health import remediation
 
     rep = remediation.remediate(
         open_fleet(),

@@ -379,7 +379,7 @@ def failures_record(
     as_json: bool,
 ) -> None:
     from gpufleet.cli.failures import show_recorded
-    from gpufleet.service.failures import Recorded
+    from gpufleet.service.health.failures import Recorded
 
     at = _when(time, "--time")
     d = api.post("failures", {"job": job, "host": host, "gpu": gpu, "time": at, "message": message})
@@ -400,7 +400,7 @@ def failures_record(
 def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, since: str) -> None:
     from gpufleet.cli.failures import show_import
     from gpufleet.errors import LocalIOError
-    from gpufleet.service.failures import ImportReport
+    from gpufleet.service.health.failures import ImportReport
 
     refuse_options(**{"--slurm": slurm})
     if file is None:

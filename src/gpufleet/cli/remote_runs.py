@@ -33,7 +33,7 @@ def inspect_run(
 ) -> None:
     from gpufleet.cli.inspect import _as_json, _print_sweep
     from gpufleet.domain.rules import Action, Finding, Severity
-    from gpufleet.service.inspect import HostInspection, SweepReport
+    from gpufleet.service.health.inspect import HostInspection, SweepReport
 
     refuse_options(**{"--every": every, "--transport": transport})
     d = api.post("inspect", {"selector": selector, "forks": forks, "timeout_s": timeout})

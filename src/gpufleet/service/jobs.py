@@ -44,11 +44,11 @@ from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import retrying
 from gpufleet.service.core.pipeline import Claim, claim_lease
 from gpufleet.service.core.policies import Policies
+from gpufleet.service.health.inspect import inspect
+from gpufleet.service.health.inspect_store import roll_up_and_prune
 from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
 from gpufleet.service.hosts.evidence import HELD_ELSEWHERE, run_active
 from gpufleet.service.hosts.validate import HostVerdict, judge_host, sweep
-from gpufleet.service.inspect import inspect
-from gpufleet.service.inspect_store import roll_up_and_prune
 from gpufleet.service.run_start import Deferrer as Deferrer
 from gpufleet.service.run_start import run_params as run_params
 from gpufleet.service.run_start import start_run as start_run

@@ -17,8 +17,8 @@ from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import select_hosts, selected_names
+from gpufleet.service.health.inspect import load_policy
 from gpufleet.service.hosts.evidence import active_test
-from gpufleet.service.inspect import load_policy
 from gpufleet.service.views.run_views import RunView, show_run
 from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
 

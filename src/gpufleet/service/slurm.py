@@ -40,8 +40,8 @@ from gpufleet.service.allocation.holds import record_holds
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.failures import ImportReport, failure_rules
-from gpufleet.service.failures import _store as store_failure
+from gpufleet.service.health.failures import ImportReport, failure_rules
+from gpufleet.service.health.failures import _store as store_failure
 from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts

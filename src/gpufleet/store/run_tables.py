@@ -103,7 +103,7 @@ class JobRunHost(Base):
 
 
 # --- issue 10 (health, items 2/3/4/6): inspection samples, roll-ups, auto-quarantines, -------
-# --- fleet alarms (service/inspect.py; migration 0004) ---------------------------------------
+# --- fleet alarms (service/health/inspect.py; migration 0004) --------------------------------
 
 
 # --- issue 14 (canary campaigns: the plan and each host's step, for crash-safe resume) ---

@@ -18,9 +18,9 @@ from gpufleet.api.schemas_ops import (
     ResolveIn,
 )
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service import failures
 from gpufleet.service.core import alarms, webhooks
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import failures
 from gpufleet.service.hosts import baselines
 from gpufleet.service.views import overview
 

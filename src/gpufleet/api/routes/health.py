@@ -36,13 +36,13 @@ from gpufleet.api.schemas_health import (
 from gpufleet.api.schemas_ops import HostOutcomeOut
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import Action
-from gpufleet.service import failures, parts
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health import failures, parts
+from gpufleet.service.health.inspect import inspect
+from gpufleet.service.health.inspect_report import build_report, parse_since
+from gpufleet.service.health.remediation import remediate
 from gpufleet.service.hosts import baselines, bmc, operations
 from gpufleet.service.hosts.evidence import run_active
-from gpufleet.service.inspect import inspect
-from gpufleet.service.inspect_report import build_report, parse_since
-from gpufleet.service.remediation import remediate
 
 router = APIRouter(responses=ERRORS)
 

@@ -253,7 +253,7 @@ def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
     for hl in host_labels(fleet, detail.view.name):
         if hl.host == detail.view.name:
             detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
-    from gpufleet.service import remediation  # here: its imports cost every listing ~0.3 s
+    from gpufleet.service.health import remediation  # here: its imports cost every listing ~0.3 s
 
     detail.remediations = remediation.ladder(fleet, detail.view.name)
     return detail

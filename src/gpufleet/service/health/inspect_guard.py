@@ -1,4 +1,4 @@
-"""The blast-radius guard of the inspection sweep (:mod:`gpufleet.service.inspect`).
+"""The blast-radius guard of the inspection sweep (:mod:`gpufleet.service.health.inspect`).
 
 When automatic quarantines within ``GPUFLEET_GUARD_WINDOW_MINUTES`` would exceed *both* the
 share of the fleet (``GPUFLEET_GUARD_SHARE``, capped at ``GPUFLEET_GUARD_HOSTS``) *and* the

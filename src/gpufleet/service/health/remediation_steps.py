@@ -3,7 +3,8 @@ named service in-band (kubelet, containerd, nvidia-fabricmanager, nvidia-persist
 device plugin's container) and power-cycle the machine through its BMC when the in-band
 reboot fails or the host does not answer at all.
 
-Each returns a :class:`~gpufleet.service.remediation.Step` that ``remediate`` records like the
+Each returns a :class:`~gpufleet.service.health.remediation.Step` that ``remediate`` records like
+the
 others. The BMC rung goes through :func:`gpufleet.service.hosts.bmc.power` (so the identity guard,
 :mod:`gpufleet.service.hosts.bmc_guard`, applies: an open ``bmc-identity`` alarm refuses it unless
 overridden) and then waits for SSH to answer again.
@@ -24,7 +25,7 @@ from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import Claimed
 
 if TYPE_CHECKING:
-    from gpufleet.service.remediation import Step
+    from gpufleet.service.health.remediation import Step
 
 #: Outcomes of an in-band step that mean the host could not be reached at all.
 NOT_REACHED = frozenset(
@@ -47,7 +48,7 @@ def _run(c: Claimed, tr: Transport, script: str, timeout_s: float) -> RawResult:
 
 def restart_service(c: Claimed, tr: Transport, service: str, timeout_s: float) -> Step:
     """Restart ``service`` on the host and verify it runs again."""
-    from gpufleet.service.remediation import Step
+    from gpufleet.service.health.remediation import Step
 
     r = _run(c, tr, restart_script(service), timeout_s)
     if r.outcome is not Outcome.OK:
@@ -83,8 +84,8 @@ def power_cycle(
 ) -> Step:
     """Power-cycle the machine through its BMC (``why``: what made the ladder climb here),
     then wait for SSH to answer again."""
+    from gpufleet.service.health.remediation import Step
     from gpufleet.service.hosts import bmc
-    from gpufleet.service.remediation import Step
 
     name = c.target.name
     step = Action.POWER_CYCLE.value

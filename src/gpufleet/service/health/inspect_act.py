@@ -1,4 +1,4 @@
-"""Acting on a sweep's findings (:mod:`gpufleet.service.inspect`): per host, in one short
+"""Acting on a sweep's findings (:mod:`gpufleet.service.health.inspect`): per host, in one short
 row-locked transaction, one ``health`` alarm per rule and GPU/port (deduplicated), the
 quarantine of a critical finding (through :func:`gpufleet.service.core.lifecycle.transition`), the
 lease owner told about a leased host's current faults (after the commit), cleared findings
@@ -25,8 +25,8 @@ from gpufleet.service.allocation.leases import call_hooks, lease_view, queue_web
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
-from gpufleet.service.inspect_guard import Budget
-from gpufleet.service.inspect_observe import OBSERVE_FAULTS
+from gpufleet.service.health.inspect_guard import Budget
+from gpufleet.service.health.inspect_observe import OBSERVE_FAULTS
 from gpufleet.store.tables import Alarm, Host, InspectQuarantine, LeaseHost, Validation
 
 ACTOR = "inspect"

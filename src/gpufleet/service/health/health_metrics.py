@@ -28,7 +28,7 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.domain.times import as_utc
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.inspect_store import REASON_BITS
+from gpufleet.service.health.inspect_store import REASON_BITS
 from gpufleet.store.tables import (
     Alarm,
     Event,

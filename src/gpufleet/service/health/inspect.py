@@ -20,7 +20,7 @@ One sweep:
    sweep quarantined whose findings have all cleared goes back to ``validating`` (never
    straight to ``available``), guard or no guard.
 
-The blast-radius guard (:mod:`gpufleet.service.inspect_guard`): past both its share and its
+The blast-radius guard (:mod:`gpufleet.service.health.inspect_guard`): past both its share and its
 minimum count, automatic quarantine stops, one fleet alarm is raised, and the held-back hosts
 keep their critical alarms (data ``held``): out of placement, not quarantined.
 
@@ -69,9 +69,8 @@ from gpufleet.service.core.pipeline import (
     release_claims,
 )
 from gpufleet.service.core.policies import Policies
-from gpufleet.service.hosts import reachability
-from gpufleet.service.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
-from gpufleet.service.inspect_guard import (
+from gpufleet.service.health.inspect_act import ACTOR, QUARANTINES, RULE_FAULTS, HostInspection, act
+from gpufleet.service.health.inspect_guard import (
     GUARD_KIND,
     Budget,
     close_fleet_alarm,
@@ -79,17 +78,18 @@ from gpufleet.service.inspect_guard import (
     guard_budget,
     trip_guard,
 )
-from gpufleet.service.inspect_observe import (
+from gpufleet.service.health.inspect_observe import (
     PROBE_FAILED,
     expected_gpu_counts,
     transport_unobserved,
 )
-from gpufleet.service.inspect_store import (
+from gpufleet.service.health.inspect_store import (
     histories,
     roll_up_and_prune,
     store_samples,
 )
-from gpufleet.service.inspect_vendors import host_vendors
+from gpufleet.service.health.inspect_vendors import host_vendors
+from gpufleet.service.hosts import reachability
 from gpufleet.store.tables import (
     FactSnapshot,
     Host,
@@ -361,7 +361,7 @@ def _first_rung(fleet: Fleet, out: HostInspection, findings: list[Finding]) -> N
     """Policy may run the first rung of the ladder automatically for named rules (the pool's
     ``auto_remediate``, ``service/remediation.auto_remediate``): the first critical finding
     whose rule the pool names runs it; a failed step is reported, never raised."""
-    from gpufleet.service.remediation import auto_remediate
+    from gpufleet.service.health.remediation import auto_remediate
 
     for f in findings:
         if f.severity is not Severity.CRITICAL:

@@ -21,7 +21,7 @@ from gpufleet.domain.events import AlarmKind
 from gpufleet.errors import ConfigError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.inspect_store import REASON_BITS
+from gpufleet.service.health.inspect_store import REASON_BITS
 from gpufleet.store.tables import Alarm, GpuSampleRow
 
 #: Clock-event reasons that mean the hardware held the clocks down.

@@ -37,7 +37,6 @@ from gpufleet.domain.remediation import (
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, IdentityMismatch, InvalidTransition, UsageError
-from gpufleet.service import remediation_steps as steps_
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
@@ -49,6 +48,7 @@ from gpufleet.service.core.pipeline import (
     release_claims,
     transport_for_host,
 )
+from gpufleet.service.health import remediation_steps as steps_
 from gpufleet.service.hosts import bmc_guard
 from gpufleet.service.hosts.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
