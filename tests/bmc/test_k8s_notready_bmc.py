@@ -15,10 +15,10 @@ from tests.export.test_k8s_sync import Kmock, _lab, _node
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
 from gpufleet.service.hosts import bmc
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.k8s import KubeNodes, k8s_sync
 
 pytestmark = [
     pytest.mark.xdist_group("redfish"),

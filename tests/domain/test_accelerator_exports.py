@@ -169,7 +169,7 @@ def test_slurm_gres_per_vendor() -> None:
 
 
 def _ih(name: str, facts: HostFacts) -> InventoryHost:
-    from gpufleet.service.ansible import _accelerators
+    from gpufleet.service.exports.ansible import _accelerators
 
     return InventoryHost(name=name, address=name, port=22, user=None, key_file=None,
                          vars={}, state=HostState.AVAILABLE, pool=None, rack=None,

@@ -17,8 +17,8 @@ from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
 
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.slurm import write_slurm_config
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.slurm import write_slurm_config
 
 # ---------------------------------------------------------------------------- Slurm section
 

@@ -13,7 +13,7 @@ from gpufleet.domain.ansible import (
 )
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
-from gpufleet.service.ansible import public_vars
+from gpufleet.service.exports.ansible import public_vars
 from gpufleet.testing import make_facts
 
 

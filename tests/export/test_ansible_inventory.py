@@ -23,8 +23,8 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from gpufleet.secrets import SecretBox
-from gpufleet.service.ansible import write_inventory_script
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.ansible import write_inventory_script
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.hosts.enroll import enroll

@@ -20,11 +20,11 @@ from gpufleet.domain.campaign import ActionKind, HostStep
 from gpufleet.inventory import load_inventory
 from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
+from gpufleet.service.exports.slurm import slurm_sync
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.k8s import KubeNodes, k8s_sync
-from gpufleet.service.slurm import slurm_sync
 from gpufleet.service.views.hosts import list_events
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")

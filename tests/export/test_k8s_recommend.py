@@ -20,10 +20,10 @@ from gpufleet.inventory import load_inventory
 from gpufleet.service.allocation import allocation
 from gpufleet.service.core.alarms import list_alarms
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.k8s import KubeNodes, k8s_sync
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 

@@ -25,10 +25,10 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.core.alarms import open_alarms
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.k8s import KubeNodes, k8s_sync
 from gpufleet.store.repo import host_by_name
 
 # kmock 0.8 reads its bundled resources with a deprecated importlib call.

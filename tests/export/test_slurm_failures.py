@@ -20,9 +20,9 @@ from tests.slurmlab import SlurmLab
 
 from gpufleet.collect.slurm import SlurmClient
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.slurm import import_slurm_failures
 from gpufleet.service.health.failures import failure_report
 from gpufleet.service.hosts.operations import remove_host
-from gpufleet.service.slurm import import_slurm_failures
 from gpufleet.testing import FakeClock
 
 pytestmark = pytest.mark.xdist_group("slurm")

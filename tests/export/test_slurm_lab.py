@@ -18,9 +18,9 @@ from gpufleet.domain.health import Fault
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.exports.slurm import slurm_sync
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.slurm import slurm_sync
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Alarm
 from gpufleet.store.tables import Event as EventRow

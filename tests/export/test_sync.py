@@ -27,8 +27,8 @@ from tests.slurmlab import SlurmLab
 from gpufleet.collect.slurm import SlurmClient
 from gpufleet.domain.sync import Cause, Target
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.k8s import KubeNodes
-from gpufleet.service.sync import Systems, sync_round, sync_status
+from gpufleet.service.exports.k8s import KubeNodes
+from gpufleet.service.exports.sync import Systems, sync_round, sync_status
 
 pytestmark = [
     pytest.mark.xdist_group("slurm"),

@@ -24,9 +24,9 @@ from tests.export.test_k8s_sync import Kmock
 from tests.export.test_slurm_lab import quarantine
 
 from gpufleet.errors import ConfigError
-from gpufleet.service.capacity_k8s import KubePods, k8s_capacity, pod_gpus
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.k8s import k8s_sync
+from gpufleet.service.exports.capacity_k8s import KubePods, k8s_capacity, pod_gpus
+from gpufleet.service.exports.k8s import k8s_sync
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 

@@ -15,12 +15,12 @@ from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.spec import Baseline
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.allocation.capacity import capacity
-from gpufleet.service.ansible import inventory_list
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.ansible import inventory_list
+from gpufleet.service.exports.slurm import slurm_config
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.baselines import drift, save_baseline, set_pool_baseline
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.slurm import slurm_config
 from gpufleet.service.views.summary import fleet_summary, host_labels
 
 MODELS = ["h100-8x", "ascend-910b3-8x", "mi100-4x"]  # gpu-01, gpu-02, gpu-03

@@ -15,7 +15,7 @@ from tests.service.test_mixed_fleet_exports import mixed_fleet
 from gpufleet.domain.events import AlarmKind
 from gpufleet.service.core.alarms import open_alarms
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.k8s import KubeNodes, k8s_sync
+from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
 from gpufleet.store.repo import host_by_name
 
 

@@ -13,10 +13,10 @@ from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.lab.demo import enroll_lab, run_evidence, validated_baselines
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.slurm import slurm_config
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.operations import record_change
 from gpufleet.service.hosts.validate import HostVerdict, validate
-from gpufleet.service.slurm import slurm_config
 from gpufleet.service.views.hosts import show_host
 
 

@@ -315,11 +315,11 @@ from gpufleet.domain.accelerator_exports import extended_resources
 from gpufleet.domain.accelerators import inventories_of
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.ansible import inventory_list
+from gpufleet.service.exports.ansible import inventory_list
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.views.hosts import show_host
-from gpufleet.service.slurm import slurm_config
+from gpufleet.service.exports.slurm import slurm_config
 from gpufleet.service.views.summary import host_labels
 from gpufleet.service.hosts.validate import validate
 from gpufleet.service.hosts.vendor_exports import EXPORTS

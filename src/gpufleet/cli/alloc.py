@@ -25,7 +25,7 @@ from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, p
 from gpufleet.domain.placement import Request
 from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.allocation.leases import LeaseView
-from gpufleet.service.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
+from gpufleet.service.exports.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
 
 leases_app = typer.Typer(no_args_is_help=True)
 capacity_app = typer.Typer(invoke_without_command=True)

@@ -9,8 +9,8 @@ import typer
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.errors import ConfigError, LocalIOError
-from gpufleet.service.ansible import inventory_host, inventory_list, write_inventory_script
-from gpufleet.service.k8s import SyncReport, k8s_export, k8s_sync
+from gpufleet.service.exports.ansible import inventory_host, inventory_list, write_inventory_script
+from gpufleet.service.exports.k8s import SyncReport, k8s_export, k8s_sync
 
 inventory_app = typer.Typer(
     help="Ansible dynamic inventory: --list, --host NAME, and an executable script for -i.",

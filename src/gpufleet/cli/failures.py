@@ -18,6 +18,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.domain.leases import parse_duration
 from gpufleet.errors import ConfigError
+from gpufleet.service.exports.slurm import import_slurm_failures
 from gpufleet.service.health.failures import (
     ImportReport,
     Recorded,
@@ -25,7 +26,6 @@ from gpufleet.service.health.failures import (
     import_failures,
     record_failure,
 )
-from gpufleet.service.slurm import import_slurm_failures
 
 app = typer.Typer(no_args_is_help=True)
 

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.slurm import DEFAULT_GPU_FILES
-from gpufleet.service.slurm import slurm_sync, write_slurm_config
+from gpufleet.service.exports.slurm import slurm_sync, write_slurm_config
 
 app = typer.Typer(no_args_is_help=True)
 

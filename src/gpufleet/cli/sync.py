@@ -13,8 +13,8 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.sync import Target, parse_every
 from gpufleet.errors import UsageError
-from gpufleet.service.sync import Round, Systems, enabled_targets, sync_loop, sync_round
-from gpufleet.service.sync import sync_status as compute_status
+from gpufleet.service.exports.sync import Round, Systems, enabled_targets, sync_loop, sync_round
+from gpufleet.service.exports.sync import sync_status as compute_status
 
 app = typer.Typer(invoke_without_command=True, no_args_is_help=False)
 

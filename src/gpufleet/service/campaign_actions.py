@@ -106,7 +106,7 @@ def run_playbook(
     ``gpufleet_ticket``, ``gpufleet_target``)."""
     import ansible_runner  # type: ignore[import-untyped]
 
-    from gpufleet.service.ansible import inventory_list
+    from gpufleet.service.exports.ansible import inventory_list
 
     target = _target(fleet, camp.target_baseline)
     with tempfile.TemporaryDirectory(prefix="gpufleet-campaign-") as tmp:

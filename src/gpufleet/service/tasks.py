@@ -63,8 +63,8 @@ from gpufleet.service import jobs
 from gpufleet.service.campaign import run_campaign, show_campaign
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.sync import enabled_targets, sync_round
 from gpufleet.service.hosts.validate import sweep
-from gpufleet.service.sync import enabled_targets, sync_round
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 (``collect/nvidia_smi``, ``HostFacts.gpus``) and labelled by GPU Feature Discovery's labels
 (:func:`gpufleet.domain.labels.derive_labels`), so the plugin brings no collector and no
 vendor labels: the extended resource ``nvidia.com/gpu``, the GRES ``gpu`` (written by the NVIDIA
-path of :mod:`gpufleet.service.slurm`), the runtime ``cuda``, groups ``gpu_<model>``.
+path of :mod:`gpufleet.service.exports.slurm`), the runtime ``cuda``, groups ``gpu_<model>``.
 """
 
 from __future__ import annotations

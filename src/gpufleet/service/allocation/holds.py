@@ -1,7 +1,7 @@
 """Holds someone else put on a host's node, as the syncs last saw them: a Kubernetes node
 cordoned without gpufleet's record, a Slurm node drained with another reason.
 
-The syncs (:mod:`gpufleet.service.k8s`, :mod:`gpufleet.service.slurm`) record an
+The syncs (:mod:`gpufleet.service.exports.k8s`, :mod:`gpufleet.service.exports.slurm`) record an
 ``external-hold`` event when what they see changes (held, or no longer held), in the
 transaction where they record the rest; campaigns read the last observation per system and
 skip held hosts (never taken over). Nothing here does network I/O.

@@ -29,7 +29,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.k8s import KubeNodes
+from gpufleet.service.exports.k8s import KubeNodes
 from gpufleet.store.repo import hosts_with_latest_facts
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"

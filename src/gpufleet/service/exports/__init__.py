@@ -1,0 +1,3 @@
+"""Decisions enforced where work runs: Ansible inventories, Kubernetes, Slurm, sync, Kubernetes
+capacity.
+"""
