@@ -138,7 +138,7 @@ def test_the_offline_install_can_run_playbook_campaigns(installed: Installed,
     venv's python, where ``campaign --playbook`` looks first (PATH holds no other here)."""
     bin_dir = installed.venv / "bin"
     out = _run([str(bin_dir / "python"), "-c",
-                "from gpufleet.service.campaign_actions import ansible_playbook as a; "
+                "from gpufleet.service.campaigns.campaign_actions import ansible_playbook as a; "
                 "print(a())"], cwd=installed.work, env=installed.env(tmp_path))
     assert Path(out.strip()) == bin_dir / "ansible-playbook"
     version = _run([str(bin_dir / "ansible-playbook"), "--version"], cwd=installed.work,

@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import BaselineStatus
-from gpufleet.service.campaign import CampaignSpec, create_campaign, show_campaign
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, show_campaign
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
 from tests.api.conftest import auth

@@ -16,7 +16,7 @@ from tests.sshlab import SshLab
 from tests.sshlab_fixtures import SshLabFactory, sample_sections
 
 from gpufleet.collect.transport import Target
-from gpufleet.service.campaign_actions import PLAYBOOKS_DIR, ROLES_DIR
+from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ROLES_DIR
 
 pytestmark = pytest.mark.sshlab
 

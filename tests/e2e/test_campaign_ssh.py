@@ -28,7 +28,7 @@ from gpufleet.domain.spec import BaselineStatus
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.campaign import (
+from gpufleet.service.campaigns.campaign import (
     CampaignSpec,
     approve_campaign,
     create_campaign,

@@ -18,7 +18,7 @@ from tests.slurmlab import SlurmLab
 from gpufleet.collect.slurm import SlurmClient
 from gpufleet.domain.campaign import ActionKind, HostStep
 from gpufleet.inventory import load_inventory
-from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.k8s import KubeNodes, k8s_sync
 from gpufleet.service.exports.slurm import slurm_sync

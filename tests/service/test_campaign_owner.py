@@ -12,7 +12,7 @@ from tests.service.test_allocation import lab
 
 from gpufleet.domain.campaign import ActionKind, CampaignStatus
 from gpufleet.errors import Conflict
-from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
 from gpufleet.service.views.hosts import list_events

@@ -16,8 +16,8 @@ from tests.migrated import migrate
 from gpufleet.cli.drift import print_drift
 from gpufleet.domain.campaign import ActionKind, CampaignStatus, HostStep
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.campaign import CampaignSpec, create_campaign, run_campaign
-from gpufleet.service.campaign_run import Runner
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, run_campaign
+from gpufleet.service.campaigns.campaign_run import Runner
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.baselines import drift, list_pools
 from gpufleet.service.hosts.validate import validate

@@ -1,5 +1,5 @@
 """``gpufleet campaign``: create (shows the plan), run, approve, status, pause, resume, abort,
-report, list. The work is in :mod:`gpufleet.service.campaign`."""
+report, list. The work is in :mod:`gpufleet.service.campaigns.campaign`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from gpufleet.domain.campaign import (
 )
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import ConfigError
-from gpufleet.service.campaign import (
+from gpufleet.service.campaigns.campaign import (
     CampaignSpec,
     CampaignView,
     abort_campaign,

@@ -1,6 +1,6 @@
 """Change campaigns: a canary, then waves, each taking only what the fleet can spare.
 
-Pure planning and judging; the service (:mod:`gpufleet.service.campaign`) reads the hosts,
+Pure planning and judging; the service (:mod:`gpufleet.service.campaigns.campaign`) reads the hosts,
 stores the plan and drives the hosts through it.
 
 The plan (:func:`plan_campaign`):

@@ -60,7 +60,7 @@ from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.logs import ids
 from gpufleet.service import jobs
-from gpufleet.service.campaign import run_campaign, show_campaign
+from gpufleet.service.campaigns.campaign import run_campaign, show_campaign
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.sync import enabled_targets, sync_round
@@ -209,7 +209,7 @@ class CampaignRetry(BaseRetryStrategy):
 
 def campaign_run_task(context: JobContext, name: str, actor: str) -> None:
     """Run (or resume) campaign ``name`` as ``actor``
-    (:func:`gpufleet.service.campaign.run_campaign`, what ``campaign run`` calls).
+    (:func:`gpufleet.service.campaigns.campaign.run_campaign`, what ``campaign run`` calls).
 
     A later attempt of the same job (its worker died, or the database was away) takes the
     campaign over from the attempt before (the owner names the job) and resumes it the way

@@ -1,7 +1,7 @@
 """``/api/v1/campaigns``: change campaigns (issue 14). Reads for any token; run, resume,
 pause and abort for operators (they drive a campaign the way ``/runs`` drives collection);
 approve for admins (the production go-ahead, recorded with the token's name). Runs are
-worker jobs (202, like ``/runs``); the work is in :mod:`gpufleet.service.campaign`."""
+worker jobs (202, like ``/runs``); the work is in :mod:`gpufleet.service.campaigns.campaign`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
 from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut
-from gpufleet.service import campaign
+from gpufleet.service.campaigns import campaign
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.tasks import JobQueue
 

@@ -1,5 +1,6 @@
 """Driving a campaign's hosts through its waves (the step machine described in
-:mod:`gpufleet.service.campaign`), and the few reads and writes of the campaign row it shares
+:mod:`gpufleet.service.campaigns.campaign`), and the few reads and writes of the campaign row it
+shares
 with the commands there."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import NotFound
 from gpufleet.service.allocation.holds import held
-from gpufleet.service.campaign_actions import host_list, run_action
+from gpufleet.service.campaigns.campaign_actions import host_list, run_action
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
 from gpufleet.service.hosts.baselines import set_pool_baseline

@@ -56,8 +56,8 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition
 from gpufleet.service.allocation.holds import held
-from gpufleet.service.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
-from gpufleet.service.campaign_run import (
+from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
+from gpufleet.service.campaigns.campaign_run import (
     Progress,
     Runner,
     baseline_named,

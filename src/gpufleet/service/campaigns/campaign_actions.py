@@ -1,6 +1,6 @@
 """The actions a campaign runs on a wave's hosts: an Ansible playbook through ansible-runner,
 a shell command over the SSH transport, or a BMC reimage. Each returns host -> (ok, note) and
-never raises for one host's failure (:mod:`gpufleet.service.campaign` records it)."""
+never raises for one host's failure (:mod:`gpufleet.service.campaigns.campaign` records it)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Canary campaigns: waves, gates, approvals and rollback."""
