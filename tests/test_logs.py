@@ -141,7 +141,7 @@ def test_a_background_failure_shows_with_its_ids(
     """A scheduled task whose store went away: one JSON line naming the component and the
     job, and the counter /metrics shows."""
     from gpufleet.errors import StoreUnavailable
-    from gpufleet.service.tasks import sweep_task
+    from gpufleet.service.background.tasks import sweep_task
     from tests.service.test_outbox import lost_store_job
 
     context, gone = lost_store_job(fleet, 4242)
@@ -161,7 +161,7 @@ def test_a_background_failure_shows_with_its_ids(
         logging.getLogger("gpufleet").setLevel(logging.NOTSET)
     assert background.counts()[background.SCHEDULER] == before + 1
     records = [r for r in _json_lines(capsys.readouterr().err)
-               if r["logger"] == "gpufleet.service.tasks"]
+               if r["logger"] == "gpufleet.service.background.tasks"]
     (rec,) = records
     assert rec["level"] == "WARNING"
     assert rec["job"] == 4242 and rec["component"] == "scheduler"

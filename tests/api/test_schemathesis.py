@@ -22,8 +22,8 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.tasks import JobQueue
 from tests.api.conftest import auth
 
 EXAMPLES = 6

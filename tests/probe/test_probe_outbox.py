@@ -36,10 +36,10 @@ from sqlalchemy import create_engine, text
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.alarms import raise_alarm
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.enroll import enroll
-from gpufleet.service.tasks import JobQueue
 from gpufleet.store.db import Database
 from gpufleet.store.repo import host_by_name
 from tests.conftest import PG_ADMIN_URL

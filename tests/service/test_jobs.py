@@ -23,12 +23,12 @@ from gpufleet.domain.runs import RunKind, RunState, claim_token
 from gpufleet.errors import ConfigError, NotFound, StoreUnavailable
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet
-from gpufleet.service import jobs
+from gpufleet.service.background import jobs
+from gpufleet.service.background.tasks import MAX_ATTEMPTS, ChunkRetry
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import Claim, claim_hosts
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
-from gpufleet.service.tasks import MAX_ATTEMPTS, ChunkRetry
 from gpufleet.store.tables import CollectionResult, EvidenceRow, Host, HostSampleRow, JobChunk
 
 

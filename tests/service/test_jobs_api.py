@@ -23,9 +23,9 @@ from tests.store.conftest import empty_url as empty_url
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.config import load_settings
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.schema import upgrade
-from gpufleet.service.tasks import JobQueue
 from gpufleet.store.db import Database
 
 V1 = "/api/v1"

@@ -290,7 +290,7 @@ def lost_store_job(fleet: Fleet, job_id: int) -> tuple[JobContext, Database]:
     from procrastinate.jobs import Job
     from procrastinate.testing import InMemoryConnector
 
-    from gpufleet.service.tasks import build_app
+    from gpufleet.service.background.tasks import build_app
 
     gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")
     broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
@@ -308,16 +308,16 @@ def test_a_failed_scheduled_task_is_logged_counted_and_still_fails_its_job(
     """The periodic sweep on a store that went away: reported (``scheduler``), then raised for
     procrastinate to record the failed job."""
     from gpufleet.errors import StoreUnavailable
-    from gpufleet.service.tasks import sweep_task
+    from gpufleet.service.background.tasks import sweep_task
 
     context, gone = lost_store_job(fleet, 1)
     before = background.counts()[background.SCHEDULER]
-    caplog.set_level(logging.WARNING, logger="gpufleet.service.tasks")
+    caplog.set_level(logging.WARNING, logger="gpufleet.service.background.tasks")
     try:
         with pytest.raises(StoreUnavailable):
             sweep_task(context, timestamp=0)
     finally:
         gone.dispose()
     assert background.counts()[background.SCHEDULER] == before + 1
-    (rec,) = [r for r in caplog.records if r.name == "gpufleet.service.tasks"]
+    (rec,) = [r for r in caplog.records if r.name == "gpufleet.service.background.tasks"]
     assert "scheduler: task sweep_task failed: StoreUnavailable" in rec.getMessage()

@@ -13,9 +13,9 @@ from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
 from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.campaigns import campaign
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.tasks import JobQueue
 
 router = APIRouter(responses=ERRORS, tags=["campaigns"])
 

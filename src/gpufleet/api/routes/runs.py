@@ -9,9 +9,9 @@ from gpufleet.api.deps import as_operator, as_viewer
 from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas_runs import QueueDepthOut, RunHostOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
-from gpufleet.service import jobs
+from gpufleet.service.background import jobs
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.tasks import JobQueue
 
 router = APIRouter(responses=ERRORS)
 

@@ -527,7 +527,7 @@ def run_campaign(
 
 
 class CampaignDeferrer(Protocol):
-    """Where :func:`enqueue_run` queues the job (``gpufleet.service.tasks.JobQueue``)."""
+    """Where :func:`enqueue_run` queues the job (``gpufleet.service.background.tasks.JobQueue``)."""
 
     def check_ready(self) -> None:
         """Raise when this process cannot queue jobs now."""

@@ -180,7 +180,7 @@ def inspect(
 ) -> SweepReport:
     """Run one sweep over the selected hosts (every host but retired ones without one).
     ``at``: the samples' time (default now); a retried run chunk passes its first attempt's,
-    so a host that attempt stored is not stored twice (:mod:`gpufleet.service.jobs`);
+    so a host that attempt stored is not stored twice (:mod:`gpufleet.service.background.jobs`);
     ``token`` / ``take_over``: its claim token and its earlier attempts' prefix
     (:func:`gpufleet.service.core.pipeline.claim_hosts`)."""
     forks = check_forks(forks)

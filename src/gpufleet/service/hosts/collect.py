@@ -181,7 +181,7 @@ def claim_into_run(
     take_over: str,
 ) -> Claim:
     """Claim the selected hosts for the existing collection run ``run_id`` (one chunk of a
-    queued run, :mod:`gpufleet.service.jobs`) under ``token``; hosts still claimed under
+    queued run, :mod:`gpufleet.service.background.jobs`) under ``token``; hosts still claimed under
     ``take_over`` (an earlier, killed attempt of the same chunk) are taken back."""
     return claim_hosts(
         fleet,

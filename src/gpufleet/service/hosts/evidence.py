@@ -148,7 +148,7 @@ def run_active(
     ``forks`` tests run at once with no database transaction open (they take minutes), and
     each result is stored in its own short transaction while the claim still holds.
     Allocated and retired hosts are not tested. ``token`` / ``take_over``: a run chunk's
-    claim token and its earlier attempts' prefix (:mod:`gpufleet.service.jobs`).
+    claim token and its earlier attempts' prefix (:mod:`gpufleet.service.background.jobs`).
     """
     test = active_test(kind)
     timeout_s = check_timeout(

@@ -1,6 +1,6 @@
 """Runs as the API and the worker read them: a run with its progress and chunks
 (:class:`RunView`), its hosts' results, the runs listed, the chunks still to queue and the
-queue's depth (moved out of :mod:`gpufleet.service.jobs`, which starts and runs them)."""
+queue's depth (moved out of :mod:`gpufleet.service.background.jobs`, which starts and runs them)."""
 
 from __future__ import annotations
 

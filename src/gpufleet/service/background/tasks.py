@@ -59,7 +59,7 @@ from gpufleet.config import Settings
 from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.logs import ids
-from gpufleet.service import jobs
+from gpufleet.service.background import jobs
 from gpufleet.service.campaigns.campaign import run_campaign, show_campaign
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.fleet import Fleet
@@ -123,7 +123,7 @@ class ChunkRetry(BaseRetryStrategy):
 
 
 def run_chunk_task(context: JobContext, run_id: int, seq: int) -> None:
-    """One chunk of a run (:func:`gpufleet.service.jobs.run_chunk`)."""
+    """One chunk of a run (:func:`gpufleet.service.background.jobs.run_chunk`)."""
     fleet = fleet_of(context)
     final = context.job.attempts >= MAX_ATTEMPTS - 1
     try:
@@ -155,7 +155,7 @@ def _reported(func: Callable[..., None]) -> Callable[..., None]:
 @_reported
 def scheduled_run_task(context: JobContext, timestamp: int, kind: str) -> None:
     """Start this period's scheduled run (once per period fleet-wide, see
-    :func:`gpufleet.service.jobs.start_run`)."""
+    :func:`gpufleet.service.background.jobs.start_run`)."""
     fleet = fleet_of(context)
     selector = fleet.settings.schedule_selector or None
     fleet = Fleet(

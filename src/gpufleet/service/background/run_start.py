@@ -1,5 +1,6 @@
 """Starting a run: its parameters checked, its hosts selected and split into chunks, one queue
-job each (moved out of :mod:`gpufleet.service.jobs`, which runs the chunks; see there)."""
+job each (moved out of :mod:`gpufleet.service.background.jobs`, which runs the chunks; see
+there)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
 
 
 class Deferrer(Protocol):
-    """What :func:`start_run` queues chunk jobs on (``gpufleet.service.tasks.JobQueue``)."""
+    """What :func:`start_run` queues chunk jobs on
+    (``gpufleet.service.background.tasks.JobQueue``)."""
 
     #: The queue lives in the fleet's database: jobs are inserted in the run's transaction
     #: (else they are queued once the run is committed).

@@ -1,12 +1,14 @@
 """Runs of background work: start one (split into chunks, one queue job each), run a chunk,
 read its progress, and the depth of the job queue. Starting lives in
-:mod:`gpufleet.service.run_start`, reading in :mod:`gpufleet.service.views.run_views`; both are
+:mod:`gpufleet.service.background.run_start`, reading in :mod:`gpufleet.service.views.run_views`;
+both are
 re-exported here.
 
 A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
 (evidence) of the hosts a selector matched when it started. Its hosts (by id: a host renamed
 meanwhile is still the same host) are split into chunks of ``GPUFLEET_RUN_CHUNK``
-(``job_chunks``); each chunk is one job on the queue (:mod:`gpufleet.service.tasks`), so any
+(``job_chunks``); each chunk is one job on the queue (:mod:`gpufleet.service.background.tasks`), so
+any
 number of workers share one run. Every host gets exactly one result in the run: a collect or
 validate run owns one ``collection_runs`` row (one ``collection_results`` row per host); an
 inspect or evidence run records one ``job_run_hosts`` row per host (its samples or evidence
@@ -40,6 +42,9 @@ from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.runs import RunKind, RunState, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict, NotFound
+from gpufleet.service.background.run_start import Deferrer as Deferrer
+from gpufleet.service.background.run_start import run_params as run_params
+from gpufleet.service.background.run_start import start_run as start_run
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import retrying
 from gpufleet.service.core.pipeline import Claim, claim_lease
@@ -49,9 +54,6 @@ from gpufleet.service.health.inspect_store import roll_up_and_prune
 from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
 from gpufleet.service.hosts.evidence import HELD_ELSEWHERE, run_active
 from gpufleet.service.hosts.validate import HostVerdict, judge_host, sweep
-from gpufleet.service.run_start import Deferrer as Deferrer
-from gpufleet.service.run_start import run_params as run_params
-from gpufleet.service.run_start import start_run as start_run
 from gpufleet.service.views.run_views import RunView as RunView
 from gpufleet.service.views.run_views import _counts
 from gpufleet.service.views.run_views import list_runs as list_runs
