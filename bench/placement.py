@@ -14,7 +14,7 @@ Timed, ``--runs`` times each, after 10 warm-up runs:
 * **placement**: what ``gpufleet allocate --gpus 64 --model H100 --profile
   training-multinode`` does before it writes, in one transaction
   (``service.candidates.find_placement``): read the per-rack summary
-  (``service.placement_index``, ~300 rows), count the matching hosts per (rack, fabric, GPU
+  (``store.placement_index``, ~300 rows), count the matching hosts per (rack, fabric, GPU
   count), plan the blocks placement needs (``domain.placement.plan_blocks``), read only those
   racks' hosts with every filter (state, model, profile, no open alarm, no overlapping lease
   or reservation) and place them (``domain.placement.place``). The winning rack holds a
@@ -46,8 +46,8 @@ from sqlalchemy import create_engine, insert, select, text
 from gpufleet.domain.placement import Request
 from gpufleet.domain.states import HostState
 from gpufleet.service.allocation.candidates import candidate_filters, find_placement, place_exact
-from gpufleet.service.allocation.placement_index import rebuild
 from gpufleet.store.db import Database
+from gpufleet.store.placement_index import rebuild
 from gpufleet.store.tables import (
     Alarm,
     FactSnapshot,
@@ -185,7 +185,7 @@ def build(db: Database, n: int) -> None:
             ],
         )
     # Written straight to the tables (no ORM session): build placement's per-rack summary as
-    # the first allocation would (service/allocation/placement_index.py); not timed.
+    # the first allocation would (store/placement_index.py); not timed.
     with db.session() as s:
         rebuild(s)
     if db.dialect == "postgresql":

@@ -1,4 +1,4 @@
-"""Placement's per-rack summary (``service/allocation/placement_index.py``), SQLite and PostgreSQL.
+"""Placement's per-rack summary (``store/placement_index.py``), SQLite and PostgreSQL.
 
 * With the summary built, ``find_placement`` still places exactly what ``place`` over every
   host places (the varied fleet of ``test_candidates``, reservations in the window included:
@@ -22,9 +22,9 @@ from tests.service.test_candidates import REQUESTS, _build
 from gpufleet.domain.placement import Request, allocatable, place
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.allocation.candidates import find_placement, host_views
-from gpufleet.service.allocation.placement_index import FLEET, RACK, compute, read_summary, rebuild
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import transition
+from gpufleet.store.placement_index import FLEET, RACK, compute, read_summary, rebuild
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, PlacementRack
 
 

@@ -1,5 +1,3 @@
-"""The use cases, in bounded contexts (see docs/architecture.md). The session events that keep
-placement's per-rack summary in step with every commit
-(:mod:`gpufleet.service.allocation.placement_index`) are installed where a database is opened
-(:mod:`gpufleet.service.core.fleet`, :mod:`gpufleet.service.core.schema`), so importing a
-light service module does not import the store."""
+"""The use cases, in bounded contexts ordered by an import-linter contract (pyproject.toml;
+see docs/architecture.md): background > campaigns > exports > views > health > allocation >
+hosts > core. A context imports only the ones below it."""

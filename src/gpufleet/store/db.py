@@ -176,6 +176,11 @@ class Database:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", functools.partial(_sqlite_pragmas, busy_ms))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # placement's per-rack summary is kept in step by this database's own sessions (here:
+        # the module imports the tables, which a lean read never needs)
+        from gpufleet.store import placement_index
+
+        placement_index.install(self._sessions)
 
     @property
     def dialect(self) -> str:

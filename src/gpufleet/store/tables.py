@@ -473,7 +473,7 @@ class BmcRead(Base):
 
 # --- issue 9 (session 6, migration 0003): placement's per-rack summary of candidate hosts ---
 class PlacementRack(Base):
-    """What placement reads first (``service/allocation/placement_index.py``): per rack, how many
+    """What placement reads first (``store/placement_index.py``): per rack, how many
     hosts
     of each kind are ``available`` with no open alarm. Rewritten from the hosts of the rack by
     every commit that changed one of them; the row of scope ``fleet`` (rack '') says the

@@ -47,8 +47,8 @@ from gpufleet.domain.placement import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
-from gpufleet.service.allocation.placement_index import blocking_alarm, read_summary, want_rebuild
 from gpufleet.service.core.select import is_explicit, select_hosts
+from gpufleet.store.placement_index import blocking_alarm, read_summary, want_rebuild
 from gpufleet.store.repo import execute_read, read_columns_only
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, LeaseHost
 

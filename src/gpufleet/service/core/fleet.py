@@ -11,10 +11,6 @@ from typing import Any
 from gpufleet.config import Settings, default_actor, load_settings, with_overrides
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import LocalIOError
-
-# Installs the session events that keep the per-rack placement summary in step with every
-# commit of a session on a database opened here.
-from gpufleet.service.allocation import placement_index as _placement_index  # noqa: F401
 from gpufleet.store.db import Database
 from gpufleet.store.tables import Event, Host
 

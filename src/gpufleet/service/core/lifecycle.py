@@ -113,7 +113,7 @@ def transition(
             Host.state_version == read_version,
         )
         .values(**values)
-        # names the host for placement's summary (service/allocation/placement_index.py), refreshed
+        # names the host for placement's summary (store/placement_index.py), refreshed
         # at commit; without it the whole summary would be marked stale
         .execution_options(synchronize_session=False, gpufleet_hosts=(host.id,))
     )

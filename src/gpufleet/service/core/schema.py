@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from gpufleet.config import Settings
 from gpufleet.errors import LocalIOError
-
-# Installs the session events that keep the per-rack placement summary in step with every
-# commit of a session on a database opened here.
-from gpufleet.service.allocation import placement_index as _placement_index  # noqa: F401
 from gpufleet.store.db import Database, SchemaStatus
 
 

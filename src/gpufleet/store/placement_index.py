@@ -5,7 +5,10 @@ Placement on a large fleet reads this summary (a few hundred rows: per rack, how
 profile set) instead of aggregating every candidate host, then reads only the hosts of the
 rack(s) it picked (:func:`gpufleet.service.allocation.candidates.find_placement`).
 
-Keeping it in step is not left to each writer: session events watch every transaction.
+Keeping it in step is not left to each writer: session events watch every transaction of a
+database's own sessions (:func:`install`, called by :class:`gpufleet.store.db.Database` on the
+sessionmaker it creates: no listener on SQLAlchemy's global ``Session`` class, no import for
+its side effect).
 
 * ``after_flush`` notes the hosts whose candidacy may have changed: a host added, removed or
   with a new state, rack, expected fabric, profiles, latest snapshot or usable GPU count; an
@@ -37,7 +40,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Text, cast, delete, event, exists, func, or_, select, update
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction
+from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import SummaryKey, summarize
@@ -96,7 +99,6 @@ def _never_available(host: Host) -> bool:
     return all(v is not None and HostState(v) is not HostState.AVAILABLE for v in state.unchanged)
 
 
-@event.listens_for(Session, "after_flush")
 def _after_flush(s: Session, _ctx: UOWTransaction) -> None:
     d: _Dirty | None = None
     for obj in s.new:
@@ -139,7 +141,6 @@ def _values_keys(stmt: Any) -> set[str] | None:
     return keys
 
 
-@event.listens_for(Session, "do_orm_execute")
 def _on_execute(state: ORMExecuteState) -> None:
     if not (state.is_update or state.is_delete or state.is_insert):
         return
@@ -159,12 +160,10 @@ def _on_execute(state: ORMExecuteState) -> None:
     d.everything = True
 
 
-@event.listens_for(Session, "after_rollback")
 def _after_rollback(s: Session) -> None:
     s.info.pop(_INFO, None)
 
 
-@event.listens_for(Session, "before_commit")
 def _before_commit(s: Session) -> None:
     s.flush()  # what is still pending notes its hosts (and takes its row locks first)
     if _INFO not in s.info:
@@ -186,6 +185,17 @@ def _before_commit(s: Session) -> None:
             )
     if racks:
         refresh(s, racks)
+
+
+
+def install(sessions: sessionmaker[Session]) -> None:
+    """Keep the summary in step with every session ``sessions`` makes (idempotent)."""
+    if event.contains(sessions, "before_commit", _before_commit):
+        return
+    event.listen(sessions, "after_flush", _after_flush)
+    event.listen(sessions, "do_orm_execute", _on_execute)
+    event.listen(sessions, "after_rollback", _after_rollback)
+    event.listen(sessions, "before_commit", _before_commit)
 
 
 # --- writing the summary --------------------------------------------------------------------
