@@ -17,9 +17,10 @@ from gpufleet.domain.placement import Request
 from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.allocation import allocation, capacity, leases
+from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
-from gpufleet.service.hosts.validate import sweep, validate
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.store.tables import Event, Lease, LeaseHost
 from gpufleet.testing import FakeClock

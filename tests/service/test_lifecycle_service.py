@@ -12,10 +12,11 @@ from tests.conftest import FakeClock
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import InvalidTransition
 from gpufleet.lab.demo import enroll_lab
+from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.collect import collect
-from gpufleet.service.hosts.validate import sweep, validate
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import Event, Host
 

@@ -254,7 +254,7 @@ def test_every_lease_event_is_queued_with_its_change(
 
     from gpufleet.domain.placement import Request
     from gpufleet.service.allocation import allocation, leases
-    from gpufleet.service.hosts.validate import sweep
+    from gpufleet.service.background.sweeper import sweep
 
     lab(fleet, tmp_path, n=2)
     _configure(fleet, receiver.url)

@@ -21,9 +21,10 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.evidence import ingest_file, run_active
-from gpufleet.service.hosts.validate import ValidateReport, sweep, validate
+from gpufleet.service.hosts.validate import ValidateReport, validate
 
 maintenance_app = typer.Typer(no_args_is_help=True)
 change_app = typer.Typer(no_args_is_help=True)
@@ -40,9 +41,11 @@ def run_validation(
     timeout: float | None = None,
 ) -> ValidateReport:
     """Validate with a progress bar over the collection."""
+    fleet = open_fleet()
+    sweep(fleet)  # reservations start and leases expire before hosts are judged
     with host_progress("validating", quiet=quiet) as p:
         return validate(
-            open_fleet(),
+            fleet,
             selector,
             collect_first=collect_first,
             transport=transport,

@@ -39,7 +39,7 @@ TRANSITIONS: dict[tuple[HostState, Event], HostState] = {
     (S.VALIDATING, E.VALIDATE): S.VALIDATING,  # service/hosts/validate: new attempt, clock restarts
     (S.VALIDATING, E.VALIDATION_PASSED): S.AVAILABLE,  # service/hosts/validate.py
     (S.VALIDATING, E.VALIDATION_FAILED): S.VALIDATING,  # service/hosts/validate: reasons recorded
-    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/hosts/validate sweep: record too old
+    (S.AVAILABLE, E.EXPIRE): S.VALIDATING,  # service/hosts/deadlines: record too old
     # --- hardware faults (validation or monitoring)
     (S.ENROLLED, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/validate.py, monitoring
     (S.VALIDATING, E.HARDWARE_FAULT): S.QUARANTINED,  # service/hosts/validate.py

@@ -45,6 +45,7 @@ from gpufleet.errors import Conflict, NotFound
 from gpufleet.service.background.run_start import Deferrer as Deferrer
 from gpufleet.service.background.run_start import run_params as run_params
 from gpufleet.service.background.run_start import start_run as start_run
+from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.lifecycle import retrying
 from gpufleet.service.core.pipeline import Claim, claim_lease
@@ -53,7 +54,7 @@ from gpufleet.service.health.inspect import inspect
 from gpufleet.service.health.inspect_store import roll_up_and_prune
 from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
 from gpufleet.service.hosts.evidence import HELD_ELSEWHERE, run_active
-from gpufleet.service.hosts.validate import HostVerdict, judge_host, sweep
+from gpufleet.service.hosts.validate import HostVerdict, judge_host
 from gpufleet.service.views.run_views import RunView as RunView
 from gpufleet.service.views.run_views import _counts
 from gpufleet.service.views.run_views import list_runs as list_runs

@@ -60,11 +60,11 @@ from gpufleet.domain.runs import RunKind
 from gpufleet.errors import GpufleetError, StoreError
 from gpufleet.logs import ids
 from gpufleet.service.background import jobs
+from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.campaigns.campaign import run_campaign, show_campaign
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.sync import enabled_targets, sync_round
-from gpufleet.service.hosts.validate import sweep
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def scheduled_run_task(context: JobContext, timestamp: int, kind: str) -> None:
 @_reported
 def sweep_task(context: JobContext, timestamp: int) -> None:
     """Deadlines, validation expiry, reservations and lease expiry
-    (:func:`gpufleet.service.hosts.validate.sweep`)."""
+    (:func:`gpufleet.service.background.sweeper.sweep`)."""
     touched = sweep(fleet_of(context))
     if touched:
         log.info("sweep touched %d host(s)", len(touched))

@@ -21,8 +21,7 @@ from gpufleet.domain.checks import ActiveEvidence, CheckStatus
 from gpufleet.domain.events import EventKind, EvidenceKind
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health
-from gpufleet.domain.lifecycle import is_overdue
+from gpufleet.domain.health import HARDWARE_FAULTS, Fault
 from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
@@ -33,6 +32,7 @@ from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import select_hosts
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.collect import RunReport, collect, flag_duplicate
+from gpufleet.service.hosts.deadlines import sweep_deadlines
 from gpufleet.store.repo import (
     baseline_for_host,
     host_by_name,
@@ -87,53 +87,6 @@ class ValidateReport:
             or (v.skipped is not None and v.state in HELD_OUT)
             for v in self.verdicts
         )
-
-
-def sweep(fleet: Fleet) -> list[str]:
-    """Fire deadlines and expiries: overdue transient states -> quarantined ("timed out"),
-    expired validation records -> validating; reservations start and leases expire
-    (:func:`gpufleet.service.allocation.lease_sweep.sweep_leases`). Returns the host names
-    touched."""
-    from gpufleet.service.allocation.lease_sweep import sweep_leases
-
-    touched: list[str] = sweep_leases(fleet)
-    now = fleet.now()
-    deadlines = {
-        HostState.VALIDATING: fleet.settings.validating_deadline,
-        HostState.RECLAIMING: fleet.settings.reclaiming_deadline,
-    }
-    with fleet.db.session() as s:
-        for h in s.scalars(
-            select(Host)
-            .where(
-                Host.state.in_(
-                    [
-                        HostState.VALIDATING.value,
-                        HostState.RECLAIMING.value,
-                        HostState.AVAILABLE.value,
-                    ]
-                )
-            )
-            .with_for_update(skip_locked=True)
-        ):
-            st = HostState(h.state)
-            if st is HostState.AVAILABLE:
-                if h.validated_until is not None and h.validated_until < now:
-                    transition(s, fleet, h, Event.EXPIRE, "validation record expired")
-                    touched.append(h.name)
-            elif is_overdue(st, h.state_entered_at, now, deadlines):
-                transition(
-                    s,
-                    fleet,
-                    h,
-                    Event.TIMEOUT,
-                    f"timed out in {st.value}",
-                    health=Health.CRITICAL,
-                    fault=Fault.TIMED_OUT,
-                    fault_reason=f"stuck in {st.value}",
-                )
-                touched.append(h.name)
-    return touched
 
 
 def active_evidence(s: Session, host: Host, since: datetime | None) -> ActiveEvidence:
@@ -300,7 +253,7 @@ def validate(
 ) -> ValidateReport:
     """Collect fresh facts (unless told not to), run the checks, move every host."""
     policies = Policies(fleet).load()  # a bad profiles file stops the run before any change
-    sweep(fleet)
+    sweep_deadlines(fleet)
     run = (
         collect(
             fleet,
