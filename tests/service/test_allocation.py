@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -149,54 +148,56 @@ def test_reservation_starts_on_the_sweep(fleet: Fleet, tmp_path: Path, clock: Fa
     assert states(fleet)[res.lease.hosts[0]] == "allocated"
 
 
-def test_renew_release_and_notify_policy_with_hooks(
+def _lease_events(fleet: Fleet, lease_id: int) -> list[str]:
+    """The lease events of ``lease_id`` in the audit log, oldest first."""
+    with fleet.db.session() as s:
+        kinds = [k for k in EventKind if k.value.startswith("lease-")]
+        rows = s.scalars(select(Event).where(Event.kind.in_(kinds)).order_by(Event.id))
+        return [EventKind(e.kind).value for e in rows if (e.data or {}).get("lease") == lease_id]
+
+
+def test_renew_release_and_notify_policy_in_the_audit_log(
     fleet: Fleet, tmp_path: Path, clock: FakeClock
 ) -> None:
     lab(fleet, tmp_path, n=2)
-    calls: list[tuple[str, dict[str, Any]]] = []
-    remove = leases.register_lease_hook(lambda kind, lease: calls.append((kind.value, lease)))
-    try:
-        pool = show_host(fleet, "gpu-01").view.pool
-        assert pool is not None
-        leases.set_policy(fleet, pool, OnExpiry.NOTIFY, timedelta(days=3))
-        with pytest.raises(ConfigError, match="at most 3d"):
-            allocation.allocate(
-                fleet, Request(hosts=1), owner="a", purpose="p", duration=timedelta(days=4)
-            )
-        got = allocation.allocate(
-            fleet, Request(hosts=1), owner="a", purpose="p", duration=timedelta(hours=2)
+    pool = show_host(fleet, "gpu-01").view.pool
+    assert pool is not None
+    leases.set_policy(fleet, pool, OnExpiry.NOTIFY, timedelta(days=3))
+    with pytest.raises(ConfigError, match="at most 3d"):
+        allocation.allocate(
+            fleet, Request(hosts=1), owner="a", purpose="p", duration=timedelta(days=4)
         )
-        assert got.lease is not None
-        lid = got.lease.id
-        assert [lease.id for lease in leases.expiring(fleet, timedelta(hours=3))] == [lid]
-        assert leases.expiring(fleet, timedelta(hours=1)) == []
-        clock.advance(hours=3)
-        sweep(fleet)
-        sweep(fleet)  # notified once
-        assert [k for k, _ in calls].count("lease-expired") == 1
-        assert states(fleet)[got.lease.hosts[0]] == "allocated"  # notify keeps the hosts
-        renewed = leases.renew(fleet, lid, duration=timedelta(hours=24))
-        assert renewed.ends_at == fleet.now() + timedelta(hours=24) and renewed.notified_at is None
-        out = leases.release(fleet, lid, "done")
-        assert out.reclaiming == got.lease.hosts and out.lease.state == "released"
-        with pytest.raises(InvalidTransition):
-            leases.release(fleet, lid)
-        with fleet.db.session() as s:
-            ev = s.scalars(
-                select(Event).where(Event.kind == EventKind.TRANSITION).order_by(Event.id.desc())
-            ).all()
-            assert any(e.data.get("to") == "reclaiming" and e.data.get("lease") == lid for e in ev)
-            assert not s.scalar(select(LeaseHost.holding).where(LeaseHost.lease_id == lid))
-            assert s.get(Lease, lid) is not None
-        assert [k for k, _ in calls] == [
-            "lease-granted",
-            "lease-expired",
-            "lease-renewed",
-            "lease-released",
-        ]
-        assert calls[0][1]["owner"] == "a"
-    finally:
-        remove()
+    got = allocation.allocate(
+        fleet, Request(hosts=1), owner="a", purpose="p", duration=timedelta(hours=2)
+    )
+    assert got.lease is not None
+    lid = got.lease.id
+    assert [lease.id for lease in leases.expiring(fleet, timedelta(hours=3))] == [lid]
+    assert leases.expiring(fleet, timedelta(hours=1)) == []
+    clock.advance(hours=3)
+    sweep(fleet)
+    sweep(fleet)  # notified once
+    assert _lease_events(fleet, lid).count("lease-expired") == 1
+    assert states(fleet)[got.lease.hosts[0]] == "allocated"  # notify keeps the hosts
+    renewed = leases.renew(fleet, lid, duration=timedelta(hours=24))
+    assert renewed.ends_at == fleet.now() + timedelta(hours=24) and renewed.notified_at is None
+    out = leases.release(fleet, lid, "done")
+    assert out.reclaiming == got.lease.hosts and out.lease.state == "released"
+    with pytest.raises(InvalidTransition):
+        leases.release(fleet, lid)
+    with fleet.db.session() as s:
+        ev = s.scalars(
+            select(Event).where(Event.kind == EventKind.TRANSITION).order_by(Event.id.desc())
+        ).all()
+        assert any(e.data.get("to") == "reclaiming" and e.data.get("lease") == lid for e in ev)
+        assert not s.scalar(select(LeaseHost.holding).where(LeaseHost.lease_id == lid))
+        assert s.get(Lease, lid) is not None
+    assert _lease_events(fleet, lid) == [
+        "lease-granted",
+        "lease-expired",
+        "lease-renewed",
+        "lease-released",
+    ]
 
 
 def test_alarmed_and_unvalidated_hosts_are_not_candidates(fleet: Fleet, tmp_path: Path) -> None:

@@ -45,7 +45,6 @@ from gpufleet.service.allocation.candidates import (
 )
 from gpufleet.service.allocation.leases import (
     LeaseView,
-    call_hooks,
     lease_view,
     pool_policy,
     queue_webhook,
@@ -142,13 +141,6 @@ def allocate(
             if attempt == ATTEMPTS - 1:
                 raise
             time.sleep(random.uniform(0.0, 0.02))
-    if result.lease is not None:
-        kind = (
-            EventKind.LEASE_GRANTED
-            if result.lease.state == LeaseState.ACTIVE.value
-            else EventKind.LEASE_RESERVED
-        )
-        result.warnings += call_hooks(kind, result.lease)
     return result
 
 

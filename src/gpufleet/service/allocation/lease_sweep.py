@@ -10,7 +10,6 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeaseState, OnExpiry
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.allocation.leases import (
-    call_hooks,
     get_lease,
     lease_view,
     pool_policy,
@@ -103,7 +102,6 @@ def _start_reservation(fleet: Fleet, lease_id: int) -> list[str]:
         view = lease_view(lease)
         queue_webhook(s, fleet, EventKind.LEASE_STARTED, view)
         names = [h.name for h in hosts]
-    call_hooks(EventKind.LEASE_STARTED, view)
     return names
 
 
@@ -138,7 +136,6 @@ def _expire(fleet: Fleet, lease_id: int) -> list[str]:
         )
         view = lease_view(lease)
         queue_webhook(s, fleet, EventKind.LEASE_EXPIRED, view)
-    call_hooks(EventKind.LEASE_EXPIRED, view)
     if policy.on_expiry is OnExpiry.RELEASE:
         return release(fleet, lease_id, "expired", expired=True).reclaiming
     return []

@@ -7,7 +7,6 @@ starting reservations and expiring leases is :mod:`gpufleet.service.allocation.l
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,18 +33,7 @@ from gpufleet.service.core.select import is_explicit, nothing_matches, select_ho
 from gpufleet.store.repo import no_pool
 from gpufleet.store.tables import Host, Lease, LeaseHost, Pool
 
-# --- the hook point; webhooks are queued in the lease change's transaction (the outbox) -------
-
-LeaseHook = Callable[[EventKind, dict[str, Any]], None]
-_HOOKS: list[LeaseHook] = []
-
-
-def register_lease_hook(hook: LeaseHook) -> Callable[[], None]:
-    """Call ``hook(kind, lease)`` after every lease event is committed (granted, reserved,
-    started, renewed, released, expired); returns the function that removes it. Hooks run
-    outside any transaction; one that raises is reported in the result, never undoes it."""
-    _HOOKS.append(hook)
-    return lambda: _HOOKS.remove(hook) if hook in _HOOKS else None
+# --- notifications: lease events are queued in the lease change's transaction (the outbox) --
 
 
 def queue_webhook(s: Session, fleet: Fleet, kind: EventKind, lease: LeaseView) -> None:
@@ -54,17 +42,6 @@ def queue_webhook(s: Session, fleet: Fleet, kind: EventKind, lease: LeaseView) -
     from gpufleet.service.core import webhooks  # here: the reads need none of it
 
     webhooks.enqueue(s, fleet, kind.value, None, lease.as_dict())
-
-
-def call_hooks(kind: EventKind, lease: LeaseView) -> list[str]:
-    problems: list[str] = []
-    payload = lease.as_dict()
-    for hook in list(_HOOKS):
-        try:
-            hook(kind, payload)
-        except Exception as exc:  # a hook's failure must not undo the lease change
-            problems.append(f"lease hook {getattr(hook, '__name__', hook)!s} failed: {exc}")
-    return problems
 
 
 # --- views ----------------------------------------------------------------------------------
@@ -284,7 +261,6 @@ def renew(
         )
         view = lease_view(lease)
         queue_webhook(s, fleet, EventKind.LEASE_RENEWED, view)
-    call_hooks(EventKind.LEASE_RENEWED, view)
     return view
 
 
@@ -356,7 +332,6 @@ def release(
         view = lease_view(lease)
         queue_webhook(s, fleet, EventKind.LEASE_RELEASED, view)
     out = Released(view, moved)
-    out.warnings += call_hooks(EventKind.LEASE_RELEASED, view)
     if moved:
         out.reclaim, out.note = _reclaim(fleet, moved, lease_id, view.users)
     return out
@@ -365,21 +340,12 @@ def release(
 def _reclaim(
     fleet: Fleet, hosts: list[str], lease_id: int, users: list[str] | None
 ) -> tuple[object | None, str | None]:
-    """Hand the released hosts to the reclaim checks when that module is installed."""
-    try:
-        from gpufleet.service.allocation import reclaim as reclaim_mod  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:
-        if exc.name not in ("gpufleet.service.allocation.reclaim", None):
-            raise
-        return None, (
-            f"{', '.join(hosts)} left in reclaiming: the reclaim checks are not installed "
-            "(gpufleet.service.allocation.reclaim); they time out to quarantined after the "
-            "reclaiming deadline unless reclaimed"
-        )
-    fn = getattr(reclaim_mod, "reclaim_hosts", None)
-    if fn is None:
-        return None, f"{', '.join(hosts)} left in reclaiming: reclaim_hosts is not available yet"
-    return fn(fleet, hosts, lease_id=lease_id, lessee_users=users), None
+    """Hand the released hosts to the reclaim checks
+    (:mod:`gpufleet.service.allocation.reclaim`)."""
+    # here: reclaim reads hosts over SSH and imports collection; lease reads never need it
+    from gpufleet.service.allocation import reclaim
+
+    return reclaim.reclaim_hosts(fleet, hosts, lease_id=lease_id, lessee_users=users), None
 
 
 # --- pool policy --------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event as sa_event
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -21,7 +20,7 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.rules import Finding, Severity
 from gpufleet.domain.states import Event, HostState
-from gpufleet.service.allocation.leases import call_hooks, lease_view, queue_webhook
+from gpufleet.service.allocation.leases import lease_view, queue_webhook
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
@@ -220,13 +219,6 @@ def _quarantine(
             out.actions.append(f"lease {view.id} owner {view.owner} notified (lease kept)")
             views.append(view)
             queue_webhook(s, fleet, EventKind.LEASE_HOST_UNHEALTHY, view)  # in the outbox
-        if views:
-            # the other lease hooks run after the commit, never inside the transaction
-            def owners(_: Session) -> None:
-                for v in views:
-                    out.actions.extend(call_hooks(EventKind.LEASE_HOST_UNHEALTHY, v))
-
-            sa_event.listen(s, "after_commit", owners, once=True)
         return False
     if host.state not in QUARANTINES:
         return False
