@@ -49,6 +49,7 @@ from gpufleet.service.core.pipeline import (
     transport_for_host,
 )
 from gpufleet.service.health import remediation_steps as steps_
+from gpufleet.service.health.remediation_steps import Step
 from gpufleet.service.hosts import bmc_guard
 from gpufleet.service.hosts.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
@@ -64,17 +65,6 @@ _TO_VALIDATION = {
     HostState.ENROLLED: Event.VALIDATE,
     HostState.MAINTENANCE: Event.MAINTENANCE_OFF,
 }
-
-
-@dataclass
-class Step:
-    """One rung climbed: what ran and how it ended."""
-
-    action: str
-    outcome: str  # ok, failed, refused
-    detail: str
-    gpus: list[int] = field(default_factory=list)
-    bug_report: str | None = None
 
 
 @dataclass

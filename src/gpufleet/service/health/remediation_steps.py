@@ -3,11 +3,10 @@ named service in-band (kubelet, containerd, nvidia-fabricmanager, nvidia-persist
 device plugin's container) and power-cycle the machine through its BMC when the in-band
 reboot fails or the host does not answer at all.
 
-Each returns a :class:`~gpufleet.service.health.remediation.Step` that ``remediate`` records like
-the
-others. The BMC rung goes through :func:`gpufleet.service.hosts.bmc.power` (so the identity guard,
-:mod:`gpufleet.service.hosts.bmc_guard`, applies: an open ``bmc-identity`` alarm refuses it unless
-overridden) and then waits for SSH to answer again.
+Each returns a :class:`Step` that ``remediate`` records like the others. The BMC rung goes
+through :func:`gpufleet.service.hosts.bmc.power` (so the identity guard,
+:mod:`gpufleet.service.hosts.bmc_guard`, applies: an open ``bmc-identity`` alarm refuses it
+unless overridden) and then waits for SSH to answer again.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 from gpufleet.collect.transport import Outcome, RawResult, Transport, run_many
 from gpufleet.domain.bmc import PowerAction
@@ -24,8 +23,17 @@ from gpufleet.errors import ConfigError, IdentityMismatch, UsageError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import Claimed
 
-if TYPE_CHECKING:
-    from gpufleet.service.health.remediation import Step
+
+@dataclass
+class Step:
+    """One rung climbed: what ran and how it ended."""
+
+    action: str
+    outcome: str  # ok, failed, refused
+    detail: str
+    gpus: list[int] = field(default_factory=list)
+    bug_report: str | None = None
+
 
 #: Outcomes of an in-band step that mean the host could not be reached at all.
 NOT_REACHED = frozenset(
@@ -48,8 +56,6 @@ def _run(c: Claimed, tr: Transport, script: str, timeout_s: float) -> RawResult:
 
 def restart_service(c: Claimed, tr: Transport, service: str, timeout_s: float) -> Step:
     """Restart ``service`` on the host and verify it runs again."""
-    from gpufleet.service.health.remediation import Step
-
     r = _run(c, tr, restart_script(service), timeout_s)
     if r.outcome is not Outcome.OK:
         return Step(Action.RESTART_SERVICE.value, "failed",
@@ -84,7 +90,6 @@ def power_cycle(
 ) -> Step:
     """Power-cycle the machine through its BMC (``why``: what made the ladder climb here),
     then wait for SSH to answer again."""
-    from gpufleet.service.health.remediation import Step
     from gpufleet.service.hosts import bmc
 
     name = c.target.name
