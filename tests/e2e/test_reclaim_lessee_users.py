@@ -59,7 +59,7 @@ def _lease(fleet: Fleet, host: str, users: list[str] | None) -> int:
     return got.lease.id
 
 
-def _evidence(fleet: Fleet, host: str) -> dict[str, object]:
+def evidence_kinds(fleet: Fleet, host: str) -> dict[str, object]:
     with fleet.db.session() as s:
         h = host_by_name(s, host)
         row = s.scalars(
@@ -106,7 +106,7 @@ def test_reclaim_checks_the_users_recorded_on_the_lease(
         (outcome[host],) = out.reclaim.hosts  # type: ignore[attr-defined]
 
     assert outcome[other].state == "available", outcome[other].summary
-    ev = _evidence(fleet, other)
+    ev = evidence_kinds(fleet, other)
     assert ev["lessee_users"] == ["bob"] and ev["lessee_rule"] == "the lease's users: bob"
 
     assert outcome[lessee].state == "quarantined"
@@ -119,7 +119,7 @@ def test_reclaim_checks_the_users_recorded_on_the_lease(
         "lessee_processes: still running: alice pid 31337 python" + FALLBACK_NOTE
         in outcome[unrecorded].issues
     )
-    ev = _evidence(fleet, unrecorded)
+    ev = evidence_kinds(fleet, unrecorded)
     assert ev["lessee_users"] is None
     assert str(ev["lessee_rule"]).startswith("no users recorded with the lease: every user")
 
@@ -133,7 +133,7 @@ def test_reclaim_checks_the_users_recorded_on_the_lease(
         transition(s, fleet, host_by_name(s, crashed, for_update=True), Event.RELEASE, "t")
     (r,) = reclaim_selected(fleet, crashed).hosts
     assert r.state == "quarantined" and not any(FALLBACK_NOTE in i for i in r.issues)
-    ev = _evidence(fleet, crashed)
+    ev = evidence_kinds(fleet, crashed)
     assert ev["lease_id"] == leases[crashed] and ev["lessee_users"] == ["alice"]
     with fleet.db.session() as s:
         states = {h.name: h.state.value for h in s.scalars(select(Host))}

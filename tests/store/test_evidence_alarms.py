@@ -23,7 +23,7 @@ from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.evidence import run_active
 from gpufleet.service.hosts.operations import record_change, rekey
-from gpufleet.service.hosts.validate import _evidence
+from gpufleet.service.hosts.validate import evidence_kinds
 from gpufleet.service.views.hosts import list_events, show_host
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.store.db import MIGRATIONS, SCHEMA_REVISION, Database
@@ -71,7 +71,7 @@ def test_evidence_is_a_row_with_its_audit_event_and_counts_after_the_last_change
         "nccl", "dcgm_diag"
     ]
     with fleet.db.session() as s:
-        got = _evidence(s, host_by_name(s, "gpu-01"), None)
+        got = evidence_kinds(s, host_by_name(s, "gpu-01"), None)
         assert sorted(got) == ["dcgm_diag", "nccl"]
         assert got["nccl"].avg_bus_bw_gbps > 60  # re-hydrated model
     detail = show_host(fleet, "gpu-01")
@@ -81,11 +81,11 @@ def test_evidence_is_a_row_with_its_audit_event_and_counts_after_the_last_change
     # A declared change makes older evidence stale; evidence recorded afterwards counts.
     record_change(fleet, "gpu-01", DeclaredChangeKind.DRIVER_UPGRADE, None)
     with fleet.db.session() as s:
-        assert _evidence(s, host_by_name(s, "gpu-01"), None) == {}
+        assert evidence_kinds(s, host_by_name(s, "gpu-01"), None) == {}
     fleet.clock.advance(seconds=1)  # type: ignore[attr-defined]
     run_active(fleet, "gpu-01", "gpu-burn")
     with fleet.db.session() as s:
-        assert sorted(_evidence(s, host_by_name(s, "gpu-01"), None)) == ["gpu_burn"]
+        assert sorted(evidence_kinds(s, host_by_name(s, "gpu-01"), None)) == ["gpu_burn"]
     assert _evidence_rows(fleet)[-1].change_event_id is not None
 
 
@@ -211,7 +211,7 @@ def test_0002_moves_old_evidence_and_alarm_events_into_their_tables(empty_url: s
         assert ev[0].data["gpu_ids"] == list(range(8))
         assert ev[1].summary == "nccl result from ssh: all_reduce_perf"
         # Validation's rule holds on the migrated rows: only post-change evidence counts.
-        assert sorted(_evidence(s, host_by_name(s, "gpu-01"), None)) == ["gpu_burn", "nccl"]
+        assert sorted(evidence_kinds(s, host_by_name(s, "gpu-01"), None)) == ["gpu_burn", "nccl"]
         al = list(s.scalars(select(Alarm).order_by(Alarm.id)))
         assert [(a.kind, a.severity, a.closed_at is None) for a in al] == [
             (AlarmKind.HOST_KEY_CHANGED, AlarmSeverity.CRITICAL, False),  # closed by the pin

@@ -63,8 +63,8 @@ from gpufleet.service.core.pipeline import (
 )
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import selected_names
-from gpufleet.service.hosts.collect import _refuse, _start_run, apply_result
-from gpufleet.service.hosts.validate import _evidence, store_evidence
+from gpufleet.service.hosts.collect import apply_result, open_run, refuse_host
+from gpufleet.service.hosts.validate import evidence_kinds, store_evidence
 from gpufleet.store.repo import baseline_for_host
 from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost, Validation
 
@@ -199,8 +199,8 @@ def reclaim_hosts(
         None,
         lease,
         skip_states=[st for st in HostState if st is not HostState.RECLAIMING],
-        start_run=_start_run(fleet, selector, None),
-        refuse=_refuse(fleet),
+        start_run=open_run(fleet, selector, None),
+        refuse=refuse_host(fleet),
     )
     run_id = got.run_id
     assert run_id is not None
@@ -362,7 +362,7 @@ def _apply(
                 policies.xid,
                 now,
                 evidence=ActiveEvidence.from_kinds(
-                    _evidence(s, host, now - fleet.settings.validation_ttl)
+                    evidence_kinds(s, host, now - fleet.settings.validation_ttl)
                 ),
             )
             if outcome.decision is not Decision.AVAILABLE:

@@ -56,9 +56,9 @@ from gpufleet.service.hosts.collect import claim_into_run, collect_claimed
 from gpufleet.service.hosts.evidence import HELD_ELSEWHERE, run_active
 from gpufleet.service.hosts.validate import HostVerdict, judge_host
 from gpufleet.service.views.run_views import RunView as RunView
-from gpufleet.service.views.run_views import _counts
 from gpufleet.service.views.run_views import list_runs as list_runs
 from gpufleet.service.views.run_views import queue_depth as queue_depth
+from gpufleet.service.views.run_views import run_counts
 from gpufleet.service.views.run_views import run_hosts as run_hosts
 from gpufleet.service.views.run_views import show_run as show_run
 from gpufleet.service.views.run_views import unfinished_chunks as unfinished_chunks
@@ -459,4 +459,4 @@ def _finish_chunk(
             coll = s.get(CollectionRun, run.collection_run_id)
             if coll is not None:
                 coll.finished_at = now
-                coll.counts = _counts(s, coll.id)
+                coll.counts = run_counts(s, coll.id)

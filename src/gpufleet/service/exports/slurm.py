@@ -40,8 +40,7 @@ from gpufleet.service.allocation.holds import record_holds
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
-from gpufleet.service.health.failures import ImportReport, failure_rules
-from gpufleet.service.health.failures import _store as store_failure
+from gpufleet.service.health.failures import ImportReport, failure_rules, store_failure
 from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
@@ -134,7 +133,7 @@ class SyncReport:
         return not self.errors
 
 
-def _hosts(fleet: Fleet) -> dict[str, tuple[HostState, str | None, str | None]]:
+def slurm_hosts(fleet: Fleet) -> dict[str, tuple[HostState, str | None, str | None]]:
     with fleet.db.session() as s:
         return {
             h.name: (
@@ -153,7 +152,7 @@ def slurm_sync(
     their host is available again, and raise an alarm for what Slurm itself reports. With
     ``dry_run`` nothing is changed, in Slurm or in gpufleet."""
     client = client or SlurmClient()  # Slurm's own SLURM_CONF applies
-    hosts = _hosts(fleet)
+    hosts = slurm_hosts(fleet)
     nodes = client.nodes()
     decisions = plan(
         nodes,

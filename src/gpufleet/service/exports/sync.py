@@ -34,8 +34,7 @@ from gpufleet.domain.sync import (
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.k8s import KubeNodes, NodeApi, desired_nodes, k8s_sync
-from gpufleet.service.exports.slurm import _hosts as slurm_hosts
-from gpufleet.service.exports.slurm import slurm_sync
+from gpufleet.service.exports.slurm import slurm_hosts, slurm_sync
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host
 

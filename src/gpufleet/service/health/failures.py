@@ -79,7 +79,7 @@ class Recorded:
     rule: str | None
 
 
-def _store(
+def store_failure(
     s: Session,
     fleet: Fleet,
     rules: list[Rule],
@@ -125,7 +125,7 @@ def record_failure(
     """``gpufleet failures record``: store one failure, classified."""
     rules = failure_rules(fleet)
     with fleet.db.session() as s:
-        return _store(
+        return store_failure(
             s,
             fleet,
             rules,
@@ -193,7 +193,7 @@ def import_failures_text(fleet: Fleet, path: Path, text: str) -> ImportReport:
                 continue
             try:
                 with s.begin_nested():
-                    _store(s, fleet, rules, row, where)
+                    store_failure(s, fleet, rules, row, where)
             except (ConfigError, NotFound) as exc:
                 report.errors.append(f"{where}: {exc}")
                 continue

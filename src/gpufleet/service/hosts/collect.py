@@ -58,8 +58,8 @@ from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts import gpu_health, reachability
-from gpufleet.service.hosts.fact_snapshots import _store_facts
 from gpufleet.service.hosts.fact_snapshots import facts_digest as facts_digest
+from gpufleet.service.hosts.fact_snapshots import store_facts
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
@@ -111,7 +111,7 @@ class RunReport:
 _Claimed = Claimed
 
 
-def _start_run(
+def open_run(
     fleet: Fleet, selector: str | None, transport: str | None
 ) -> Callable[[Session], int]:
     def start(s: Session) -> int:
@@ -129,7 +129,7 @@ def _start_run(
     return start
 
 
-def _refuse(fleet: Fleet) -> Callable[[Session, int | None, Host, str], None]:
+def refuse_host(fleet: Fleet) -> Callable[[Session, int | None, Host, str], None]:
     """Record a host whose transport cannot be used as an ``error`` of the run."""
 
     def refuse(s: Session, run_id: int | None, h: Host, reason: str) -> None:
@@ -156,8 +156,8 @@ def claim_for_collection(
         selector,
         transport,
         lease,
-        start_run=_start_run(fleet, selector, transport),
-        refuse=_refuse(fleet),
+        start_run=open_run(fleet, selector, transport),
+        refuse=refuse_host(fleet),
         limit=limit,
     )
 
@@ -189,7 +189,7 @@ def claim_into_run(
         None,
         lease,
         start_run=lambda _s: run_id,
-        refuse=_refuse(fleet),
+        refuse=refuse_host(fleet),
         token=token,
         take_over=take_over,
     )
@@ -269,7 +269,7 @@ def collect(
             transport,
             lease,
             start_run=lambda _s: run_id,
-            refuse=_refuse(fleet),
+            refuse=refuse_host(fleet),
             token=got.token,
             limit=n,
             after=after,
@@ -398,7 +398,7 @@ def apply_result(
                 f"new host key pinned: {fingerprint(raw.host_key)}",
             )
         if facts is not None:
-            res.snapshot_id, prev = _store_facts(s, host, run_id, facts)
+            res.snapshot_id, prev = store_facts(s, host, run_id, facts)
             res.gpus = len(facts.gpus)
             res.problems = list(facts.problems)
             was_available = HostState(host.state) is HostState.AVAILABLE

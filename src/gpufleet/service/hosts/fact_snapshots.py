@@ -29,7 +29,7 @@ def facts_digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _store_facts(
+def store_facts(
     s: Session, host: Host, run_id: int, facts: HostFacts
 ) -> tuple[int, HostFacts | None]:
     """Record ``facts`` as ``host``'s latest; returns (its snapshot id, the previous facts

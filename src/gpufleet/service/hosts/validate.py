@@ -90,9 +90,9 @@ class ValidateReport:
 
 
 def active_evidence(s: Session, host: Host, since: datetime | None) -> ActiveEvidence:
-    """:func:`_evidence` for the checks, with what it had to be newer than (the host's last
+    """:func:`evidence_kinds` for the checks, with what it had to be newer than (the host's last
     change: "no NCCL result since the driver change on 2026-12-01")."""
-    evidence = ActiveEvidence.from_kinds(_evidence(s, host, since))
+    evidence = ActiveEvidence.from_kinds(evidence_kinds(s, host, since))
     changed = last_change_event(s, host.id)
     if changed is None:
         return evidence
@@ -100,7 +100,7 @@ def active_evidence(s: Session, host: Host, since: datetime | None) -> ActiveEvi
     return replace(evidence, since=after)
 
 
-def _evidence(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
+def evidence_kinds(s: Session, host: Host, since: datetime | None) -> dict[str, Any]:
     """Latest stored active-test evidence of each kind for the host, keyed by the check that
     reads it (dcgm_diag, nccl, gpu_burn).
 

@@ -78,7 +78,7 @@ class RunHostView:
 
 
 
-def _counts(s: Session, coll_id: int) -> dict[str, int]:
+def run_counts(s: Session, coll_id: int) -> dict[str, int]:
     return {
         str(outcome): int(n)
         for outcome, n in s.execute(
@@ -97,7 +97,7 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
         s.scalars(select(JobChunk).where(JobChunk.run_id == run.id).order_by(JobChunk.seq))
     )
     if run.kind.collects:
-        counts = _counts(s, run.collection_run_id) if run.collection_run_id is not None else {}
+        counts = run_counts(s, run.collection_run_id) if run.collection_run_id is not None else {}
     else:
         counts = {
             str(outcome): int(n)
