@@ -49,6 +49,7 @@ VIOLATIONS = [
     ("store/db.py", "import rich", "Only the CLI (and lab plugin)"),
     ("lab/captures.py", "import gpufleet.service.core.fleet", "The lab's simulator"),
     ("api/routes/hosts.py", "import sqlalchemy", "The API edge holds no logic"),
+    ("service/hosts/labels.py", "import gpufleet.service.allocation.leases", "Service contexts:"),
 ]
 
 
@@ -107,3 +108,70 @@ def test_no_product_module_imports_the_lab_by_string() -> None:
     bad = [str(p.relative_to(src)) for p in product
            if "gpufleet.lab" in p.read_text() and "import_module" in p.read_text()]
     assert bad == []
+
+
+#: The bounded contexts of service/ (issue 25), bottom first, as the layers contract orders them.
+CONTEXTS = ["core", "hosts", "allocation", "health", "views", "exports", "campaigns", "background"]
+
+
+def _service_graph() -> dict[str, set[str]]:
+    import grimp
+
+    graph = grimp.build_graph("gpufleet", cache_dir=None)
+    mods = {m for m in graph.modules if m.startswith("gpufleet.service.")}
+    return {m: graph.find_modules_directly_imported_by(m) & mods for m in mods}
+
+
+def _circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_inside_service() -> None:
+    edges = _service_graph()
+    assert _circles(edges) == []
+    # the check finds one when there is one
+    edges["gpufleet.service.core.fleet"] = {"gpufleet.service.core.lifecycle"}
+    edges["gpufleet.service.core.lifecycle"] = {"gpufleet.service.core.fleet"}
+    assert _circles(edges) == [["gpufleet.service.core.fleet", "gpufleet.service.core.lifecycle"]]
+
+
+def test_every_service_module_lives_in_a_context() -> None:
+    service = ROOT / "src" / "gpufleet" / "service"
+    flat = sorted(p.name for p in service.glob("*.py") if p.name != "__init__.py")
+    assert flat == [], f"service modules outside a context: {flat}"
+    assert sorted(p.name for p in service.iterdir() if p.is_dir() and p.name != "__pycache__") == (
+        sorted(CONTEXTS)
+    )
+    layers = next(c for c in CONTRACTS["contracts"] if c.get("containers") == ["gpufleet.service"])
+    assert layers["layers"] == list(reversed(CONTEXTS))
