@@ -278,7 +278,7 @@ def test_a_short_lived_process_delivers_its_notifications_before_it_exits(
     script = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from gpufleet.service import webhooks\n"
+        "from gpufleet.service.core import webhooks\n"
         "from gpufleet.service.core.fleet import Fleet\n"
         "f = Fleet.open(home=Path(sys.argv[2]), url=sys.argv[3], actor='pytest')\n"
         "f.settings = f.settings.model_copy(update={'webhook_url': sys.argv[1]})\n"
