@@ -214,6 +214,11 @@ class Settings(HostSettings):
         group="inspect",
         doc="YAML overlaid on the shipped health rules (gpufleet inspect).",
     )
+    fault_catalogue_file: Path | None = _setting(
+        env="GPUFLEET_FAULT_CATALOGUE",
+        group="inspect",
+        doc="YAML overlaid on the vendors' fault catalogues (a code's level, severity, action).",
+    )
     inspect_disk_paths: str = _setting(
         "/",
         env="GPUFLEET_INSPECT_DISK_PATHS",
@@ -397,6 +402,7 @@ class Settings(HostSettings):
         "failure_rules_file",
         "api_tokens_file",
         "health_rules_file",
+        "fault_catalogue_file",
     )
     @classmethod
     def _readable_file(cls, v: Path | None) -> Path | None:

@@ -16,7 +16,14 @@ vendor:
 * :func:`device_findings` turns faults into :class:`~gpufleet.domain.rules.Finding`\\ s with the
   severity and recommended action of the policy's ``device`` rules (``health_rules.yaml``:
   ``accelerator-unhealthy``, ``accelerator-warning``, ``accelerator-link-down``), which a site
-  overlay may change.
+  overlay may change. A device in alarm or warning whose tool gives error codes is judged by
+  its vendor's fault catalogue (:mod:`gpufleet.domain.fault_catalogue`: the vendor's handling
+  level of each code -> severity and action, the worst code deciding; ``NotHandle`` codes
+  alone are only noted), and the finding carries the vendor's cause and suggestion (English
+  and Chinese) in its message and data. A code the catalogue does not know fails closed to
+  the device rule's own verdict (Alarm: ``accelerator-unhealthy``, critical, ``reset_gpu``),
+  as if the tool had printed no code: an unknown code never makes a device look better than
+  its tool says it is.
 
 What is not a device's fault but a failure to observe (the vendor's tool missing, failing,
 timing out or printing what cannot be read) is a :class:`~gpufleet.domain.samples.ProbeFailure`
@@ -31,11 +38,13 @@ records' error counters named ``ecc_uncorrectable`` / ``ecc_correctable``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gpufleet.domain.accelerators import Accelerator, AcceleratorInventory, Health, LinkState
-from gpufleet.domain.rules import Action, Finding, RulePolicy
+from gpufleet.domain.fault_catalogue import FaultCatalogue, FaultEntry, rank, with_overlay
+from gpufleet.domain.rules import Action, Finding, Rule, RulePolicy, Severity
 from gpufleet.domain.samples import GpuSample, PortSample
 
 #: Fault kinds -> the ``metric`` of the policy's ``device`` rule judging them.
@@ -54,13 +63,38 @@ ECC_COUNTERS = {
 class DeviceFault:
     """Something wrong with a vendor's devices seen in one sweep: ``kind`` (one of
     :data:`DEVICE_FAULTS`), the device index (None: the vendor's tool or the host), the port
-    (``huawei:3/roce``) for a link, and what to tell people."""
+    (``huawei:3/roce``) for a link, what to tell people, and the tool's error codes."""
 
     vendor: str
     kind: str
     message: str
     index: int | None = None
     subject: str | None = None
+    codes: tuple[str, ...] = ()
+
+#: A vendor -> its fault catalogue (None: it has none).
+Catalogues = Callable[[str], FaultCatalogue | None]
+
+
+def shipped_catalogue(vendor: str) -> FaultCatalogue | None:
+    """The catalogue the vendor's plugin ships (loaded on first use), None without one."""
+    from gpufleet.domain.vendors import plugin
+
+    load = plugin(vendor).faults
+    return load() if load is not None else None
+
+
+def site_catalogues(text: str, source: str = "<fault overlay>") -> Catalogues:
+    """Every installed vendor's catalogue with an operator overlay applied
+    (:func:`gpufleet.domain.fault_catalogue.with_overlay`; refused naming file, line, code)."""
+    from gpufleet.domain.vendors import plugin, vendor_names
+
+    shipped: dict[str, FaultCatalogue] = {}
+    for name in vendor_names():
+        load = plugin(name).faults
+        if load is not None:
+            shipped[name] = load()
+    return with_overlay(shipped, text, source=source).get
 
 
 def port_name(vendor: str, index: int, kind: str) -> str:
@@ -107,7 +141,11 @@ def _health_fault(vendor: str, a: Accelerator) -> DeviceFault | None:
     codes = f", error codes {' '.join(a.error_codes)}" if a.error_codes else ""
     kind = UNHEALTHY if a.health is Health.ALARM else WARNING
     return DeviceFault(
-        vendor, kind, f"{vendor} {a.model} #{a.index}: health {a.health.value}{codes}", a.index
+        vendor,
+        kind,
+        f"{vendor} {a.model} #{a.index}: health {a.health.value}{codes}",
+        a.index,
+        codes=a.error_codes,
     )
 
 
@@ -138,25 +176,66 @@ def device_rule_scope(metric: str | None, consecutive: int) -> str:
     return "port" if metric == LINK_DOWN else "gpu"
 
 
-def device_findings(policy: RulePolicy, faults: Sequence[DeviceFault]) -> list[Finding]:
+def device_findings(
+    policy: RulePolicy,
+    faults: Sequence[DeviceFault],
+    catalogues: Catalogues = shipped_catalogue,
+) -> list[Finding]:
     """Findings of the policy's enabled ``device`` rules (metric = fault kind) for the faults
-    of one sweep (one per fault; a kind no enabled rule judges gives none)."""
+    of one sweep (one per fault; a kind no enabled rule judges gives none); a fault with error
+    codes is judged by its vendor's catalogue (module doc)."""
     rules = {r.metric: r for r in policy.rules if r.kind == "device" and r.enabled}
     out: list[Finding] = []
     for f in faults:
         rule = rules.get(f.kind)
         if rule is None:
             continue
+        severity, action = rule.severity, rule.action or Action.NONE
+        message, data = f"{rule.id}: {f.message}", None
+        catalogue = catalogues(f.vendor) if f.codes else None
+        if catalogue is not None:
+            severity, action, message, data = _by_catalogue(rule, f, catalogue)
         out.append(
             Finding(
                 rule=rule.id,
-                severity=rule.severity,
-                action=rule.action or Action.NONE,
-                message=f"{rule.id}: {f.message}",
+                severity=severity,
+                action=action,
+                message=message,
                 gpu_index=f.index,
                 subject=f.subject
                 if f.subject is not None
                 else (f.vendor if f.index is None else None),
+                data=data,
             )
         )
     return out
+
+
+def _by_catalogue(
+    rule: Rule, f: DeviceFault, catalogue: FaultCatalogue
+) -> tuple[Severity, Action, str, dict[str, Any]]:
+    """Severity, action, message and alarm data of a fault whose codes the catalogue judges:
+    the worst code decides; an unknown code counts as the rule's own verdict."""
+    found: list[FaultEntry] = []
+    unknown: list[str] = []
+    for code in dict.fromkeys(f.codes):
+        entry = catalogue.lookup(code)
+        if entry is None:
+            unknown.append(code)
+        else:
+            found.append(entry)
+    verdicts = [(e.severity, e.action) for e in found]
+    if unknown or not found:
+        verdicts.append((rule.severity, rule.action or Action.NONE))
+    severity, action = max(verdicts, key=lambda v: rank(*v))
+    found.sort(key=lambda e: rank(e.severity, e.action), reverse=True)
+    parts = [f"{rule.id}: {f.message}"] + [e.describe() for e in found]
+    if unknown:
+        parts.append(
+            f"not in the {f.vendor} fault catalogue: {' '.join(unknown)} "
+            f"(judged as {rule.id}: {rule.severity.value}, {(rule.action or Action.NONE).value})"
+        )
+    data: dict[str, Any] = {"fault_codes": [e.as_data() for e in found]}
+    if unknown:
+        data["unknown_codes"] = unknown
+    return severity, action, " | ".join(parts), data

@@ -19,7 +19,7 @@ from __future__ import annotations
 import operator
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from importlib import resources
@@ -305,6 +305,8 @@ class Finding:
     gpu_index: int | None = None
     gpu_uuid: str | None = None
     subject: str | None = None  # port or path
+    #: more for the alarm's data (a vendor's fault codes with their text); not part of the key
+    data: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[str, int | None, str | None]:

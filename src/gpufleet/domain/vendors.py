@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
     from gpufleet.domain.accelerator_exports import VendorExport
     from gpufleet.domain.accelerators import AcceleratorInventory
+    from gpufleet.domain.fault_catalogue import FaultCatalogue
 
 #: The package whose modules are the built-in plugins (one per vendor, named after it).
 BUILTIN_PACKAGE = "gpufleet.vendors"
@@ -181,7 +182,10 @@ class VendorPlugin:
     whose accelerators are all of one model (None: no group for that model);
     ``description``: what the vendor's accelerators are, for people (``Ascend NPUs``);
     ``inspector``: its part of the inspection probe (None: inspected by the core, NVIDIA);
-    ``pci_classes``: the other PCI classes its accelerators show as (:class:`PciVendor`).
+    ``pci_classes``: the other PCI classes its accelerators show as (:class:`PciVendor`);
+    ``faults``: the loader of its fault catalogue (:mod:`gpufleet.domain.fault_catalogue`:
+    the vendor's error codes -> handling level, severity, action and the vendor's text; called
+    on first use, never at import; None: its codes are judged by the health rules alone).
     """
 
     name: Vendor
@@ -195,6 +199,7 @@ class VendorPlugin:
     #: PCI classes its accelerators show as besides the display / 3D / processing-accelerator
     #: ones, by id (``0b40``) and lspci name (``Co-processor``): Hygon DCUs are co-processors.
     pci_classes: tuple[str, ...] = ()
+    faults: Callable[[], FaultCatalogue] | None = None
 
     def __post_init__(self) -> None:
         if self.collector is not None and self.collector.vendor != self.name:

@@ -18,7 +18,7 @@ from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import select_hosts, selected_names
-from gpufleet.service.health.inspect import load_policy
+from gpufleet.service.health.inspect import load_catalogues, load_policy
 from gpufleet.service.hosts.evidence import active_test
 from gpufleet.service.views.run_views import RunView, show_run
 from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
@@ -102,6 +102,7 @@ def start_run(
         Policies(fleet).load()  # a bad profiles file refuses the run before anything is queued
     if kind is RunKind.INSPECT:
         load_policy(fleet)  # so does a bad health-rules overlay
+        load_catalogues(fleet)  # and a bad fault-catalogue overlay
     now = fleet.now()
     try:
         with fleet.db.session() as s:

@@ -48,7 +48,12 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
 from gpufleet.collect.transport import Outcome, RawResult, Transport, TransportKey
-from gpufleet.domain.device_health import device_findings
+from gpufleet.domain.device_health import (
+    Catalogues,
+    device_findings,
+    shipped_catalogue,
+    site_catalogues,
+)
 from gpufleet.domain.rules import (
     Finding,
     HostSample,
@@ -114,6 +119,12 @@ def load_policy(fleet: Fleet) -> RulePolicy:
     policy = RulePolicy.load_default()
     f = fleet.settings.health_rules_file
     return policy.merged(f.read_text(), source=str(f)) if f else policy
+
+
+def load_catalogues(fleet: Fleet) -> Catalogues:
+    """The vendors' fault catalogues with the site overlay (``GPUFLEET_FAULT_CATALOGUE``)."""
+    f = fleet.settings.fault_catalogue_file
+    return site_catalogues(f.read_text(), str(f)) if f else shipped_catalogue
 
 
 # ------------------------------------------------------------------------------ results
@@ -186,6 +197,7 @@ def inspect(
     forks = check_forks(forks)
     timeout_s = check_timeout(timeout_s)
     policy = load_policy(fleet)
+    catalogues = load_catalogues(fleet)  # a bad overlay refuses the sweep before any probe
     xids = Policies(fleet).xid
     at = at or fleet.now()
     connect_s = fleet.settings.connect_timeout_s
@@ -269,7 +281,7 @@ def inspect(
             "result discarded: the claim ran out (or a sample at this instant exists)"
         )
     report = SweepReport(at, policy.version, sorted(results, key=lambda h: h.host), claim.busy)
-    judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report)
+    judge(fleet, policy, xids, at, {hid: by_id[hid] for hid in kept}, report, catalogues)
     transport_unobserved(fleet, policy, at, unobserved)
     return report
 
@@ -319,6 +331,7 @@ def judge(
     at: datetime,
     hosts: dict[int, HostInspection],
     report: SweepReport,
+    catalogues: Catalogues = shipped_catalogue,
 ) -> None:
     """Evaluate the policy on the sampled hosts and act (see the module doc)."""
     if not hosts:
@@ -337,7 +350,7 @@ def judge(
     }
     for hid, fs in findings.items():
         if hist[hid] and hist[hid][-1].at == at:  # the vendor plugins' faults of this sweep
-            fs += device_findings(policy, hosts[hid].faults)
+            fs += device_findings(policy, hosts[hid].faults, catalogues)
         hosts[hid].findings = fs
     budget = Budget(guard_budget(fleet, at))
     held: list[str] = []

@@ -121,6 +121,7 @@ def act(
                 "subject": f.subject,
                 "source": ACTOR,
                 "boot_id": boot,
+                **(f.data or {}),  # a vendor's fault codes with their cause and suggestion
             }
             if sev is AlarmSeverity.CRITICAL and held:
                 # restricted: the critical alarm keeps the host out of placement and capacity

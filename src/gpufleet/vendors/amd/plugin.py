@@ -13,6 +13,7 @@ not emitted. The extended resource is ``amd.com/gpu``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gpufleet.domain.accelerator_exports import VendorExport
 from gpufleet.domain.accelerators import (
@@ -38,6 +39,9 @@ from gpufleet.vendors.amd.rocm_smi import (
     parse_rocm_smi_json,
     product_name,
 )
+
+if TYPE_CHECKING:
+    from gpufleet.domain.fault_catalogue import FaultCatalogue
 
 AMD = Vendor("amd")
 
@@ -175,6 +179,13 @@ def _resource(_: AcceleratorInventory) -> str:
 #: (``gpu:mi250:2``) with no ``File=`` (the DRM render nodes' numbers are not in rocm-smi's
 #: report: Slurm's ``AutoDetect=rsmi`` or the site says them); runtime ``rocm``; groups
 #: ``gpu_<model>`` (``gpu_mi100``, ``gpu_mi300x``).
+def _faults() -> FaultCatalogue:
+    """The AMD fault catalogue (``faults.py``; its data read on first use)."""
+    from gpufleet.vendors.amd.faults import catalogue
+
+    return catalogue()
+
+
 PLUGIN = VendorPlugin(
     name=AMD,
     pci_vendor_id="1002",
@@ -183,4 +194,5 @@ PLUGIN = VendorPlugin(
     collector=COLLECTOR,
     description="AMD Instinct GPUs",
     inspector=INSPECTOR,
+    faults=_faults,
 )

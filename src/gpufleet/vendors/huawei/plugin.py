@@ -68,6 +68,7 @@ from gpufleet.vendors.huawei.npu_smi import (
 from gpufleet.vendors.huawei.versions import package_version
 
 if TYPE_CHECKING:
+    from gpufleet.domain.fault_catalogue import FaultCatalogue
     from gpufleet.domain.facts import PciDevice
 
 HUAWEI = Vendor("huawei")
@@ -534,6 +535,13 @@ def davinci_files(inv: AcceleratorInventory) -> str | None:
 #: ``File=/dev/davinci[<first>-<last>]`` (the NPU logic ids), as Slurm sites running Ascend
 #: name it (``GresTypes=gpu,npu``, ``Gres=npu:910b3:8``, TRES ``gres/npu:910b3``); runtime
 #: ``cann`` (the CANN toolkit).
+def _faults() -> FaultCatalogue:
+    """The Ascend fault catalogue (``faults.py``; its data read on first use)."""
+    from gpufleet.vendors.huawei.faults import catalogue
+
+    return catalogue()
+
+
 PLUGIN = VendorPlugin(
     name=HUAWEI,
     pci_vendor_id=PCI_VENDOR_ID,
@@ -550,4 +558,5 @@ PLUGIN = VendorPlugin(
     group=group,
     description="Ascend NPUs",
     inspector=INSPECTOR,
+    faults=_faults,
 )
