@@ -213,9 +213,10 @@ def _override(cat: FaultCatalogue, ckey: yaml.Node, cnode: yaml.Node, source: st
     where = f"{source}:{line}"
     raw = _value(ckey)
     if not isinstance(ckey, yaml.ScalarNode) or not isinstance(raw, str):
+        written = getattr(ckey, "value", raw)
         raise ConfigError(
-            f"{where}: {cat.vendor} code {raw!r}: quote the code (YAML reads {raw!r} as a "
-            f"{type(raw).__name__}, e.g. a leading 0 as octal)"
+            f"{where}: {cat.vendor} code {written}: quote the code (YAML reads it as the "
+            f"{type(raw).__name__} {raw!r}: a leading 0 is octal)"
         )
     code = cat.normalize(raw)
     if code is None:

@@ -68,8 +68,8 @@ from gpufleet.vendors.huawei.npu_smi import (
 from gpufleet.vendors.huawei.versions import package_version
 
 if TYPE_CHECKING:
-    from gpufleet.domain.fault_catalogue import FaultCatalogue
     from gpufleet.domain.facts import PciDevice
+    from gpufleet.domain.fault_catalogue import FaultCatalogue
 
 HUAWEI = Vendor("huawei")
 PCI_VENDOR_ID = "19e5"
