@@ -211,6 +211,8 @@ def test_an_overlay_changes_a_codes_action() -> None:
          r"faults\.yaml:3: no fault catalogue for vendor 'acme' \(known: amd, huawei\)"),
         ("huawei:\n  'DEADBEEF': {action: none}\n",
          r"faults\.yaml:2: huawei code DEADBEEF is not in the catalogue: give its level"),
+        ("huawei:\n  '8C03A000': {action: none}\n  '0x8c03a000': {action: reboot}\n",
+         r"faults\.yaml:3: huawei code 8C03A000 given twice \(first at faults\.yaml:2\)"),
         ("huawei: [unclosed\n", r"faults\.yaml: not YAML"),
     ],
 )

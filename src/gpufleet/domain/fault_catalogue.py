@@ -184,7 +184,7 @@ def with_overlay(
     Refused (:class:`~gpufleet.errors.ConfigError` naming ``source:line`` and the code): a
     vendor without a catalogue, a code that is not quoted text or cannot be the vendor's code,
     an unknown field, a level the vendor does not have, a severity or action gpufleet does
-    not know, a new code without a level or both a severity and an action."""
+    not know, a new code without a level or both a severity and an action, a code twice."""
     root = _lines(text, source)
     out = dict(catalogues)
     if root is None:
@@ -201,8 +201,15 @@ def with_overlay(
             raise ConfigError(f"{where}: {vendor}: expected a mapping of codes")
         cat = out[vendor]
         overrides = dict(cat.overrides)
+        seen: dict[str, str] = {}
         for ckey, cnode in vnode.value:
             entry = _override(cat, ckey, cnode, source)
+            if entry.code in seen:
+                raise ConfigError(
+                    f"{entry.source}: {vendor} code {entry.code} given twice (first at "
+                    f"{seen[entry.code]})"
+                )
+            seen[entry.code] = entry.source
             overrides[entry.code] = entry
         out[vendor] = replace(cat, overrides=overrides)
     return out
