@@ -20,10 +20,10 @@ from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core.tokens import Role, create_token
+from gpufleet.service.hosts.validate import validate
 from gpufleet.service.inspect import inspect
-from gpufleet.service.tokens import Role, create_token
-from gpufleet.service.validate import validate
 from gpufleet.store.tables import HostSampleRow
 from gpufleet.testing import FakeClock
 from gpufleet.web.app import attach
