@@ -22,8 +22,8 @@ from gpufleet.errors import ConfigError
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Role, create_token
+from gpufleet.service.health.inspect import inspect
 from gpufleet.service.hosts.validate import validate
-from gpufleet.service.inspect import inspect
 from gpufleet.store.tables import HostSampleRow
 from gpufleet.testing import FakeClock
 from gpufleet.web.app import attach
