@@ -64,6 +64,10 @@ from gpufleet.vendors.cambricon import cnmon as cambricon_cnmon
 from gpufleet.vendors.cambricon import plugin as cambricon_plugin
 from gpufleet.vendors.hygon import hy_smi as hygon_smi
 from gpufleet.vendors.hygon import plugin as hygon_plugin
+from gpufleet.vendors.kunlunxin import plugin as kunlunxin_plugin
+from gpufleet.vendors.kunlunxin import xpu_smi as kunlunxin_smi
+from gpufleet.vendors.metax import mx_smi as metax_smi
+from gpufleet.vendors.metax import plugin as metax_plugin
 
 CAPTURED = captures_dir()
 AT = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -519,6 +523,19 @@ CASES = [
         (cambricon_cnmon.parse_cnmon, lambda t: cambricon_plugin.parse_sections({"cnmon": t})),
         lambda: [t.replace("xxxxx MiB", "99999 MiB") for t in _glob("cambricon", "*.txt")],
     ),
+    # Kunlunxin (issue 28): xpu_smi 4.x (K200, R300) and xpu-smi 5.x (P800)
+    Case(
+        "kunlunxin-xpu-smi",
+        (kunlunxin_smi.parse_xpu_smi, lambda t: kunlunxin_plugin.parse_sections({"xpu_smi": t})),
+        lambda: _glob("kunlunxin", "*.txt"),
+    ),
+    # MetaX (issue 28): mx-smi 2.1.6 / 2.2.9, topo -m / -n
+    Case(
+        "metax-mx-smi",
+        (metax_smi.parse_mx_smi, lambda t: metax_plugin.parse_sections({"mx_smi": t})),
+        lambda: _glob("metax", "*mx-smi_2*.txt"),
+    ),
+    Case("metax-mx-smi-topo", (metax_smi.parse_mx_smi_topo,), lambda: _glob("metax", "*topo*")),
     Case(
         "kernel-xids",
         (kernel_log.parse_xids, _xids_listed),
@@ -566,6 +583,8 @@ def test_the_cases_cover_every_public_parser() -> None:
             *src.glob("nvidia_smi/*.py"),
             *src.parent.joinpath("vendors", "hygon").glob("*.py"),
             *src.parent.joinpath("vendors", "cambricon").glob("*.py"),
+            *src.parent.joinpath("vendors", "kunlunxin").glob("*.py"),
+            *src.parent.joinpath("vendors", "metax").glob("*.py"),
         ]
         for m in re.finditer(r"^def ((?:parse|split)_\w+)\(", path.read_text(), re.M)
     }
@@ -606,8 +625,11 @@ def test_the_cases_cover_every_public_parser() -> None:
         "bundle.split_bundle",
         "hy_smi.parse_hy_smi",
         "hy_smi.parse_rocm_smi_dtk_json",
-        "plugin.parse_sections",  # hygon's and cambricon's
+        "plugin.parse_sections",  # hygon's, cambricon's, kunlunxin's and metax's
         "cnmon.parse_cnmon",
+        "xpu_smi.parse_xpu_smi",
+        "mx_smi.parse_mx_smi",
+        "mx_smi.parse_mx_smi_topo",
     }
     assert public == covered
 
