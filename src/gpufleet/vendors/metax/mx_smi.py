@@ -383,6 +383,7 @@ def parse_mx_smi_topo(text: str, source: str = MX_SMI_TOPO) -> MxTopo:
     for (a, b), code in codes.items():
         if code not in legend:
             raise ParseError(source, f"{a}/{b}: link code {code!r} not in the legend")
+    for (a, b), code in codes.items():
         if codes[(b, a)] != code:
             raise ParseError(source, f"{a}/{b}: {code} one way, {codes[(b, a)]} the other")
     missing = [d for d in devices if d.startswith("NIC") and d not in nics]
