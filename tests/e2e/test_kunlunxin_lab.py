@@ -90,3 +90,43 @@ def test_xpus_on_the_bus_without_xpu_smi_are_a_driver_not_loaded() -> None:
     assert f.accelerator_errors == {
         Vendor("kunlunxin"): "xpu_smi not found (driver not installed?); "
         "lspci lists 2 1d22 accelerators"}
+
+
+def test_a_p800_ecc_error_is_a_critical_inspection_finding() -> None:
+    """The P800's error state: its ``Volatile Uncorr. ECC`` count (the lab's ``xpu-ecc``
+    fault, an EDITED copy of the capture with one device's 0 made 1) reaches the inspection
+    as ``ecc_volatile_uncorrectable``, which the default health rules call critical."""
+    from gpufleet.domain.rules import RulePolicy, evaluate_host
+    from gpufleet.domain.xid import XidPolicy
+    from gpufleet.lab.catalogue import model_spec
+    from gpufleet.lab.vendors.kunlunxin import faulty_device
+
+    at = datetime(2026, 12, 5, 11, 0, tzinfo=UTC)
+    ok = parse_probe(render_probe(LabHost(name="p-01", model="p800-8x", serial_salt=1)), at)
+    assert ok.problems == () and ok.sample.gpus is not None
+    assert [g.temperature_c for g in ok.sample.gpus] == [37, 41, 36, 36, 40, 40, 39, 40]
+    assert {g.ecc_volatile_uncorrectable for g in ok.sample.gpus} == {0}
+    policy, xids = RulePolicy.load_default(), XidPolicy.load_default()
+    assert evaluate_host(policy, [ok.sample], {}, xids) == []
+
+    host = LabHost(name="p-02", model="p800-8x", serial_salt=2, faults=["xpu-ecc"])
+    bad = parse_probe(render_probe(host), at)
+    assert bad.sample.gpus is not None
+    dev = faulty_device(host, model_spec("p800-8x"))
+    assert [g.index for g in bad.sample.gpus if g.ecc_volatile_uncorrectable] == [dev]
+    found = evaluate_host(policy, [bad.sample], {}, xids)
+    assert [(f.rule, f.gpu_index, f.severity, f.action) for f in found] == [
+        ("ecc-uncorrectable", dev, "critical", "reset_gpu")]
+
+
+def test_the_ecc_fault_applies_to_the_p800_only() -> None:
+    import pytest
+
+    from gpufleet.errors import ConfigError
+    from gpufleet.lab.faults import validate_faults
+
+    validate_faults("p800-8x", ["xpu-ecc", "xpu-missing"])
+    with pytest.raises(ConfigError, match=r"xpu_smi 4\.x prints no ECC count"):
+        validate_faults("r300-2x", ["xpu-ecc"])
+    with pytest.raises(ConfigError, match="it has no Kunlunxin XPUs"):
+        validate_faults("c500-8x", ["xpu-missing"])
