@@ -1,0 +1,3 @@
+"""Enflame GCUs: ``efsmi``."""
+
+from gpufleet.vendors.enflame.plugin import PLUGIN as PLUGIN

@@ -1,0 +1,3 @@
+"""Iluvatar CoreX GPUs: ``ixsmi``."""
+
+from gpufleet.vendors.iluvatar.plugin import PLUGIN as PLUGIN
