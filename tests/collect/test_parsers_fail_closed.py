@@ -62,8 +62,12 @@ from gpufleet.lab.probe import render_probe
 from gpufleet.lab.renderers import render_output, render_sections
 from gpufleet.vendors.cambricon import cnmon as cambricon_cnmon
 from gpufleet.vendors.cambricon import plugin as cambricon_plugin
+from gpufleet.vendors.enflame import efsmi as enflame_efsmi
+from gpufleet.vendors.enflame import plugin as enflame_plugin
 from gpufleet.vendors.hygon import hy_smi as hygon_smi
 from gpufleet.vendors.hygon import plugin as hygon_plugin
+from gpufleet.vendors.iluvatar import ixsmi as iluvatar_ixsmi
+from gpufleet.vendors.iluvatar import plugin as iluvatar_plugin
 from gpufleet.vendors.kunlunxin import plugin as kunlunxin_plugin
 from gpufleet.vendors.kunlunxin import xpu_smi as kunlunxin_smi
 from gpufleet.vendors.metax import mx_smi as metax_smi
@@ -536,6 +540,17 @@ CASES = [
         lambda: _glob("metax", "*mx-smi_2*.txt"),
     ),
     Case("metax-mx-smi-topo", (metax_smi.parse_mx_smi_topo,), lambda: _glob("metax", "*topo*")),
+    # Iluvatar (ixsmi, IX-ML 4.1.0 / 4.3.0) and Enflame (efsmi V1.2.0.301), issue 28
+    Case(
+        "iluvatar-ixsmi",
+        (iluvatar_ixsmi.parse_ixsmi, lambda t: iluvatar_plugin.parse_sections({"ixsmi": t})),
+        lambda: _glob("iluvatar", "*.txt"),
+    ),
+    Case(
+        "enflame-efsmi",
+        (enflame_efsmi.parse_efsmi, lambda t: enflame_plugin.parse_sections({"efsmi": t})),
+        lambda: _glob("enflame", "*.txt"),
+    ),
     Case(
         "kernel-xids",
         (kernel_log.parse_xids, _xids_listed),
@@ -585,6 +600,8 @@ def test_the_cases_cover_every_public_parser() -> None:
             *src.parent.joinpath("vendors", "cambricon").glob("*.py"),
             *src.parent.joinpath("vendors", "kunlunxin").glob("*.py"),
             *src.parent.joinpath("vendors", "metax").glob("*.py"),
+            *src.parent.joinpath("vendors", "iluvatar").glob("*.py"),
+            *src.parent.joinpath("vendors", "enflame").glob("*.py"),
         ]
         for m in re.finditer(r"^def ((?:parse|split)_\w+)\(", path.read_text(), re.M)
     }
@@ -630,6 +647,8 @@ def test_the_cases_cover_every_public_parser() -> None:
         "xpu_smi.parse_xpu_smi",
         "mx_smi.parse_mx_smi",
         "mx_smi.parse_mx_smi_topo",
+        "ixsmi.parse_ixsmi",
+        "efsmi.parse_efsmi",
     }
     assert public == covered
 
