@@ -11,6 +11,7 @@ from pathlib import Path
 from gpufleet.domain.accelerators import Vendor, accelerators_of, inventories_of
 from gpufleet.domain.k8s import is_valid_label_key, is_valid_label_value
 from gpufleet.domain.vendors import plugin
+from gpufleet.lab.catalogue import model_spec
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change
 from gpufleet.service.core.fleet import Fleet
@@ -106,3 +107,30 @@ def test_mixed_fleet_enrolls_collects_validates_drifts_and_labels(
         "amd.com/gpu.vram": "32G", "amd.com/gpu.driver-version": "6.3.6"}
     for got in vendor_labels.values():
         assert all(is_valid_label_key(k) and is_valid_label_value(v) for k, v in got.items())
+
+
+#: Issue 28's vendors beside the others in one fleet: (lab model, fault, the reason its faulty
+#: host is quarantined with). Each model gets a healthy host and a faulty one.
+NEW_VENDORS = [
+    ("bi-v150-16x", "gpu-missing", "gpu_count: iluvatar tool sees 15 accelerators, expected 16"),
+    ("s60-2x", "gcu-missing", "gpu_count: enflame tool sees 1 of 2 accelerators on the PCI bus"),
+]
+
+
+def test_new_vendors_in_a_mixed_fleet_quarantine_with_their_own_reasons(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    models = ["ascend-910b3-8x"] + [m for m, _, _ in NEW_VENDORS for _ in (0, 1)]
+    faults = {f"gpu-{3 + 2 * i:02d}": [f] for i, (_, f, _) in enumerate(NEW_VENDORS)}
+    enroll_lab(fleet, tmp_path / "lab", len(models), models=models, faults=faults,
+               now=fleet.now())
+    assert {r.outcome.value for r in collect(fleet).results} == {"ok"}
+    verdicts = {v.host: v for v in validate(fleet, collect_first=False).verdicts}
+    assert verdicts["gpu-01"].state == "available", verdicts["gpu-01"].reasons
+    for i, (model, _, reason) in enumerate(NEW_VENDORS):
+        healthy, faulty = f"gpu-{2 + 2 * i:02d}", f"gpu-{3 + 2 * i:02d}"
+        facts = show_host(fleet, healthy).facts
+        assert facts is not None and facts.problems == [], model
+        assert {a.vendor for a in accelerators_of(facts)} == {Vendor(model_spec(model).vendor)}
+        assert verdicts[healthy].state == "available", (model, verdicts[healthy].reasons)
+        assert (verdicts[faulty].state, verdicts[faulty].reasons) == ("quarantined", [reason])
