@@ -474,8 +474,7 @@ class BmcRead(Base):
 # --- issue 9 (session 6, migration 0003): placement's per-rack summary of candidate hosts ---
 class PlacementRack(Base):
     """What placement reads first (``store/placement_index.py``): per rack, how many
-    hosts
-    of each kind are ``available`` with no open alarm. Rewritten from the hosts of the rack by
+    hosts of each kind are ``available`` with no open alarm. Rewritten from the hosts of the rack by
     every commit that changed one of them; the row of scope ``fleet`` (rack '') says the
     summary covers the whole fleet (absent: placement reads every candidate, and rebuilds it).
     A stale row can only cost placement a re-read, never a wrong grant."""

@@ -5,8 +5,7 @@
 
 Placement itself is pure (:mod:`gpufleet.domain.placement`); this module reads the hosts
 (:mod:`gpufleet.service.allocation.candidates`), runs it and writes the lease in one short
-transaction
-that cannot hand a host out twice:
+transaction that cannot hand a host out twice:
 
 * **SQLite** (one writer): the transaction takes the write lock first (a no-op ``UPDATE``),
   so allocations run one after another and each sees the last one's lease.

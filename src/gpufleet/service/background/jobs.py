@@ -1,15 +1,13 @@
 """Runs of background work: start one (split into chunks, one queue job each), run a chunk,
 read its progress, and the depth of the job queue. Starting lives in
 :mod:`gpufleet.service.background.run_start`, reading in :mod:`gpufleet.service.views.run_views`;
-both are
-re-exported here.
+both are re-exported here.
 
 A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
 (evidence) of the hosts a selector matched when it started. Its hosts (by id: a host renamed
 meanwhile is still the same host) are split into chunks of ``GPUFLEET_RUN_CHUNK``
 (``job_chunks``); each chunk is one job on the queue (:mod:`gpufleet.service.background.tasks`), so
-any
-number of workers share one run. Every host gets exactly one result in the run: a collect or
+any number of workers share one run. Every host gets exactly one result in the run: a collect or
 validate run owns one ``collection_runs`` row (one ``collection_results`` row per host); an
 inspect or evidence run records one ``job_run_hosts`` row per host (its samples or evidence
 are stored as ``gpufleet inspect`` / ``evidence run`` store them).

@@ -1,7 +1,6 @@
 """Driving a campaign's hosts through its waves (the step machine described in
 :mod:`gpufleet.service.campaigns.campaign`), and the few reads and writes of the campaign row it
-shares
-with the commands there."""
+shares with the commands there."""
 
 from __future__ import annotations
 
