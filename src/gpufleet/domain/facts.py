@@ -149,6 +149,31 @@ class GpuFabric(Fact):
     clique_id: str | None = Field(default=None, max_length=SHORT)
     cluster_uuid: str | None = Field(default=None, max_length=SHORT)
     health_summary: str | None = Field(default=None, max_length=SHORT)
+    #: ``Health`` block (R550+ and later): ``Full`` / ``Degraded`` bandwidth, the recovery
+    #: and fault flags, ``incorrect_configuration`` (``None`` printed when there is none) and
+    #: ``partition_assigned`` (R580 XML, where printed). Absent (None) when not reported.
+    bandwidth: str | None = Field(default=None, max_length=SHORT)
+    route_recovery_in_progress: bool | None = None
+    route_unhealthy: bool | None = None
+    access_timeout_recovery: bool | None = None
+    incorrect_configuration: str | None = Field(default=None, max_length=NAME)
+    partition_assigned: str | None = Field(default=None, max_length=SHORT)
+
+
+class GpuPlatform(Fact):
+    """``Platform Info`` of ``nvidia-smi -q`` (R550+): where the GPU sits in a rack-scale
+    system (GB200/GB300 NVL72). ``chassis_serial`` is the rack's serial, ``slot_number`` the
+    slot in the chassis (switch trays counted), ``tray_index`` the compute tray (switches not
+    counted), ``host_id`` the node within the slot, ``module_id`` the GPU within the node.
+    Absent (None) where the driver prints N/A (HGX, PCIe boards)."""
+
+    chassis_serial: str | None = Field(default=None, max_length=SHORT)
+    slot_number: int | None = Field(default=None, ge=0, le=1024)
+    tray_index: int | None = Field(default=None, ge=0, le=1024)
+    host_id: int | None = Field(default=None, ge=0, le=1024)
+    peer_type: str | None = Field(default=None, max_length=SHORT)
+    module_id: int | None = Field(default=None, ge=0, le=1024)
+    gpu_fabric_guid: str | None = Field(default=None, max_length=SHORT)
 
 
 class GpuProcess(Fact):
@@ -209,6 +234,9 @@ class Gpu(Fact):
     ecc_tpc_repair_pending: bool | None = None
     ecc_unrepairable_memory: bool | None = None
     fabric: GpuFabric | None = None
+    platform: GpuPlatform | None = None
+    #: ``HMM`` / ``ATS`` (R550+, Linux); None also where nvidia-smi prints "None" / N/A.
+    addressing_mode: str | None = Field(default=None, max_length=SHORT)
     clocks_sm_mhz: int | None = None
     clocks_mem_mhz: int | None = None
     clocks_max_sm_mhz: int | None = None

@@ -53,6 +53,15 @@ class Fault(StrEnum):
     """Collection could not reach the host."""
     ACCELERATOR_ALARM = "accelerator_alarm"
     """An accelerator of another vendor reports health Alarm (Ascend npu-smi; issue 15)."""
+    NVL_FABRIC_FAILED = "nvl_fabric_failed"
+    """A GPU cannot take part in multi-node NVLink (fabric not registered, an error status,
+    no partition: :mod:`gpufleet.domain.fabric`); the host still serves single-host work."""
+    NVL_FABRIC_RACK = "nvl_fabric_rack"
+    """The NVLink fabric reports a fault that concerns the whole rack (health Unhealthy, a
+    route or access-timeout flag, an incorrect configuration): a rack-scoped finding."""
+    FABRIC_SPLIT_HOST = "fabric_split_host"
+    """GPUs of one host report different NVLink domains (clusterUuid) or partitions
+    (cliqueId)."""
     TELEMETRY_LOST = "telemetry_lost"
     """The inspection probe could not observe the GPUs (tool missing, failing or timing out)
     for as many sweeps in a row as the policy says (issue 24: no data is a fault)."""

@@ -32,6 +32,7 @@ from gpufleet.domain.facts import (
     EccErrors,
     Gpu,
     GpuFabric,
+    GpuPlatform,
     NvidiaSmiReport,
     RemappedRows,
     RetiredPages,
@@ -107,10 +108,26 @@ QUERY_GPU_FIELDS: tuple[str, ...] = (
     "fabric.cliqueId",
     "fabric.clusterUuid",
     "fabric.health.summary",
+    "fabric.health.bandwidth",
+    "fabric.health.route_recovery_in_progress",
+    "fabric.health.route_unhealthy",
+    "fabric.health.access_timeout_recovery",
+    "fabric.health.incorrect_configuration",
+    "platform.chassis_serial_number",
+    "platform.slot_number",
+    "platform.tray_index",
+    "platform.host_id",
+    "platform.peer_type",
+    "platform.module_id",
+    "platform.gpu_fabric_guid",
+    "addressing_mode",
 )
 """The cheap periodic ``--query-gpu`` field list (canonical names from ``--help-query-gpu``,
 so a ``--format=csv`` header row echoes them back). Needs R470+ (remapped_rows.*,
-temperature.memory; R535+ for the clocks event reasons, R550+ for fabric.*);
+temperature.memory; R535+ for the clocks event reasons, R550+ for fabric.*, and the fabric
+health, platform and addressing-mode fields that driver 590's ``--help-query-gpu`` lists;
+``fabric.health.partition_assigned`` is read when a header names it, not asked for: not every
+590 lists it);
 ``power_limit_w`` is the *enforced* limit, like the XML/text parsers report, and
 ``power.limit`` (the requested one) fills ``power_limit_requested_w``."""
 
@@ -205,6 +222,21 @@ _CSV_COLUMNS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "fabric.cliqueId": ("fabric.clique_id", _as_str),
     "fabric.clusterUuid": ("fabric.cluster_uuid", _as_str),
     "fabric.health.summary": ("fabric.health_summary", _as_str),
+    # Rack-scale facts (issue 27): fabric health, platform info, addressing mode.
+    "fabric.health.bandwidth": ("fabric.bandwidth", _as_str),
+    "fabric.health.route_recovery_in_progress": ("fabric.route_recovery_in_progress", _bool),
+    "fabric.health.route_unhealthy": ("fabric.route_unhealthy", _bool),
+    "fabric.health.access_timeout_recovery": ("fabric.access_timeout_recovery", _bool),
+    "fabric.health.incorrect_configuration": ("fabric.incorrect_configuration", _as_str),
+    "fabric.health.partition_assigned": ("fabric.partition_assigned", _as_str),
+    "platform.chassis_serial_number": ("platform.chassis_serial", _as_str),
+    "platform.slot_number": ("platform.slot_number", _int),
+    "platform.tray_index": ("platform.tray_index", _int),
+    "platform.host_id": ("platform.host_id", _int),
+    "platform.peer_type": ("platform.peer_type", _as_str),
+    "platform.module_id": ("platform.module_id", _int),
+    "platform.gpu_fabric_guid": ("platform.gpu_fabric_guid", _as_str),
+    "addressing_mode": ("addressing_mode", _as_str),
 }
 _SUB_MODELS: dict[
     str,
@@ -213,7 +245,8 @@ _SUB_MODELS: dict[
     | type[RemappedRows]
     | type[ClockEventReasons]
     | type[TemperatureThresholds]
-    | type[GpuFabric],
+    | type[GpuFabric]
+    | type[GpuPlatform],
 ] = {
     "ecc_volatile": EccErrors,
     "ecc_aggregate": EccErrors,
@@ -222,6 +255,7 @@ _SUB_MODELS: dict[
     "clock_event_reasons": ClockEventReasons,
     "temperature_thresholds": TemperatureThresholds,
     "fabric": GpuFabric,
+    "platform": GpuPlatform,
 }
 _HEADER_UNIT = re.compile(r"\s*\[[^\]]*\]$")  # "memory.total [MiB]" -> "memory.total"
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")

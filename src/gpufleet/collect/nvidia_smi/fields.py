@@ -37,6 +37,7 @@ from gpufleet.collect.nvidia_smi.subtables import (
     _CLOCK_EVENT_REASONS,
     _FABRIC,
     _MIG_DEVICE,
+    _PLATFORM,
     _PROCESS,
     _REMAPPED_ROWS,
     _RETIRED_PAGES,
@@ -49,6 +50,7 @@ from gpufleet.domain.facts import (
     EccErrors,
     Gpu,
     GpuFabric,
+    GpuPlatform,
     GpuProcess,
     MigDevice,
     NvidiaSmiReport,
@@ -159,6 +161,7 @@ _GPU_FIELDS: tuple[_Field, ...] = (
     _Field("fan_speed_pct", ("fan_speed",), ("fan_speed",), _percent),
     _Field("utilization_gpu_pct", ("utilization/gpu_util",), ("utilization/gpu",), _percent),
     _Field("performance_state", ("performance_state",), ("performance_state",), _as_str),
+    _Field("addressing_mode", ("addressing_mode",), ("addressing_mode",), _as_str),
     # Health: the other power limits (R530+ under gpu_power_readings; "power_limit" was the
     # requested one in the older power_readings), compute mode, memory-controller load and
     # the R590 ECC repair flags (under ECC Errors).
@@ -439,6 +442,9 @@ def _gpu(ctx: _Ctx, view: _View, index: int, header_bus_id: str | None) -> Gpu:
         )
         fabric = _sub(ctx, view.node("fabric"), _FABRIC, "fabric")
         values["fabric"] = GpuFabric(**fabric) if fabric else None
+        node = view.node("platformInfo" if is_xml else "platform_info")
+        platform = _sub(ctx, node, _PLATFORM, "platform")
+        values["platform"] = GpuPlatform(**platform) if platform else None
         values["mig_devices"] = _mig_devices(ctx, view)
         values["processes"] = _processes(ctx, view)
         values["error"] = error

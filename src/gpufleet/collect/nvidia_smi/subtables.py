@@ -174,6 +174,36 @@ _FABRIC: _SubTable = {
     "clique_id": (("cliqueId",), ("cliqueid",), _as_str),
     "cluster_uuid": (("clusterUuid",), ("clusteruuid",), _as_str),
     "health_summary": (("health/summary",), ("health/summary",), _as_str),
+    "bandwidth": (("health/bandwidth",), ("health/bandwidth",), _as_str),
+    "route_recovery_in_progress": (
+        ("health/route_recovery_in_progress",),
+        ("health/route_recovery_in_progress",),
+        _bool,
+    ),
+    "route_unhealthy": (("health/route_unhealthy",), ("health/route_unhealthy",), _bool),
+    "access_timeout_recovery": (
+        ("health/access_timeout_recovery",),
+        ("health/access_timeout_recovery",),
+        _bool,
+    ),
+    "incorrect_configuration": (
+        ("health/incorrect_configuration",),
+        ("health/incorrect_configuration",),
+        _as_str,
+    ),
+    # Printed in R580 XML only among our captures (as N/A); the text label is not known from
+    # a capture, so the text report gets no path rather than a guessed one.
+    "partition_assigned": (("health/partition_assigned",), (), _as_str),
+}
+# Relative to the "platformInfo" (XML) / "Platform Info" (text) node.
+_PLATFORM: _SubTable = {
+    "chassis_serial": (("chassis_serial_number",), ("chassis_serial_number",), _as_str),
+    "slot_number": (("slot_number",), ("slot_number",), _int),
+    "tray_index": (("tray_index",), ("tray_index",), _int),
+    "host_id": (("host_id",), ("host_id",), _int),
+    "peer_type": (("peer_type",), ("peer_type",), _as_str),
+    "module_id": (("module_id",), ("module_id",), _int),
+    "gpu_fabric_guid": (("gpu_fabric_guid",), ("gpu_fabric_guid",), _as_str),
 }
 _PROCESS: _SubTable = {
     "pid": (("pid",), (), _int),  # text: the pid is the value of the "Process ID" node

@@ -23,6 +23,7 @@ from gpufleet.collect.nvidia_smi.fields import (
 from gpufleet.collect.nvidia_smi.subtables import (
     _CLOCK_EVENT_REASONS,
     _FABRIC,
+    _PLATFORM,
     _REMAPPED_ROWS,
     _RETIRED_PAGES,
     _TEMPERATURE_THRESHOLDS,
@@ -48,6 +49,7 @@ _GPU_PATHS = xml_paths(
     + _sub_paths("", _CLOCK_EVENT_REASONS)
     + _sub_paths("temperature/", _TEMPERATURE_THRESHOLDS)
     + _sub_paths("fabric/", _FABRIC)
+    + _sub_paths("platform_info/", _PLATFORM)
 )
 
 _BANNER = re.compile(r"^=+\s*NVSMI LOG\s*=+$")

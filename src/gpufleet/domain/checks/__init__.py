@@ -5,6 +5,7 @@ Every check has the signature ``(facts, ctx, params) -> CheckResult`` (see
 parameters it accepts (:data:`CHECK_PARAMS`, used to validate profiles). The checks live by
 concern: ``gpu`` (inventory), ``memory`` (ECC, row remapping, retired pages), ``xid``,
 ``fabric`` (NVLink, fabric manager, IB/RoCE), ``fabric_ready`` (NVSwitch fabric state),
+``nvl_fabric`` (multi-node NVLink: the decision table of :mod:`gpufleet.domain.fabric`),
 ``host`` (persistence, nouveau, PCIe), ``proof`` (a baseline of the right status, every
 GPU usable), ``accelerator`` (other vendors' accelerators:
 health, network ports, temperature; inventory of other-vendor hosts), ``drift`` (generated
@@ -26,6 +27,7 @@ from gpufleet.domain.checks import (
     gpu,
     host,
     memory,
+    nvl_fabric,
     proof,
     xid,
 )
@@ -58,6 +60,7 @@ __all__ = [
     "gpu",
     "host",
     "memory",
+    "nvl_fabric",
     "proof",
     "xid",
 ]
