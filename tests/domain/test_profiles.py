@@ -19,7 +19,10 @@ from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
 
 Facts = Callable[..., HostFacts]
-ALL = {"training-multinode", "training-single", "inference", "test"}
+ALL = {"training-nvl-domain", "training-multinode", "training-single", "inference", "test"}
+#: What a clean H100 HGX host can pass: every profile but the one that needs a multi-node
+#: NVLink domain (GB200/GB300 NVL72; its fabric reports no cluster).
+HGX = ALL - {"training-nvl-domain"}
 
 
 def test_packaged_profiles_load_and_reference_known_checks() -> None:
@@ -103,7 +106,8 @@ def test_clean_host_available_for_every_profile(
     out = evaluate(facts, spec, baseline, load_profiles(), None, now, evidence=proof)
     assert out.decision is Decision.AVAILABLE
     assert out.event is Event.VALIDATION_PASSED
-    assert out.profiles_passed == ALL
+    assert out.profiles_passed == HGX
+    assert out.results["nvl_fabric[training-nvl-domain]"].status is CheckStatus.FAIL
     assert out.faults == set() and out.health is Health.OK and out.reasons == []
 
 
@@ -199,10 +203,11 @@ def test_each_check_runs_once_per_distinct_params(
 ) -> None:
     profiles = load_profiles("profiles:\n  inference:\n    checks:\n      xid: {window_hours: 6}\n")
     out = evaluate(facts, spec, baseline, profiles, None, now)
-    # One run for every check name, plus one for inference's different xid window and one
-    # for each training profile's own dcgm_diag parameters.
+    # One run for every check name, plus one for inference's different xid window, one
+    # for each training profile's own dcgm_diag parameters and one for training-nvl-domain's
+    # nvl_fabric (training-multinode's is test's without `advisory`: the same run).
     names = {c for p in profiles.values() for c in p.checks}
-    assert len(out.results) == len(names) + 3
+    assert len(out.results) == len(names) + 4
     assert out.profiles["inference"].checks["xid"] == "xid[inference]"
     assert out.profiles["test"].checks["xid"] == "xid"
 
@@ -241,7 +246,7 @@ def test_evidence_reaches_evidence_checks(
                    evidence=ActiveEvidence(dcgm_diag=DCGM_L2, nccl=NcclResult(
                        op="all_reduce", max_bus_bw_gbps=130.0, avg_bus_bw_gbps=120.0,
                        size_max_bytes=8 << 30)))
-    assert out.profiles_passed == ALL - {"training-multinode"}
+    assert out.profiles_passed == HGX - {"training-multinode"}
     assert out.faults == {Fault.DIAG_FAILED}
     assert out.health is Health.WARNING
 
@@ -278,7 +283,9 @@ def test_pool_of_sixteen(
     assert a.profiles_passed == set()
     assert [r.name for r in a.drift] == ["driver_version"]
     assert a.reasons == [
-        "driver_version: drift from baseline h100-2024q3: driver 535.154.05, expected 550.90.07"
+        "driver_version: drift from baseline h100-2024q3: driver 535.154.05, expected 550.90.07",
+        # what training-nvl-domain needs and an HGX host is not (a fact, no fault)
+        "nvl_fabric: not in a multi-node NVLink domain (required)",
     ]
     assert a.faults == set()
 
@@ -302,7 +309,7 @@ def test_pool_of_sixteen(
 
     for host in sorted(hosts)[4:]:
         assert out[host].decision is Decision.AVAILABLE, host
-        assert out[host].profiles_passed == ALL, host
+        assert out[host].profiles_passed == HGX, host
 
 
 def test_host_without_fabric_is_not_a_multinode_training_host(

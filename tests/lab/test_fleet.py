@@ -30,6 +30,7 @@ EXPECTED = {  # model -> (GPU count, product substring, driver of the capture)
     "h100-8x": (8, "NVIDIA H100 80GB HBM3", "590.48.01"),
     "a10g-1x": (1, "NVIDIA A10G", "515.105.01"),
     "l40s-1x": (1, "NVIDIA L40S", "595.80"),
+    "gb200-4x": (4, "NVIDIA GB200", "580.173.02"),
 }
 
 

@@ -14,6 +14,8 @@ h100-8x    the ``idle :: query (-q)`` text of the H100 nvidia_gpu_exporter bundl
            its ``nvlink -s`` (18 links) per GPU; ``gpud_ibstat.47.0.h100.all.active.2``.
 a10g-1x    ``telegraf_a10g.xml`` (515.105.01), no RDMA, no NVLink.
 l40s-1x    ``-q`` text, ``topo -m`` and ``nvlink -s`` of the L40S exporter bundle (595.80).
+gb200-4x   ``k8s-test-infra_hw-qx-gb200.xml`` (one GB200 NVL72 compute tray, 580.173.02);
+           racks of 18 with per-rack/per-tray EDITED platform and fabric (lab/racks.py).
 =========  ==========================================================================
 
 The only changes made to captured text are the ones a host needs: per-host GPU identity
@@ -335,6 +337,38 @@ _SPECS: dict[str, ModelSpec] = {
         nproc=8,
         mem_total_kib=65022360,
         disks=_AWS_DISKS,
+    ),
+    # One compute tray of a GB200 NVL72 rack (issue 27; lab/racks.py builds whole racks and
+    # edits the rack and tray identity per host). No nvlink -s, ibstat or lspci capture of a
+    # GB200 tray exists: NVLink answers as PCIe (empty), no RDMA adapters are modelled.
+    "gb200-4x": ModelSpec(
+        name="gb200-4x",
+        group="gpu_gb200",
+        pool="train-gb200",
+        gpu_model="GB200",
+        gpu_count=4,
+        gpu_memory_mib=189471,
+        smi_format="xml",
+        smi_file="nvidia-smi-xml/k8s-test-infra_hw-qx-gb200.xml",
+        replicate=False,
+        gpu_bus_ids=(),
+        # the capture's pci_device_id 0x2941 (no pci.ids name for it)
+        pci_gpu="NVIDIA Corporation Device [10de:2941] (rev a1)",
+        has_remapped_rows=True,
+        nvlink_file=None,
+        nvlink_per_gpu=None,
+        ibstat_file=None,
+        fabric="none",
+        ib_ports=0,
+        ib_rate_gbps=None,
+        nic_bus_ids=(),
+        extra_pci=(),
+        nvswitch=False,
+        topo_capture=None,
+        dmi=("NVIDIA", "GB200 NVL72 compute tray"),
+        nproc=144,
+        mem_total_kib=990000000,
+        disks=(("nvme0n1", _U2_3T84, "SAMSUNG MZQL23T8HCLS-00A07"),),
     ),
 }
 

@@ -19,6 +19,7 @@ from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.racks import RACK_MODELS, create_racks
 
 app = typer.Typer(
     name="lab",
@@ -52,12 +53,22 @@ def create_lab(
     seed: int,
     directory: Path | None,
     models: list[str] | None = None,
+    rack: str | None = None,
+    racks: int = 1,
 ) -> tuple[Path, LabFleet]:
-    """Build, save and write the inventory of a lab fleet."""
+    """Build, save and write the inventory of a lab fleet (``rack``: ``racks`` whole racks of
+    that rack model instead of ``n`` hosts)."""
     d = lab_dir(directory)
     d.mkdir(parents=True, exist_ok=True)
     wanted = parse_faults(faults) if faults else ({} if no_default_faults else None)
-    fl = create_fleet(n, models=models or None, faults=wanted, seed=seed, now=datetime.now(UTC))
+    if rack is not None:
+        if models:
+            raise ConfigError("--rack builds racks of its own tray model: leave out --model")
+        fl = create_racks(rack, racks, faults=wanted or {}, seed=seed)
+    else:
+        fl = create_fleet(
+            n, models=models or None, faults=wanted, seed=seed, now=datetime.now(UTC)
+        )
     fl.save(d)
     write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
     return d, fl
@@ -86,9 +97,14 @@ def create_cmd(
     seed: int = typer.Option(0, help="Seed for the model mix and serials."),
     directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
     as_json: bool = typer.Option(False, "--json", help="Print the lab hosts as JSON."),
+    rack: str | None = typer.Option(
+        None, "--rack", help="Build whole racks of this model (" + ", ".join(RACK_MODELS)
+        + "; --hosts is then ignored)."
+    ),
+    racks: int = typer.Option(1, "--racks", min=1, max=1000, help="How many racks (--rack)."),
 ) -> None:
     """Create a simulated fleet and its Ansible inventory (enroll it with `gpufleet enroll`)."""
-    d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model)
+    d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model, rack, racks)
     if as_json:
         print_json(
             {

@@ -15,8 +15,16 @@ _ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_D
 
 #: Faults the SSH lab / sim transport act on; the section renderer ignores them.
 TRANSPORT_FAULTS: frozenset[str] = frozenset(
-    {"unreachable", "hang", "wrong-key", "host-key-changed"}
+    {"unreachable", "hang", "wrong-key", "host-key-changed", "tray-missing"}
 )
+#: Faults of a rack's compute tray (lab/racks.py; issue 27): the tray's fabric not started,
+#: completed with Insufficient Resources, a route unhealthy. ``tray-missing`` (the tray is
+#: not there) is a transport fault above.
+RACK_FAULTS: frozenset[str] = frozenset(
+    {"fabric-not-started", "fabric-insufficient-resources", "fabric-route-unhealthy"}
+)
+#: Lab models whose capture reports a multi-node NVLink fabric and a rack position.
+RACK_TRAY_MODELS: frozenset[str] = frozenset({"gb200-4x"})
 #: What a lessee may leave behind (reclaim checks, domain/reclaim.py): a compute process on a
 #: GPU, a mount under a data path, a process and a crontab of a lessee's user.
 RECLAIM_FAULTS: frozenset[str] = frozenset(
@@ -65,6 +73,7 @@ BASE_FAULT_KINDS: tuple[str, ...] = (
     *sorted(RECLAIM_FAULTS),
     *sorted(PROBE_FAULTS),
     *sorted(REMEDY_FAULTS),
+    *sorted(RACK_FAULTS),
 )
 
 
@@ -120,6 +129,8 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
                 or (len(parts) == 2 and not (parts[1].isdigit() and int(parts[1]) < spec.gpu_count))
             ):
                 why = "expected xid:<code> or xid:<code>:<gpu index>"
+        elif (kind in RACK_FAULTS or kind == "tray-missing") and model not in RACK_TRAY_MODELS:
+            why = "it is not a rack's compute tray (no multi-node NVLink fabric)"
         elif kind in ("remap-pending", "remap-failure") and not spec.has_remapped_rows:
             why = "its GPUs do not report remapped rows"
         elif kind in ("ib-down", "ib-polling") and spec.ibstat_file is None:

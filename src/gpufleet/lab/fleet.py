@@ -41,6 +41,9 @@ class LabHost(BaseModel):
     serial_salt: int
     gpu_swap: int = 0
     rack: str = "r01"
+    #: Compute tray (0-based) of a lab rack (lab/racks.py): the host's GPUs report the rack's
+    #: chassis serial and NVLink domain and this tray's position; None: not in a rack.
+    tray: int | None = Field(default=None, ge=0, lt=64)
     # When the Xid faults were injected: the kernel log lines carry this time, so a validation
     # right after sees them inside its window (without it: a fixed time from the capture's era).
     xid_at: datetime | None = None
@@ -79,6 +82,9 @@ class LabFleet(BaseModel):
         # Serials encode the salt, so equal salts would give two hosts the same GPU serials.
         if len({h.serial_salt for h in self.hosts}) != len(self.hosts):
             raise ValueError("lab host serial_salt values must be unique")
+        trays = [(h.rack, h.tray) for h in self.hosts if h.tray is not None]
+        if len(set(trays)) != len(trays):
+            raise ValueError("two lab hosts in one rack tray")
         return self
 
     def host(self, name: str) -> LabHost:

@@ -19,7 +19,12 @@ from gpufleet.collect.sections import ACCELERATORS, names
 from gpufleet.errors import ConfigError
 from gpufleet.lab.accelerators import vendor_answers, vendor_answers_names, vendor_lspci
 from gpufleet.lab.catalogue import ModelSpec
-from gpufleet.lab.faults import _ALT_DRIFT_DRIVER, DEFAULT_DRIFT_DRIVER, _split_fault
+from gpufleet.lab.faults import (
+    _ALT_DRIFT_DRIVER,
+    DEFAULT_DRIFT_DRIVER,
+    RACK_TRAY_MODELS,
+    _split_fault,
+)
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.hostfiles import (
     _CTK_VERSION,
@@ -32,6 +37,7 @@ from gpufleet.lab.hostfiles import (
     _sysctl,
     render_reclaim_sections,
 )
+from gpufleet.lab.racks import edit_tray_block
 from gpufleet.lab.templates import (
     _bus_values,
     _fill,
@@ -149,6 +155,8 @@ def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
                 block = _set_remap(block, spec.smi_format, "failure")
             if "gpu-process" in kinds:
                 block = _set_gpu_process(block, spec.smi_format)
+        if spec.name in RACK_TRAY_MODELS:  # rack and tray identity, fabric faults (racks.py)
+            block = edit_tray_block(block, host, i)
         blocks.append(block)
     head = _fill(tpl.head, {"attached": str(len(present))})
     sep = "\n" if spec.smi_format == "text" else ""

@@ -153,8 +153,10 @@ def _smi_template(
             "<persistence_mode>Enabled</persistence_mode>",
         )
         driver = re.search(r"<driver_version>([^<]+)</", text)
-        starts = [m.start() for m in re.finditer(r"^    <gpu id=", text, re.M)]
-        end = text.rindex("    </gpu>") + len("    </gpu>\n")
+        # Four spaces in most captures, a tab in NVIDIA's own (k8s-test-infra).
+        indent = "\t" if "\n\t<gpu id=" in text else "    "
+        starts = [m.start() for m in re.finditer(rf"^{indent}<gpu id=", text, re.M)]
+        end = text.rindex(f"{indent}</gpu>") + len(f"{indent}</gpu>\n")
         head = _sub_once(
             r"(<attached_gpus>)\d+(</attached_gpus>)",
             rf"\g<1>{_slot('attached')}\g<2>",
@@ -257,6 +259,7 @@ _SERIAL_PREFIX = {
     "h100-8x": "1654",
     "a10g-1x": "1323",
     "l40s-1x": "1322",
+    "gb200-4x": "1650",  # the capture's (placeholder) 1650000000001
 }
 
 

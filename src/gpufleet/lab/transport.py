@@ -79,6 +79,12 @@ class SimTransport:
                 target.name, Outcome.UNREACHABLE, f"{target.address}: no such lab host"
             )
         faults = set(host.faults)
+        if "tray-missing" in faults:  # a rack tray pulled out or powered off (lab/racks.py)
+            return RawResult(
+                target.name,
+                Outcome.UNREACHABLE,
+                f"connect to {target.address}:{target.port}: No route to host",
+            )
         if "unreachable" in faults:
             return RawResult(
                 target.name,

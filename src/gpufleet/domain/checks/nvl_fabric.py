@@ -47,9 +47,8 @@ def nvl_fabric(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -
     if outcome is FabricOutcome.OK:
         return res(name, CheckStatus.PASS, hf.message, **ev)
     if outcome is FabricOutcome.NOT_MEMBER:
-        if require:
-            return res(name, CheckStatus.FAIL, hf.message + " (required)",
-                       Fault.NVL_FABRIC_FAILED, **ev)
+        if require:  # a fact, not a fault: the host serves every other profile
+            return res(name, CheckStatus.FAIL, hf.message + " (required)", **ev)
         return res(name, CheckStatus.SKIP, hf.message, **ev)
     if outcome is FabricOutcome.RESTRICTED:
         if tolerate:
