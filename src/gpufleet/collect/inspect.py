@@ -5,6 +5,10 @@ The probe prints framed parts, each after a ``@@probe NAME`` line:
 
 ``gpu``     ``nvidia-smi --query-gpu=<PROBE_FIELDS> --format=csv,nounits`` (with its header row,
             so the columns are named by nvidia-smi itself), then ``@@rc N``
+``fabric``  ``nvidia-smi --query-gpu=<FABRIC_FIELDS> --format=csv,nounits``, then ``@@rc N``:
+            the multi-node NVLink fabric (issue 27), asked apart from ``gpu`` because an
+            nvidia-smi older than the fields refuses the whole query; such a refusal (or no
+            part) means no fabric to judge, never a failure of the GPU query
 ``kmsg``    kernel-log ``NVRM: Xid`` lines (``dmesg --time-format iso``, else ``journalctl -k``)
 ``ib``      ``port CA/N state=STATE counter=value ...`` per IB/RoCE port, from sysfs
 ``disk``    ``df -P -k`` of the configured paths
@@ -34,13 +38,14 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from gpufleet.collect.inspect_vendors import parse_vendor_parts, vendor_probe_lines
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi.csv import parse_query_gpu_csv
 from gpufleet.domain.device_health import DeviceFault
+from gpufleet.domain.fabric import fabric_conditions
 from gpufleet.domain.facts import Gpu, UnreadableXid
 from gpufleet.domain.samples import (
     PORT_METRICS,
@@ -96,6 +101,21 @@ PROBE_FIELDS: tuple[str, ...] = (
     "clocks_event_reasons.sync_boost",
 )
 
+#: The fabric part's ``--query-gpu`` fields (R570+: driver 590's ``--help-query-gpu``).
+FABRIC_FIELDS: tuple[str, ...] = (
+    "index",
+    "fabric.state",
+    "fabric.status",
+    "fabric.cliqueId",
+    "fabric.clusterUuid",
+    "fabric.health.summary",
+    "fabric.health.bandwidth",
+    "fabric.health.route_recovery_in_progress",
+    "fabric.health.route_unhealthy",
+    "fabric.health.access_timeout_recovery",
+    "fabric.health.incorrect_configuration",
+)
+
 #: IB/RoCE port counters read from ``/sys/class/infiniband/*/ports/*/counters``.
 IB_COUNTERS: tuple[str, ...] = PORT_METRICS
 
@@ -124,6 +144,10 @@ def probe_script(
     gpu = [
         "echo '@@probe gpu'",
         f"timeout {gpu_timeout_s} nvidia-smi --query-gpu={','.join(PROBE_FIELDS)} "
+        "--format=csv,nounits 2>&1",
+        'echo "@@rc $?"',
+        "echo '@@probe fabric'",
+        f"timeout {gpu_timeout_s} nvidia-smi --query-gpu={','.join(FABRIC_FIELDS)} "
         "--format=csv,nounits 2>&1",
         'echo "@@rc $?"',
     ]
@@ -241,6 +265,25 @@ def _gpu_sample(g: Gpu) -> GpuSample:
 def parse_gpus(text: str, source: str = "nvidia-smi --query-gpu") -> tuple[GpuSample, ...]:
     """The ``gpu`` part: the CSV (header row first) and its ``@@rc`` line."""
     return tuple(_gpu_sample(g) for g in _parse_gpu_part(text, source))
+
+
+def _with_fabric(
+    gpus: tuple[GpuSample, ...], text: str | None, source: str
+) -> tuple[GpuSample, ...]:
+    """``gpus`` with the fabric part's conditions added to their ``reasons`` (by index): none
+    when the part is absent or nvidia-smi refused the fields (a driver without them)."""
+    if text is None:
+        return gpus
+    body, rc = _split_rc(text)
+    if rc != "0":
+        return gpus
+    by_index = {
+        g.index: fabric_conditions(g) for g in parse_query_gpu_csv(body, FABRIC_FIELDS, source)
+    }
+    return tuple(
+        replace(g, reasons=g.reasons | by_index[g.index]) if by_index.get(g.index) else g
+        for g in gpus
+    )
 
 
 def _split_rc(text: str) -> tuple[str, str]:
@@ -372,6 +415,10 @@ def parse_probe(
         )
     else:
         gpus = tuple(_gpu_sample(g) for g in read)
+        try:
+            gpus = _with_fabric(gpus, parts.get("fabric"), f"{source}: fabric")
+        except ParseError as exc:
+            problems.append(str(exc))
         broken = [f"GPU {g.index}: {g.error}" for g in read if g.error]
         if broken:
             detail = f"{gpu_source}: " + "; ".join(broken)

@@ -233,3 +233,18 @@ def _quiet_message(outcome: FabricOutcome, count: int) -> str:
     if outcome is FabricOutcome.OK:
         return f"multi-node NVLink fabric healthy on {count} GPUs"
     return "not in a multi-node NVLink domain" if count else "no GPUs reported"
+
+
+def fabric_conditions(gpu: Gpu) -> frozenset[str]:
+    """The GPU's :data:`~gpufleet.domain.samples.FABRIC_CONDITIONS` for the inspection rules
+    (whose ``grace`` after boot keeps a fabric still registering from firing): failing,
+    rack-scoped, restricted; none for a healthy member or a GPU in no NVLink domain."""
+    if gpu.error is not None:
+        return frozenset()  # the probe reports the error state itself (gpu_error_state)
+    v = gpu_verdict(gpu)
+    if v.outcome is FabricOutcome.FAILS:
+        return frozenset({"nvl_fabric_failed", "nvl_fabric_rack"} if v.rack_scoped
+                         else {"nvl_fabric_failed"})
+    if v.outcome is FabricOutcome.RESTRICTED:
+        return frozenset({"nvl_fabric_restricted"})
+    return frozenset()

@@ -32,6 +32,7 @@ from gpufleet.domain.preflight import XID_ACTIONS, Action
 from gpufleet.domain.samples import (
     CLOCK_REASONS,
     EVENT_KINDS,
+    FABRIC_CONDITIONS,
     GPU_METRICS,
     HOST_METRICS,
     OBSERVE_KINDS,
@@ -149,7 +150,8 @@ class Rule(BaseModel):
         if self.kind == "observe":
             known = OBSERVE_KINDS
         elif self.scope == "gpu":
-            known = GPU_METRICS | (CLOCK_REASONS if self.kind == "flag" else frozenset())
+            flags = CLOCK_REASONS | FABRIC_CONDITIONS
+            known = GPU_METRICS | (flags if self.kind == "flag" else frozenset())
         elif self.scope == "port":
             known = PORT_METRICS
         elif self.scope == "disk":
@@ -330,7 +332,7 @@ def fleet_medians(
 
 
 def _gpu_value(g: GpuSample, metric: str) -> float | bool | None:
-    if metric in CLOCK_REASONS:
+    if metric in CLOCK_REASONS or metric in FABRIC_CONDITIONS:
         return metric in g.reasons
     value = getattr(g, metric)
     return value if isinstance(value, bool | int | float) or value is None else None

@@ -92,6 +92,14 @@ CLOCK_REASONS: frozenset[str] = frozenset(
         "sync_boost",
     }
 )
+#: Multi-node NVLink fabric conditions of a GPU (the decision table of
+#: :mod:`gpufleet.domain.fabric`; issue 27), held in :attr:`GpuSample.reasons` beside the
+#: clock reasons and named by ``flag`` rules: the GPU fails multi-node NVLink, the fault is
+#: rack-scoped (health Unhealthy, a route / access-timeout flag, an incorrect configuration),
+#: the fabric is restricted (Limited Capacity / Degraded bandwidth).
+FABRIC_CONDITIONS: frozenset[str] = frozenset(
+    {"nvl_fabric_failed", "nvl_fabric_rack", "nvl_fabric_restricted"}
+)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,8 @@ class GpuSample:
     pcie_gen_max: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
-    #: Active clock-event reasons (``hw_slowdown``, ``hw_power_brake_slowdown`` ...).
+    #: Active clock-event reasons (``hw_slowdown``, ``hw_power_brake_slowdown`` ...) and
+    #: multi-node NVLink fabric conditions (:data:`FABRIC_CONDITIONS`).
     reasons: frozenset[str] = frozenset()
 
     @property

@@ -13,6 +13,9 @@
           host (``ib/gpud_sys-class-infiniband-h100.0``) for models with RDMA adapters
 ``disk``  ``df -P -k /`` of a 1 TiB root file system, 20% used
 ``uptime`` ten days
+``fabric`` (rack trays only, issue 27) the fabric fields of the tray's rendered GB200 capture,
+          as the ``gpu`` part derives its rows; other lab models leave the part out (no
+          capture of their nvidia-smi's answer to those fields)
 ``boot``  a boot id derived from the host and its ``boot`` count (a reboot changes it; the
           kernel log of the new boot holds only the Xid faults the host has now)
 
@@ -47,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
-from gpufleet.lab.faults import _split_fault
+from gpufleet.lab.faults import RACK_TRAY_MODELS, _split_fault
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import _gpu_sections, _xids
 from gpufleet.lab.templates import _identity, _template, fault_gpu_index
@@ -107,6 +110,8 @@ def _cell(field: str, value: Any) -> str:
     if isinstance(value, bool):
         if field.startswith("clocks_event_reasons."):
             return "Active" if value else "Not Active"
+        if field.startswith("fabric.health."):  # as the XML prints them
+            return "True" if value else "False"
         return "Yes" if value else "No"
     if isinstance(value, float):
         return f"{value:.2f}"
@@ -127,6 +132,23 @@ def _derived_rows(host: LabHost) -> tuple[list[str], dict[int, list[str]]]:
     for g in report.gpus:
         rows[g.index] = [_cell(f, _dotted(g, _CSV_COLUMNS[f][0])) for f in PROBE_FIELDS]
     return list(PROBE_FIELDS), rows
+
+
+def _fabric_part(host: LabHost) -> str:
+    """The ``fabric`` part of a rack tray (issue 27): its fabric fields written from the real
+    GB200 capture as the lab renders it for the host (rack, tray and fabric faults in it),
+    the way :func:`_derived_rows` writes the ``gpu`` part; ``[N/A]`` where the XML has none."""
+    from gpufleet.collect.inspect import FABRIC_FIELDS
+    from gpufleet.collect.nvidia_smi.csv import _CSV_COLUMNS
+    from gpufleet.collect.nvidia_smi.xml import parse_nvidia_smi_xml
+
+    _, xml, _ = _gpu_sections(host, _template(host.model))
+    report = parse_nvidia_smi_xml(xml, f"lab {host.model} capture")
+    rows = [", ".join(FABRIC_FIELDS)] + [
+        ", ".join(_cell(f, _dotted(g, _CSV_COLUMNS[f][0])) for f in FABRIC_FIELDS)
+        for g in report.gpus
+    ]
+    return "\n".join(rows) + "\n@@rc 0"
 
 
 def _gpu_part(host: LabHost) -> str:
@@ -267,6 +289,8 @@ def render_probe(host: LabHost, script: str | None = None) -> str:
     boot = uuid.uuid5(uuid.NAMESPACE_URL, _boot_key(host))
     asked = None if script is None else set(re.findall(r"(?m)^echo '@@probe (\S+)'$", script))
     own = {"gpu": _gpu_part(host)} if nvidia else _vendor_parts(host)
+    if host.model in RACK_TRAY_MODELS:  # the only lab models whose capture has a fabric
+        own["fabric"] = _fabric_part(host)
     if asked is not None:
         own = {k: v for k, v in own.items() if k in asked}
         if "gpu" in asked and not nvidia:  # the lab's own "not found" answer, as above

@@ -33,6 +33,8 @@ REASON_BITS: dict[str, int] = {
     "sw_thermal_slowdown": 8,
     "sw_power_cap": 16,
     "sync_boost": 32,
+    # multi-node NVLink fabric conditions (domain/samples.FABRIC_CONDITIONS; issue 27)
+    "nvl_fabric_failed": 64, "nvl_fabric_rack": 128, "nvl_fabric_restricted": 256,
 }
 
 # ------------------------------------------------------------------------------ storage
