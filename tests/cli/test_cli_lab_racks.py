@@ -1,5 +1,7 @@
 """``gpufleet lab create --rack gb200-nvl72 --racks 2`` through the CLI on both databases
-(issue 27 item 8): 36 trays enrolled, collected and placed in their racks by their facts."""
+(issue 27 item 8): 36 trays enrolled, collected, validated and inspected; the tray with a
+route_unhealthy fabric fails nvl_fabric with the rack-scoped fault and raises the
+nvl-fabric-rack finding, its neighbours do not."""
 
 from __future__ import annotations
 
@@ -25,5 +27,14 @@ def test_lab_create_two_racks_enrolls_36_hosts(c: Cli, tmp_path: Path) -> None:
     hosts = c.json("hosts", "list")
     assert len(hosts) == 36
     assert {h["pool"] for h in hosts} == {"train-gb200"}
+    c.run("collect")
+    verdicts = {v["host"]: v for v in c.json("validate")}
+    assert verdicts["nvl02-t05"]["faults"] == ["nvl_fabric_rack"]
+    assert "route_unhealthy True" in " ".join(verdicts["nvl02-t05"]["held_out"][
+        "training-nvl-domain"])
+    assert all(v["faults"] == [] for h, v in verdicts.items() if h != "nvl02-t05")
+    swept = {h["host"]: h for h in c.json("inspect", "run")["hosts"]}
+    assert [f["rule"] for f in swept["nvl02-t05"]["findings"]] == ["nvl-fabric-rack"]
+    assert all(not h["findings"] for n, h in swept.items() if n != "nvl02-t05")
     c.run("lab", "create", "--rack", "gb200-nvl72", "--model", "h100-8x", "--dir",
           str(tmp_path / "x"), code=2)
