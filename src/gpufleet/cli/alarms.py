@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import (
     AlarmRecord,
@@ -33,6 +33,7 @@ def list_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (selector); default every host."),
     include_closed: bool = typer.Option(False, "--all", help="Closed alarms too."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Open alarms (with --all, closed ones too), oldest first; a line names the webhook
     notifications dead-lettered (`gpufleet alarms dead-letters`)."""
@@ -52,6 +53,7 @@ def list_cmd(
 def dead_letters_cmd(
     limit: int = typer.Option(100, "--limit", min=1, max=1000, help="At most this many."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Webhook notifications given up after GPUFLEET_WEBHOOK_MAX_AGE_H of failed attempts,
     newest first: what, which host, when, attempts and the last error."""
@@ -59,20 +61,21 @@ def dead_letters_cmd(
     if as_json:
         print_json([asdict(r) for r in rows])
         return
-    t = Table(title="webhook dead letters")
-    for col in ("id", "kind", "host", "queued", "attempts"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("last error", overflow="fold")
-    for r in rows:
-        t.add_row(
+    cols = [Col("id", ident=True), Col("kind", ident=True), Col("host", ident=True),
+            Col("queued", 2, words=True), Col("attempts", 3, justify="right"),
+            Col("last error", 1)]
+    cells = [
+        [
             str(r.id),
             lit(r.kind),
             lit(r.host or "-"),
             local_time(r.at),
             str(r.attempts),
             lit(r.error or "-"),
-        )
-    console.print(t)
+        ]
+        for r in rows
+    ]
+    show(cols, cells, title="webhook dead letters")
 
 
 def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
@@ -80,13 +83,11 @@ def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
     if as_json:
         print_json([asdict(r) for r in rows])
         return
-    t = Table(title="alarms")
-    for col in ("id", "host", "kind", "severity"):
-        t.add_column(col, no_wrap=True)
-    for col in ("opened", "acked by", "closed", "message"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(
+    cols = [Col("id", ident=True), Col("host", ident=True), Col("kind", ident=True),
+            Col("severity", 2, ident=True), Col("opened", 3, words=True),
+            Col("acked by", 4, ident=True), Col("closed", 5, words=True), Col("message", 1)]
+    cells = [
+        [
             str(r.id),
             lit(r.host),
             lit(r.kind),
@@ -95,8 +96,10 @@ def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
             lit(r.acknowledged_by or "-"),
             local_time(r.closed_at),
             lit(r.message),
-        )
-    console.print(t)
+        ]
+        for r in rows
+    ]
+    show(cols, cells, title="alarms")
 
 
 @app.command("show")

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from gpufleet.api.schemas import CapacityCheckOut
 from gpufleet.cli.common import (
@@ -21,6 +20,7 @@ from gpufleet.cli.common import (
     print_json,
     when,
 )
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
 from gpufleet.service.allocation import allocation, capacity, leases
@@ -49,12 +49,12 @@ def _lease_json(v: LeaseView) -> dict[str, Any]:
     return v.as_dict()
 
 
-def _lease_table(rows: list[LeaseView], title: str) -> Table:
-    t = Table(title=title)
-    for c in ("id", "owner", "state", "hosts", "GPUs", "from", "until", "purpose"):
-        t.add_column(c, overflow="fold")
-    for v in rows:
-        t.add_row(
+def _lease_table(rows: list[LeaseView], title: str) -> None:
+    cols = [Col("id", ident=True), Col("owner", 2, ident=True), Col("state", ident=True),
+            Col("hosts", words=True), Col("GPUs", 3, ident=True, justify="right"),
+            Col("from", 4, words=True), Col("until", 1, words=True), Col("purpose", 5)]
+    show(cols, [
+        [
             str(v.id),
             lit(v.owner),
             v.state,
@@ -63,8 +63,9 @@ def _lease_table(rows: list[LeaseView], title: str) -> Table:
             local_time(v.starts_at),
             local_time(v.ends_at),
             lit(v.purpose),
-        )
-    return t
+        ]
+        for v in rows
+    ], title=title)
 
 
 @boundary
@@ -164,13 +165,14 @@ def leases_list_cmd(
     owner: str | None = typer.Option(None, "--owner", help="Only this owner's."),
     all_: bool = typer.Option(False, "--all", help="Include released and cancelled leases."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Leases and reservations (holding ones unless --all)."""
     rows = leases.list_leases(open_fleet(), selector, owner=owner, include_ended=all_)
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
-        console.print(_lease_table(rows, "leases"))
+        _lease_table(rows, "leases")
 
 
 @leases_app.command("show")
@@ -178,6 +180,7 @@ def leases_list_cmd(
 def leases_show_cmd(
     lease_id: int = typer.Argument(..., help="Lease id."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """One lease with its hosts and GPU UUIDs."""
     show_lease(leases.show_lease(open_fleet(), lease_id), as_json)
@@ -188,7 +191,7 @@ def show_lease(v: LeaseView, as_json: bool) -> None:
     if as_json:
         print_json(_lease_json(v))
         return
-    console.print(_lease_table([v], f"lease {v.id}"))
+    _lease_table([v], f"lease {v.id}")
     console.print(
         f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
     )
@@ -281,13 +284,14 @@ def leases_expiring_cmd(
     selector: str | None = typer.Argument(None, help="Leases holding these hosts."),
     within: str = typer.Option("24h", "--within", help="Window from now, e.g. 24h."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Active leases that expire within --within (or already have)."""
     rows = leases.expiring(open_fleet(), parse_duration(within, "--within"), selector)
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
-        console.print(_lease_table(rows, f"leases expiring within {within}"))
+        _lease_table(rows, f"leases expiring within {within}")
 
 
 @leases_app.command("policy")
@@ -307,19 +311,14 @@ def leases_policy_cmd(
 
 
 def _print_k8s_capacity(kube: K8sCapacity) -> None:
-    t = Table(title="Kubernetes scheduler's GPUs (allocatable - requested)")
-    for c in (
-        "nodeSelector",
-        "nodes",
-        "allocatable",
-        "requested",
-        "free",
-        "unschedulable",
-        "gpufleet free",
-    ):
-        t.add_column(c, justify="left" if c == "nodeSelector" else "right")
+    cols = [Col("nodeSelector", words=True)] + [
+        Col(c, rank, ident=True, justify="right")
+        for c, rank in (("nodes", 2), ("allocatable", 3), ("requested", 4), ("free", 0),
+                        ("unschedulable", 5), ("gpufleet free", 1))
+    ]
+    cells = []
     for r in kube.rows:
-        t.add_row(
+        cells.append([
             lit(selector_text(r.selector)),
             *(
                 str(v)
@@ -332,8 +331,8 @@ def _print_k8s_capacity(kube: K8sCapacity) -> None:
                     r.gpufleet_free,
                 )
             ),
-        )
-    console.print(t)
+        ])
+    show(cols, cells, title="Kubernetes scheduler's GPUs (allocatable - requested)")
     if kube.missing:
         console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
 
@@ -360,6 +359,7 @@ def capacity_cmd(
     kubeconfig: Path | None = typer.Option(
         None, "--kubeconfig", help="Kubeconfig for --k8s (default GPUFLEET_KUBECONFIG, ...)."
     ),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """GPUs free / allocated / reserved / quarantined / maintenance by model, pool, profile;
     with --k8s also the scheduler's headroom per nodeSelector label set."""
@@ -382,22 +382,22 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
             )
         )
         return
-    t = Table(title=f"GPU capacity at {local_time(rep.at)}")
-    for c in ("model", "pool", "profile"):
-        t.add_column(c, overflow="fold")  # identifiers fold at 80 columns, never cut
-    for c in capacity.COLUMNS:  # short headers leave room for them: "quar" = quarantined
-        t.add_column(_SHORT.get(c, c), justify="right")
-    for r in rep.rows:
-        t.add_row(
-            lit(r["model"]),
-            lit(r["pool"]),
-            lit(r["profile"]),
-            *[str(r[c]) for c in capacity.COLUMNS],
-        )
-    t.add_row(
-        "[bold]total GPUs[/]", "", "", *[f"[bold]{rep.totals[c]}[/]" for c in capacity.COLUMNS]
+    # identifiers are never cut: the numbers' short headers leave room for them ("quar" =
+    # quarantined), and the rarer numbers hide first on a narrow terminal
+    rank = {"free": 0, "allocated": 1, "reserved": 2, "quarantined": 3, "maintenance": 4}
+    cols = [Col("model", words=True), Col("pool", ident=True), Col("profile", 1, ident=True)]
+    cols += [
+        Col(_SHORT.get(c, c), rank.get(c, 5), ident=True, justify="right")
+        for c in capacity.COLUMNS
+    ]
+    cells = [
+        [lit(r["model"]), lit(r["pool"]), lit(r["profile"]), *[str(r[c]) for c in capacity.COLUMNS]]
+        for r in rep.rows
+    ]
+    cells.append(
+        ["[bold]total GPUs[/]", "", "", *[f"[bold]{rep.totals[c]}[/]" for c in capacity.COLUMNS]]
     )
-    console.print(t)
+    show(cols, cells, title=f"GPU capacity at {local_time(rep.at)}")
     if rep.back:
         console.print(
             "expected back: "

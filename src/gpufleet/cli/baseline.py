@@ -9,10 +9,10 @@ from typing import Any, cast
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, cell, console, lit, open_fleet, print_json
 from gpufleet.cli.drift import print_drift
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.pins import (
     PINS,
     Compare,
@@ -202,7 +202,10 @@ app.command("create")(boundary(create_cmd))
 
 @app.command("list")
 @boundary
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+) -> None:
     """Baselines with status and the pools using them."""
     show_baselines(svc.list_baselines(open_fleet()), as_json)
 
@@ -212,11 +215,12 @@ def show_baselines(rows: list[tuple[Baseline, list[str]]], as_json: bool) -> Non
     if as_json:
         print_json([b.model_dump(mode="json") | {"pools": pools} for b, pools in rows])
         return
-    t = Table(title="baselines")
-    for col in ("name", "status", "driver", "CUDA", "kernel", "OS", "OS image URL", "pools"):
-        t.add_column(col, overflow="fold")
+    cols = [Col("name", ident=True), Col("status", ident=True), Col("driver", 1, ident=True),
+            Col("CUDA", 2, ident=True), Col("kernel", 4, ident=True), Col("OS", 5, words=True),
+            Col("OS image URL", 6, ident=True), Col("pools", 3, words=True)]
+    cells = []
     for b, pools in rows:
-        t.add_row(
+        cells.append([
             lit(b.name),
             b.status.value,
             lit(cell(b.driver)),
@@ -225,32 +229,31 @@ def show_baselines(rows: list[tuple[Baseline, list[str]]], as_json: bool) -> Non
             lit(cell(b.os_image)),
             lit(cell(b.os_image_url)),
             lit(cell(pools)),
-        )
-    console.print(t)
+        ])
+    show(cols, cells, title="baselines")
 
 
 @app.command("show")
 @boundary
 def show_cmd(
-    name: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON.")
+    name: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every field of one baseline."""
     b = svc.get_baseline(open_fleet(), name)
     if as_json:
         print_json(b.model_dump(mode="json"))
         return
-    t = Table(title=f"baseline {name}", show_header=False)
-    t.add_column("field")
-    t.add_column("value", overflow="fold")
-    for k, v in b.model_dump(mode="json").items():
-        t.add_row(k, escape(cell(v)))
-    console.print(t)
+    show([Col("field", ident=True), Col("value", words=True)], [
+        [k, escape(cell(v))] for k, v in b.model_dump(mode="json").items()
+    ], title=f"baseline {lit(name)}", show_header=False)
 
 
 @app.command("diff")
 @boundary
 def diff_cmd(
-    a: str, b: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON.")
+    a: str, b: str, as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Fields where two baselines differ."""
     fleet = open_fleet()
@@ -258,17 +261,20 @@ def diff_cmd(
     if as_json:
         print_json([{"field": f, a: x, b: y} for f, x, y in rows])
         return
-    t = Table(title=f"{a} vs {b}")
-    for col in ("field", a, b):
-        t.add_column(col, overflow="fold")
-    for f, x, y in rows:
-        t.add_row(f, escape(cell(x)), escape(cell(y)))
-    console.print(t if rows else "identical")
+    if not rows:
+        console.print("identical")
+        return
+    show([Col("field", ident=True), Col(a, words=True), Col(b, words=True)], [
+        [f, escape(cell(x)), escape(cell(y))] for f, x, y in rows
+    ], title=f"{lit(a)} vs {lit(b)}")
 
 
 @pool_app.command("list")
 @boundary
-def pool_list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def pool_list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+) -> None:
     """Pools with their baseline and size."""
     show_pools(svc.list_pools(open_fleet()), as_json)
 
@@ -278,12 +284,10 @@ def show_pools(rows: list[svc.PoolView], as_json: bool) -> None:
     if as_json:
         print_json([asdict(p) for p in rows])
         return
-    t = Table(title="pools")
-    for col in ("pool", "baseline", "hosts"):
-        t.add_column(col)
-    for p in rows:
-        t.add_row(lit(p.name), lit(p.baseline), str(p.hosts))
-    console.print(t)
+    show([Col("pool", ident=True), Col("baseline", ident=True),
+          Col("hosts", 1, ident=True, justify="right")], [
+        [lit(p.name), lit(p.baseline), str(p.hosts)] for p in rows
+    ], title="pools")
 
 
 @pool_app.command("baseline")
@@ -302,6 +306,7 @@ def pool_baseline_cmd(
 def drift_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (default all)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every host that differs from its pool's baseline, field by field, with fleet-wide counts.
     Exit 1 when any host drifts."""

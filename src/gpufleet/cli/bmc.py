@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.errors import ConfigError
 from gpufleet.service.hosts import bmc as svc
@@ -96,6 +96,7 @@ def status_cmd(
     deadline: float | None = typer.Option(
         None, "--deadline", help="Seconds one BMC's whole read may take (60)."),
     as_json: bool = typer.Option(False, "--json", help="Print the reads as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Read each host's BMC: identity, power, health, GPU processors, event-log entries new
     since the last read; store them; open alarms (identity mismatch, health Critical, new
@@ -107,19 +108,21 @@ def status_cmd(
     if as_json:
         print_json({"hosts": [r.as_json() for r in rows]})
     else:
-        t = Table(title="BMC status")
-        for col in ("host", "bmc", "power", "health", "serial", "GPUs", "new SEL", "notes"):
-            t.add_column(col, overflow="fold")
+        cols = [Col("host", ident=True), Col("bmc", ident=True), Col("power", 3, ident=True),
+                Col("health", 1, ident=True), Col("serial", 4, ident=True),
+                Col("GPUs", 5, justify="right"), Col("new SEL", 6, justify="right"),
+                Col("notes", 2)]
+        cells = []
         for r in rows:
             notes = [*(r.alarms), *([r.diagnosis] if r.diagnosis else []),
                      *([r.reason] if r.reason else [])]
-            t.add_row(
+            cells.append([
                 lit(r.host), lit(r.outcome), lit(r.power_state or "-"), lit(r.health or "-"),
                 lit((r.identity or {}).get("serial") or "-"),
                 "-" if r.gpus is None else str(len(r.gpus)),
                 str(len(r.sel_new)), lit("; ".join(notes)),
-            )
-        console.print(t)
+            ])
+        show(cols, cells, title="BMC status")
     if not all(r.ok for r in rows):
         raise typer.Exit(1)
 

@@ -8,6 +8,7 @@ from rich.markup import escape
 
 from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP
 from gpufleet.domain.campaign import (
     ActionKind,
     AllocatedPolicy,
@@ -242,17 +243,25 @@ def abort_cmd(
 @boundary
 def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the campaigns as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every campaign, newest first."""
     vs = list_campaigns(open_fleet())
     if as_json:
         print_json([_json(v) for v in vs])
         return
+    from gpufleet.cli.tables import Col, show
+
+    cols = [Col("campaign", ident=True), Col("status", ident=True), Col("ticket", 2, ident=True),
+            Col("progress", 3, ident=True), Col("done", ident=True, justify="right"),
+            Col("target baseline", 1, ident=True)]
+    cells = []
     for v in vs:
         done = sum(1 for h in v.hosts if h.step in _FINISHED)
-        console.print(f"{lit(v.name):<24} {lit(v.status):<18} {lit(v.ticket):<14} "
-                      f"{escape(progress_bar(done, len(v.hosts)))} {done}/{len(v.hosts)} "
-                      f"-> {lit(v.target_baseline)}")
+        cells.append([lit(v.name), lit(v.status), lit(v.ticket),
+                      escape(progress_bar(done, len(v.hosts))), f"{done}/{len(v.hosts)}",
+                      lit(v.target_baseline)])
+    show(cols, cells, title="campaigns", box=None)
 
 
 app.command("create")(create_cmd)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from gpufleet.cli.common import (
     boundary,
@@ -19,6 +18,7 @@ from gpufleet.cli.common import (
     print_json,
     printable,
 )
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
@@ -132,13 +132,11 @@ def run_collection(
         )
 
 
-def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
-    """One row per host: outcome and reason."""
-    t = Table(title=f"collection run {rep.run_id}", expand=False)
-    t.add_column("host", no_wrap=True)
-    t.add_column("outcome", no_wrap=True)
-    t.add_column("GPUs", justify="right")
-    t.add_column("reason / notes", overflow="fold")
+def print_outcomes(rep: RunReport, *, only_problems: bool = False) -> None:
+    """The run's table, one row per host: outcome and reason."""
+    cols = [Col("host", ident=True), Col("outcome", words=True),
+            Col("GPUs", 1, ident=True, justify="right"), Col("reason / notes", floor=16)]
+    cells = []
     for r in rep.results:
         if (
             only_problems
@@ -149,13 +147,13 @@ def outcome_table(rep: RunReport, *, only_problems: bool = False) -> Table:
         notes = "; ".join(([r.reason] if r.reason else []) + r.actions) or "; ".join(
             r.changes + r.problems[:2]
         )
-        t.add_row(
+        cells.append([
             lit(r.host),
             f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
             "" if r.gpus is None else str(r.gpus),
             lit(notes),
-        )
-    return t
+        ])
+    show(cols, cells, title=f"collection run {rep.run_id}")
 
 
 @boundary
@@ -172,6 +170,7 @@ def collect_cmd(
         None, help="Seconds per host for the whole script (120).", callback=positive_seconds
     ),
     as_json: bool = typer.Option(False, "--json", help="Print per-host results as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Collect facts from hosts over SSH (or the lab / this machine) and store them.
 
@@ -193,7 +192,7 @@ def collect_cmd(
             }
         )
     else:
-        console.print(outcome_table(rep, only_problems=len(rep.results) > 40))
+        print_outcomes(rep, only_problems=len(rep.results) > 40)
         summary = ", ".join(f"{n} {o}" for o, n in sorted(rep.counts.items()))
         console.print(f"[bold]{len(rep.results)} hosts[/]: {summary}")
         if rep.skipped_locked:

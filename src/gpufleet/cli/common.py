@@ -100,6 +100,8 @@ class GlobalOptions:
     debug: bool = False
     #: ``--utc``: read times without a zone as UTC, and show times in UTC.
     utc: bool = False
+    #: ``--wide`` of the running table command: every column shown (:mod:`gpufleet.cli.tables`).
+    wide: bool = False
     #: The validated settings of the running command (loaded by :func:`boundary`).
     settings: Settings | None = None
 
@@ -317,6 +319,7 @@ def boundary(fn: Callable[P, R]) -> Callable[P, R]:
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         as_json = bool(kwargs.get("as_json"))
+        OPTIONS.wide = bool(kwargs.get("wide"))
         try:
             OPTIONS.settings = None
             if current_settings().url is not None:  # remote mode: the API, never the database

@@ -40,17 +40,16 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
             }
         )
     else:
-        from rich.table import Table
-
         from gpufleet.cli.common import console
+        from gpufleet.cli.tables import Col, show
 
         if rep.summary:
-            t = Table(title="drift, fleet-wide")
-            for col in ("field", "found", "on hosts", "baseline"):
-                t.add_column(col, overflow="fold")
-            for s in rep.summary:
-                t.add_row(s.field, lit(cell(s.actual)), str(len(s.hosts)), lit(cell(s.expected)))
-            console.print(t)
+            summary = [Col("field", ident=True), Col("found", words=True),
+                       Col("on hosts", 1, justify="right"), Col("baseline", words=True)]
+            show(summary, [
+                [s.field, lit(cell(s.actual)), str(len(s.hosts)), lit(cell(s.expected))]
+                for s in rep.summary
+            ], title="drift, fleet-wide")
             console.print(
                 ", ".join(
                     f"{s.field} {lit(s.actual)} on {len(s.hosts)} host"
@@ -58,19 +57,20 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
                     for s in rep.summary
                 )
             )
-            h = Table(title="hosts off baseline")
-            for col in ("host", "baseline", "field", "expected", "actual"):
-                h.add_column(col, overflow="fold")
-            for host, items in sorted(rep.by_host.items()):
-                for i in items:
-                    h.add_row(
-                        lit(host),
-                        lit(cell(rep.baselines.get(host))),
-                        i.field,
-                        lit(cell(i.expected)),
-                        lit(cell(i.actual)),
-                    )
-            console.print(h)
+            off = [Col("host", ident=True), Col("baseline", 1, ident=True),
+                   Col("field", ident=True), Col("expected", words=True),
+                   Col("actual", words=True)]
+            show(off, [
+                [
+                    lit(host),
+                    lit(cell(rep.baselines.get(host))),
+                    i.field,
+                    lit(cell(i.expected)),
+                    lit(cell(i.actual)),
+                ]
+                for host, items in sorted(rep.by_host.items())
+                for i in items
+            ], title="hosts off baseline")
         _print_pools(rep)
         if not rep.drifts:
             console.print(f"no drift on {len(rep.baselines)} hosts with a baseline")
@@ -82,30 +82,30 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
 def _print_pools(rep: DriftReport) -> None:
     """Issue 26: each pool that differs from its baseline, at a glance (a half-migrated
     pool: some hosts on a campaign's target baseline, the pool still on the old one)."""
-    from rich.table import Table
-
     from gpufleet.cli.common import console
+    from gpufleet.cli.tables import Col, show
 
     pools = [p for p in rep.pools if p.drifts]
     if not pools:
         return
-    t = Table(title="pools off their baseline")
-    for col in ("pool", "baseline", "match", "on another baseline", "field", "values"):
-        t.add_column(col, overflow="fold")
+    cols = [Col("pool", ident=True), Col("baseline", 2, ident=True),
+            Col("match", 1, ident=True), Col("on another baseline", 3, words=True),
+            Col("field", ident=True), Col("values", 4, words=True)]
+    cells = []
     for p in pools:
         other = "; ".join(f"{b}: {len(hs)}" for b, hs in p.on_other.items()) or "-"
         rows: list[PoolField | None] = [*p.fields] or [None]
         for i, f in enumerate(rows):
             first = i == 0
-            t.add_row(
+            cells.append([
                 lit(p.pool) if first else "",
                 lit(p.baseline) if first else "",
                 f"{len(p.matching)}/{len(p.hosts)}" if first else "",
                 lit(other) if first else "",
                 f.field if f else "-",
                 lit(f.describe().split(" ", 1)[1]) if f else "-",
-            )
-    console.print(t)
+            ])
+    show(cols, cells, title="pools off their baseline")
     for p in pools:
         console.print(lit(p.describe()))
         for other in p.on_other:

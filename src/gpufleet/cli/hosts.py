@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import (
     boundary,
@@ -24,6 +23,7 @@ from gpufleet.cli.hosts_list import (
     render_host_list,
 )
 from gpufleet.cli.hosts_show import print_host
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 __all__ = ["PROFILE_SHORT", "STATE_STYLE", "app", "render_host_list"]
@@ -42,6 +42,7 @@ def list_cmd(
     state: str | None = typer.Option(None, "--state", "-s", help="Lifecycle state."),
     pool: str | None = typer.Option(None, "--pool", "-p", help="Pool name."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """List hosts with state, GPUs, driver and last collection."""
     print_host_list(
@@ -55,6 +56,7 @@ def list_cmd(
 def show_cmd(
     name: str = typer.Argument(..., help="Host name."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Facts, GPU table, NICs, last collections and recent events of one host."""
     print_host(show_host(open_fleet(), name), as_json=as_json)
@@ -68,6 +70,7 @@ def events_cmd(
     ),
     limit: int = typer.Option(50, "--limit", "-n", min=1, help="How many, newest first."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """The audit log: who did what to which host, when and why."""
     rows = list_events(open_fleet(), host, kind=kind, limit=limit)
@@ -79,21 +82,13 @@ def events_cmd(
 
 def render_events(rows: list[dict[str, Any]]) -> None:
     """The ``events`` table (``at`` a datetime)."""
-    t = Table(title=f"{len(rows)} events", expand=True)
-    t.add_column("at", overflow="fold", max_width=19)
-    t.add_column("actor", overflow="fold", max_width=12)
-    t.add_column("host", overflow="fold", max_width=12)
-    t.add_column("kind", overflow="fold", max_width=11)
-    t.add_column("message", overflow="fold", ratio=1, min_width=24)
-    for e in rows:
-        t.add_row(
-            local_time(e["at"]),
-            lit(e["actor"]),
-            lit(e["host"]),
-            cell(e["kind"]),
-            lit(e["message"]),
-        )
-    console.print(t)
+    cols = [Col("at", 1, words=True), Col("actor", 3, ident=True), Col("host", ident=True),
+            Col("kind", 2, ident=True), Col("message", floor=16)]
+    cells = [
+        [local_time(e["at"]), lit(e["actor"]), lit(e["host"]), cell(e["kind"]), lit(e["message"])]
+        for e in rows
+    ]
+    show(cols, cells, title=f"{len(rows)} events", expand=True)
 
 
 SELECTOR_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."

@@ -63,17 +63,19 @@ def print_host_list(rows: Sequence[HostView], *, as_json: bool) -> None:
 def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
     """The ``hosts list`` table (rows from the service, or from the API in remote mode)."""
     from rich import box
-    from rich.table import Table
 
-    from gpufleet.cli.common import console
+    from gpufleet.cli.tables import Col, show
 
-    t = Table(
-        title=f"{len(rows)} hosts",
-        box=box.SIMPLE_HEAD,
-        caption="profiles: " + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
-    )
-    for col in ("host", "state", "pool", "GPUs", "driver", "prof.", "collect"):
-        t.add_column(col, no_wrap=col in ("host", "state", "driver", "prof."), overflow="fold")
+    cols = [
+        Col("host", ident=True),
+        Col("state", words=True),  # the state, and its fault under it
+        Col("pool", 2, ident=True),
+        Col("GPUs", 1, words=True),
+        Col("driver", 4, ident=True),
+        Col("prof.", 5, ident=True),
+        Col("collect", 3, ident=True),
+    ]
+    cells = []
     for r in rows:
         gpus = (
             f"{r.gpu_count}x {lit((r.gpu_model or '?').removeprefix('NVIDIA '))}"
@@ -83,16 +85,26 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
         st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
         if r.fault:
             st += f"\n[dim]{lit(r.fault)}[/]"
-        t.add_row(
-            lit(r.name),
-            st,
-            lit(r.pool or ""),
-            gpus,
-            lit(r.driver or ""),
-            ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
-            r.last_outcome or "never",
+        cells.append(
+            [
+                lit(r.name),
+                st,
+                lit(r.pool or ""),
+                gpus,
+                lit(r.driver or ""),
+                ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
+                r.last_outcome or "never",
+            ]
         )
-    console.print(t)
+    show(
+        cols,
+        cells,
+        title=f"{len(rows)} hosts",
+        box=box.SIMPLE_HEAD,
+        caption="profiles: " + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
+    )
+    from gpufleet.cli.common import console
+
     if not rows:  # a selector matching nothing is refused (exit 4): this is an empty fleet
         console.print(EMPTY_FLEET, markup=False, highlight=False)
 

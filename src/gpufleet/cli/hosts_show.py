@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from rich import box
 from rich.markup import escape
-from rich.table import Table
 
 from gpufleet.cli.common import (
     cell,
@@ -24,6 +23,7 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.cli.entry import imports_done
+from gpufleet.cli.tables import Col, show
 
 if TYPE_CHECKING:
     from gpufleet.service.views.hosts import HostDetail
@@ -78,52 +78,54 @@ def render_host(d: HostDetail) -> None:
         )
         if f.nvidia_smi_error:
             console.print(f"  [red]{lit(f.nvidia_smi_error)}[/]")
-        # Identifiers are never cut: every column folds (wraps mid-word) instead of
-        # cropping, and the identifiers get their own table so they fit 80 columns.
-        g = Table(title="GPUs", box=box.SIMPLE_HEAD)
-        for col in ("#", "model", "memory", "temp", "ECC unc.", "remap"):
-            g.add_column(col, overflow="fold")
-        ids = Table(title="GPU identifiers", box=box.SIMPLE_HEAD)
-        for col in ("#", "serial", "bus", "VBIOS", "UUID"):
-            ids.add_column(col, overflow="fold")
+        # Identifiers are never cut (gpufleet.cli.tables): they get their own table, and a
+        # narrow terminal hides the lesser columns (--wide shows them).
+        g = [Col("#", ident=True), Col("model", ident=True), Col("memory", 3, words=True),
+             Col("temp", 1, ident=True, justify="right"), Col("ECC unc.", 2, ident=True),
+             Col("remap", 4, ident=True)]
+        ids = [Col("#", ident=True), Col("serial", 1, ident=True), Col("bus", 2, ident=True),
+               Col("VBIOS", 3, ident=True), Col("UUID", ident=True)]
+        g_cells: list[list[str]] = []
+        id_cells: list[list[str]] = []
         for gpu in f.gpus:
             unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
             rr = gpu.remapped_rows
             remap = (
                 "-" if rr is None else ("FAIL" if rr.failure else "pending" if rr.pending else "ok")
             )
-            g.add_row(
+            g_cells.append([
                 str(gpu.index),
                 escape(cell(gpu.product_name)),
                 "-" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib} MiB",
                 "-" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
                 cell(unc),
                 remap,
-            )
-            ids.add_row(
+            ])
+            id_cells.append([
                 str(gpu.index),
                 escape(cell(gpu.serial)),
                 escape(cell(gpu.pci_bus_id)),
                 escape(cell(gpu.vbios_version)),
                 escape(cell(gpu.uuid)),
-            )
+            ])
         if f.gpus:
-            console.print(g)
-            console.print(ids)
+            show(g, g_cells, title="GPUs", box=box.SIMPLE_HEAD)
+            show(ids, id_cells, title="GPU identifiers", box=box.SIMPLE_HEAD)
         if f.ib_ports:
-            n = Table(title="high-speed NIC ports")
-            for col in ("CA", "port", "state", "physical", "rate", "link layer"):
-                n.add_column(col)
-            for p in f.ib_ports:
-                n.add_row(
+            nic = [Col("CA", ident=True), Col("port", ident=True), Col("state", ident=True),
+                   Col("physical", 2, ident=True), Col("rate", 1, ident=True, justify="right"),
+                   Col("link layer", 3, ident=True)]
+            show(nic, [
+                [
                     lit(p.ca),
                     str(p.port),
                     lit(p.state or ""),
                     lit(p.physical_state or ""),
                     "" if p.rate_gbps is None else f"{p.rate_gbps:g}",
                     lit(p.link_layer or ""),
-                )
-            console.print(n)
+                ]
+                for p in f.ib_ports
+            ], title="high-speed NIC ports")
         for prob in f.problems:
             console.print(f"  [yellow]note:[/] {lit(prob)}")
     if d.collections:
@@ -148,12 +150,12 @@ def render_host(d: HostDetail) -> None:
             f"  evidence {ev['kind']} {verdict} {local_time(ev['at'])}: {lit(ev['summary'])}"
         )
     if d.events:
-        e = Table(title="recent events")
-        for col in ("at", "actor", "kind", "message"):
-            e.add_column(col, overflow="fold")
-        for ev in d.events:
-            e.add_row(local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"]))
-        console.print(e)
+        events = [Col("at", 2, words=True), Col("actor", 3, ident=True),
+                  Col("kind", 1, ident=True), Col("message", floor=16)]
+        show(events, [
+            [local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"])]
+            for ev in d.events
+        ], title="recent events")
 
 
 def lean_hosts_show(name: str, *, as_json: bool) -> int | None:

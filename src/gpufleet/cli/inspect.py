@@ -13,10 +13,10 @@ from types import FrameType
 from typing import Any
 
 import typer
-from rich.table import Table
 from typer.core import TyperGroup
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
 from gpufleet.service.health.inspect import (
@@ -50,17 +50,15 @@ app = typer.Typer(cls=_SweepByDefault)
 
 
 def _print_sweep(report: SweepReport) -> None:
-    t = Table(title=f"inspection {local_time(report.at)} (rules {report.policy_version})")
-    for col in ("host", "outcome"):
-        t.add_column(col, no_wrap=True)
-    t.add_column("findings / actions", overflow="fold")
+    cols = [Col("host", ident=True), Col("outcome", ident=True), Col("findings / actions")]
+    cells = []
     for h in report.hosts:
         lines = [f"{f.severity.value}: {f.message} -> {f.action.value}" for f in h.findings]
         lines += h.actions + h.problems
         if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
             lines.append(h.reason)
-        t.add_row(lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-"))
-    console.print(t)
+        cells.append([lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-")])
+    show(cols, cells, title=f"inspection {local_time(report.at)} (rules {report.policy_version})")
     if report.busy:
         console.print(f"held by another worker: {lit(', '.join(report.busy))}")
     if report.guard_tripped:
@@ -102,6 +100,7 @@ def run_cmd(
     forks: int = typer.Option(50, "--forks", help="Hosts probed at once."),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds per host (a hang costs this)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Probe the hosts (one command each: --query-gpu CSV, new Xid lines, IB/RoCE counters,
     disk space), store the samples, apply the health rules: alarms, quarantine of critical
@@ -180,6 +179,7 @@ def report_cmd(
     since: str = typer.Option("24h", "--since", help="How far back: 30m, 24h, 7d ..."),
     fmt: str = typer.Option("table", "--format", help="table, csv or html."),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Hosts over thresholds, top offenders, per-model temperature / ECC / throttle summary,
     from the stored samples and alarms (html: one self-contained file with small charts)."""
@@ -200,13 +200,14 @@ def report_cmd(
 
 
 def _print_report(report: InspectReport) -> None:
-    t = Table(title=f"top offenders since {local_time(report.since)}")
-    widest = max((len(h.host) for h in report.top_offenders), default=4)
-    t.add_column("host", no_wrap=True, min_width=widest)  # names are never cut
-    for col in ("model", "max temp", "max uncorr. ECC", "HW throttled", "worst", "rules"):
-        t.add_column(col, overflow="fold")
+    cols = [Col("host", ident=True), Col("model", 1, words=True),
+            Col("max temp", 3, ident=True, justify="right"),
+            Col("max uncorr. ECC", 4, ident=True, justify="right"),
+            Col("HW throttled", 5, ident=True, justify="right"),
+            Col("worst", ident=True), Col("rules", 2, words=True)]
+    cells = []
     for h in report.top_offenders:
-        t.add_row(
+        cells.append([
             lit(h.host),
             lit(h.model),
             lit(h.temperature_max if h.temperature_max is not None else "-"),
@@ -214,13 +215,17 @@ def _print_report(report: InspectReport) -> None:
             str(h.throttled_samples),
             lit(h.worst),
             lit(", ".join(h.rules) or "-"),
-        )
-    console.print(t)
-    m = Table(title="per model")
-    for col in ("model", "GPUs", "samples", "avg temp", "max temp", "max uncorr. ECC", "throttled"):
-        m.add_column(col, no_wrap=True)
+        ])
+    show(cols, cells, title=f"top offenders since {local_time(report.since)}")
+    per_model = [Col("model", words=True), Col("GPUs", 1, ident=True, justify="right"),
+                 Col("samples", 5, ident=True, justify="right"),
+                 Col("avg temp", 2, ident=True, justify="right"),
+                 Col("max temp", 3, ident=True, justify="right"),
+                 Col("max uncorr. ECC", 4, ident=True, justify="right"),
+                 Col("throttled", 6, ident=True, justify="right")]
+    cells = []
     for r in report.models:
-        m.add_row(
+        cells.append([
             lit(r.model),
             str(r.gpus),
             str(r.samples),
@@ -228,5 +233,5 @@ def _print_report(report: InspectReport) -> None:
             lit(r.temperature_max if r.temperature_max is not None else "-"),
             lit(r.ecc_uncorrectable_max if r.ecc_uncorrectable_max is not None else "-"),
             f"{r.throttled_share:.1%}",
-        )
-    console.print(m)
+        ])
+    show(per_model, cells, title="per model")

@@ -40,19 +40,13 @@ def print_labels(rows: Sequence[HostLabels], *, as_json: bool) -> None:
 def render_labels(rows: Sequence[Any]) -> None:
     """One table per host: its labels, then its taints (``rows``: :class:`HostLabels`, or
     the same fields rebuilt from the API in remote mode)."""
-    from rich.table import Table
-
-    from gpufleet.cli.common import console
+    from gpufleet.cli.tables import Col, show
 
     for r in rows:
-        t = Table(title=lit(r.host), show_header=False)
-        t.add_column("key", no_wrap=True)
-        t.add_column("value", overflow="fold")
-        for k, v in sorted(r.labels.items()):
-            t.add_row(lit(k), lit(v))
-        for taint in r.taints:
-            t.add_row("[red]taint[/]", lit(taint))
-        console.print(t)
+        cells = [[lit(k), lit(v)] for k, v in sorted(r.labels.items())]
+        cells += [["[red]taint[/]", lit(taint)] for taint in r.taints]
+        show([Col("key", ident=True), Col("value", ident=True)], cells, title=lit(r.host),
+             show_header=False)
 
 
 def lean_labels(selector: str | None, *, as_json: bool) -> int | None:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from gpufleet.cli.collect import positive_forks, positive_seconds
 from gpufleet.cli.common import (
@@ -20,6 +19,7 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.cli.hosts import STATE_STYLE
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.hosts import operations
@@ -56,29 +56,27 @@ def run_validation(
         )
 
 
-def verdict_table(rep: ValidateReport, *, only_problems: bool = False) -> Table:
-    """One row per host: state change, profiles, reasons."""
-    t = Table(title="validation")
-    t.add_column("host", no_wrap=True)
-    t.add_column("state", no_wrap=True)
-    t.add_column("profiles", overflow="fold")
-    t.add_column("reasons", overflow="fold")
+def print_verdicts(rep: ValidateReport, *, only_problems: bool = False) -> None:
+    """The validation table, one row per host: state change, profiles, reasons."""
+    cols = [Col("host", ident=True), Col("state", words=True),
+            Col("profiles", 1, words=True), Col("reasons", floor=16)]
+    cells = []
     for v in rep.verdicts:
         quiet = not v.reasons and not v.skipped and not v.held_out
         if only_problems and v.state == "available" and quiet:
             continue
         arrow = v.state if v.state == v.state_before else f"{v.state_before} -> {v.state}"
-        t.add_row(
+        cells.append([
             lit(v.host),
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
-            ",".join(v.profiles),
+            ", ".join(v.profiles),
             lit(
                 v.skipped
                 or "; ".join(v.reasons)
                 or "; ".join(f"not {p}: {'; '.join(r)}" for p, r in v.held_out.items())
             ),
-        )
-    return t
+        ])
+    show(cols, cells, title="validation")
 
 
 #: ``--all``: confirm a change that reaches more than GPUFLEET_CONFIRM_SHARE of the fleet.
@@ -131,6 +129,7 @@ def validate_cmd(
         None, help="Seconds per host for the collection (120).", callback=positive_seconds
     ),
     as_json: bool = typer.Option(False, "--json", help="Print verdicts as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Collect fresh facts, run the checks and move each host (available / validating /
     quarantined). Exit 0 when every selected host that can be validated ended available,
@@ -148,7 +147,7 @@ def validate_cmd(
     if as_json:
         print_json([asdict(v) for v in rep.verdicts])
     else:
-        console.print(verdict_table(rep, only_problems=len(rep.verdicts) > 40))
+        print_verdicts(rep, only_problems=len(rep.verdicts) > 40)
         states: dict[str, int] = {}
         for v in rep.verdicts:
             states[v.state] = states.get(v.state, 0) + 1
@@ -330,6 +329,7 @@ def evidence_run_cmd(
         callback=positive_forks,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Run an active test over SSH on each host, parse and store the result.
     Exit 1 when any host failed or could not run it."""
@@ -346,12 +346,9 @@ def evidence_run_cmd(
     if as_json:
         print_json([asdict(r) for r in runs])
     else:
-        t = Table(title=f"{kind} results")
-        t.add_column("host", no_wrap=True)
-        t.add_column("result", overflow="fold")
-        for r in runs:
-            t.add_row(lit(r.host), f"[{'green' if r.ok else 'red'}]{lit(r.summary)}[/]")
-        console.print(t)
+        show([Col("host", ident=True), Col("result")], [
+            [lit(r.host), f"[{'green' if r.ok else 'red'}]{lit(r.summary)}[/]"] for r in runs
+        ], title=f"{kind} results")
     if not all(r.ok for r in runs):
         raise typer.Exit(1)
 

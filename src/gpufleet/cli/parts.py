@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.service.health.parts import list_parts, show_part
 
 app = typer.Typer(no_args_is_help=True)
@@ -20,24 +20,26 @@ def list_cmd(
         False, "--with-history", help="Only GPUs with recorded events (resets, RMA, unusable)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every GPU serial seen: where it is now, how many hosts it has been in, its events."""
     rows = list_parts(open_fleet(), with_history=with_history)
     if as_json:
         print_json(rows)
         return
-    t = Table(title="parts")
-    for col in ("serial", "host", "GPU", "hosts", "events"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(
+    cols = [Col("serial", ident=True), Col("host", 1, ident=True), Col("GPU", 2, ident=True),
+            Col("hosts", 3, justify="right"), Col("events", 4, justify="right")]
+    cells = [
+        [
             lit(r["serial"]),
             lit(r["host"] or "-"),
             lit(r["index"] if r["index"] is not None else "-"),
             str(r["hosts"]),
             str(r["events"]),
-        )
-    console.print(t)
+        ]
+        for r in rows
+    ]
+    show(cols, cells, title="parts")
 
 
 @app.command("show")
@@ -45,6 +47,7 @@ def list_cmd(
 def show_cmd(
     serial: str = typer.Argument(..., help="GPU serial number."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """One GPU's history: the hosts and slots it was in, and its alarms, Xids, resets, RMA
     tickets and evidence, wherever they happened."""
@@ -55,27 +58,27 @@ def show_cmd(
     console.print(f"GPU {lit(hist.serial)} ({lit(hist.model or 'model unknown')})")
     if len(hist.hosts) > 1:
         console.print(f"moved between hosts: {lit(', '.join(hist.hosts))}")
-    t = Table(title="where")
-    for col in ("host", "GPU", "uuid", "first seen", "last seen"):
-        t.add_column(col, overflow="fold")
-    for loc in hist.locations:
-        t.add_row(
+    where = [Col("host", ident=True), Col("GPU", ident=True), Col("uuid", 1, ident=True),
+             Col("first seen", 3, words=True), Col("last seen", 2, words=True)]
+    show(where, [
+        [
             lit(loc["host"]),
             str(loc["index"]),
             lit(loc["uuid"] or "-"),
             local_time(loc["first_seen"]),
             local_time(loc["last_seen"]),
-        )
-    console.print(t)
-    e = Table(title="history")
-    for col in ("at", "host", "GPU", "kind", "what"):
-        e.add_column(col, overflow="fold")
-    for ev in hist.events:
-        e.add_row(
+        ]
+        for loc in hist.locations
+    ], title="where")
+    history = [Col("at", 1, words=True), Col("host", ident=True), Col("GPU", 2, ident=True),
+               Col("kind", ident=True), Col("what")]
+    show(history, [
+        [
             local_time(ev["at"]),
             lit(ev["host"] or "-"),
             lit(ev["index"] if ev["index"] is not None else "-"),
             lit(ev["kind"]),
             lit(ev["message"]),
-        )
-    console.print(e)
+        ]
+        for ev in hist.events
+    ], title="history")

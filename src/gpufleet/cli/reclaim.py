@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import UsageError
 from gpufleet.service.allocation import reclaim_policy as rp
 from gpufleet.service.allocation.reclaim import reclaim_selected
@@ -29,6 +29,7 @@ def reclaim_cmd(
         "processes, mounts, crontabs, scratch; none: nothing.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print results as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Run the reclaim checks (GPU processes and memory, pending row remaps, data mounts, the
     lessee's processes and crontabs, scratch) and validation on hosts in reclaiming (or owing
@@ -57,13 +58,9 @@ def reclaim_cmd(
     if as_json:
         print_json([asdict(h) for h in rep.hosts])
     else:
-        t = Table(title="reclaim")
-        t.add_column("host", no_wrap=True)
-        t.add_column("state", no_wrap=True)
-        t.add_column("result", overflow="fold")
-        for h in rep.hosts:
-            colour = "green" if h.ok else "red"
-            t.add_row(lit(h.host), lit(h.state), f"[{colour}]{lit(h.summary)}[/]")
-        console.print(t)
+        show([Col("host", ident=True), Col("state", ident=True), Col("result", floor=16)], [
+            [lit(h.host), lit(h.state), f"[{'green' if h.ok else 'red'}]{lit(h.summary)}[/]"]
+            for h in rep.hosts
+        ], title="reclaim")
     if not rep.ok:
         raise typer.Exit(1)

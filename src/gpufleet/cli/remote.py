@@ -204,7 +204,8 @@ def call_remote(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         raise not_available()
     if OPTIONS.db_url is not None:
         raise ConfigError("--db and GPUFLEET_URL are both given; use one (unset GPUFLEET_URL)")
-    handler(client(), **kwargs)
+    # --wide is read by the boundary (OPTIONS.wide): the handlers print through the same tables
+    handler(client(), **{k: v for k, v in kwargs.items() if k != "wide"})
     return None
 
 

@@ -227,13 +227,12 @@ def leases_list(
     api: Client, selector: str | None, owner: str | None, all_: bool, as_json: bool
 ) -> None:
     from gpufleet.cli.alloc import _lease_json, _lease_table
-    from gpufleet.cli.common import console
 
     rows = [_lease(d) for d in api.get("leases", selector=selector, owner=owner, all=all_)]
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
-        console.print(_lease_table(rows, "leases"))
+        _lease_table(rows, "leases")
 
 
 @remote("alloc.leases_show_cmd")

@@ -95,16 +95,13 @@ def _run(
     if as_json:
         print_json(run)
     else:
-        from rich.table import Table
-
         from gpufleet.cli.common import console
+        from gpufleet.cli.tables import Col, show
 
-        t = Table(title=f"run {run_id} ({kind}) {run['state']}")
-        t.add_column("outcome")
-        t.add_column("hosts", justify="right")
-        for name, n in sorted((run["verdicts"] if kind == "validate" else run["counts"]).items()):
-            t.add_row(lit(name), str(n))
-        console.print(t)
+        counts = run["verdicts"] if kind == "validate" else run["counts"]
+        show([Col("outcome", ident=True), Col("hosts", ident=True, justify="right")],
+             [[lit(name), str(n)] for name, n in sorted(counts.items())],
+             title=f"run {run_id} ({kind}) {lit(run['state'])}")
         for host in run["skipped"]:
             console.print(f"skipped (held by another run): {lit(host)}")
         if run.get("error"):

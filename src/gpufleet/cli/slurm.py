@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.slurm import DEFAULT_GPU_FILES
 from gpufleet.service.exports.slurm import slurm_sync, write_slurm_config
 
@@ -38,6 +38,7 @@ def sync_cmd(
         False, "--dry-run", help="Show what would change; change nothing."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the decisions as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Drain the Slurm nodes of quarantined, maintenance and not-yet-validated hosts (reason
     'gpufleet:<state>[:<fault>] ...'), resume the nodes gpufleet drained once their host is
@@ -48,15 +49,17 @@ def sync_cmd(
         print_json({"dry_run": rep.dry_run, "decisions": [d.as_json() for d in rep.decisions],
                     "done": rep.done, "errors": rep.errors, "alarms": rep.alarms})
     else:
-        t = Table(title="slurm sync" + (" (dry run)" if dry_run else ""))
-        for col in ("node", "gpufleet", "slurm", "action", "why"):
-            t.add_column(col, overflow="fold")
+        cols = [Col("node", ident=True), Col("gpufleet", 1, ident=True),
+                Col("slurm", words=True), Col("action", words=True), Col("why", 2)]
+        cells = []
         for d in rep.decisions:
             slurm = d.slurm_state + (f" ({d.slurm_reason})" if d.slurm_reason else "")
             action = d.action.value + (f": {d.reason}" if d.reason else "")
             why = d.why + (f"; ALARM: {d.signal.message}" if d.signal else "")
-            t.add_row(lit(d.node), lit(d.host_state or "-"), lit(slurm), lit(action), lit(why))
-        console.print(t)
+            cells.append(
+                [lit(d.node), lit(d.host_state or "-"), lit(slurm), lit(action), lit(why)]
+            )
+        show(cols, cells, title="slurm sync" + (" (dry run)" if dry_run else ""))
         for e in rep.errors:
             console.print(f"[red]error[/]: {lit(e)}")
     if not rep.ok:

@@ -7,6 +7,7 @@ import typer
 from gpufleet.cli.common import boundary, current_settings, open_fleet, print_json
 from gpufleet.cli.labels import print_labels
 from gpufleet.cli.summary_view import STATE_ORDER, render_summary, summary_json
+from gpufleet.cli.tables import WIDE_HELP
 
 __all__ = ["STATE_ORDER", "labels_cmd", "register", "render_summary", "summary_cmd", "summary_json"]
 
@@ -21,6 +22,7 @@ def register(app: typer.Typer) -> None:
 def summary_cmd(
     selector: str | None = typer.Argument(None, help="Hosts (default all)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Hosts per state, available GPUs per profile/model, quarantined hosts, drift."""
     from gpufleet.service.views.summary import fleet_summary
@@ -36,6 +38,7 @@ def summary_cmd(
 def labels_cmd(
     selector: str | None = typer.Argument(None, help="HOST or selector (default all)."),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Kubernetes labels (GPU Feature Discovery compatible + gpufleet.io) and taints."""
     from gpufleet.service.hosts.labels import lean_host_labels

@@ -38,54 +38,45 @@ def summary_json(sm: FleetSummary) -> dict[str, object]:
 
 def render_summary(sm: FleetSummary) -> None:
     """Rich rendering of a fleet summary."""
-    from rich.table import Table
-
     from gpufleet.cli.common import console
+    from gpufleet.cli.tables import Col, num, show
 
     console.rule("fleet summary")
     console.print(f"[bold]{lit(sm.counts_line())}[/]")
-    st = Table(title="hosts per state")
-    st.add_column("state")
-    st.add_column("hosts", justify="right")
-    for s in STATE_ORDER:
-        if sm.per_state.get(s):
-            st.add_row(s, str(sm.per_state[s]))
-    console.print(st)
+    show([Col("state", ident=True), Col("hosts", ident=True, justify="right")], [
+        [s, str(sm.per_state[s])] for s in STATE_ORDER if sm.per_state.get(s)
+    ], title="hosts per state")
     if sm.accelerators:
-        ac = Table(title="accelerators per vendor and model")
-        ac.add_column("vendor", no_wrap=True)
-        ac.add_column("model", overflow="fold")
-        for col in ("hosts", "total", "available"):
-            ac.add_column(col, justify="right")
-        for r in sm.accelerators:
-            ac.add_row(
+        show([Col("vendor", ident=True), Col("model", words=True), num("hosts", 2),
+              num("total", 1), num("available")], [
+            [
                 lit(str(r["vendor"])),
                 lit(str(r["model"]).removeprefix("NVIDIA ")),
                 str(r["hosts"]),
                 str(r["accelerators"]),
                 str(r["available"]),
-            )
-        console.print(ac)
+            ]
+            for r in sm.accelerators
+        ], title="accelerators per vendor and model")
     if sm.gpus_per_profile_model:
         profiles = list(sm.gpus_per_profile_model)
         models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})
-        gp = Table(title=f"available {sm.noun} per profile and model")
-        # The model is an identifier: it keeps one line; the profile headers wrap instead.
-        model_col = "GPU model" if sm.gpus_only else "model"
-        gp.add_column(model_col, no_wrap=True, min_width=max(map(len, models), default=9))
-        for p in profiles:
-            # "training-multinode" -> two header lines, so the table fits 80 columns.
-            head = p.replace("-", "-\n", 1) if len(p) > 10 else p
-            gp.add_column(head, justify="right", overflow="fold")
-        for m in models:
-            gp.add_row(
-                lit(m.removeprefix("NVIDIA ")),
-                *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles],
-            )
-        gp.add_row(
-            "[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]
+        # The model is an identifier: it keeps one line; the profile headers wrap instead
+        # ("training-multinode" -> two header lines), and the last profiles hide first.
+        cols = [Col("GPU model" if sm.gpus_only else "model", ident=True)] + [
+            Col(p.replace("-", "-\n", 1) if len(p) > 10 else p, i + 1, ident=True,
+                justify="right")
+            for i, p in enumerate(profiles)
+        ]
+        cells = [
+            [lit(m.removeprefix("NVIDIA ")),
+             *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles]]
+            for m in models
+        ]
+        cells.append(
+            ["[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]]
         )
-        console.print(gp)
+        show(cols, cells, title=f"available {sm.noun} per profile and model")
     _host_table("open alarms", sm.alarms, "alarm", "message", style="red")
     _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
     if sm.back:
@@ -96,15 +87,15 @@ def render_summary(sm: FleetSummary) -> None:
     _host_table("held in validating", sm.validating, None, "why")
     _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")
     if sm.drift.summary:
-        d = Table(title="drift from pool baselines")
-        for col in ("field", "found", "baseline", "hosts"):
-            d.add_column(col, overflow="fold")
+        drift = []
         for item in sm.drift.summary:
             names = ", ".join(item.hosts[:6]) + (" ..." if len(item.hosts) > 6 else "")
-            d.add_row(
-                item.field, lit(item.actual), lit(item.expected), f"{len(item.hosts)}: {lit(names)}"
+            drift.append(
+                [item.field, lit(item.actual), lit(item.expected),
+                 f"{len(item.hosts)}: {lit(names)}"]
             )
-        console.print(d)
+        show([Col("field", ident=True), Col("found", words=True), Col("baseline", words=True),
+              Col("hosts", 1, words=True)], drift, title="drift from pool baselines")
     _host_table("last collection failed", sm.unreachable, "outcome", "reason")
 
 
@@ -119,15 +110,13 @@ def _host_table(
     """One row per host: optional fault/outcome column, then the reason (printed if any)."""
     if not rows:
         return
-    from rich.table import Table
+    from gpufleet.cli.tables import Col, show
 
-    from gpufleet.cli.common import console
-
-    t = Table(title=title)
-    t.add_column("host", no_wrap=True)
+    cols = [Col("host", ident=True)]
     if fault_col:
-        t.add_column(fault_col, no_wrap=True)
-    t.add_column(reason_col, overflow="fold")
+        cols.append(Col(fault_col, words=True))
+    cols.append(Col(reason_col, floor=16))
+    table = []
     for row in rows:
         cells = [lit(row["host"] or "")]
         if fault_col:
@@ -135,8 +124,8 @@ def _host_table(
             cells.append(f"[red]{fault}[/]" if style == "red" else fault)
         reason = lit(row["reason"] or "")
         cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)
-        t.add_row(*cells)
-    console.print(t)
+        table.append(cells)
+    show(cols, table, title=title)
 
 
 def lean_summary(selector: str | None, *, as_json: bool) -> int | None:

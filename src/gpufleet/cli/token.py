@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.table import Table
 
 from gpufleet.api.schemas_tokens import TokenCreatedOut, TokenOut
 from gpufleet.cli.common import (
@@ -17,6 +16,7 @@ from gpufleet.cli.common import (
     open_fleet,
     print_json,
 )
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import parse_duration
 from gpufleet.service.core.tokens import Role, create_token, list_tokens, revoke_token
 
@@ -51,17 +51,20 @@ def create_cmd(
 
 @app.command("list")
 @boundary
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def list_cmd(
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+) -> None:
     """Tokens with their role and state (active, expired, revoked); never a secret."""
     rows = list_tokens(open_fleet())
     if as_json:
         print_json([TokenOut.of(t).json_dict() for t in rows])
         return
-    t = Table(title="API tokens")
-    for col in ("name", "role", "state", "created", "by", "expires", "revoked"):
-        t.add_column(col, overflow="fold")
-    for r in rows:
-        t.add_row(
+    cols = [Col("name", ident=True), Col("role", ident=True), Col("state", ident=True),
+            Col("created", 3, words=True), Col("by", 4, ident=True),
+            Col("expires", 1, words=True), Col("revoked", 2, words=True)]
+    show(cols, [
+        [
             lit(r.name),
             lit(r.role),
             lit(r.state),
@@ -69,8 +72,9 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON."
             lit(r.created_by),
             local_time(r.expires_at) if r.expires_at else "never",
             local_time(r.revoked_at),
-        )
-    console.print(t)
+        ]
+        for r in rows
+    ], title="API tokens")
 
 
 @app.command("revoke")

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from gpufleet.cli.common import OPTIONS, boundary, console, lit, open_fleet, print_json
+from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import ConfigError
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
@@ -102,6 +102,7 @@ def create_cmd(
         + "; --hosts is then ignored)."
     ),
     racks: int = typer.Option(1, "--racks", min=1, max=1000, help="How many racks (--rack)."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Create a simulated fleet and its Ansible inventory (enroll it with `gpufleet enroll`)."""
     d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model, rack, racks)
@@ -114,13 +115,11 @@ def create_cmd(
             }
         )
         return
-    t = Table(title=f"lab fleet in {d}")
-    for col in ("host", "model", "faults"):
-        t.add_column(col)
-    for h in fl.hosts:
-        if h.faults or len(fl.hosts) <= 40:
-            t.add_row(h.name, h.model, ", ".join(h.faults))
-    console.print(t)
+    show([Col("host", ident=True), Col("model", ident=True), Col("faults", words=True)], [
+        [lit(h.name), lit(h.model), lit(", ".join(h.faults))]
+        for h in fl.hosts
+        if h.faults or len(fl.hosts) <= 40
+    ], title=f"lab fleet in {lit(str(d))}")
     console.print(f"inventory: {d / 'inventory.ini'}  (gpufleet enroll -i {d / 'inventory.ini'})")
 
 
@@ -158,11 +157,12 @@ def change_cmd(
 def demo_cmd(
     hosts: int = typer.Option(32, "--hosts", "-n", min=1, help="Number of hosts."),
     seed: int = typer.Option(0, help="Seed."),
+    wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """The whole onboarding on a fresh lab: create, enroll, collect, validate, summarise."""
-    from gpufleet.cli.collect import outcome_table
+    from gpufleet.cli.collect import print_outcomes
     from gpufleet.cli.common import host_progress
-    from gpufleet.cli.lifecycle import verdict_table
+    from gpufleet.cli.lifecycle import print_verdicts
     from gpufleet.cli.summary import render_summary
     from gpufleet.lab.demo import DemoReport, run_demo
 
@@ -181,7 +181,7 @@ def demo_cmd(
             console.rule("3. collect")
         elif step == "collect" and rep.collection is not None:
             run = rep.collection
-            console.print(outcome_table(run, only_problems=True))
+            print_outcomes(run, only_problems=True)
             console.print(
                 f"{len(run.results)} hosts: "
                 + ", ".join(f"{n} {o}" for o, n in sorted(run.counts.items()))
@@ -202,7 +202,7 @@ def demo_cmd(
                     console.print(f"  {lit(r.host)}: {lit(r.summary)}")
         elif step == "validate" and rep.validation is not None:
             console.rule("4. validate")
-            console.print(verdict_table(rep.validation, only_problems=True))
+            print_verdicts(rep.validation, only_problems=True)
         elif step == "summary" and rep.summary is not None:
             render_summary(rep.summary)
 
