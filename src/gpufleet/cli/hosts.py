@@ -83,7 +83,7 @@ def events_cmd(
 def render_events(rows: list[dict[str, Any]]) -> None:
     """The ``events`` table (``at`` a datetime)."""
     cols = [Col("at", 1, words=True), Col("actor", 3, ident=True), Col("host", ident=True),
-            Col("kind", 2, ident=True), Col("message", floor=16)]
+            Col("kind", 2, ident=True), Col("message", floor=30)]
     cells = [
         [local_time(e["at"]), lit(e["actor"]), lit(e["host"]), cell(e["kind"]), lit(e["message"])]
         for e in rows

@@ -151,7 +151,7 @@ def render_host(d: HostDetail) -> None:
         )
     if d.events:
         events = [Col("at", 2, words=True), Col("actor", 3, ident=True),
-                  Col("kind", 1, ident=True), Col("message", floor=16)]
+                  Col("kind", 1, ident=True), Col("message", floor=30)]
         show(events, [
             [local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"])]
             for ev in d.events

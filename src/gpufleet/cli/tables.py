@@ -69,7 +69,7 @@ class Fitted:
         from gpufleet.cli.common import lit
 
         n = len(self.hidden)
-        names = ", ".join(lit(h) for h in self.hidden)
+        names = ", ".join(lit(" ".join(h.replace("-\n", "-").split())) for h in self.hidden)
         return f"[dim]{n} column{'s' if n > 1 else ''} hidden ({names}): --wide shows them[/]"
 
 
@@ -225,7 +225,7 @@ def show(
 
     out = common.console if console is None else console
     fitted = fit(cols, rows, width=out.width, **table_args)
-    out.print(fitted.table)
+    out.print(fitted.table, crop=False)  # a table wider than the terminal is not cut either
     note = fitted.note()
     if note is not None:
         out.print(note, soft_wrap=False)
