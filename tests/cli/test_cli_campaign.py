@@ -111,7 +111,7 @@ def test_status_shows_a_progress_bar_per_wave_and_every_command_has_json(gf: Cli
     assert f"hosts: failed 1, pending {8 - 1}; skipped before the run: 0" in report, report
     assert gf.json("campaign", "report", "c3")["counts"] == {"failed": 1, "pending": 7}
     listed = flat(gf.run("campaign", "list").stdout)
-    assert f"{progress_bar(1, 8)} 1/8 -> b-new" in listed and "##" in listed, listed
+    assert f"{progress_bar(1, 8)} 1/8 b-new" in listed and "##" in listed, listed
     aborted = gf.json("campaign", "abort", "c3")
     assert aborted["status"] == "aborted" and aborted["name"] == "c3"
 

@@ -384,7 +384,7 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
         return
     # identifiers are never cut: the numbers' short headers leave room for them ("quar" =
     # quarantined), and the rarer numbers hide first on a narrow terminal
-    rank = {"free": 0, "allocated": 1, "reserved": 2, "quarantined": 3, "maintenance": 4}
+    rank = {"free": 0, "allocated": 1, "quarantined": 2, "reserved": 3, "maintenance": 4}
     cols = [Col("model", words=True), Col("pool", ident=True), Col("profile", 1, ident=True)]
     cols += [
         Col(_SHORT.get(c, c), rank.get(c, 5), ident=True, justify="right")

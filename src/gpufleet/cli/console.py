@@ -19,6 +19,16 @@ class SafeConsole(Console):
     cleaned before markup is parsed and every text segment again before it is written
     (Rich's own control segments, e.g. the progress bar's cursor moves, pass)."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # The width is the terminal's (COLUMNS, else the tty's) when printing, not when the
+        # console was made: Rich pins COLUMNS at creation, and the console lives as long as
+        # the process (tests run many commands at many widths in one; gpufleet.cli.tables).
+        if kwargs.get("width") is None:
+            self._width = None
+        if kwargs.get("height") is None:
+            self._height = None
+
     def render_str(self, text: str, **kwargs: Any) -> Text:
         return super().render_str(printable(text), **kwargs)
 
