@@ -208,8 +208,14 @@ def fit(
         )
     for r in data:
         table.add_row(*(r[i] for i in shown))
-    if total() > width:  # rank 0 alone is too wide (or --wide): the table takes what it needs
-        table.width = total() if not table.expand else max(total(), width)
+    if wide:  # every column at its natural width: the terminal wraps the lines, not a cell
+        from rich.measure import Measurement
+
+        natural = Measurement.get(console, console.options.update_width(10_000), table).maximum
+        if natural > width:
+            table.width = natural
+    elif total() > width:  # rank 0 alone is too wide: the table takes what it needs
+        table.width = total()
     return Fitted(table, [cols[i].header for i in range(len(cols)) if i not in shown])
 
 
