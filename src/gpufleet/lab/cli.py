@@ -7,12 +7,21 @@ a ``gpufleet lab ...`` command (or the command list of ``gpufleet --help``) need
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
 
-from gpufleet.cli.common import OPTIONS, boundary, console, lit, open_fleet, print_json
+from gpufleet.cli.common import (
+    OPTIONS,
+    boundary,
+    console,
+    current_settings,
+    lit,
+    open_fleet,
+    print_json,
+)
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import ConfigError
 from gpufleet.lab.catalogue import all_models
@@ -168,7 +177,7 @@ def demo_cmd(
 
     home = OPTIONS.home
 
-    def show(step: str, rep: DemoReport) -> None:
+    def print_step(step: str, rep: DemoReport) -> None:
         if step == "lab":
             console.rule(f"1. lab fleet: {len(rep.lab.hosts)} hosts in {rep.lab_dir}")
         elif step == "enroll" and rep.enrolled is not None:
@@ -206,11 +215,57 @@ def demo_cmd(
         elif step == "summary" and rep.summary is not None:
             render_summary(rep.summary)
 
-    run_demo(
+    rep = run_demo(
         open_fleet(),
         lab_dir(None),
         hosts,
         seed=seed,
-        on_step=show,
+        on_step=print_step,
         progress=lambda label: host_progress(label, quiet=False),
     )
+    settings = current_settings()
+    look_at = [q["host"] for q in rep.summary.quarantined] if rep.summary else []
+    steps = next_steps(
+        settings.home if OPTIONS.home is not None else None,
+        db_url=OPTIONS.db_url,
+        host=next(iter(look_at), None) or rep.lab.hosts[0].name,
+        cwd=Path.cwd(),
+        venv=None if sys.prefix == sys.base_prefix else Path(sys.prefix),
+    )
+    console.rule("next steps: paste these into your shell")
+    for line in steps:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def next_steps(
+    home: Path | None, *, db_url: str | None, host: str, cwd: Path, venv: Path | None
+) -> list[str]:
+    """What goes on from the demo, as lines that work when pasted into a shell in ``cwd``:
+    gpufleet on PATH (the activate script of ``venv``, the virtual environment gpufleet runs
+    from, if any), the demo's fleet (``home`` or ``db_url``, when given on the command
+    line), then a short tour that starts at ``host``."""
+    import shlex
+
+    def shown(path: Path) -> str:
+        if path.is_absolute() and path.is_relative_to(cwd):
+            path = path.relative_to(cwd)
+        return shlex.quote(str(path))
+
+    lines = []
+    if venv is not None:
+        lines.append(f". {shown(venv / 'bin' / 'activate')}")
+    if home is not None:
+        lines.append(f"export GPUFLEET_HOME={shown(home)}")
+    if db_url is not None:
+        lines.append(f"export GPUFLEET_DATABASE_URL={shlex.quote(db_url)}")
+    name = shlex.quote(host)
+    lines += [
+        "gpufleet hosts list",
+        f"gpufleet hosts show {name}",
+        "gpufleet drift",
+        "gpufleet capacity",
+        "gpufleet events --limit 10",
+    ]
+    if venv is not None and (cwd / "gpufleet").is_file():  # the checkout's wrapper
+        lines.append("# or, without activating: ./gpufleet hosts list")
+    return lines
