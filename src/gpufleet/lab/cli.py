@@ -91,9 +91,7 @@ def create_cmd(
         [],
         "--fault",
         metavar="HOST=FAULT,...",
-        help="Faults of one host; repeatable. Faults: "
-        + ", ".join("xid:CODE" if k == "xid" else k for k in fault_kinds())
-        + ".",
+        help="Faults of one host; repeatable (`gpufleet lab faults` lists them).",
     ),
     model: list[str] = typer.Option(
         [],
@@ -159,6 +157,18 @@ def change_cmd(
     )
     fl.save(d)
     console.print(f"{host}: changed")
+
+
+@app.command("faults")
+@boundary
+def faults_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """List the faults `lab create --fault` and `lab change` can put on a host."""
+    kinds = ["xid:CODE" if k == "xid" else k for k in fault_kinds()]
+    if as_json:
+        print_json(kinds)
+        return
+    for k in kinds:
+        console.print(k, highlight=False)
 
 
 @app.command("demo")
