@@ -145,6 +145,46 @@ def parse_fleet_bench(hosts: int, repeat: int) -> None:
     )
 
 
+def lxml_floor_ms(outputs: Sequence[str]) -> float:
+    """The issue's floor for these collection outputs, measured now: the CPU ms per host of
+    lxml parsing each host's ``nvidia-smi -q -x`` section (hosts whose GPU report is the
+    ``-q`` text have no such document; the floor is the mean
+    over the hosts that have one: the floor of one XML host), best of 5 rounds."""
+    from lxml import etree
+
+    from gpufleet.collect.bundle import split_bundle
+
+    docs = []
+    for out in outputs:
+        sec = split_bundle(out).get("nvidia-smi-xml")
+        if sec is not None and sec.stdout.strip():
+            docs.append(sec.stdout.encode())
+
+    def parse_all() -> None:
+        for d in docs:
+            etree.fromstring(d)
+
+    return _best_ms(parse_all, 5) / max(len(docs), 1)
+
+
+def _backend_cpu(fleet: Fleet) -> dict[int, float]:
+    """CPU seconds so far of each server process serving the fleet's database (a local
+    server: read from /proc), by pid."""
+    from sqlalchemy import text
+
+    with fleet.db.engine.connect() as conn:
+        pids = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+        ).scalars()
+        out: dict[int, float] = {}
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 @contextlib.contextmanager
 def lab_fleet(hosts: int, db: str, pg_admin: str, actor: str) -> Iterator[Fleet]:
     """A fleet of ``hosts`` enrolled lab hosts (:data:`MODELS` in turn, no faults) in a new
@@ -182,7 +222,12 @@ def collect_bench(
         spent = [0.0]
         prof = cProfile.Profile()
 
+        outputs: list[str] = []
+
         def timed(*a: Any, **k: Any) -> Any:
+            raw = a[3]
+            if raw.output is not None and len(outputs) < hosts:
+                outputs.append(raw.output)
             t = time.thread_time()
             if profile:
                 prof.enable()
@@ -198,14 +243,24 @@ def collect_bench(
         for label in rounds:  # the profile is of the last round
             spent[0] = 0.0
             prof = cProfile.Profile()
+            server0 = _backend_cpu(fleet) if db == "pg" else {}
             t_all = time.process_time()
             rep = svc.collect(fleet)
             total = time.process_time() - t_all
+            floor = lxml_floor_ms(outputs)
+            per_host = spent[0] / hosts * 1000
             print(
                 f"[{db}] {label}: {len(rep.results)} hosts {rep.counts}; apply thread "
-                f"{spent[0] / hosts * 1000:.2f} ms/host, whole process "
-                f"{total / hosts * 1000:.2f} ms/host"
+                f"(parse + store) {per_host:.2f} ms/host = {per_host / floor:.1f}x the lxml "
+                f"floor {floor:.3f} ms/host; whole process {total / hosts * 1000:.2f} ms/host"
             )
+            if db == "pg":
+                server1 = _backend_cpu(fleet)
+                server = sum(v - server0.get(pid, 0.0) for pid, v in server1.items())
+                print(
+                    f"[{db}] {label}: server backends {server / hosts * 1000:.2f} ms/host "
+                    "(/proc of this database's PostgreSQL processes, 10 ms ticks)"
+                )
         svc.apply_result = real
         fleet.db.dispose()
         if profile:

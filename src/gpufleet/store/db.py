@@ -29,6 +29,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.errors import StoreError, StoreUnavailable
+from gpufleet.store.table_types import json_serializer
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -163,7 +164,7 @@ class Database:
         try:
             parsed = make_url(url)
             self.safe_url = parsed.render_as_string(hide_password=True)
-            kwargs: dict[str, Any] = {}
+            kwargs: dict[str, Any] = {"json_serializer": json_serializer}
             busy_ms = 0
             if parsed.get_backend_name() == "sqlite":
                 busy_ms = int(sqlite_busy_timeout_s(parsed.query) * 1000)

@@ -3,6 +3,7 @@ declarative base (moved out of :mod:`gpufleet.store.tables`, which re-exports th
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
@@ -15,6 +16,26 @@ from sqlalchemy.types import TypeDecorator
 from gpufleet.domain.times import as_utc
 
 JsonType = JSON().with_variant(JSONB(), "postgresql")
+
+
+class EncodedJson(dict[str, Any]):
+    """A JSON object whose text was already made (the facts document, encoded once by a C
+    encoder, issue 30): :func:`json_serializer` writes ``text`` as it is instead of
+    encoding the dict again. The dict is the value, for whoever reads the parameter."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: dict[str, Any], text: str) -> None:
+        super().__init__(value)
+        self.text = text
+
+
+def json_serializer(value: Any) -> str:
+    """The engine's JSON encoder: the text of an :class:`EncodedJson`, else the standard
+    library's ``json.dumps`` (every other JSON column is written as before)."""
+    if type(value) is EncodedJson:
+        return value.text
+    return json.dumps(value)
 
 E = TypeVar("E", bound=StrEnum)
 

@@ -8,6 +8,7 @@ import hashlib
 import json
 from typing import Any
 
+import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
@@ -16,6 +17,7 @@ from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.snapshot_columns import derived_columns
 from gpufleet.domain.telemetry import stable_view
 from gpufleet.store.repo import label_set_id
+from gpufleet.store.table_types import EncodedJson
 from gpufleet.store.tables import FactSnapshot, GpuRow, Host, NicRow
 
 
@@ -24,9 +26,29 @@ def facts_digest(doc: dict[str, Any]) -> str:
     (``collected_at``, temperatures, power, utilization ...: :mod:`gpufleet.domain.telemetry`):
     equal digests, same facts apart from what moves by itself. (Migration 0006 backfilled
     with the whole document but ``collected_at``, the digest before issue 8's telemetry
-    change: such a host writes one new snapshot at its next collection.)"""
-    text = json.dumps(stable_view(doc), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+    change: such a host writes one new snapshot at its next collection.)
+
+    The text hashed is ``json.dumps(..., sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)`` as UTF-8, the digests stored snapshots have; orjson makes the same
+    bytes in C, about 10x sooner (issue 30), for every value but a float under 1e-4 (``1e-05``
+    is ``0.00001`` there: such a host stores one more snapshot, once) and an integer past 64
+    bits (orjson refuses it: the standard library encodes that document)."""
+    view = stable_view(doc)
+    try:
+        text = orjson.dumps(view, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        text = json.dumps(view, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def encode_facts(doc: dict[str, Any]) -> EncodedJson:
+    """``doc`` with its JSON text, encoded once (orjson): the snapshot's ``facts`` value,
+    written as that text by the store (:func:`~gpufleet.store.table_types.json_serializer`)
+    rather than encoded again by the standard library."""
+    try:
+        return EncodedJson(doc, orjson.dumps(doc).decode())
+    except orjson.JSONEncodeError:  # an integer past 64 bits: as the store always wrote it
+        return EncodedJson(doc, json.dumps(doc))
 
 
 def store_facts(
@@ -46,8 +68,9 @@ def store_facts(
     GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
     labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
     """
-    doc = facts.model_dump(mode="json")
-    digest = facts_digest(doc)
+    raw_doc = facts.model_dump(mode="json")
+    digest = facts_digest(raw_doc)
+    doc = encode_facts(raw_doc)
     prev_id = host.latest_snapshot_id
     if prev_id is not None:
         prev_hash = s.scalar(select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id))
