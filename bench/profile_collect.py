@@ -106,7 +106,7 @@ def parse_bench(repeat: int, profile: bool, top: int) -> None:
         for label, ms in rows:
             print(f"  {label:34} {ms:7.3f} ms")
         if profile:
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
             prof.enable()
             for _ in range(repeat):
                 facts = assemble_facts(split_bundle(bundle), now, "p")
@@ -218,16 +218,19 @@ def collect_bench(
     import gpufleet.service.hosts.collect as svc
 
     with lab_fleet(hosts, db, pg_admin, "prof") as fleet:
-        real = svc.apply_result
+        # the group commit (issue 30) stores through apply_results; an older tree per host
+        name = "apply_results" if hasattr(svc, "apply_results") else "apply_result"
+        real = getattr(svc, name)
         spent = [0.0]
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
 
         outputs: list[str] = []
 
         def timed(*a: Any, **k: Any) -> Any:
-            raw = a[3]
-            if raw.output is not None and len(outputs) < hosts:
-                outputs.append(raw.output)
+            raws = [r for _h, r, _t in a[2]] if name == "apply_results" else [a[3]]
+            for raw in raws:
+                if raw.output is not None and len(outputs) < hosts:
+                    outputs.append(raw.output)
             t = time.thread_time()
             if profile:
                 prof.enable()
@@ -238,11 +241,11 @@ def collect_bench(
                     prof.disable()
                 spent[0] += time.thread_time() - t
 
-        svc.apply_result = timed
+        setattr(svc, name, timed)
         rounds = ("collect", "collect (again)") if again else ("collect",)
         for label in rounds:  # the profile is of the last round
             spent[0] = 0.0
-            prof = cProfile.Profile()
+            prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
             server0 = _backend_cpu(fleet) if db == "pg" else {}
             t_all = time.process_time()
             rep = svc.collect(fleet)
@@ -261,7 +264,7 @@ def collect_bench(
                     f"[{db}] {label}: server backends {server / hosts * 1000:.2f} ms/host "
                     "(/proc of this database's PostgreSQL processes, 10 ms ticks)"
                 )
-        svc.apply_result = real
+        setattr(svc, name, real)
         fleet.db.dispose()
         if profile:
             if dump:

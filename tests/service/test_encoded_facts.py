@@ -25,9 +25,9 @@ from gpufleet.lab.catalogue import MODELS
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections
-from gpufleet.service.collect import collect
-from gpufleet.service.fact_snapshots import encode_facts, facts_digest
-from gpufleet.service.fleet import Fleet
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.fact_snapshots import encode_facts, facts_digest
 from gpufleet.store.table_types import EncodedJson, json_serializer
 from gpufleet.store.tables import FactSnapshot, Host
 

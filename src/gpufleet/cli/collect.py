@@ -22,8 +22,8 @@ from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.collect.transport import Outcome
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
-from gpufleet.service.hosts.collect import RunReport, collect, ensure_local_host
-from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.collect import RunReport, collect
+from gpufleet.service.hosts.enroll import enroll, ensure_local_host
 
 OUTCOME_STYLE = {
     Outcome.OK: "green",

@@ -187,6 +187,19 @@ class Database:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
+    def begin_for_savepoints(self, s: Session) -> None:
+        """Open ``s``'s transaction now where the driver would not (SQLite: pysqlite begins
+        one only before a write, and releasing an outermost SAVEPOINT commits), so that
+        the savepoints of a group of writes nest in one transaction. ``BEGIN IMMEDIATE``:
+        the write lock is taken first (waiting as any writer does), so a read snapshot is
+        never refused its upgrade to a write when another connection wrote meanwhile."""
+        if self.engine.dialect.name != "sqlite":
+            return
+        conn = s.connection()
+        dbapi = conn.connection.dbapi_connection
+        if dbapi is not None and not dbapi.in_transaction:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
     # ------------------------------------------------------------------ errors
 
     def store_error(self, exc: BaseException) -> StoreError:

@@ -18,7 +18,6 @@ goes on; a crashed worker's claims run out.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import math
 import queue
@@ -47,6 +46,8 @@ from gpufleet.collect.transport import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
+from gpufleet.gc_tuning import GC_YOUNG_THRESHOLD as GC_YOUNG_THRESHOLD
+from gpufleet.gc_tuning import gc_tuned
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import ssh_password
 from gpufleet.service.core import background_errors as background
@@ -319,40 +320,6 @@ class _Renewer(threading.Thread):
         self.join()
 
 
-#: Allocations between two young collections of the cyclic garbage collector while a run
-#: goes on (CPython's default is 700).
-GC_YOUNG_THRESHOLD = 10_000
-_gc_lock = threading.Lock()
-_gc_runs = 0
-_gc_saved: tuple[int, int, int] = (700, 10, 10)
-
-
-@contextmanager
-def gc_tuned() -> Iterator[None]:
-    """The cyclic garbage collector tuned while runs go on (issue 8: ~10% of a collection's
-    CPU went to it): what is alive when the first run starts (modules, ORM mappings,
-    settings) is frozen out of its scans (``gc.freeze``), and young collections come every
-    :data:`GC_YOUNG_THRESHOLD` allocations. Parsing and storing a host allocates many
-    short-lived objects that reference counting frees; the collector only has to find
-    cycles. Both are undone when the last run of the process ends (runs may overlap in
-    threads); nothing else changes (the collector stays on, garbage is still collected)."""
-    global _gc_runs, _gc_saved
-    with _gc_lock:
-        if _gc_runs == 0:
-            _gc_saved = gc.get_threshold()
-            gc.freeze()
-            gc.set_threshold(max(GC_YOUNG_THRESHOLD, _gc_saved[0]), *_gc_saved[1:])
-        _gc_runs += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_runs -= 1
-            if _gc_runs == 0:
-                gc.set_threshold(*_gc_saved)
-                gc.unfreeze()
-
-
 @contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """Turn SIGTERM into ``SystemExit(143)`` while a run is in flight, so its ``finally``
@@ -400,6 +367,8 @@ def _transports(
 #: is the bottleneck on a fast network, so without a bound every host's raw output (~150 kB
 #: for an 8-GPU host) would wait in memory at once.
 BACKLOG_PER_FORK = 2
+#: Results stored in one transaction at most (:attr:`Pipeline.apply_many`): those waiting.
+APPLY_GROUP = 64
 
 
 async def _run_all(
@@ -450,6 +419,9 @@ class Pipeline(Generic[R]):
     more: Callable[[int, str], Claim] | None = None
     #: Hosts per batch of :attr:`more` (default: ``forks``).
     batch: int | None = None
+    #: Group commit (issue 30): stores the results waiting together (:data:`APPLY_GROUP` at
+    #: most) in one transaction; per host, what ``apply`` returns or raises. None: ``apply``.
+    apply_many: Callable[[list[tuple[Claimed, RawResult]]], list[R | Exception]] | None = None
 
     def lease(self, hosts: int) -> timedelta:
         """The claim a batch of ``hosts`` needs (renewed to the hosts still left)."""
@@ -491,16 +463,26 @@ class Pipeline(Generic[R]):
                 # answering, so the controller's CPU work overlaps the network wait.
                 def applier() -> None:
                     while (item := pending.get()) is not None:
-                        r, slot = item
+                        group = [item]
+                        last = False
+                        while self.apply_many is not None and len(group) < APPLY_GROUP:
+                            try:  # the results already waiting: stored together
+                                more = pending.get_nowait()
+                            except queue.Empty:
+                                break
+                            if more is None:
+                                last = True
+                                break
+                            group.append(more)
                         try:
-                            results.append(self.apply(by_name[r.host], r))
-                            done.add(r.host)
-                        except BaseException as exc:  # re-raised in the caller's thread
-                            failure.append(exc)
+                            self._apply(group, by_name, results, done, failure)
                         finally:
-                            del item, r  # the raw output goes now, not at the next result
-                            if slot and free_slot:
+                            slots = sum(1 for _r, slot in group if slot)
+                            del item, group  # the raw outputs go now, not at the next result
+                            for _ in range(slots if free_slot else 0):
                                 free_slot[0]()
+                        if last:
+                            return
 
                 def arrived(r: RawResult, slot: bool = False) -> None:
                     pending.put((r, slot))
@@ -556,6 +538,34 @@ class Pipeline(Generic[R]):
         if failure:
             raise failure[0]
         return results
+
+    def _apply(
+        self,
+        group: list[tuple[RawResult, bool]],
+        by_name: dict[str, Claimed],
+        results: list[R],
+        done: set[str],
+        failure: list[BaseException],
+    ) -> None:
+        """Store ``group``; what cannot be stored goes to ``failure`` (raised by the caller)."""
+        outs: list[R | BaseException] = []
+        try:
+            if self.apply_many is not None:
+                outs += self.apply_many([(by_name[r.host], r) for r, _slot in group])
+            for r, _slot in group if self.apply_many is None else ():
+                try:
+                    outs.append(self.apply(by_name[r.host], r))
+                except BaseException as exc:
+                    outs.append(exc)
+        except BaseException as exc:  # the group's transaction: none of it stored
+            failure.append(exc)
+            return
+        for (r, _slot), out in zip(group, outs, strict=True):
+            if isinstance(out, BaseException):
+                failure.append(out)
+            else:
+                results.append(out)
+                done.add(r.host)
 
     def _batches(
         self,

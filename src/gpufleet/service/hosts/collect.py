@@ -7,9 +7,8 @@ collect the same host at once, and results are applied only while the token stil
 
 from __future__ import annotations
 
-import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -23,7 +22,6 @@ from gpufleet.collect.script import remote_script
 from gpufleet.collect.transport import (
     Outcome,
     RawResult,
-    Target,
     fingerprint,
     get_transport_factory,
 )
@@ -32,7 +30,7 @@ from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS as HW_FAULTS
 from gpufleet.domain.health import Fault, Health
-from gpufleet.domain.identity import duplicate_reason, machine_ids, system_uuid
+from gpufleet.domain.identity import duplicate_reason
 from gpufleet.domain.profiles import Decision
 from gpufleet.domain.snapshot_columns import derived_columns as derived_columns
 from gpufleet.domain.states import Event, HostState
@@ -58,13 +56,12 @@ from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts import gpu_health, reachability
+from gpufleet.service.hosts.fact_snapshots import Duplicates, _store_facts
 from gpufleet.service.hosts.fact_snapshots import facts_digest as facts_digest
 from gpufleet.service.hosts.fact_snapshots import store_facts
 from gpufleet.store.tables import (
     CollectionResult,
     CollectionRun,
-    FactSnapshot,
-    GpuRow,
     Host,
 )
 
@@ -216,6 +213,9 @@ def collect_claimed(
         got,
         command=lambda _c: script,
         apply=lambda c, r: apply_result(fleet, run_id, c.host_id, r, c.token, policies=policies),
+        apply_many=lambda group: apply_results(
+            fleet, run_id, [(c.host_id, r, c.token) for c, r in group], policies=policies
+        ),
         forks=forks,
         timeout_s=timeout_s,
         on_start=on_start,
@@ -321,7 +321,25 @@ def apply_result(
     *,
     policies: Policies | None = None,
 ) -> HostResult:
-    """Store one host's result in its own short transaction, guarded by the claim token.
+    """Store one host's result in its own short transaction, guarded by the claim token
+    (:func:`apply_results` of one host; what it raises is raised here)."""
+    out = apply_results(fleet, run_id, [(host_id, raw, token)], policies=policies)[0]
+    if isinstance(out, Exception):
+        raise out
+    return out
+
+
+def apply_results(
+    fleet: Fleet,
+    run_id: int,
+    group: Sequence[tuple[int, RawResult, str | None]],
+    *,
+    policies: Policies | None = None,
+) -> list[HostResult | Exception]:
+    """Store a group of results (host id, raw result, claim token) in one transaction, each
+    host in a savepoint of its own (issue 30: one commit, one row-lock query and one
+    duplicate-machine read per group): a host whose store fails is rolled back alone and its
+    exception is its entry, the others are committed. Each is guarded by its claim token.
 
     If the lease ran out and another worker claimed the host meanwhile, this (older) result is
     discarded rather than written over the newer worker's.
@@ -332,103 +350,157 @@ def apply_result(
     is the same machine as an earlier-enrolled one is flagged and leaves ``available``.
     """
     now = fleet.now()
-    raw, facts = parse_result(raw, now)
-    res = HostResult(raw.host, raw.outcome, raw.reason, raw.duration_s)
+    parsed = [(host_id, token, *parse_result(raw, now)) for host_id, raw, token in group]
+    out: list[HostResult | Exception] = []
+    applied: set[int] = set()  # stored: not discarded (claim lost, host gone) nor failed
+    policies = policies or Policies(fleet)
     with fleet.db.session() as s:
-        host = s.get(Host, host_id, with_for_update=True)
-        if host is None:
-            return res
-        if not holds_claim(host, token):
-            return HostResult(
-                raw.host,
-                Outcome.ERROR,
-                "result discarded: the claim expired and another worker holds the host now",
-                raw.duration_s,
-            )
-        if raw.outcome is Outcome.HOST_KEY_CHANGED:
-            raise_alarm(
-                s,
-                fleet,
-                host,
-                AlarmKind.HOST_KEY_CHANGED,
-                AlarmSeverity.CRITICAL,
-                f"SSH host key changed; collection refused. {raw.reason}",
-                data={"pinned": host.host_key, "offered": raw.host_key},
-            )
-            if HostState(host.state) in KEY_CHANGE_QUARANTINES:
-                why = f"SSH host key changed: {raw.reason}"
-                transition(
-                    s,
-                    fleet,
-                    host,
-                    Event.HARDWARE_FAULT,
-                    why,
-                    data={"faults": [Fault.HOST_KEY_CHANGED.value], "source": "collect"},
-                    health=Health.CRITICAL,
-                    fault=Fault.HOST_KEY_CHANGED,
-                    fault_reason=why,
+        fleet.db.begin_for_savepoints(s)
+        ids = sorted({host_id for host_id, *_ in parsed})
+        hosts: dict[int, Host] = {}
+        for k in range(0, len(ids), 500):  # locked in id order: no deadlock between groups
+            hosts.update(
+                (h.id, h)
+                for h in s.scalars(
+                    select(Host)
+                    .where(Host.id.in_(ids[k : k + 500]))
+                    .order_by(Host.id)
+                    .with_for_update()
                 )
-                res.actions.append(f"quarantined: {why}")
-        elif (
-            raw.host_key
-            # Nothing pinned (first use), or the fingerprint an operator gave with
-            # 'hosts rekey --fingerprint' matched: the store keeps the full key from now on.
-            and (
-                host.host_key is None
-                or (is_fingerprint_pin(host.host_key) and pin_accepts(host.host_key, raw.host_key))
             )
-            and raw.outcome in (Outcome.OK, Outcome.BAD_OUTPUT)
-        ):
-            expected = host.host_key
-            host.host_key = raw.host_key
-            record_event(
-                s,
-                fleet,
-                EventKind.HOST_KEY_PINNED,
-                f"pinned host key {fingerprint(raw.host_key)}"
-                + (" (the fingerprint the operator gave)" if expected else ""),
-                host=host,
-                data={"fingerprint": fingerprint(raw.host_key), "expected": expected},
+        dups = Duplicates.load(
+            s, [(host_id, facts) for host_id, _t, _r, facts in parsed if facts is not None]
+        )
+        for host_id, token, raw, facts in parsed:
+            try:
+                with s.begin_nested():
+                    res, whole = _apply(
+                        s, fleet, run_id, hosts.get(host_id), raw, facts, token, policies, now,
+                        dups,
+                    )
+                dups.keep()
+                out.append(res)
+                if whole:
+                    applied.add(host_id)
+            except Exception as exc:  # this host's savepoint is rolled back, not the group
+                dups.drop()
+                out.append(exc)
+    for (host_id, _t, raw, _f), done in zip(parsed, out, strict=True):
+        if raw.outcome in reachability.UNREACHED and host_id in applied:
+            assert isinstance(done, HostResult)  # after the commit: it may read the BMC
+            done.actions += reachability.on_unreached(
+                fleet, host_id, raw.outcome, raw.reason, "collect"
             )
-            close_alarms(
+    return out
+
+
+def _apply(
+    s: Session,
+    fleet: Fleet,
+    run_id: int,
+    host: Host | None,
+    raw: RawResult,
+    facts: HostFacts | None,
+    token: str | None,
+    policies: Policies,
+    now: datetime,
+    dups: Duplicates,
+) -> tuple[HostResult, bool]:
+    """One host's part of :func:`apply_results`, in its savepoint; and whether it was stored
+    (not discarded: the host is gone, or another worker holds it now)."""
+    res = HostResult(raw.host, raw.outcome, raw.reason, raw.duration_s)
+    if host is None:
+        return res, False
+    if not holds_claim(host, token):
+        return HostResult(
+            raw.host,
+            Outcome.ERROR,
+            "result discarded: the claim expired and another worker holds the host now",
+            raw.duration_s,
+        ), False
+    if raw.outcome is Outcome.HOST_KEY_CHANGED:
+        raise_alarm(
+            s,
+            fleet,
+            host,
+            AlarmKind.HOST_KEY_CHANGED,
+            AlarmSeverity.CRITICAL,
+            f"SSH host key changed; collection refused. {raw.reason}",
+            data={"pinned": host.host_key, "offered": raw.host_key},
+        )
+        if HostState(host.state) in KEY_CHANGE_QUARANTINES:
+            why = f"SSH host key changed: {raw.reason}"
+            transition(
                 s,
                 fleet,
                 host,
-                AlarmKind.HOST_KEY_CHANGED,
-                f"new host key pinned: {fingerprint(raw.host_key)}",
+                Event.HARDWARE_FAULT,
+                why,
+                data={"faults": [Fault.HOST_KEY_CHANGED.value], "source": "collect"},
+                health=Health.CRITICAL,
+                fault=Fault.HOST_KEY_CHANGED,
+                fault_reason=why,
             )
-        if facts is not None:
-            res.snapshot_id, prev = store_facts(s, host, run_id, facts)
-            res.gpus = len(facts.gpus)
-            res.problems = list(facts.problems)
-            was_available = HostState(host.state) is HostState.AVAILABLE
-            if prev is not None:
-                changes = detect_changes(prev, facts)
-                if changes:
-                    res.changes = [f"{c.kind}: {c.field} {c.before} -> {c.after}" for c in changes]
-                    on_changes(s, fleet, host, changes)
-            if was_available:
-                _act_on_critical(s, fleet, host, facts, policies or Policies(fleet), res)
-            flag_duplicate(s, fleet, host, facts, res)
-        if raw.outcome in reachability.REACHED:
-            res.actions += reachability.on_reached(s, fleet, host, "collect")
-        host.last_collected_at = now
-        host.last_outcome = raw.outcome
-        host.last_reason = raw.reason or None
-        drop_claim(host, now)
-        s.add(
-            CollectionResult(
-                run_id=run_id,
-                host_id=host.id,
-                outcome=raw.outcome,
-                reason=raw.reason,
-                duration_s=raw.duration_s,
-                snapshot_id=res.snapshot_id,
-            )
+            res.actions.append(f"quarantined: {why}")
+    elif (
+        raw.host_key
+        # Nothing pinned (first use), or the fingerprint an operator gave with
+        # 'hosts rekey --fingerprint' matched: the store keeps the full key from now on.
+        and (
+            host.host_key is None
+            or (is_fingerprint_pin(host.host_key) and pin_accepts(host.host_key, raw.host_key))
         )
-    if raw.outcome in reachability.UNREACHED:  # after the commit: it may read the BMC
-        res.actions += reachability.on_unreached(fleet, host_id, raw.outcome, raw.reason, "collect")
-    return res
+        and raw.outcome in (Outcome.OK, Outcome.BAD_OUTPUT)
+    ):
+        expected = host.host_key
+        host.host_key = raw.host_key
+        record_event(
+            s,
+            fleet,
+            EventKind.HOST_KEY_PINNED,
+            f"pinned host key {fingerprint(raw.host_key)}"
+            + (" (the fingerprint the operator gave)" if expected else ""),
+            host=host,
+            data={"fingerprint": fingerprint(raw.host_key), "expected": expected},
+        )
+        close_alarms(
+            s,
+            fleet,
+            host,
+            AlarmKind.HOST_KEY_CHANGED,
+            f"new host key pinned: {fingerprint(raw.host_key)}",
+        )
+    if facts is not None:
+        res.snapshot_id, prev = _store_facts(s, host, run_id, facts)
+        res.gpus = len(facts.gpus)
+        res.problems = list(facts.problems)
+        was_available = HostState(host.state) is HostState.AVAILABLE
+        if prev is not None:
+            changes = detect_changes(prev, facts)
+            if changes:
+                res.changes = [f"{c.kind}: {c.field} {c.before} -> {c.after}" for c in changes]
+                on_changes(s, fleet, host, changes)
+        if was_available:
+            _act_on_critical(s, fleet, host, facts, policies, res)
+        flag_duplicate(s, fleet, host, facts, res, dups)
+        dups.stored(host.id, host.name, facts)
+    if raw.outcome in reachability.REACHED:
+        res.actions += reachability.on_reached(s, fleet, host, "collect")
+    host.last_collected_at = now
+    host.last_outcome = raw.outcome
+    host.last_reason = raw.reason or None
+    drop_claim(host, now)
+    s.add(
+        CollectionResult(
+            run_id=run_id,
+            host_id=host.id,
+            outcome=raw.outcome,
+            reason=raw.reason,
+            duration_s=raw.duration_s,
+            snapshot_id=res.snapshot_id,
+        )
+    )
+    return res, True
 
 
 #: States a changed host key quarantines (allocated hosts only raise the alarm: the job runs).
@@ -471,75 +543,36 @@ def _act_on_critical(
     res.actions.append(f"quarantined: {reason}")
 
 
-def duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str, list[str]] | None:
-    """The earlier-enrolled host (not retired) whose latest facts share GPU UUIDs with
-    ``facts``, and the shared UUIDs; None when ``host`` is no later duplicate."""
-    mine = machine_ids(facts)
-    if not mine:
-        return None
-    return _gpu_duplicate_of(s, host, facts, mine)
-
-
-def _system_duplicate_of(s: Session, host: Host, facts: HostFacts) -> tuple[str, str] | None:
-    """The earlier-enrolled host (not retired) whose latest facts report the same DMI system
-    UUID as ``facts`` (when it was collected and is no placeholder), and that UUID."""
-    mine = system_uuid(facts)
-    if mine is None:
-        return None
-    # The snapshot's derived column (upper-cased DMI UUID, indexed), not a JSON path over
-    # every host's facts: one index probe per collected host.
-    other = s.scalar(
-        select(Host.name)
-        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-        .where(
-            Host.id < host.id, Host.state != HostState.RETIRED, FactSnapshot.dmi_uuid == mine
-        )
-        .order_by(Host.id)
-        .limit(1)
-    )
-    return (other, mine) if other is not None else None
-
-
-def _gpu_duplicate_of(
-    s: Session, host: Host, facts: HostFacts, mine: set[str]
-) -> tuple[str, list[str]] | None:
-    raw = sorted({g.uuid for g in facts.gpus if g.uuid})
-    rows = s.execute(
-        select(Host.name, GpuRow.uuid)
-        .join(GpuRow, GpuRow.snapshot_id == Host.latest_snapshot_id)
-        .where(Host.id < host.id, Host.state != HostState.RETIRED, GpuRow.uuid.in_(raw))
-        .order_by(Host.id)
-    ).all()
-    shared: dict[str, list[str]] = {}
-    for name, u in rows:
-        if u and u.strip().upper() in mine:
-            shared.setdefault(name, []).append(u)
-    if not shared:
-        return None
-    other = next(iter(shared))
-    return other, sorted(shared[other])
-
-
 def flag_duplicate(
-    s: Session, fleet: Fleet, host: Host, facts: HostFacts, res: HostResult | None = None
+    s: Session,
+    fleet: Fleet,
+    host: Host,
+    facts: HostFacts,
+    res: HostResult | None = None,
+    dups: Duplicates | None = None,
 ) -> str | None:
     """Flag ``host`` when it is the later name of a machine already enrolled: an alarm (once
-    per finding), the reason as its status, and out of ``available``. Returns the reason."""
-    dup = duplicate_of(s, host, facts)
+    per finding), the reason as its status, and out of ``available``. Returns the reason.
+    ``dups``: what the check reads, loaded for a group of hosts (staged, see
+    :class:`Duplicates`); None: read for this host alone."""
+    if dups is None:
+        dups = Duplicates.load(s, [(host.id, facts)])
     data: dict[str, object]
-    if dup is not None:
+    if (dup := dups.gpu_duplicate_of(host.id, facts)) is not None:
         other, shared = dup
         reason = duplicate_reason(other, shared)
         data = {"duplicate_of": other, "gpu_uuids": shared}
-    elif (sysdup := _system_duplicate_of(s, host, facts)) is not None:
+    elif (sysdup := dups.system_duplicate_of(host.id, facts)) is not None:
         other, uuid = sysdup
         reason = duplicate_reason(other, [uuid], "system UUID")
         data = {"duplicate_of": other, "system_uuid": uuid}
     else:
-        close_alarms(
-            s, fleet, host, AlarmKind.DUPLICATE_HOST,
-            "no GPU UUIDs nor system UUID shared with an enrolled host",
-        )
+        if host.id in dups.alarmed:  # else nothing to close: no query
+            close_alarms(
+                s, fleet, host, AlarmKind.DUPLICATE_HOST,
+                "no GPU UUIDs nor system UUID shared with an enrolled host",
+            )
+            dups.alarm(host.id, False)
         return None
     if host.status_reason != reason:
         raise_alarm(
@@ -551,6 +584,7 @@ def flag_duplicate(
             f"duplicate host: {reason}",
             data=data,
         )
+        dups.alarm(host.id, True)
     if HostState(host.state) is HostState.AVAILABLE:
         transition(s, fleet, host, Event.VALIDATE, reason, status_reason=reason)
     elif HostState(host.state) in (HostState.ENROLLED, HostState.VALIDATING):
@@ -558,38 +592,3 @@ def flag_duplicate(
     if res is not None:
         res.problems.append(reason)
     return reason
-
-
-
-
-def local_target() -> Target:
-    """This machine, for ``gpufleet collect --local``."""
-    return Target(socket.gethostname(), "localhost")
-
-
-def ensure_local_host(fleet: Fleet) -> str:
-    """Enroll this machine (once) so ``collect --local`` stores its facts; return its name."""
-    t = local_target()
-    now = fleet.now()
-    with fleet.db.session() as s:
-        host = s.scalar(select(Host).where(Host.name == t.name))
-        if host is None:
-            host = Host(
-                name=t.name,
-                address=t.address,
-                port=22,
-                groups=["local"],
-                vars={"gpufleet_transport": "local"},
-                expected={},
-                state=HostState.ENROLLED,
-                state_entered_at=now,
-                health=Health.OK,
-                profiles=[],
-                source="local",
-                created_at=now,
-                updated_at=now,
-            )
-            s.add(host)
-            s.flush()
-            record_event(s, fleet, EventKind.ENROLLED, "enrolled by collect --local", host=host)
-    return t.name

@@ -22,7 +22,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from gpufleet.collect.transport import Target
 from gpufleet.domain.events import EventKind
+from gpufleet.domain.health import Health
 from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InventoryError
@@ -361,3 +363,36 @@ def _enroll_tx(fleet: Fleet, inventory: Inventory, box: SecretBox | None) -> Enr
             elif ih.pool and ih.baseline and pools[ih.pool].baseline is None:
                 pools[ih.pool].baseline = ih.baseline
     return report
+
+
+def local_target() -> Target:
+    """This machine, for ``gpufleet collect --local``."""
+    return Target(socket.gethostname(), "localhost")
+
+
+def ensure_local_host(fleet: Fleet) -> str:
+    """Enroll this machine (once) so ``collect --local`` stores its facts; return its name."""
+    t = local_target()
+    now = fleet.now()
+    with fleet.db.session() as s:
+        host = s.scalar(select(Host).where(Host.name == t.name))
+        if host is None:
+            host = Host(
+                name=t.name,
+                address=t.address,
+                port=22,
+                groups=["local"],
+                vars={"gpufleet_transport": "local"},
+                expected={},
+                state=HostState.ENROLLED,
+                state_entered_at=now,
+                health=Health.OK,
+                profiles=[],
+                source="local",
+                created_at=now,
+                updated_at=now,
+            )
+            s.add(host)
+            s.flush()
+            record_event(s, fleet, EventKind.ENROLLED, "enrolled by collect --local", host=host)
+    return t.name

@@ -1,24 +1,31 @@
 """A collection's facts as the host's latest snapshot: the content hash (:func:`facts_digest`)
 and the write of a snapshot with its GPU and NIC rows, or of its new readings only (moved out
-of :mod:`gpufleet.service.hosts.collect`, which stores every collected host's facts with it)."""
+of :mod:`gpufleet.service.hosts.collect`, which stores every collected host's facts with it),
+and what the duplicate-machine check reads of the other hosts' latest snapshots
+(:class:`Duplicates`)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.events import AlarmKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.identity import machine_ids, system_uuid
 from gpufleet.domain.labels import fact_labels
 from gpufleet.domain.snapshot_columns import derived_columns
+from gpufleet.domain.states import HostState
 from gpufleet.domain.telemetry import stable_view
 from gpufleet.store.repo import label_set_id
 from gpufleet.store.table_types import EncodedJson
-from gpufleet.store.tables import FactSnapshot, GpuRow, Host, NicRow
+from gpufleet.store.tables import Alarm, FactSnapshot, GpuRow, Host, NicRow
 
 
 def facts_digest(doc: dict[str, Any]) -> str:
@@ -139,3 +146,118 @@ def store_facts(
         prev = HostFacts.model_validate(prev_doc) if prev_doc is not None else None
     host.latest_snapshot_id = snap_id
     return snap_id, prev
+
+
+@dataclass
+class Duplicates:
+    """What the duplicate-machine check of a group of collected hosts reads (issue 30: two
+    or three queries per group instead of three per host): the enrolled hosts (not retired)
+    whose latest facts hold one of the group's GPU UUIDs or DMI system UUIDs, and which of
+    the group's hosts have an open ``duplicate_host`` alarm.
+
+    Kept right while the group is stored in one transaction: what one host of it stores
+    (:meth:`stored`, :meth:`alarm`) is staged, then :meth:`keep` (its savepoint was released)
+    or :meth:`drop` (rolled back); a later host of the group sees the kept facts, as it would
+    have read them back in the same transaction."""
+
+    #: stored GPU UUID -> {host id: name} of the hosts whose latest snapshot has that GPU
+    gpus: dict[str, dict[int, str]]
+    #: DMI UUID as stored (``fact_snapshots.dmi_uuid``) -> {host id: name}
+    systems: dict[str, dict[int, str]]
+    #: hosts of the group with an open ``duplicate_host`` alarm
+    alarmed: set[int]
+    _staged: list[tuple[int, str, HostFacts | None, bool | None]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, s: Session, group: Sequence[tuple[int, HostFacts]]) -> Duplicates:
+        """The index for ``group`` (host id, its fresh facts)."""
+        uuids = sorted({g.uuid for _, f in group for g in f.gpus if g.uuid})
+        systems = sorted({u for _, f in group if (u := system_uuid(f)) is not None})
+        dup = cls({}, {}, set())
+        live = (Host.state != HostState.RETIRED,)
+        for k in range(0, len(uuids), 500):
+            for host_id, name, uuid in s.execute(
+                select(Host.id, Host.name, GpuRow.uuid)
+                .join(GpuRow, GpuRow.snapshot_id == Host.latest_snapshot_id)
+                .where(*live, GpuRow.uuid.in_(uuids[k : k + 500]))
+            ):
+                if uuid is not None:
+                    dup.gpus.setdefault(uuid, {})[host_id] = name
+        for k in range(0, len(systems), 500):
+            for host_id, name, uuid in s.execute(
+                select(Host.id, Host.name, FactSnapshot.dmi_uuid)
+                .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .where(*live, FactSnapshot.dmi_uuid.in_(systems[k : k + 500]))
+            ):
+                if uuid is not None:
+                    dup.systems.setdefault(uuid, {})[host_id] = name
+        ids = sorted({i for i, _ in group})
+        for k in range(0, len(ids), 500):
+            dup.alarmed.update(
+                s.scalars(
+                    select(Alarm.host_id).where(
+                        Alarm.host_id.in_(ids[k : k + 500]),
+                        Alarm.kind == AlarmKind.DUPLICATE_HOST,
+                        Alarm.closed_at.is_(None),
+                    )
+                )
+            )
+        return dup
+
+    def gpu_duplicate_of(self, host_id: int, facts: HostFacts) -> tuple[str, list[str]] | None:
+        """The earlier-enrolled host whose latest facts share GPU UUIDs with ``facts`` (the
+        first enrolled when several do), and the shared UUIDs; None when there is none."""
+        mine = machine_ids(facts)
+        if not mine:
+            return None
+        shared: dict[int, tuple[str, list[str]]] = {}
+        for u in {g.uuid for g in facts.gpus if g.uuid}:
+            if u.strip().upper() not in mine:
+                continue
+            for other, name in self.gpus.get(u, {}).items():
+                if other < host_id:
+                    shared.setdefault(other, (name, []))[1].append(u)
+        if not shared:
+            return None
+        name, found = shared[min(shared)]
+        return name, sorted(found)
+
+    def system_duplicate_of(self, host_id: int, facts: HostFacts) -> tuple[str, str] | None:
+        """The earlier-enrolled host whose latest facts report the same DMI system UUID as
+        ``facts`` (when it was collected and is no placeholder), and that UUID."""
+        mine = system_uuid(facts)
+        if mine is None:
+            return None
+        older = [i for i in self.systems.get(mine, {}) if i < host_id]
+        return (self.systems[mine][min(older)], mine) if older else None
+
+    def stored(self, host_id: int, name: str, facts: HostFacts) -> None:
+        """``facts`` are the host's latest now (staged)."""
+        self._staged.append((host_id, name, facts, None))
+
+    def alarm(self, host_id: int, is_open: bool) -> None:
+        """The host's duplicate alarm was raised (``is_open``) or closed (staged)."""
+        self._staged.append((host_id, "", None, is_open))
+
+    def keep(self) -> None:
+        """What was staged since the last keep/drop is in the store now."""
+        for host_id, name, facts, is_open in self._staged:
+            if facts is not None:
+                for index in (self.gpus, self.systems):
+                    for holders in index.values():
+                        holders.pop(host_id, None)
+                for g in facts.gpus:
+                    if g.uuid:
+                        self.gpus.setdefault(g.uuid, {})[host_id] = name
+                dmi = facts.dmi.uuid if facts.dmi is not None else None
+                if dmi:
+                    self.systems.setdefault(dmi.upper(), {})[host_id] = name
+            elif is_open:
+                self.alarmed.add(host_id)
+            else:
+                self.alarmed.discard(host_id)
+        self._staged.clear()
+
+    def drop(self) -> None:
+        """What was staged was rolled back."""
+        self._staged.clear()
