@@ -7,7 +7,7 @@ import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 from lxml import etree
 from pydantic import ValidationError
@@ -400,12 +400,12 @@ def _walk_trie(
     """Record under ``prefix + tag`` the first element of each trie path below ``elem``
     (depth first, document order); a path met again goes into ``dups``."""
     for child in elem:
-        tag = child.tag
+        tag: str = child.tag  # type: ignore[assignment]
         # (an entity reference's tag is a function: never a trie key, so skipped here too)
-        sub = trie.get(tag)  # type: ignore[arg-type]
+        sub = trie.get(tag)
         if sub is None:
             continue
-        path = prefix + cast(str, tag)
+        path = prefix + tag
         if path in flat:
             dups.add(path)
         else:

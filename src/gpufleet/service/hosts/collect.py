@@ -56,14 +56,9 @@ from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts import gpu_health, reachability
-from gpufleet.service.hosts.fact_snapshots import Duplicates, _store_facts
+from gpufleet.service.hosts.fact_snapshots import Duplicates, _store_facts, content_hashes
 from gpufleet.service.hosts.fact_snapshots import facts_digest as facts_digest
-from gpufleet.service.hosts.fact_snapshots import store_facts
-from gpufleet.store.tables import (
-    CollectionResult,
-    CollectionRun,
-    Host,
-)
+from gpufleet.store.tables import CollectionResult, CollectionRun, Host
 
 
 @dataclass
@@ -368,6 +363,7 @@ def apply_results(
                     .with_for_update()
                 )
             )
+        hashes = content_hashes(s, [h.latest_snapshot_id for h in hosts.values()])
         dups = Duplicates.load(
             s, [(host_id, facts) for host_id, _t, _r, facts in parsed if facts is not None]
         )
@@ -376,7 +372,7 @@ def apply_results(
                 with s.begin_nested():
                     res, whole = _apply(
                         s, fleet, run_id, hosts.get(host_id), raw, facts, token, policies, now,
-                        dups,
+                        dups, hashes,
                     )
                 dups.keep()
                 out.append(res)
@@ -405,6 +401,7 @@ def _apply(
     policies: Policies,
     now: datetime,
     dups: Duplicates,
+    hashes: dict[int, str | None],
 ) -> tuple[HostResult, bool]:
     """One host's part of :func:`apply_results`, in its savepoint; and whether it was stored
     (not discarded: the host is gone, or another worker holds it now)."""
@@ -471,7 +468,7 @@ def _apply(
             f"new host key pinned: {fingerprint(raw.host_key)}",
         )
     if facts is not None:
-        res.snapshot_id, prev = _store_facts(s, host, run_id, facts)
+        res.snapshot_id, prev = _store_facts(s, host, run_id, facts, hashes)
         res.gpus = len(facts.gpus)
         res.problems = list(facts.problems)
         was_available = HostState(host.state) is HostState.AVAILABLE

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +58,26 @@ def encode_facts(doc: dict[str, Any]) -> EncodedJson:
         return EncodedJson(doc, json.dumps(doc))
 
 
-def store_facts(
-    s: Session, host: Host, run_id: int, facts: HostFacts
+def content_hashes(s: Session, ids: Iterable[int | None]) -> dict[int, str | None]:
+    """The content hash of each snapshot of ``ids`` (None ignored), by id."""
+    wanted = sorted({i for i in ids if i is not None})
+    out: dict[int, str | None] = {}
+    for k in range(0, len(wanted), 500):
+        rows = s.execute(
+            select(FactSnapshot.id, FactSnapshot.content_hash).where(
+                FactSnapshot.id.in_(wanted[k : k + 500])
+            )
+        )
+        out.update((i, h) for i, h in rows)
+    return out
+
+
+def _store_facts(
+    s: Session,
+    host: Host,
+    run_id: int,
+    facts: HostFacts,
+    hashes: Mapping[int, str | None] | None = None,
 ) -> tuple[int, HostFacts | None]:
     """Record ``facts`` as ``host``'s latest; returns (its snapshot id, the previous facts
     when they differ, for change detection).
@@ -71,6 +89,7 @@ def store_facts(
     collection result row and ``hosts.last_collected_at`` record the collection. The
     snapshot's columns (derived columns, labels' set, DMI UUID, ``collected_at``: when these
     facts were first seen) and its GPU/NIC rows read no reading, so they stay right.
+    ``hashes``: the content hash of snapshots by id, when read already.
     Otherwise one snapshot row and its
     GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
     labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
@@ -80,7 +99,12 @@ def store_facts(
     doc = encode_facts(raw_doc)
     prev_id = host.latest_snapshot_id
     if prev_id is not None:
-        prev_hash = s.scalar(select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id))
+        if hashes is not None and prev_id in hashes:  # read for a whole group (issue 30)
+            prev_hash = hashes[prev_id]
+        else:
+            prev_hash = s.scalar(
+                select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id)
+            )
         if prev_hash == digest:
             s.execute(update(FactSnapshot).where(FactSnapshot.id == prev_id).values(facts=doc))
             return prev_id, None
