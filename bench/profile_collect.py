@@ -106,7 +106,7 @@ def parse_bench(repeat: int, profile: bool, top: int) -> None:
         for label, ms in rows:
             print(f"  {label:34} {ms:7.3f} ms")
         if profile:
-            prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
+            prof = cProfile.Profile()
             prof.enable()
             for _ in range(repeat):
                 facts = assemble_facts(split_bundle(bundle), now, "p")
@@ -222,7 +222,7 @@ def collect_bench(
         name = "apply_results" if hasattr(svc, "apply_results") else "apply_result"
         real = getattr(svc, name)
         spent = [0.0]
-        prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
+        prof = cProfile.Profile()
 
         outputs: list[str] = []
 
@@ -256,7 +256,7 @@ def collect_bench(
         rounds = ("collect", "collect (again)") if again else ("collect",)
         for label in rounds:  # the profile is of the last round
             spent[0] = parsing[0] = 0.0
-            prof = cProfile.Profile(time.thread_time)  # CPU, not waits on a loaded machine
+            prof = cProfile.Profile()
             server0 = _backend_cpu(fleet) if db == "pg" else {}
             t_all = time.process_time()
             rep = svc.collect(fleet)

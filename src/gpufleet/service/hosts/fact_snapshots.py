@@ -94,6 +94,9 @@ def _store_facts(
     GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
     labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
     """
+    # Core statements on the session's connection: no ORM bulk-insert nor update
+    # synchronisation (no snapshot, GPU or NIC row is loaded as an object here).
+    conn = s.connection()
     raw_doc = facts.model_dump(mode="json")
     digest = facts_digest(raw_doc)
     doc = encode_facts(raw_doc)
@@ -106,31 +109,29 @@ def _store_facts(
                 select(FactSnapshot.content_hash).where(FactSnapshot.id == prev_id)
             )
         if prev_hash == digest:
-            s.execute(update(FactSnapshot).where(FactSnapshot.id == prev_id).values(facts=doc))
+            conn.execute(update(FactSnapshot).where(FactSnapshot.id == prev_id).values(facts=doc))
             return prev_id, None
     gpus = facts.gpus
     derived = derived_columns(facts)
     dmi_uuid = facts.dmi.uuid if facts.dmi is not None else None
-    snap_id = s.execute(
+    snap_id = conn.execute(
         insert(FactSnapshot).returning(FactSnapshot.id),
-        [
-            {
-                "host_id": host.id,
-                "run_id": run_id,
-                "collected_at": facts.collected_at,
-                "facts": doc,
-                **derived,
-                "cuda": facts.cuda_version,
-                "kernel": facts.kernel,
-                "os": facts.os.pretty_name if facts.os else None,
-                "content_hash": digest,
-                "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
-                "fact_labels_id": label_set_id(s, fact_labels(facts)),
-            }
-        ],
+        {
+            "host_id": host.id,
+            "run_id": run_id,
+            "collected_at": facts.collected_at,
+            "facts": doc,
+            **derived,
+            "cuda": facts.cuda_version,
+            "kernel": facts.kernel,
+            "os": facts.os.pretty_name if facts.os else None,
+            "content_hash": digest,
+            "dmi_uuid": dmi_uuid.upper() if dmi_uuid else None,
+            "fact_labels_id": label_set_id(s, fact_labels(facts)),
+        },
     ).scalar_one()
     if gpus:
-        s.execute(
+        conn.execute(
             insert(GpuRow),
             [
                 {
@@ -148,7 +149,7 @@ def _store_facts(
             ],
         )
     if facts.ib_ports:  # None: ibstat not collected, no rows
-        s.execute(
+        conn.execute(
             insert(NicRow),
             [
                 {
