@@ -89,10 +89,10 @@ def test_database_error_while_storing_releases_every_claim(
     lab(fleet, tmp_path)
     real = collect_mod.store_facts
 
-    def failing(s: object, host: Host, run_id: int, facts: object) -> object:
+    def failing(s: object, host: Host, run_id: int, facts: object, *rest: object) -> object:
         if host.name == "gpu-02":  # the database gives out while this host is stored
             raise OperationalError("INSERT INTO fact_snapshots", {}, Exception("disk I/O error"))
-        return real(s, host, run_id, facts)  # type: ignore[arg-type]
+        return real(s, host, run_id, facts, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(collect_mod, "store_facts", failing)
     with pytest.raises((OperationalError, GpufleetError)):  # the store may wrap it
