@@ -56,7 +56,7 @@ from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts import gpu_health, reachability
-from gpufleet.service.hosts.fact_snapshots import Duplicates, _store_facts, content_hashes
+from gpufleet.service.hosts.fact_snapshots import Duplicates, content_hashes, store_facts
 from gpufleet.service.hosts.fact_snapshots import facts_digest as facts_digest
 from gpufleet.store.tables import CollectionResult, CollectionRun, Host
 
@@ -468,7 +468,7 @@ def _apply(
             f"new host key pinned: {fingerprint(raw.host_key)}",
         )
     if facts is not None:
-        res.snapshot_id, prev = _store_facts(s, host, run_id, facts, hashes)
+        res.snapshot_id, prev = store_facts(s, host, run_id, facts, hashes)
         res.gpus = len(facts.gpus)
         res.problems = list(facts.problems)
         was_available = HostState(host.state) is HostState.AVAILABLE

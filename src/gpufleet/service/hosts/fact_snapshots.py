@@ -72,7 +72,7 @@ def content_hashes(s: Session, ids: Iterable[int | None]) -> dict[int, str | Non
     return out
 
 
-def _store_facts(
+def store_facts(
     s: Session,
     host: Host,
     run_id: int,
