@@ -12,10 +12,10 @@ import pytest
 from gpufleet.config import (
     Settings,
     load_settings,
-    settings_doc,
     unknown_variables,
     with_overrides,
 )
+from gpufleet.config_doc import settings_doc
 from gpufleet.errors import ConfigError, LocalIOError
 from gpufleet.service.core.fleet import Fleet
 

@@ -31,7 +31,8 @@ import typer
 
 from gpufleet import errors
 from gpufleet.cli.main import app
-from gpufleet.config import NOT_SETTINGS, settings_doc
+from gpufleet.config import NOT_SETTINGS
+from gpufleet.config_doc import settings_doc
 from gpufleet.domain.events import (
     AlarmKind,
     AlarmSeverity,

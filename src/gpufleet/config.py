@@ -6,7 +6,8 @@ configuration is validated by :func:`load_settings` **before** anything has a si
 directory is created, no database opened, nothing written until it is valid. A bad value ends
 in one :class:`~gpufleet.errors.ConfigError` naming the variable and the cause (exit 2).
 
-Groups (the ``group`` of each field, used by :func:`settings_doc` and the README table):
+Groups (the ``group`` of each field, used by :func:`gpufleet.config_doc.settings_doc` and the README
+table):
 
 * ``store``      where the state lives: ``GPUFLEET_HOME``, ``GPUFLEET_DATABASE_URL``
 * ``identity``   who acts: ``GPUFLEET_ACTOR``
@@ -558,44 +559,4 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
             close = difflib.get_close_matches(up, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             out.append(f"unknown setting {name} is ignored{hint}")
-    return out
-
-
-class SettingDoc:
-    """One setting as documented: variable, group, default and meaning."""
-
-    def __init__(self, env: str, group: str, field: str, default: str, doc: str) -> None:
-        self.env = env
-        self.group = group
-        self.field = field
-        self.default = default
-        self.doc = doc
-
-
-def _default_text(name: str) -> str:
-    field = Settings.model_fields[name]
-    if field.default_factory is not None or field.default is None:
-        return {"home": "~/.local/share/gpufleet", "actor": "the OS user"}.get(name, "none")
-    d = field.default
-    if isinstance(d, timedelta):
-        unit = "hours" if name == "validation_ttl" else "minutes"
-        return f"{d.total_seconds() / (3600 if unit == 'hours' else 60):g}"
-    return f"{d:g}" if isinstance(d, float) else str(d)
-
-
-def settings_doc() -> list[SettingDoc]:
-    """Every setting, in declaration order (the README's settings table lists the same)."""
-    out = []
-    for name, field in Settings.model_fields.items():
-        extra = field.json_schema_extra
-        assert isinstance(extra, dict)
-        out.append(
-            SettingDoc(
-                str(extra["env"]),
-                str(extra["group"]),
-                name,
-                _default_text(name),
-                field.description or "",
-            )
-        )
     return out
