@@ -11,6 +11,7 @@ from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, S
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpufleet.domain.events import AlarmSeverity
+from gpufleet.domain.remediation import Action
 from gpufleet.store.table_types import Base, JsonType, StrEnumType, UtcDateTime
 
 
@@ -146,7 +147,7 @@ class Remediation(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     host_name: Mapped[str] = mapped_column(String(255))
-    action: Mapped[str] = mapped_column(String(20))
+    action: Mapped[Action] = mapped_column(StrEnumType(Action, 20))
     gpus: Mapped[list[int]] = mapped_column(JsonType, default=list)
     serials: Mapped[list[str]] = mapped_column(JsonType, default=list)
     started_at: Mapped[datetime] = mapped_column(UtcDateTime)

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import BigInteger, Boolean, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from gpufleet.domain.campaign import ActionKind, CampaignStatus, HostStep
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.store.table_types import Base, JsonType, StrEnumType, UtcDateTime
 
@@ -109,16 +110,16 @@ class JobRunHost(Base):
 # --- issue 14 (canary campaigns: the plan and each host's step, for crash-safe resume) ---
 class CampaignRow(Base):
     """One change campaign (``gpufleet campaign``): what it does, to which baseline, the plan
-    (hosts per wave, skipped hosts and why) and where it is. ``status`` is a
-    ``domain.campaign.CampaignStatus`` value; ``owner`` is ``hostname:pid`` of the process
-    driving it (resume takes over only when that process is gone)."""
+    (hosts per wave, skipped hosts and why) and where it is (``status``); ``owner`` is
+    ``hostname:pid`` of the process driving it (resume takes over only when that process is
+    gone)."""
 
     __tablename__ = "campaigns"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
-    status: Mapped[str] = mapped_column(String(20))
-    action_kind: Mapped[str] = mapped_column(String(12))
+    status: Mapped[CampaignStatus] = mapped_column(StrEnumType(CampaignStatus, 20))
+    action_kind: Mapped[ActionKind] = mapped_column(StrEnumType(ActionKind, 12))
     action: Mapped[str] = mapped_column(Text)
     rollback: Mapped[str | None] = mapped_column(Text)
     target_baseline: Mapped[str] = mapped_column(String(128))
@@ -152,7 +153,7 @@ class CampaignHost(Base):
     host_id: Mapped[int | None] = mapped_column(ForeignKey("hosts.id", ondelete="SET NULL"))
     host_name: Mapped[str] = mapped_column(String(255))
     wave: Mapped[int] = mapped_column(Integer)
-    step: Mapped[str] = mapped_column(String(20))
+    step: Mapped[HostStep] = mapped_column(StrEnumType(HostStep, 20))
     reason: Mapped[str | None] = mapped_column(Text)
     previous_baseline: Mapped[str | None] = mapped_column(String(128))
     driver_before: Mapped[str | None] = mapped_column(String(32))

@@ -21,6 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from gpufleet.domain.bmc import BmcOutcome
 from gpufleet.domain.decision import Decision
 from gpufleet.domain.events import (
     AlarmKind,
@@ -31,6 +32,7 @@ from gpufleet.domain.events import (
 )
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
+from gpufleet.domain.spec import BaselineStatus
 from gpufleet.domain.states import HostState
 from gpufleet.store.health_tables import FleetAlarm as FleetAlarm
 from gpufleet.store.health_tables import GpuSampleRow as GpuSampleRow
@@ -290,7 +292,7 @@ class BaselineRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[BaselineStatus] = mapped_column(StrEnumType(BaselineStatus, 16))
     spec: Mapped[dict[str, Any]] = mapped_column(JsonType)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
@@ -462,7 +464,7 @@ class BmcRead(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     host_id: Mapped[int] = mapped_column(ForeignKey("hosts.id", ondelete="CASCADE"))
     read_at: Mapped[datetime] = mapped_column(UtcDateTime)
-    outcome: Mapped[str] = mapped_column(String(20))
+    outcome: Mapped[BmcOutcome] = mapped_column(StrEnumType(BmcOutcome, 20))
     reason: Mapped[str | None] = mapped_column(Text)
     power_state: Mapped[str | None] = mapped_column(String(32))
     health: Mapped[str | None] = mapped_column(String(32))

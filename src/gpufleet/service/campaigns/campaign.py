@@ -104,7 +104,7 @@ class CampaignSpec:
 class HostView:
     host: str
     wave: int
-    step: str
+    step: HostStep
     reason: str | None
     action_runs: int
 
@@ -123,10 +123,10 @@ class CampaignView:
     """A campaign as ``campaign status/report --json`` shows it."""
 
     name: str
-    status: str
+    status: CampaignStatus
     ticket: str
     target_baseline: str
-    action_kind: str
+    action_kind: ActionKind
     action: str
     rollback: str | None
     selector: str
@@ -422,7 +422,7 @@ def approve_campaign(fleet: Fleet, name: str) -> CampaignView:
     """Let the waves after the canary go; who approved is recorded."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name, for_update=True)
-        if CampaignStatus(camp.status) in FINAL_STATUSES:
+        if camp.status in FINAL_STATUSES:
             raise InvalidTransition(name, camp.status, "approve", ["planned", "running",
                                                                    "awaiting-approval", "paused"])
         camp.approved_by = fleet.actor
@@ -442,7 +442,7 @@ def pause_campaign(fleet: Fleet, name: str) -> CampaignView:
     """Stop after the wave in progress (every host of it ends validated or failed)."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name)
-        if CampaignStatus(camp.status) not in (CampaignStatus.RUNNING, CampaignStatus.PLANNED,
+        if camp.status not in (CampaignStatus.RUNNING, CampaignStatus.PLANNED,
                                                CampaignStatus.AWAITING_APPROVAL):
             raise InvalidTransition(name, camp.status, "pause", ["planned", "running",
                                                                  "awaiting-approval"])
@@ -455,10 +455,10 @@ def abort_campaign(fleet: Fleet, name: str, progress: Progress | None = None) ->
     untouched ones leave maintenance (validated again), acted-on ones are validated."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name)
-        if CampaignStatus(camp.status) in FINAL_STATUSES:
+        if camp.status in FINAL_STATUSES:
             raise InvalidTransition(name, camp.status, "abort", ["any status but aborted or "
                                                                  "completed"])
-        alive = CampaignStatus(camp.status) is CampaignStatus.RUNNING and _owner_alive(
+        alive = camp.status is CampaignStatus.RUNNING and _owner_alive(
             camp, fleet
         )
         ticket = camp.ticket
@@ -490,7 +490,7 @@ def run_campaign(
     --advance-baseline`` (recorded on the campaign, so a resume keeps it)."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name, for_update=True)
-        st = CampaignStatus(camp.status)
+        st = camp.status
         deferred = [r.wave for r in _rows(s, camp) if r.step == HostStep.DEFERRED]
         if st is CampaignStatus.COMPLETED and deferred:
             camp.current_wave = min(deferred)
@@ -502,7 +502,7 @@ def run_campaign(
         same_job = job is not None and (camp.owner or "").startswith(f"job{job}@")
         if st is CampaignStatus.RUNNING and not same_job and _owner_alive(camp, fleet):
             raise Conflict(what=f"campaign {name} (driven by {camp.owner})")
-        if ActionKind(camp.action_kind) is ActionKind.PLAYBOOK or camp.rollback:
+        if camp.action_kind is ActionKind.PLAYBOOK or camp.rollback:
             ansible_playbook()  # before the campaign is taken: it stays as it was
         resumed = st is not CampaignStatus.PLANNED
         if advance_baseline and not camp.options.get("advance_baseline"):
@@ -544,7 +544,7 @@ def enqueue_run(fleet: Fleet, name: str, queue: CampaignDeferrer) -> tuple[Campa
     ``campaign run`` would be."""
     with fleet.db.session() as s:
         camp = campaign_row(s, name)
-        st = CampaignStatus(camp.status)
+        st = camp.status
         deferred = any(r.step == HostStep.DEFERRED for r in _rows(s, camp))
         if (st in FINAL_STATUSES or st is CampaignStatus.HALTED) and not (
             st is CampaignStatus.COMPLETED and deferred

@@ -73,7 +73,7 @@ def run_action(
 ) -> dict[str, tuple[bool, str]]:
     """Run the campaign's action (or its rollback playbook) on ``names``; host -> (ok, note).
     Never raises for a host's failure: it is that host's result."""
-    kind = ActionKind.PLAYBOOK if rollback else ActionKind(camp.action_kind)
+    kind = ActionKind.PLAYBOOK if rollback else camp.action_kind
     try:
         if kind is ActionKind.PLAYBOOK:
             return run_playbook(fleet, camp, names, Path(action))

@@ -101,7 +101,7 @@ class Runner:
             if wave is not None:
                 stmt = stmt.where(CampaignHost.wave == wave)
             if steps:
-                stmt = stmt.where(CampaignHost.step.in_([str(x) for x in steps]))
+                stmt = stmt.where(CampaignHost.step.in_(steps))
             out = list(s.scalars(stmt.order_by(CampaignHost.id)))
             for r in out:
                 s.expunge(r)
@@ -133,7 +133,7 @@ class Runner:
         wave = camp.current_wave
         while wave < nwaves:
             camp = self.camp()
-            st = CampaignStatus(camp.status)
+            st = camp.status
             if st is not CampaignStatus.RUNNING:  # paused or aborted meanwhile
                 self.say(f"campaign {self.name} {st.value}: stopping before wave {wave}")
                 return
@@ -221,7 +221,7 @@ class Runner:
         self.say(f"{label}: {len(self.rows(wave))} host(s)")
         for r in rows:
             self.enter(r.host_name, camp)
-        if CampaignStatus(self.camp().status) is CampaignStatus.ABORTED:
+        if self.camp().status is CampaignStatus.ABORTED:
             self.settle_held(release=True)
             return None
         todo = [r.host_name for r in self.rows(wave, [HostStep.MAINTENANCE])]
@@ -414,7 +414,7 @@ class Runner:
             if got is not None and problem is None and target and target.driver:
                 self.action_done(name, camp, "interrupted run: the re-check found the change "
                                  "already made, not run again")
-            elif ActionKind(camp.action_kind) is ActionKind.PLAYBOOK:
+            elif camp.action_kind is ActionKind.PLAYBOOK:
                 rerun.append(name)
             else:
                 self.set_step(name, HostStep.FAILED,

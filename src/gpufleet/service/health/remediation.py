@@ -323,7 +323,7 @@ def _apply(
             row = Remediation(
                 host_id=host.id,
                 host_name=host.name,
-                action=st.action,
+                action=Action(st.action),
                 gpus=st.gpus,
                 serials=serials,
                 started_at=now,
@@ -411,7 +411,7 @@ def _service_request(
         row = Remediation(
             host_id=host.id,
             host_name=host.name,
-            action=step.action,
+            action=Action(step.action),
             gpus=step.gpus,
             serials=serials,
             started_at=now,

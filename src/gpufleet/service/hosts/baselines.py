@@ -51,14 +51,14 @@ def save_baseline(fleet: Fleet, baseline: Baseline, *, replace: bool = False) ->
         if row is None:
             row = BaselineRow(
                 name=baseline.name,
-                status=baseline.status.value,
+                status=baseline.status,
                 spec=spec,
                 created_at=now,
                 updated_at=now,
             )
             s.add(row)
         else:
-            row.spec, row.status, row.updated_at = spec, baseline.status.value, now
+            row.spec, row.status, row.updated_at = spec, baseline.status, now
         record_event(
             s,
             fleet,

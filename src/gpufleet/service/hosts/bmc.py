@@ -255,7 +255,7 @@ class _Job:
 def _inband(s: Session, h: Host) -> InBand:
     pinned: BmcIdentity | None = None
     first = s.scalar(
-        select(BmcRead).where(BmcRead.host_id == h.id, BmcRead.outcome == BmcOutcome.OK.value)
+        select(BmcRead).where(BmcRead.host_id == h.id, BmcRead.outcome == BmcOutcome.OK)
         .order_by(BmcRead.read_at, BmcRead.id).limit(1)
     )
     if first is not None and first.reading:
@@ -319,7 +319,7 @@ def _apply(fleet: Fleet, job: _Job, reading: BmcReading | None,
         if reading is None:
             assert failure is not None
             outcome = failure.outcome
-            s.add(BmcRead(host_id=h.id, read_at=now, outcome=outcome.value,
+            s.add(BmcRead(host_id=h.id, read_at=now, outcome=outcome,
                           reason=failure.reason, reading=None, sel_new=[], sel_seen=None))
             return BmcStatus(job.name, outcome.value, failure.reason, ssh=_ssh(job),
                              diagnosis=diagnose(job.ssh, outcome, None))
@@ -328,7 +328,7 @@ def _apply(fleet: Fleet, job: _Job, reading: BmcReading | None,
         findings = identity_findings(h.name, reading, job.known)
         findings += health_findings(h.name, reading, new)
         s.add(BmcRead(
-            host_id=h.id, read_at=now, outcome=BmcOutcome.OK.value, reason=None,
+            host_id=h.id, read_at=now, outcome=BmcOutcome.OK, reason=None,
             power_state=reading.power_state, health=reading.worst_health,
             reading=reading.model_dump(mode="json", exclude={"sel"}),
             sel_new=[e.model_dump(mode="json") for e in new],
