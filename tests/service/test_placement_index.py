@@ -210,3 +210,15 @@ def test_a_summary_corrupted_behind_the_session_never_grants_a_non_candidate(
                 assert sum(h.gpus for h in every if h.name in got.hosts) == got.gpus
             else:  # a refusal is only ever given on the exact counts
                 assert place(req, every) is None, req
+
+
+def test_the_summary_is_stamped_by_the_fleets_clock(fleet: Fleet) -> None:
+    """Issue 25: ``Fleet.clock`` is the only clock; the summary rows the store writes on its
+    own read it too (the fixture's clock is hand-moved, far from the wall clock)."""
+    _build(fleet)
+    fleet.clock.advance(days=400)  # type: ignore[attr-defined]
+    with fleet.db.session() as s:
+        rebuild(s)
+    with fleet.db.session() as s:
+        stamps = set(s.scalars(select(PlacementRack.refreshed_at)))
+    assert stamps == {fleet.now()}

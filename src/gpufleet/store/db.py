@@ -9,9 +9,10 @@ inside a transaction).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,21 @@ class SchemaStatus:
     queue: str = "in-process"
 
 
+#: ``Session.info`` key of the clock of the session's database (:attr:`Database.clock`).
+CLOCK_INFO = "gpufleet.clock"
+
+
+def wall_clock() -> datetime:
+    """The current time, UTC (a database's clock until a fleet sets its own)."""
+    return datetime.now(UTC)
+
+
+def session_now(s: Session) -> datetime:
+    """The time by the clock of the database that made ``s``."""
+    clock: Callable[[], datetime] = s.info.get(CLOCK_INFO, wall_clock)
+    return clock()
+
+
 class Database:
     """One database: engine, session factory, schema checks and explicit migration.
 
@@ -177,6 +193,9 @@ class Database:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", functools.partial(_sqlite_pragmas, busy_ms))
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        #: The clock stamping the rows the store writes on its own (the placement summary's
+        #: ``refreshed_at``); a :class:`~gpufleet.service.core.fleet.Fleet` sets its own.
+        self.clock: Callable[[], datetime] = wall_clock
         # placement's per-rack summary is kept in step by this database's own sessions (here:
         # the module imports the tables, which a lean read never needs)
         from gpufleet.store import placement_index
@@ -368,6 +387,7 @@ class Database:
         (disk full, read-only, unreachable, corrupt) become :class:`StoreError`."""
         try:
             with self._sessions() as s, s.begin():
+                s.info[CLOCK_INFO] = self.clock
                 yield s
         except OperationalError as exc:
             raise self.store_error(exc) from exc

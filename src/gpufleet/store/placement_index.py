@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Text, cast, delete, event, exists, func, or_, select, update
@@ -45,6 +44,7 @@ from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmake
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import SummaryKey, summarize
 from gpufleet.domain.states import HostState
+from gpufleet.store.db import session_now
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, PlacementRack
 
 #: Host columns whose change can change a host's candidacy or its summary entry.
@@ -204,7 +204,7 @@ def install(sessions: sessionmaker[Session]) -> None:
 def _insert_missing(s: Session, scope: str, racks: list[str]) -> None:
     if not racks:
         return
-    now = datetime.now(UTC)
+    now = session_now(s)
     rows = [{"scope": scope, "rack": r, "blocks": [], "refreshed_at": now} for r in racks]
     if s.get_bind().dialect.name == "postgresql":
         s.execute(postgresql.insert(PlacementRack).on_conflict_do_nothing(), rows)
@@ -267,7 +267,7 @@ def compute(s: Session, racks: list[str] | None) -> dict[str, list[list[Any]]]:
 
 
 def _write(s: Session, blocks: dict[str, list[list[Any]]]) -> None:
-    now = datetime.now(UTC)
+    now = session_now(s)
     for rack, entries in blocks.items():
         s.execute(
             update(PlacementRack)
@@ -300,7 +300,7 @@ def rebuild(s: Session) -> None:
     s.execute(
         update(PlacementRack)
         .where(PlacementRack.scope == FLEET)
-        .values(refreshed_at=datetime.now(UTC))
+        .values(refreshed_at=session_now(s))
         .execution_options(synchronize_session=False)
     )
 

@@ -66,6 +66,10 @@ class Fleet:
         kw.setdefault("actor", settings.actor)
         return cls(db=db, home=settings.home, settings=settings, **kw)
 
+    def __post_init__(self) -> None:
+        # What the store stamps on its own (the placement summary) reads this fleet's clock.
+        self.db.clock = self.now
+
     def now(self) -> datetime:
         return self.clock()
 

@@ -64,6 +64,14 @@ MAX_BACKOFF_S = 600.0
 _BATCH = 20
 
 
+def _schedule_now() -> datetime:
+    """The sender's timer (``next_at``, ``claimed_until``, when a retry is due): wall-clock
+    UTC, like a timeout, so a retry comes after real seconds whatever the fleet's clock says
+    (a test's hand-moved clock, too). What a row records (``at``, ``delivered_at``, its age
+    for the dead letter) reads the fleet's clock, ``fleet.now()``."""
+    return utcnow()
+
+
 def sign(secret: bytes, body: bytes) -> str:
     """``sha256=<hex>`` of the body under the shared secret."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
@@ -115,7 +123,7 @@ def enqueue(
         payload=_body(fleet, kind, host, data),
         attempts=0,
         delivered=False,
-        next_at=utcnow(),
+        next_at=_schedule_now(),
     )
     s.add(row)
     rows: list[WebhookDelivery] | None = s.info.get(_PENDING)
@@ -166,7 +174,7 @@ def _due(now: datetime) -> Any:
 def _claim(fleet: Fleet, token: str, limit: int = _BATCH) -> list[int]:
     """Claim up to ``limit`` due rows for ``token`` (a row is claimed by one sender: the
     conditional update of each row succeeds for one of them)."""
-    now = utcnow()
+    now = _schedule_now()
     hold = now + timedelta(seconds=fleet.settings.webhook_timeout_s + 30)
     got: list[int] = []
     with fleet.db.session() as s:
@@ -224,7 +232,7 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
         payload, attempts, born, kind = row.payload, row.attempts, row.at, row.kind
     delivered, status, error = _send(fleet, rid, payload)
     attempts += 1
-    now = utcnow()
+    now = _schedule_now()
     max_age = timedelta(hours=fleet.settings.webhook_max_age_h)
     dead = not delivered and (fleet.now() - born >= max_age or not fleet.settings.webhook_url)
     if not delivered:
@@ -243,7 +251,7 @@ def _attempt(fleet: Fleet, rid: int, token: str) -> bool:
         "claim": None,
         "claimed_until": None,
         "next_at": None if delivered or dead else now + timedelta(seconds=backoff_s(attempts)),
-        "delivered_at": now if delivered else None,
+        "delivered_at": fleet.now() if delivered else None,
     }
     with fleet.db.session() as s:
         s.execute(
@@ -260,7 +268,7 @@ def _owed(fleet: Fleet, token: str | None) -> Any:
     retries, or one attempt now when it is due (an older row), or the attempt in flight."""
     return or_(
         WebhookDelivery.attempts <= fleet.settings.webhook_retries,
-        WebhookDelivery.next_at <= utcnow(),
+        WebhookDelivery.next_at <= _schedule_now(),
         WebhookDelivery.claim == (token or ""),
     )
 
@@ -311,7 +319,7 @@ class Outbox:
             )
         if nxt is None:
             return 60.0
-        return min(60.0, max(0.05, (nxt - utcnow()).total_seconds()))
+        return min(60.0, max(0.05, (nxt - _schedule_now()).total_seconds()))
 
     def _run(self) -> None:
         while not self._stop.is_set():
