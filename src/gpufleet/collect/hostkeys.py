@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from gpufleet.collect.transport import fingerprint
 from gpufleet.errors import ConfigError
@@ -45,3 +46,18 @@ def pin_accepts(pin: str, key: str) -> bool:
     if is_fingerprint_pin(pin):
         return fingerprint(key) == pin
     return pin.split()[:2] == key.split()[:2]
+
+
+def known_hosts_line(address: str, port: int, pin: str | None) -> str | None:
+    """The OpenSSH ``known_hosts`` line of a host's pinned key (``[address]:port`` off port
+    22); None when nothing or only a fingerprint is pinned (OpenSSH cannot check that)."""
+    if not pin or is_fingerprint_pin(pin):
+        return None
+    where = address if port == 22 else f"[{address}]:{port}"
+    return f"{where} {pin.strip()}"
+
+
+def openssh_pin_options(known_hosts: str) -> str:
+    """OpenSSH client options that check the keys gpufleet pinned (written to ``known_hosts``
+    by :func:`known_hosts_line`) and never trust a new one on first use."""
+    return f"-o UserKnownHostsFile={shlex.quote(known_hosts)} -o StrictHostKeyChecking=yes"

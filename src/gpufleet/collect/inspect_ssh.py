@@ -20,14 +20,13 @@ from dataclasses import dataclass, field
 
 import asyncssh
 
-from gpufleet.collect.hostkeys import is_fingerprint_pin
 from gpufleet.collect.local import exit_note
 from gpufleet.collect.ssh import (
-    _CIPHERS,
     SshTransport,
-    _host_key_algs,
     _KeyCheck,
     _TooLarge,
+    connect_options,
+    host_key_pin,
     openssh_line,
 )
 from gpufleet.collect.transport import Outcome, RawResult, Target
@@ -140,33 +139,13 @@ class KeptOpenSsh:
             conn.abort()
 
     async def _connect(self, target: Target) -> asyncssh.SSHClientConnection:
-        expected = target.pinned_host_key if is_fingerprint_pin(target.pinned_host_key) else None
-        pinned = (
-            asyncssh.import_public_key(target.pinned_host_key)
-            if target.pinned_host_key and expected is None
-            else None
-        )
+        pinned, expected = host_key_pin(target)
         client_keys = self._plain._client_keys(target.key_file) if target.key_file else None
-        methods = ("publickey", "password") if target.password is not None else ("publickey",)
         check = _KeyCheck(pinned, expected)
         conn = await asyncssh.connect(
             target.address,
             target.port,
-            username=target.user if target.user else (),
-            client_factory=lambda: check,
-            known_hosts=([pinned] if pinned else [], [], []),
-            server_host_key_algs=_host_key_algs(pinned),
-            client_keys=client_keys if client_keys is not None else (),
-            agent_path=None if client_keys is not None else (),
-            config=self._plain.ssh_config,
-            preferred_auth=methods,
-            password=target.password,
-            password_auth=target.password is not None,
-            kbdint_auth=False,
-            gss_auth=False,
-            gss_kex=False,
-            encryption_algs=_CIPHERS,
-            compression_algs=None,
+            **connect_options(target, check, client_keys, self._plain.ssh_config),
             keepalive_interval=60,
         )
         self.connects += 1

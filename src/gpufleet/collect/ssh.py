@@ -33,6 +33,7 @@ import errno
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncssh
 from asyncssh.public_key import get_default_public_key_algs
@@ -113,6 +114,63 @@ class _TooLarge(Exception):
     pass
 
 
+def host_key_pin(target: Target) -> tuple[asyncssh.SSHKey | None, str | None]:
+    """The target's pin: (pinned public key, None) or (None, expected ``SHA256:`` fingerprint),
+    (None, None) to trust on first use. A pinned key that is not an OpenSSH public key raises
+    ``asyncssh.KeyImportError`` or ``ValueError``."""
+    pin = target.pinned_host_key
+    if not pin:
+        return None, None
+    if is_fingerprint_pin(pin):
+        return None, pin
+    return asyncssh.import_public_key(pin), None
+
+
+def auth_methods(target: Target) -> tuple[str, ...]:
+    """Keys first; the inventory's password only for a host that has one."""
+    return ("publickey", "password") if target.password is not None else ("publickey",)
+
+
+def connect_options(
+    target: Target,
+    check: _KeyCheck,
+    client_keys: list[asyncssh.SSHKey] | None,
+    ssh_config: tuple[str, ...],
+) -> dict[str, Any]:
+    """The ``asyncssh.connect`` keywords of every gpufleet SSH connection (the one home of
+    gpufleet's host-key, authentication and algorithm choices): ``check`` decides on host
+    keys, ``client_keys`` None leaves asyncssh's defaults (agent, ``~/.ssh/id_*``)."""
+    pinned = check.pinned
+    methods = auth_methods(target)
+    return {
+        # No ansible_user: as Ansible (OpenSSH) would, the User of the matching ~/.ssh/config
+        # entry, else the local user; () = not given.
+        "username": target.user if target.user else (),
+        "client_factory": lambda: check,
+        # The pinned key steers algorithm choice; others go to _KeyCheck.
+        "known_hosts": ([pinned] if pinned else [], [], []),
+        "server_host_key_algs": _host_key_algs(pinned),
+        "client_keys": client_keys if client_keys is not None else (),
+        # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
+        "agent_path": None if client_keys is not None else (),
+        # ~/.ssh/config supplies what the inventory leaves out (User, IdentityFile, ProxyJump
+        # ...); what the inventory says wins.
+        "config": ssh_config,
+        # Keys first; the inventory's password (opened from the sealed variable) only when a
+        # host has one and no key is accepted.
+        "preferred_auth": methods,
+        "password": target.password,
+        "password_auth": target.password is not None,
+        "kbdint_auth": False,
+        "gss_auth": False,
+        "gss_kex": False,
+        # AES-GCM runs in OpenSSL (AES-NI); compression only costs CPU on the management
+        # networks we collect over.
+        "encryption_algs": _CIPHERS,
+        "compression_algs": None,
+    }
+
+
 @dataclass
 class SshTransport:
     """Runs the collection script over SSH with asyncssh; shares nothing between hosts."""
@@ -160,13 +218,8 @@ class SshTransport:
                 duration_s=time.monotonic() - start,
             )
 
-        expected = target.pinned_host_key if is_fingerprint_pin(target.pinned_host_key) else None
         try:
-            pinned = (
-                asyncssh.import_public_key(target.pinned_host_key)
-                if target.pinned_host_key and expected is None
-                else None
-            )
+            pinned, expected = host_key_pin(target)
         except (asyncssh.KeyImportError, ValueError) as exc:
             return result(Outcome.ERROR, f"pinned host key is not an OpenSSH public key: {exc}")
         try:
@@ -176,7 +229,7 @@ class SshTransport:
         except (OSError, asyncssh.KeyImportError) as exc:
             return result(Outcome.ERROR, f"cannot load client key {target.key_file}: {exc}")
 
-        methods = ("publickey", "password") if target.password is not None else ("publickey",)
+        methods = auth_methods(target)
         check = _KeyCheck(pinned, expected)
         phase = "connect"
         conn: asyncssh.SSHClientConnection | None = None
@@ -187,31 +240,7 @@ class SshTransport:
                     conn = await asyncssh.connect(
                         target.address,
                         target.port,
-                        # No ansible_user: as Ansible (OpenSSH) would, the User of the
-                        # matching ~/.ssh/config entry, else the local user; () = not given.
-                        username=target.user if target.user else (),
-                        client_factory=lambda: check,
-                        # The pinned key steers algorithm choice; others go to _KeyCheck.
-                        known_hosts=([pinned] if pinned else [], [], []),
-                        server_host_key_algs=_host_key_algs(pinned),
-                        client_keys=client_keys if client_keys is not None else (),
-                        # None: asyncssh's defaults (agent, ~/.ssh/id_*); else only that key.
-                        agent_path=None if client_keys is not None else (),
-                        # ~/.ssh/config supplies what the inventory leaves out (User,
-                        # IdentityFile, ProxyJump ...); what the inventory says wins.
-                        config=self.ssh_config,
-                        # Keys first; the inventory's password (opened from the sealed
-                        # variable) only when a host has one and no key is accepted.
-                        preferred_auth=methods,
-                        password=target.password,
-                        password_auth=target.password is not None,
-                        kbdint_auth=False,
-                        gss_auth=False,
-                        gss_kex=False,
-                        # AES-GCM runs in OpenSSL (AES-NI); compression only costs CPU on the
-                        # management networks we collect over.
-                        encryption_algs=_CIPHERS,
-                        compression_algs=None,
+                        **connect_options(target, check, client_keys, self.ssh_config),
                     )
                 server_key = conn.get_server_host_key()
                 key_text = openssh_line(server_key) if server_key is not None else None

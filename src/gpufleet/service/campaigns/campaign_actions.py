@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from gpufleet.collect.hostkeys import known_hosts_line, openssh_pin_options
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.campaign import ActionKind
 from gpufleet.domain.spec import Baseline
@@ -90,9 +91,8 @@ def _known_hosts(fleet: Fleet, names: list[str], path: Path) -> None:
     lines: list[str] = []
     with fleet.db.session() as s:
         for h in s.scalars(select(Host).where(Host.name.in_(names))):
-            if h.host_key and not h.host_key.startswith("SHA256:"):
-                where = h.address if h.port == 22 else f"[{h.address}]:{h.port}"
-                lines.append(f"{where} {h.host_key.strip()}")
+            if (line := known_hosts_line(h.address, h.port, h.host_key)) is not None:
+                lines.append(line)
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -128,8 +128,7 @@ def run_playbook(
         env = {
             "ANSIBLE_ROLES_PATH": str(ROLES_DIR),
             "ANSIBLE_SSH_ARGS": (
-                f"-o UserKnownHostsFile={shlex.quote(str(known))} "
-                "-o StrictHostKeyChecking=yes -o ControlMaster=auto -o ControlPersist=30s"
+                openssh_pin_options(str(known)) + " -o ControlMaster=auto -o ControlPersist=30s"
             ),
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
