@@ -14,6 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.config import JsonDict
 
+from gpufleet.domain.lifecycle import DEFAULT_DEADLINES
+from gpufleet.domain.states import HostState
+
 
 def default_actor() -> str:
     """The OS user (``GPUFLEET_ACTOR`` overrides it, e.g. with a CI job id)."""
@@ -139,13 +142,13 @@ class HostSettings(BaseModel):
         doc="How long a validation record stays good, in hours (default 720).",
     )
     validating_deadline: timedelta = _setting(
-        timedelta(hours=2),
+        DEFAULT_DEADLINES[HostState.VALIDATING],
         env="GPUFLEET_VALIDATING_DEADLINE_MINUTES",
         group="validate",
         doc="Minutes in validating before sweep quarantines the host (default 120).",
     )
     reclaiming_deadline: timedelta = _setting(
-        timedelta(minutes=30),
+        DEFAULT_DEADLINES[HostState.RECLAIMING],
         env="GPUFLEET_RECLAIMING_DEADLINE_MINUTES",
         group="validate",
         doc="The same for reclaiming, in minutes (default 30).",

@@ -4,6 +4,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gpufleet.config import Settings
 from gpufleet.domain.lifecycle import (
     DEFAULT_DEADLINES,
     TRANSITIONS,
@@ -11,6 +12,7 @@ from gpufleet.domain.lifecycle import (
     advance,
     allowed_events,
     apply_event,
+    deadline_of,
     is_overdue,
 )
 from gpufleet.domain.states import (
@@ -196,3 +198,19 @@ def test_caller_deadlines_override_defaults() -> None:
     deadlines = {S.VALIDATING: timedelta(minutes=10)}
     assert is_overdue(S.VALIDATING, T0, T0 + timedelta(minutes=11), deadlines)
     assert not is_overdue(S.RECLAIMING, T0, T0 + timedelta(days=1), deadlines)
+
+
+def test_one_rule_for_deadlines_and_one_home_for_their_defaults() -> None:
+    entered = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    assert deadline_of(S.VALIDATING, entered) == entered + timedelta(hours=2)
+    assert deadline_of(S.RECLAIMING, entered, {S.RECLAIMING: timedelta(minutes=5)}) == (
+        entered + timedelta(minutes=5)
+    )
+    assert deadline_of(S.AVAILABLE, entered) is None
+    due = deadline_of(S.RECLAIMING, entered)
+    assert due is not None
+    assert not is_overdue(S.RECLAIMING, entered, due)  # at the deadline: not yet
+    assert is_overdue(S.RECLAIMING, entered, due + timedelta(microseconds=1))
+    fields = Settings.model_fields
+    assert fields["validating_deadline"].default == DEFAULT_DEADLINES[S.VALIDATING]
+    assert fields["reclaiming_deadline"].default == DEFAULT_DEADLINES[S.RECLAIMING]

@@ -150,9 +150,20 @@ def is_overdue(
     now: datetime,
     deadlines: Mapping[HostState, timedelta] = DEFAULT_DEADLINES,
 ) -> bool:
-    """True if ``state`` has a deadline and ``now`` is past ``entered_at`` + that deadline.
+    """True if ``state`` has a deadline and ``now`` is past it (:func:`deadline_of`)."""
+    due = deadline_of(state, entered_at, deadlines)
+    return due is not None and now > due
+
+
+def deadline_of(
+    state: HostState,
+    entered_at: datetime,
+    deadlines: Mapping[HostState, timedelta] = DEFAULT_DEADLINES,
+) -> datetime | None:
+    """When a host that entered ``state`` at ``entered_at`` times out (the one rule: entered
+    plus the state's deadline); None when the state has none.
 
     ``entered_at`` is the time of the host's last transition (self-transitions included).
     """
     deadline = deadlines.get(state)
-    return deadline is not None and now - entered_at > deadline
+    return None if deadline is None else entered_at + deadline

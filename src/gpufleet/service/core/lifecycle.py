@@ -28,7 +28,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from gpufleet.domain.changes import Change
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.health import Fault, Health
-from gpufleet.domain.lifecycle import Transition, advance
+from gpufleet.domain.lifecycle import Transition, advance, deadline_of
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition
 from gpufleet.service.core.fleet import Fleet, record_event
@@ -50,13 +50,13 @@ class Keep(Enum):
 KEEP = Keep.KEEP
 
 
-def deadline_for(fleet: Fleet, state: HostState) -> timedelta | None:
-    """Configured deadline of a transient state."""
-    if state is HostState.VALIDATING:
-        return fleet.settings.validating_deadline
-    if state is HostState.RECLAIMING:
-        return fleet.settings.reclaiming_deadline
-    return None
+def state_deadlines(fleet: Fleet) -> dict[HostState, timedelta]:
+    """The transient states' deadlines as configured (``GPUFLEET_*_DEADLINE_MINUTES``; the
+    defaults are :data:`gpufleet.domain.lifecycle.DEFAULT_DEADLINES`)."""
+    return {
+        HostState.VALIDATING: fleet.settings.validating_deadline,
+        HostState.RECLAIMING: fleet.settings.reclaiming_deadline,
+    }
 
 
 def transition(
@@ -84,11 +84,10 @@ def transition(
     t = advance(host.name, read_state, event, reason=reason, actor=actor or fleet.actor)
     check_reclaim_due(host, t)
     now = fleet.now()
-    dl = deadline_for(fleet, t.to_state)
     values: dict[str, Any] = {
         "state": t.to_state,
         "state_entered_at": now,
-        "state_deadline": now + dl if dl else None,
+        "state_deadline": deadline_of(t.to_state, now, state_deadlines(fleet)),
         "status_reason": (t.reason or None) if isinstance(status_reason, Keep) else status_reason,
         "state_version": read_version + 1,
         "updated_at": now,

@@ -12,7 +12,7 @@ from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.lifecycle import is_overdue
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.core.lifecycle import transition
+from gpufleet.service.core.lifecycle import state_deadlines, transition
 from gpufleet.store.tables import Host
 
 
@@ -21,10 +21,7 @@ def sweep_deadlines(fleet: Fleet) -> list[str]:
     expired validation records -> validating. Returns the host names touched."""
     touched: list[str] = []
     now = fleet.now()
-    deadlines = {
-        HostState.VALIDATING: fleet.settings.validating_deadline,
-        HostState.RECLAIMING: fleet.settings.reclaiming_deadline,
-    }
+    deadlines = state_deadlines(fleet)
     with fleet.db.session() as s:
         for h in s.scalars(
             select(Host)
