@@ -56,6 +56,7 @@ from gpufleet.domain.samples import (
     ProbeFailure,
     XidSeen,
 )
+from gpufleet.domain.times import as_utc
 from gpufleet.errors import ParseError
 
 #: Marker the lab's ``sim`` transport recognises (it answers with rendered captures).
@@ -436,7 +437,7 @@ def parse_probe(
     newest = since
     cut: list[UnreadableXid] = []
     for e in parse_xids(parts.get("kmsg", ""), f"{source}: kernel log", unreadable=cut):
-        t = e.time.replace(tzinfo=UTC) if e.time and e.time.tzinfo is None else e.time
+        t = as_utc(e.time) if e.time else e.time
         if t is not None and since is not None and t <= since:
             continue
         if t is None and since is not None:
@@ -446,7 +447,7 @@ def parse_probe(
             newest, cursor = t, t.isoformat()
     new_cut = [u for u in cut if _is_new(u.time, since)]
     for u in new_cut:  # the cursor passes a cut line too: reported once, not every sweep
-        ut = u.time.replace(tzinfo=UTC) if u.time and u.time.tzinfo is None else u.time
+        ut = as_utc(u.time) if u.time else u.time
         if ut is not None and (newest is None or ut > newest):
             newest, cursor = ut, ut.isoformat()
     if new_cut:  # a cut Xid line may be a fatal one: never dropped silently
@@ -504,12 +505,10 @@ def _is_new(t: datetime | None, since: datetime | None) -> bool:
         return True
     if t is None:
         return False
-    t = t.replace(tzinfo=UTC) if t.tzinfo is None else t
-    return t > since
+    return as_utc(t) > since
 
 
 def _iso(text: str | None) -> datetime | None:
     if not text:
         return None
-    t = datetime.fromisoformat(text)
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+    return as_utc(datetime.fromisoformat(text))
