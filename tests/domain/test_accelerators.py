@@ -1,10 +1,12 @@
-"""Vendor-neutral accelerator checks on hand-built records (the parsers' tests use captures)."""
+"""Vendor-neutral accelerator records and the checks validation runs on them, hand-built (the
+parsers' tests use captures)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from tests.vendors.accelerator_judge import judge
 
 from gpufleet.collect.pci import parse_lspci
 from gpufleet.domain.accelerators import (
@@ -13,16 +15,13 @@ from gpufleet.domain.accelerators import (
     Accelerator,
     AcceleratorInventory,
     Health,
+    Link,
     LinkState,
     Vendor,
     accelerators_on_bus,
-    count_check,
-    health_check,
     inventory_group,
-    links_check,
-    pci_count_check,
-    temperature_check,
 )
+from gpufleet.domain.spec import ExpectedSpec
 
 
 def _inv(*health: Health, vendor: Vendor = Vendor("amd")) -> AcceleratorInventory:
@@ -38,26 +37,33 @@ def test_pci_vendor_ids() -> None:
     assert PCI_VENDOR_IDS[Vendor("amd")] == "1002"
 
 
-def test_unknown_health_is_not_ok() -> None:
-    result = health_check(_inv(Health.OK, Health.UNKNOWN))
-    assert (result.ok, result.reason) == (False, "#1 unknown")
-    assert health_check(_inv(Health.OK, Health.OK)).ok
-    assert health_check(_inv()).ok  # nothing to judge; the count check catches "none"
+def test_health_judges_only_what_a_tool_stated() -> None:
+    assert judge("accelerator_health", _inv(Health.OK, Health.UNKNOWN).accelerators) == (
+        "pass", "1 accelerators report health OK"
+    )
+    assert judge("accelerator_health", _inv(Health.UNKNOWN).accelerators)[0] == "skip"
+    assert judge("accelerator_health", _inv(Health.OK, Health.WARNING).accelerators) == (
+        "warn", "amd #1 warning"
+    )
 
 
-def test_count_checks_name_vendor_and_numbers() -> None:
-    inv = _inv(Health.OK, Health.OK)
-    assert count_check(inv, 2).ok
-    assert count_check(_inv(), 8).reason == "amd tool reports 0, expected 8"
-    r = pci_count_check(inv, 3)
-    assert (r.ok, r.reason) == (False, "lspci lists 3 1002 devices, the vendor tool reports 2")
-    assert pci_count_check(inv, 2).ok
+def test_the_count_names_vendor_and_numbers() -> None:
+    accs = _inv(Health.OK, Health.OK).accelerators
+    assert judge("gpu_count", accs, ExpectedSpec(gpu_count=2))[0] == "pass"
+    assert judge("gpu_count", accs, ExpectedSpec(gpu_count=3)) == (
+        "fail", "amd tool sees 2 accelerators, expected 3"
+    )
 
 
-def test_links_unknown_counts_as_not_up() -> None:
-    r = links_check({0: LinkState.UP, 1: LinkState.UNKNOWN})
-    assert (r.ok, r.reason) == (False, "port of #1 unknown")
-    assert links_check({}).ok
+def test_a_port_in_an_unknown_state_counts_as_not_up() -> None:
+    ports = tuple(
+        Accelerator(vendor=Vendor("amd"), index=i, model="Instinct MI100",
+                    links=(Link("roce", None, s),))
+        for i, s in enumerate([LinkState.UP, LinkState.UNKNOWN])
+    )
+    status, message = judge("accelerator_links", ports)
+    assert (status, message) == ("fail", "roce port of amd #1 unknown")
+    assert judge("accelerator_links", ports[:1])[0] == "pass"
 
 
 LSPCI = Path(__file__).resolve().parents[1] / "fixtures" / "captured" / "lspci"
@@ -99,12 +105,12 @@ def test_inventory_group(vendor: Vendor, models: list[str], group: str | None) -
     assert inventory_group(AcceleratorInventory(vendor=vendor, accelerators=accs)) == group
 
 
-def test_temperature_check_names_hot_devices() -> None:
+def test_temperature_names_hot_devices() -> None:
     accs = tuple(
         Accelerator(vendor=Vendor("huawei"), index=i, model="910B3", temperature_c=t)
         for i, t in enumerate([43.0, 91.5, None])
     )
-    inv = AcceleratorInventory(vendor=Vendor("huawei"), accelerators=accs)
-    r = temperature_check(inv, 85)
-    assert (r.ok, r.reason) == (False, "#1 91.5 C > 85 C")
-    assert temperature_check(inv, 95).ok
+    assert judge("accelerator_temperature", accs, max_c=85) == (
+        "fail", "huawei #1 91.5 C > 85 C"
+    )
+    assert judge("accelerator_temperature", accs, max_c=95)[0] == "pass"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.vendors.accelerator_judge import judge
 
 from gpufleet.collect.pci import parse_lspci
 from gpufleet.domain.accelerator_exports import extended_resources, gres_of
@@ -17,7 +18,6 @@ from gpufleet.domain.accelerators import (
     Vendor,
     accelerators_on_bus,
     inventory_group,
-    pci_count_check,
 )
 from gpufleet.domain.slurm import Gres
 from gpufleet.domain.vendors import plugin
@@ -88,7 +88,9 @@ def test_the_s60s_on_the_bus_are_enflames_and_match_efsmi() -> None:
     pci = parse_lspci(LSPCI.read_text(), "lspci")
     assert accelerators_on_bus(pci) == {Vendor("enflame"): 2}
     inv = parse_sections({"efsmi": _read()})
-    assert pci_count_check(inv, 2).ok
+    assert judge("gpu_count", inv.accelerators, pci=pci) == (
+        "pass", "2 enflame accelerators (tool and PCI bus agree)"
+    )
     assert sorted(f"0000:{d.address}" if len(d.address) == 7 else d.address for d in pci) == [
         a.bus_id for a in inv.accelerators]
 

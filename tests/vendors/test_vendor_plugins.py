@@ -5,19 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.vendors.accelerator_judge import judge
 from tests.vendors.ascend_captures import bundle_sections, section, tool_output
 
 from gpufleet.collect.pci import parse_lspci
-from gpufleet.domain.accelerators import (
-    Health,
-    LinkState,
-    count_check,
-    health_check,
-    links_check,
-    pci_count_check,
-    port_states,
-)
+from gpufleet.domain.accelerators import Health, LinkState
 from gpufleet.domain.labels import is_valid_label_key, is_valid_label_value
+from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.vendors import plugin
 from gpufleet.errors import ParseError
 from gpufleet.vendors.amd import plugin as amd
@@ -125,12 +119,14 @@ def test_health_check_alarm_with_error_codes_and_warnings() -> None:
     alarm = parse_health_status(section(KG_AFTER, "-c 0 -t health"))
     inv = ascend.to_inventory(info, health={0: alarm})
     assert inv.accelerators[0].health is Health.ALARM
-    result = health_check(inv)
-    assert not result.ok
-    assert result.reason == "#0 alarm [A4025021 8C03A000 8C084E00]"
-    assert health_check(ascend.to_inventory(info)).ok
-    warn = health_check(ascend.to_inventory(parse_npu_smi_info(tool_output(RC2))))
-    assert (warn.ok, warn.reason) == (False, "#3 warning; #7 warning")
+    status, message = judge("accelerator_health", inv.accelerators)
+    assert status == "fail"
+    assert message == "huawei #0 (0000:c1:00.0) alarm [A4025021 8C03A000 8C084E00]"
+    assert judge("accelerator_health", ascend.to_inventory(info).accelerators)[0] == "pass"
+    warn = ascend.to_inventory(parse_npu_smi_info(tool_output(RC2))).accelerators
+    assert judge("accelerator_health", warn) == (
+        "warn", "huawei #3 (0000:01:00.0) warning; huawei #7 (0000:02:00.0) warning"
+    )
 
 
 def test_count_and_lspci_checks_npu_missing_from_the_bus() -> None:
@@ -139,13 +135,15 @@ def test_count_and_lspci_checks_npu_missing_from_the_bus() -> None:
     after = parse_lspci(section(KG_AFTER, "lspci | grep acce"))
     assert ascend.npus_on_bus(before) == 8
     assert ascend.npus_on_bus(after) == 7  # 61:00.0 fell off the bus
-    assert pci_count_check(inv, ascend.npus_on_bus(before)).ok
-    missing = pci_count_check(inv, ascend.npus_on_bus(after))
-    assert not missing.ok
-    assert missing.reason == "lspci lists 7 19e5 devices, the vendor tool reports 8"
-    assert count_check(inv, 8).ok
-    assert count_check(inv, 16).reason == "huawei tool reports 8, expected 16"
-    assert count_check(inv, None).ok
+    npus = inv.accelerators
+    assert judge("gpu_count", npus, pci=before)[0] == "pass"
+    assert judge("gpu_count", npus, pci=after) == (
+        "fail", "huawei tool sees 8 accelerators, expected 7"
+    )
+    assert judge("gpu_count", npus, ExpectedSpec(gpu_count=8))[0] == "pass"
+    assert judge("gpu_count", npus, ExpectedSpec(gpu_count=16)) == (
+        "fail", "huawei tool sees 8 accelerators, expected 16"
+    )
 
 
 def test_links_check_ports_down_after_the_job() -> None:
@@ -154,9 +152,13 @@ def test_links_check_ports_down_after_the_job() -> None:
         for cmd, out in bundle_sections(W0_AFTER)
         if cmd.endswith("-link_stat -g")
     }
-    result = links_check(last)
-    assert (result.ok, result.reason) == (False, "port of #0 down, port of #3 down")
-    assert links_check({i: s for i, s in last.items() if i not in (0, 3)}).ok
+    info = parse_npu_smi_info(tool_output(B3))  # 8 NPUs to carry the job's port states
+    status, message = judge("accelerator_links", ascend.to_inventory(info, ports=last).accelerators)
+    assert status == "fail"
+    assert message.startswith("roce port of huawei #0") and "roce port of huawei #3" in message
+    assert message.count(" down") == 2
+    up = {i: s for i, s in last.items() if i not in (0, 3)}
+    assert judge("accelerator_links", ascend.to_inventory(info, ports=up).accelerators)[0] == "pass"
 
 
 @pytest.mark.parametrize(
@@ -220,8 +222,7 @@ def test_amd_inventory_mi250_counters_and_checks() -> None:
     assert a0.error_counters[0].name == "pcie_replay" and a0.error_counters[0].count == 147
     assert (a0.temperature_c, a0.power_w, a0.power_limit_w) == (35.0, 89.0, 560.0)
     assert a0.firmware["VBIOS"] == "113-D65209-073"
-    check = count_check(inv, 8)
-    assert (check.name, check.ok) == ("accelerator_count", False)
+    assert judge("gpu_count", inv.accelerators, ExpectedSpec(gpu_count=8))[0] == "fail"
     with pytest.raises(ParseError, match="section missing"):
         amd.parse_sections({})
 
@@ -231,10 +232,12 @@ def test_roce_ports_in_the_inventory() -> None:
     ports = {i: LinkState.UP for i in range(8)} | {5: down}
     inv = ascend.to_inventory(parse_npu_smi_info(tool_output(B3)), ports=ports)
     assert inv.accelerators[5].links[0].kind == "roce"
-    states = port_states(inv, "roce")
-    assert len(states) == 8
-    assert links_check(states).reason == "port of #5 down"
-    assert port_states(ascend.to_inventory(parse_npu_smi_info(tool_output(B3))), "roce") == {}
+    assert sum(ln.kind == "roce" for a in inv.accelerators for ln in a.links) == 8
+    status, message = judge("accelerator_links", inv.accelerators)
+    assert (status, message.count(" down")) == ("fail", 1)
+    assert message.startswith("roce port of huawei #5")
+    bare = ascend.to_inventory(parse_npu_smi_info(tool_output(B3))).accelerators
+    assert judge("accelerator_links", bare) == ("skip", "no accelerator network ports reported")
 
 
 def test_amd_topology_links_in_the_inventory() -> None:

@@ -129,66 +129,6 @@ class AcceleratorInventory:
         return sorted({a.model for a in self.accelerators})
 
 
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    """Outcome of one vendor check: ``ok`` or not, with a reason naming the device."""
-
-    name: str
-    ok: bool
-    reason: str = ""
-
-
-# ---- vendor-neutral checks (pure; a plugin picks the ones its tools can feed) ----
-
-
-def count_check(inventory: AcceleratorInventory, expected: int | None) -> CheckResult:
-    """The tool sees as many accelerators as the host's spec expects (None: not checked)."""
-    if expected is None:
-        return CheckResult("accelerator_count", True, "no expected count")
-    ok = inventory.count == expected
-    reason = f"{inventory.vendor} tool reports {inventory.count}, expected {expected}"
-    return CheckResult("accelerator_count", ok, "" if ok else reason)
-
-
-def pci_count_check(inventory: AcceleratorInventory, on_bus: int) -> CheckResult:
-    """The vendor tool sees every accelerator ``lspci`` lists under the vendor's PCI id
-    (``on_bus``: the plugin's count of those functions)."""
-    want = plugin(inventory.vendor).pci_vendor_id
-    ok = on_bus == inventory.count
-    reason = f"lspci lists {on_bus} {want} devices, the vendor tool reports {inventory.count}"
-    return CheckResult("accelerator_pci_count", ok, "" if ok else reason)
-
-
-def health_check(inventory: AcceleratorInventory) -> CheckResult:
-    """Every accelerator reports health OK; the reason names each other one, its state
-    and error codes."""
-    bad = [a for a in inventory.accelerators if a.health is not Health.OK]
-    if not bad:
-        return CheckResult("accelerator_health", True)
-    parts = [
-        f"#{a.index} {a.health}" + (f" [{' '.join(a.error_codes)}]" if a.error_codes else "")
-        for a in bad
-    ]
-    return CheckResult("accelerator_health", False, "; ".join(parts))
-
-
-def port_states(inventory: AcceleratorInventory, kind: str) -> dict[int, LinkState]:
-    """Device index -> state of its network port of ``kind`` (e.g. ``roce``), where known."""
-    return {a.index: ln.state for a in inventory.accelerators for ln in a.links if ln.kind == kind}
-
-
-def links_check(links: Mapping[int, LinkState]) -> CheckResult:
-    """Every accelerator network port (device index -> state) is up."""
-    down = sorted(i for i, s in links.items() if s is not LinkState.UP)
-    if not down:
-        return CheckResult("accelerator_links", True)
-    return CheckResult(
-        "accelerator_links",
-        False,
-        ", ".join(f"port of #{i} {links[i]}" for i in down),
-    )
-
-
 # ---- configuration follows the node type: which vendor, which group ----
 
 # PCI classes of accelerator functions (display/3D/VGA controllers, processing accelerators);
@@ -252,22 +192,6 @@ def inventory_group(inventory: AcceleratorInventory) -> str | None:
     if len(models) != 1 or models[0] == UNKNOWN_MODEL:
         return None
     return plugin(inventory.vendor).group(models[0])
-
-
-def temperature_check(inventory: AcceleratorInventory, limit_c: float) -> CheckResult:
-    """No accelerator above ``limit_c`` (the limit is the vendor/model profile's, not ours)."""
-    hot = [
-        a
-        for a in inventory.accelerators
-        if a.temperature_c is not None and a.temperature_c > limit_c
-    ]
-    if not hot:
-        return CheckResult("accelerator_temperature", True)
-    return CheckResult(
-        "accelerator_temperature",
-        False,
-        ", ".join(f"#{a.index} {a.temperature_c:g} C > {limit_c:g} C" for a in hot),
-    )
 
 
 # ---- the accelerators of a host, whatever the vendor (reads host facts) ----
