@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError
 from tests.clitools import Cli, cli_for_backend, flat
 from tests.sshlab_fixtures import SshLabFactory
 
@@ -28,7 +28,6 @@ from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import create_fleet, write_inventory
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.hosts import collect as collect_mod
 from gpufleet.service.hosts.collect import claim, collect
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.tables import Host
@@ -83,22 +82,40 @@ def test_unknown_transport_variable_fails_only_that_host(fleet: Fleet, tmp_path:
     assert no_claims(fleet)
 
 
-def test_database_error_while_storing_releases_every_claim(
-    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _refuse_snapshots_of(fleet: Fleet, host_id: int) -> list[str]:
+    """DDL that makes the real database refuse to store a snapshot of ``host_id`` (and the
+    DDL that undoes it): the database gives out while that one host is stored."""
+    if fleet.db.dialect == "postgresql":
+        return [
+            "CREATE FUNCTION pytest_refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'disk I/O error'; END $$",
+            "CREATE TRIGGER pytest_refuse BEFORE INSERT ON fact_snapshots FOR EACH ROW "
+            f"WHEN (NEW.host_id = {host_id}) EXECUTE FUNCTION pytest_refuse()",
+        ], ["DROP TRIGGER pytest_refuse ON fact_snapshots", "DROP FUNCTION pytest_refuse()"]
+    return [
+        "CREATE TRIGGER pytest_refuse BEFORE INSERT ON fact_snapshots "
+        f"WHEN NEW.host_id = {host_id} BEGIN SELECT RAISE(ABORT, 'disk I/O error'); END",
+    ], ["DROP TRIGGER pytest_refuse"]
+
+
+def _ddl(fleet: Fleet, statements: list[str]) -> None:
+    with fleet.db.engine.begin() as conn:
+        for sql in statements:
+            conn.exec_driver_sql(sql)
+
+
+def test_database_error_while_storing_releases_every_claim(fleet: Fleet, tmp_path: Path) -> None:
     lab(fleet, tmp_path)
-    real = collect_mod.store_facts
-
-    def failing(s: object, host: Host, run_id: int, facts: object, *rest: object) -> object:
-        if host.name == "gpu-02":  # the database gives out while this host is stored
-            raise OperationalError("INSERT INTO fact_snapshots", {}, Exception("disk I/O error"))
-        return real(s, host, run_id, facts, *rest)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(collect_mod, "store_facts", failing)
-    with pytest.raises((OperationalError, GpufleetError)):  # the store may wrap it
-        collect(fleet)
-    assert no_claims(fleet)
-    monkeypatch.undo()
+    with fleet.db.session() as s:
+        host_id = s.scalars(select(Host.id).where(Host.name == "gpu-02")).one()
+    refuse, undo = _refuse_snapshots_of(fleet, host_id)
+    _ddl(fleet, refuse)
+    try:
+        with pytest.raises((DatabaseError, GpufleetError), match="disk I/O error"):
+            collect(fleet)
+        assert no_claims(fleet)
+    finally:
+        _ddl(fleet, undo)
     assert len(collect(fleet).results) == 4
 
 
