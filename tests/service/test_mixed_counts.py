@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event, select
 from tests.labproof import prove_lab
 
 from gpufleet.api.app import create_app
@@ -26,7 +27,6 @@ from gpufleet.api.auth import TokenStore
 from gpufleet.cli.summary import summary_json
 from gpufleet.collect.bundle import Section, render_bundle
 from gpufleet.collect.transport import Outcome, RawResult
-from gpufleet.domain.facts import HostFacts
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.lab.renderers import render_sections
@@ -34,10 +34,11 @@ from gpufleet.service.allocation.capacity import capacity
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Role, create_token
 from gpufleet.service.hosts import accelerator_counts
+from gpufleet.service.hosts.accelerator_counts import Group, accelerators_from_facts
 from gpufleet.service.hosts.collect import apply_result, claim
 from gpufleet.service.hosts.validate import validate
 from gpufleet.service.views.summary import FleetSummary, fleet_summary
-from gpufleet.store.repo import latest_facts
+from gpufleet.store.tables import Host
 from gpufleet.web.app import attach
 
 
@@ -85,23 +86,37 @@ def dual(fleet: Fleet, tmp_path: Path) -> Fleet:
 
 
 @pytest.fixture
-def decoded(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The snapshot ids whose facts the counts decode (the real reader, recorded)."""
+def decoded(fleet: Fleet) -> Iterator[list[int]]:
+    """The snapshot ids whose facts documents the database is asked for (what the counts
+    decode), seen on the real connection: every statement that reads ``fact_snapshots.facts``
+    by id, and the ids bound to it."""
     seen: list[int] = []
 
-    def recording(s: object, ids: Sequence[int]) -> Iterator[tuple[int, HostFacts]]:
-        seen.extend(ids)
-        return latest_facts(s, ids)  # type: ignore[arg-type]
+    def record(
+        conn: object, cursor: object, statement: str, params: Any, context: object, many: bool
+    ) -> None:
+        if "fact_snapshots.facts" not in statement or "fact_snapshots.id IN" not in statement:
+            return
+        values = params.values() if isinstance(params, dict) else params
+        seen.extend(v for v in values if isinstance(v, int))
 
-    monkeypatch.setattr(accelerator_counts, "latest_facts", recording)
-    yield seen
+    event.listen(fleet.db.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(fleet.db.engine, "before_cursor_execute", record)
+
+
+def _counted(fleet: Fleet, decoded: list[int]) -> tuple[dict[int, list[Group]], list[int]]:
+    """What the counts make of every host's latest facts, and the snapshots whose facts
+    documents they asked the database for."""
+    decoded.clear()
+    with fleet.db.session() as s:
+        counted = accelerators_from_facts(s, list(s.scalars(select(Host.id))))
+    return counted, sorted(decoded)
 
 
 def _latest_snapshots(fleet: Fleet) -> dict[str, int]:
-    from sqlalchemy import select
-
-    from gpufleet.store.tables import Host
-
     with fleet.db.session() as s:
         rows = s.execute(select(Host.name, Host.latest_snapshot_id))
         return {n: sid for n, sid in rows if sid is not None}
@@ -133,7 +148,9 @@ def test_a_host_with_nvidia_gpus_and_ascend_npus_counts_both(
     }
     assert sm.gpus_per_profile_model["test"] == {"NVIDIA H100 80GB HBM3": 16, "huawei 910B3": 16}
     snaps = _latest_snapshots(dual)
-    assert sorted(decoded) == sorted([snaps["gpu-02"], snaps["gpu-03"]])  # not gpu-01's
+    counted, asked = _counted(dual, decoded)
+    assert asked == sorted([snaps["gpu-02"], snaps["gpu-03"]])  # not gpu-01's
+    assert sorted(len(groups) for groups in counted.values()) == [1, 2]  # 910B3; H100 + 910B3
 
     decoded.clear()
     rep = capacity(dual)
@@ -177,7 +194,7 @@ def test_an_nvidia_fleet_decodes_no_facts_and_still_says_gpus(
     )
     sm = fleet_summary(fleet)
     rep = capacity(fleet)
-    assert decoded == []
+    assert _counted(fleet, decoded) == ({}, [])
     assert sm.gpus_total == 8 + 7 + 1 + 8 == sum(rep.totals.values())
     assert [v["vendor"] for v in sm.per_vendor] == ["nvidia"]
     assert sm.gpus_only and sm.noun == "GPUs"
