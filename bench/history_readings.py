@@ -21,7 +21,8 @@ import argparse
 import hashlib
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from profile_collect import DEFAULT_PG, lab_fleet  # bench/profile_collect.py
@@ -64,24 +65,26 @@ def _vacuum(fleet: Any, db: str) -> None:
 
 
 def run(hosts: int, rounds: int, db: str, digest: str, pg_admin: str) -> None:
-    import gpufleet.lab.transport as sim
     import gpufleet.service.hosts.collect as svc
-    from gpufleet.lab.readings import vary_readings
+    from gpufleet.lab.fleet import LabFleet
 
-    real_render: Callable[..., str] = sim.render_output
     real_digest = svc.facts_digest
-    step = [0]
+
+    def vary(lab_dir: Path, k: int) -> None:  # the lab hosts' readings move k rounds
+        lab = LabFleet.load(lab_dir)
+        moved = [h.model_copy(update={"readings": k}) for h in lab.hosts]
+        lab.model_copy(update={"hosts": moved}).save(lab_dir)
+
     with lab_fleet(hosts, db, pg_admin, "bench") as fleet:
+        lab_dir = fleet.home.parent / "lab"  # where lab_fleet enrolled the lab
         try:
-            setattr(sim, "render_output",  # noqa: B010 (the transport calls the name it imported)
-                    lambda h, asked=None: vary_readings(real_render(h, asked), step[0]))
             if digest == "full":
                 svc.facts_digest = full_digest
             svc.collect(fleet)
             _vacuum(fleet, db)
             start = _sizes(fleet, db)
             for k in range(1, rounds):
-                step[0] = k
+                vary(lab_dir, k)
                 rep = svc.collect(fleet)
                 assert rep.counts == {"ok": hosts}, rep.counts
                 _vacuum(fleet, db)
@@ -94,7 +97,6 @@ def run(hosts: int, rounds: int, db: str, digest: str, pg_admin: str) -> None:
             )
             fleet.db.dispose()
         finally:
-            setattr(sim, "render_output", real_render)  # noqa: B010
             svc.facts_digest = real_digest
 
 

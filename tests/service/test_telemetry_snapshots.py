@@ -18,10 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import func, select
 
-import gpufleet.lab.transport as sim_transport
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import split_bundle
 from gpufleet.domain.accelerators import Accelerator, Vendor
@@ -43,7 +41,6 @@ from gpufleet.domain.snapshot_columns import derived_columns
 from gpufleet.domain.telemetry import ACCELERATOR_READINGS, GPU_READINGS, READINGS, stable_view
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet
-from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.renderers import render_output
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.collect import collect, facts_digest
@@ -53,19 +50,11 @@ from gpufleet.testing import FakeClock
 MODELS = ["a100-8x", "h100-8x", "mi100-4x"]  # nvidia-smi XML, nvidia-smi -q text, rocm-smi
 
 
-@pytest.fixture
-def readings(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """``readings[0] = k``: the sim transport renders every host with its readings varied
-    ``k`` steps (0: as the lab renders them)."""
-    step = [0]
-    real = render_output
-
-    def varied(host: Any, asked: Any = None) -> str:
-        return vary_readings(real(host, asked), step[0])
-
-    # the sim transport calls the renderer it imported
-    monkeypatch.setattr(sim_transport, "render_output", varied)
-    yield step
+def _vary(lab_dir: Path, k: int) -> None:
+    """Every lab host answers with its readings moved ``k`` rounds (0: as rendered)."""
+    lab = LabFleet.load(lab_dir)
+    hosts = [h.model_copy(update={"readings": k}) for h in lab.hosts]
+    lab.model_copy(update={"hosts": hosts}).save(lab_dir)
 
 
 def _lab(fleet: Fleet, tmp_path: Path, models: list[str] = MODELS) -> Path:
@@ -101,13 +90,13 @@ def _temps(doc: dict[str, Any]) -> list[Any]:
 
 
 def test_readings_only_change_updates_the_latest_facts_in_place(
-    fleet: Fleet, clock: FakeClock, tmp_path: Path, readings: list[int]
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
 ) -> None:
-    _lab(fleet, tmp_path)
+    d = _lab(fleet, tmp_path)
     collect(fleet)
     n_snap, n_gpu, n_nic, first = _history(fleet)
     assert n_snap == len(MODELS) and n_gpu == 8 + 8 and n_nic > 0
-    readings[0] = 1
+    _vary(d, 1)
     clock.advance(minutes=5)
     rep = collect(fleet)
     assert rep.counts == {"ok": len(MODELS)}
@@ -131,7 +120,7 @@ def test_readings_only_change_updates_the_latest_facts_in_place(
             select(func.count(Event.id)).where(Event.kind == EventKind.CHANGE_DETECTED)
         ) == 0
     # once more: still the one snapshot per host, the readings of the third collection
-    readings[0] = 2
+    _vary(d, 2)
     clock.advance(minutes=5)
     collect(fleet)
     n_snap3, n_gpu3, _, third = _history(fleet)
@@ -141,7 +130,7 @@ def test_readings_only_change_updates_the_latest_facts_in_place(
 
 
 def test_driver_gpu_and_ecc_changes_still_write_snapshots(
-    fleet: Fleet, tmp_path: Path, readings: list[int]
+    fleet: Fleet, tmp_path: Path
 ) -> None:
     d = _lab(fleet, tmp_path, ["a100-8x", "h100-8x", "a100-8x", "mi100-4x"])
     collect(fleet)
@@ -149,7 +138,7 @@ def test_driver_gpu_and_ecc_changes_still_write_snapshots(
     lab = apply_change(LabFleet.load(d), "gpu-01", driver="999.1.1")
     lab = apply_change(lab, "gpu-02", add_faults=["ecc-uncorrectable"])
     apply_change(lab, "gpu-03", gpu_swap=True).save(d)
-    readings[0] = 1  # the readings move too, as they would
+    _vary(d, 1)  # the readings move too, as they would
     rep = collect(fleet)
     by = {r.host: r for r in rep.results}
     n_snap2, n_gpu2, _, second = _history(fleet)

@@ -53,6 +53,9 @@ class LabHost(BaseModel):
     # Boots since the lab created the host (issue 24: faults belong to a boot): the probe's
     # boot_id changes with it, and the kernel log of a new boot starts empty of old Xids.
     boot: int = Field(default=0, ge=0)
+    # Rounds the readings moved (issue 8, lab/readings.py): a real host's temperatures, power
+    # and utilization differ between any two reads; 0: as the captures have them.
+    readings: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> LabHost:

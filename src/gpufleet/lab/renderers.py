@@ -38,6 +38,7 @@ from gpufleet.lab.hostfiles import (
     render_reclaim_sections,
 )
 from gpufleet.lab.racks import edit_tray_block
+from gpufleet.lab.readings import vary_readings
 from gpufleet.lab.templates import (
     _bus_values,
     _fill,
@@ -393,7 +394,18 @@ def _render_vendor_host(host: LabHost) -> dict[str, Section]:
 
 
 def render_sections(host: LabHost) -> dict[str, Section]:
-    """Every registered section (:data:`SECTIONS`) as the host answers the collection script."""
+    """Every registered section (:data:`SECTIONS`) as the host answers the collection script,
+    its readings moved ``host.readings`` rounds (:func:`~gpufleet.lab.readings.vary_readings`)."""
+    sections = _render_sections(host)
+    if not host.readings:
+        return sections
+    return {
+        n: Section(n, vary_readings(s.stdout, host.readings), s.stderr, s.rc)
+        for n, s in sections.items()
+    }
+
+
+def _render_sections(host: LabHost) -> dict[str, Section]:
     if host.spec.vendor != "nvidia":
         return _render_vendor_host(host)
     tpl = _template(host.model)
