@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpufleet.domain import facts as facts_mod
-from gpufleet.domain.facts import FACTS_VERSION, HostFacts
+from gpufleet.domain.facts import FACTS_VERSION, FactsFormat, HostFacts
 from gpufleet.domain.facts_upgrade import (
     LEGACY_FACTS_VERSION,
     UPGRADERS,
@@ -67,9 +66,7 @@ def test_a_missing_upgrader_or_a_bad_version_is_refused() -> None:
         HostFacts.model_validate({"facts_version": 0, "collected_at": "2024-11-15T12:00:00Z"})
 
 
-def test_host_facts_reads_a_renamed_field_through_a_registered_upgrader(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_host_facts_reads_a_renamed_field_through_a_registered_upgrader() -> None:
     """A simulated next format renames ``hostname`` (stored by the current one as
     ``host_name``)."""
     clean = make_facts()
@@ -77,16 +74,15 @@ def test_host_facts_reads_a_renamed_field_through_a_registered_upgrader(
     stored["host_name"] = stored.pop("hostname")
     cur = FACTS_VERSION
     assert stored["facts_version"] == cur == 3
-    monkeypatch.setattr(facts_mod, "FACTS_VERSION", cur + 1)
     with pytest.raises(ValidationError, match=f"facts_version {cur}: no upgrader to version 4"):
-        HostFacts.model_validate(stored)  # no upgrader yet: refused, never half-read
+        # no upgrader yet: refused, never half-read
+        HostFacts.model_validate(stored, context=FactsFormat(cur + 1))
 
     def rename(d: dict[str, Any]) -> dict[str, Any]:
         if "host_name" in d:
             d["hostname"] = d.pop("host_name")
         return d
 
-    monkeypatch.setitem(UPGRADERS, cur, rename)
-    f = HostFacts.model_validate(stored)
+    f = HostFacts.model_validate(stored, context=FactsFormat(cur + 1, UPGRADERS | {cur: rename}))
     assert f.hostname == clean.hostname == "gpu-node-01" and f.facts_version == cur + 1
     assert f.gpus == clean.gpus

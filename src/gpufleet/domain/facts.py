@@ -33,17 +33,30 @@ accelerator vendor its ``lspci`` listed, so history never vouches for an unread 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from gpufleet.domain.accelerators import Accelerator, SoftwareVersions, Vendor
-from gpufleet.domain.facts_upgrade import LEGACY_FACTS_VERSION, upgrade_facts
+from gpufleet.domain.facts_upgrade import LEGACY_FACTS_VERSION, Upgrader, upgrade_facts
 
 #: Version of the facts layout written by this code (see the module docstring). Raising it
 #: needs an upgrader from the previous version in ``facts_upgrade.UPGRADERS``.
 FACTS_VERSION = 3
+
+
+@dataclass(frozen=True)
+class FactsFormat:
+    """The facts format a read brings a snapshot to: its version and the upgraders up to it
+    (None: :data:`~gpufleet.domain.facts_upgrade.UPGRADERS`). Passed as the validation
+    context (``HostFacts.model_validate(doc, context=FactsFormat(...))``) it reads stored
+    history as a next format would, before that format ships; the default is this one."""
+
+    version: int | None = None  # None: FACTS_VERSION
+    upgraders: dict[int, Upgrader] | None = None
+
 
 # Bounds (see the module docstring). Linux caps a release and a hostname at 64 characters
 # (__NEW_UTS_LEN), a module name at 56; the rest stay inside the store's columns.
@@ -459,13 +472,16 @@ class HostFacts(Fact):
 
     @model_validator(mode="before")
     @classmethod
-    def _upgrade_stored(cls, data: Any) -> Any:
+    def _upgrade_stored(cls, data: Any, info: ValidationInfo) -> Any:
         """Bring a snapshot of an older format to :data:`FACTS_VERSION` (the upgraders of
         :mod:`gpufleet.domain.facts_upgrade`, in order; a pre-version-2 one is read fail
-        closed: its ``[]`` may mean "not collected")."""
+        closed: its ``[]`` may mean "not collected"). A validation context that is a
+        :class:`FactsFormat` reads as that format instead (a next format, before it ships)."""
         if not isinstance(data, dict):
             return data
-        return upgrade_facts(data, FACTS_VERSION)
+        fmt = info.context if isinstance(info.context, FactsFormat) else FactsFormat()
+        version = FACTS_VERSION if fmt.version is None else fmt.version
+        return upgrade_facts(data, version, fmt.upgraders)
 
     @model_validator(mode="after")
     def _models_fit(self) -> HostFacts:
