@@ -58,7 +58,15 @@ def slurm_lab() -> Iterator[SlurmLab]:
 
 @pytest.fixture
 def slurm(slurm_lab: SlurmLab) -> SlurmLab:
-    """The session's cluster with every node resumed (no drain left by an earlier test)."""
+    """The session's cluster with every node resumed (no drain left by an earlier test), no
+    job and no reservation left (issue 26's tests make them)."""
+    jobs = slurm_lab.run("squeue", "-h", "-o", "%i").split()
+    if jobs:
+        slurm_lab.run("scancel", *jobs, check=False)
+    for res in slurm_lab.run("scontrol", "show", "reservation", "-o").splitlines():
+        if res.startswith("ReservationName="):
+            name = res.split()[0].removeprefix("ReservationName=")
+            slurm_lab.run("scontrol", "delete", f"reservationname={name}", check=False)
     for node, state in slurm_lab.node_states().items():
         if state.rstrip("*~#") not in ("idle", "allocated", "mixed"):
             slurm_lab.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)

@@ -1,5 +1,6 @@
-"""A small Slurm client: ``sinfo --json`` (node states), ``scontrol update`` (drain, resume),
-``sacct --json`` (jobs). Subprocess calls with a timeout; a command that fails or is missing
+"""A small Slurm client: ``sinfo --json`` (node states, GRES in use), ``scontrol update``
+(drain, resume), ``scontrol`` reservations, ``squeue`` (jobs on a node), ``sacct --json``
+(jobs). Subprocess calls with a timeout; a command that fails or is missing
 raises :class:`~gpufleet.errors.LocalIOError` naming it and its error, never returns partial
 data. The parser (:func:`parse_sinfo_json`) is pure.
 """
@@ -9,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collect.slurm_state import NodeGres, NodeJob, parse_node_gres, parse_squeue
 from gpufleet.domain.slurm import SlurmNode
+from gpufleet.domain.slurm_reservations import Reservation, parse_reservations
 from gpufleet.errors import LocalIOError, ParseError
 
 
@@ -106,3 +109,30 @@ class SlurmClient:
             # sacct reads a time without a zone as local time
             args += ["-S", since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")]
         return self._run(args)
+
+    def node_gres(self) -> list[NodeGres]:
+        """Per node and partition: GPUs configured and in use (``sinfo --json``)."""
+        return parse_node_gres(self._run(["sinfo", "--json"]))
+
+    def reservations(self) -> list[Reservation]:
+        return parse_reservations(self._run(["scontrol", "show", "reservation", "-o"]))
+
+    def create_reservation(self, name: str, fields: Mapping[str, str]) -> None:
+        self._run(["scontrol", "create", "reservation", f"ReservationName={name}",
+                   *(f"{k}={v}" for k, v in fields.items())])
+
+    def update_reservation(self, name: str, fields: Mapping[str, str]) -> None:
+        self._run(["scontrol", "update", f"ReservationName={name}",
+                   *(f"{k}={v}" for k, v in fields.items())])
+
+    def delete_reservation(self, name: str) -> None:
+        self._run(["scontrol", "delete", f"ReservationName={name}"])
+
+    def jobs_on(self, node: str) -> list[NodeJob]:
+        """Jobs running, completing or suspended on ``node`` (``squeue -w``)."""
+        return parse_squeue(self._run(["squeue", "-h", "-t", "R,CG,S", "-w", node,
+                                       "-o", SQUEUE_FORMAT]))
+
+
+#: ``squeue -o`` of :meth:`SlurmClient.jobs_on`: id, user, state, end time, nodes.
+SQUEUE_FORMAT = "%i|%u|%T|%e|%N"

@@ -107,6 +107,15 @@ class EventKind(StrEnum):
     """``gpufleet slurm sync`` drained or resumed the host's Slurm node; ``data`` has the
     action, the reason and Slurm's state before."""
 
+    SLURM_RESERVATION = "slurm-reservation"
+    """A lease's Slurm reservation (``gpufleet-lease-<id>``) created, updated or deleted by
+    the Slurm sync (issue 26); ``data``: action, reservation, lease, fields set."""
+
+    SLURM_DRAIN = "slurm-drain"
+    """Before an action on the host (maintenance, remediation, a campaign step) its Slurm
+    node was drained and its jobs waited for, or the wait was skipped (``--no-drain``);
+    ``data``: outcome, jobs that blocked, seconds waited, no_drain."""
+
 
     BMC = "bmc"
     """An action on the host's BMC over Redfish (``gpufleet bmc set/power/sel-ack``,
@@ -225,6 +234,14 @@ class AlarmKind(StrEnum):
     BMC_SEL = "bmc-sel"
     """New Critical entries in the BMC's event log; closed only by an operator
     (``gpufleet bmc sel-ack``), never by the entry leaving the log."""
+
+    SLURM_RESERVATION = "slurm-reservation"
+    """The Slurm sync could not create, update or delete the reservation of a lease holding
+    the host (the lease is not enforced in Slurm); closed once it is."""
+
+    SLURM_FOREIGN_RESERVATION = "slurm-foreign-reservation"
+    """Someone else's Slurm reservation covers the host's node (now or later): the host is
+    held, out of placement and free capacity, until the reservation is gone."""
 
     HOST_UNREACHABLE = "host-unreachable"
     """The host could not be reached (refused, timeout, auth failure, host key changed) for

@@ -40,6 +40,7 @@ from gpufleet.service.allocation.holds import record_holds
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
+from gpufleet.service.exports.slurm_reservations import ReservationReport, reservation_sync
 from gpufleet.service.health.failures import ImportReport, failure_rules, store_failure
 from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels
@@ -127,6 +128,7 @@ class SyncReport:
     done: list[str] = field(default_factory=list)  # "drain gpu-01", "resume gpu-02"
     errors: list[str] = field(default_factory=list)
     alarms: list[str] = field(default_factory=list)  # hosts with an open slurm-node alarm
+    reservations: ReservationReport | None = None  # the leases' reservations (issue 26)
 
     @property
     def ok(self) -> bool:
@@ -161,6 +163,7 @@ def slurm_sync(
     )
     report = SyncReport(decisions, dry_run)
     if dry_run:
+        report.reservations = reservation_sync(fleet, client, dry_run=True)
         return report
     applied: list[Decision] = []
     for d in decisions:
@@ -211,6 +214,10 @@ def slurm_sync(
                      if n.drained and not n.drained_by_gpufleet else None)
             for n in nodes if n.name in rows
         })
+    # the leases' reservations: their own reads and transactions, after the node actions
+    report.reservations = res = reservation_sync(fleet, client)
+    report.done += res.done
+    report.errors += res.errors
     return report
 
 

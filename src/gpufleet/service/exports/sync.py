@@ -35,6 +35,10 @@ from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.k8s import KubeNodes, NodeApi, desired_nodes, k8s_sync
 from gpufleet.service.exports.slurm import slurm_hosts, slurm_sync
+from gpufleet.service.exports.slurm_reservations import (
+    reservation_disagreements,
+    reservation_sync,
+)
 from gpufleet.store.tables import Event as EventRow
 from gpufleet.store.tables import Host
 
@@ -204,7 +208,9 @@ def _slurm_status(fleet: Fleet, systems: Systems) -> list[Disagreement]:
         {name: (state, fault) for name, (state, fault, _) in hosts.items()},
         {name: text for name, (_, _, text) in hosts.items() if text},
     )
-    return [x for d in decisions for x in slurm_disagreements(d, last.get(d.node))]
+    out = [x for d in decisions for x in slurm_disagreements(d, last.get(d.node))]
+    return out + reservation_disagreements(
+        reservation_sync(fleet, systems.slurm_client(), dry_run=True))
 
 
 STATUS: dict[Target, Callable[[Fleet, Systems], list[Disagreement]]] = {
