@@ -170,12 +170,32 @@ def maintenance_on_cmd(
         help="Expected back (ISO time, local unless zoned; default --until): summary, capacity.",
     ),
     confirm_all: bool = ALL_OPTION,
+    no_drain: bool = typer.Option(
+        False, "--no-drain",
+        help="Slurm: do not drain the nodes and wait for their jobs first (recorded).",
+    ),
+    drain_timeout: str = typer.Option(
+        "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
+    ),
 ) -> None:
-    """Put hosts in maintenance (refused while allocated)."""
+    """Put hosts in maintenance (refused while allocated). Where work runs in Slurm
+    (GPUFLEET_SYNC_TARGETS has slurm) the nodes are drained first and their jobs waited for;
+    a host whose jobs outlast --drain-timeout is refused with the jobs that blocked."""
     from gpufleet.cli.common import when
+    from gpufleet.domain.leases import parse_duration
+    from gpufleet.service.exports.slurm_drain import maintenance_drained, slurm_drains
 
     until, eta = when(until_, "--until"), when(eta_, "--eta")
     fleet = open_fleet()
+    if slurm_drains(fleet):
+        outcomes, drained = maintenance_drained(
+            fleet, hosts, reason, until, eta, confirm_all=confirm_all, no_drain=no_drain,
+            timeout=parse_duration(drain_timeout, "--drain-timeout"),
+        )
+        for d in drained.hosts:
+            console.print(f"[dim]slurm drain: {escape(d.describe())}[/]")
+        report_each(outcomes)
+        return
     report_each(
         operations.each_change(
             fleet,

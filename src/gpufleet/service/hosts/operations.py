@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
@@ -50,9 +51,11 @@ def maintenance_on(
     reason: str,
     until: datetime | None = None,
     eta: datetime | None = None,
+    drain: dict[str, Any] | None = None,
 ) -> str:
     """Take a host out for maintenance (refused while allocated); ``eta``: when it is
-    expected back (default: ``until``), shown in summary, capacity and ``hosts show``."""
+    expected back (default: ``until``), shown in summary, capacity and ``hosts show``;
+    ``drain``: how its Slurm node was drained first (or ``no_drain``), kept on the event."""
     back = eta or until
     with fleet.db.session() as s:
         h = _host(s, name)
@@ -65,7 +68,8 @@ def maintenance_on(
             data={
                 "until": until.isoformat() if until else None,
                 "eta": back.isoformat() if back else None,
-            },
+            }
+            | ({"drain": drain} if drain is not None else {}),
         )
         h.maintenance_until = until
         h.eta = back

@@ -1,0 +1,107 @@
+"""Issue 26, item 3 (Slurm): drain before you touch. Maintenance drains the host's node in a
+real Slurm (tests/slurmlab.py) and waits for the job running on it; a job that outlasts the
+timeout refuses the maintenance with the job named, and the node is resumed; ``--no-drain``
+goes ahead at once and says so on the event. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from tests.export.conftest import slurm_lab_fleet
+from tests.export.test_slurm_reservations import job, real_time, sbatch
+from tests.slurmlab import SlurmLab
+
+from gpufleet.collect.slurm import SlurmClient
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.states import HostState
+from gpufleet.errors import Conflict
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.exports.slurm import slurm_sync
+from gpufleet.service.exports.slurm_drain import maintenance_drained
+from gpufleet.store.repo import host_by_name
+from gpufleet.store.tables import Event as EventRow
+
+pytestmark = pytest.mark.xdist_group("slurm")
+
+
+@pytest.fixture
+def lab_fleet(fleet: Fleet, tmp_path: Path, slurm: SlurmLab) -> Fleet:
+    slurm_lab_fleet(fleet, tmp_path / "lab")
+    real_time(fleet)
+    return fleet
+
+
+def events(fleet: Fleet, kind: EventKind, host: str) -> list[dict[str, object]]:
+    with fleet.db.session() as s:
+        h = host_by_name(s, host)
+        return [dict(e.data) for e in s.scalars(select(EventRow).where(
+            EventRow.kind == kind, EventRow.host_id == h.id).order_by(EventRow.id))]
+
+
+def state(fleet: Fleet, host: str) -> HostState:
+    with fleet.db.session() as s:
+        return HostState(host_by_name(s, host).state)
+
+
+def test_maintenance_drains_and_waits_for_the_running_job(
+    lab_fleet: Fleet, slurm: SlurmLab
+) -> None:
+    fleet, client = lab_fleet, SlurmClient(conf=slurm.conf)
+    running = sbatch(slurm, "-w", "gpu-01", "-t", "1", "--gres=gpu:h100:2", "--wrap", "sleep 4")
+    job(slurm, running, ("RUNNING",))
+    t0 = time.monotonic()
+    outcomes, rep = maintenance_drained(fleet, "gpu-01", "swap a PSU", client=client,
+                                        timeout=timedelta(seconds=60))
+    took = time.monotonic() - t0
+    assert [(o.host, o.state, o.error) for o in outcomes] == [("gpu-01", "maintenance", None)]
+    d = rep.hosts[0]
+    assert d.outcome == "drained" and d.waited_s >= 1.5 and took >= 1.5, (d, took)
+    assert job(slurm, running, ("GONE",))  # it ended by itself: nothing was killed
+    # the node stays drained with gpufleet's maintenance reason, which the sync keeps
+    node = next(n for n in client.nodes() if n.name == "gpu-01")
+    assert node.drained and (node.reason or "").startswith("gpufleet:maintenance ")
+    assert [x.action.value for x in slurm_sync(fleet, client).decisions
+            if x.node == "gpu-01"] == ["none"]
+    drained = events(fleet, EventKind.SLURM_DRAIN, "gpu-01")
+    assert [(e["outcome"], e["no_drain"]) for e in drained] == [("drained", False)]
+    maint = events(fleet, EventKind.TRANSITION, "gpu-01")[-1]
+    assert maint["drain"]["outcome"] == "drained"  # type: ignore[index]
+    assert maint["drain"]["no_drain"] is False  # type: ignore[index]
+
+
+def test_a_job_outlasting_the_timeout_refuses_maintenance_and_says_which(
+    lab_fleet: Fleet, slurm: SlurmLab
+) -> None:
+    fleet, client = lab_fleet, SlurmClient(conf=slurm.conf)
+    long = sbatch(slurm, "-w", "gpu-02", "-t", "5", "--wrap", "sleep 300")
+    job(slurm, long, ("RUNNING",))
+    outcomes, rep = maintenance_drained(fleet, "gpu-02", "reseat GPU", client=client,
+                                        timeout=timedelta(seconds=2))
+    assert not rep.ok and rep.hosts[0].outcome == "timed-out"
+    assert rep.hosts[0].blocking and rep.hosts[0].blocking[0].startswith(f"job {long} (root")
+    (o,) = outcomes
+    assert isinstance(o.error, Conflict) and f"job {long}" in str(o.error)
+    assert state(fleet, "gpu-02") is HostState.AVAILABLE  # the action did not happen
+    assert not next(n for n in client.nodes() if n.name == "gpu-02").drained  # resumed
+    assert job(slurm, long, ("RUNNING",))  # and the job was left alone
+    (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-02")
+    assert e["outcome"] == "timed-out" and f"job {long}" in str(e["blocking"])
+
+
+def test_no_drain_goes_ahead_at_once_and_is_recorded(lab_fleet: Fleet, slurm: SlurmLab) -> None:
+    fleet, client = lab_fleet, SlurmClient(conf=slurm.conf)
+    long = sbatch(slurm, "-w", "gpu-03", "-t", "5", "--wrap", "sleep 300")
+    job(slurm, long, ("RUNNING",))
+    outcomes, rep = maintenance_drained(fleet, "gpu-03", "urgent firmware", client=client,
+                                        no_drain=True)
+    assert [(o.host, o.state) for o in outcomes] == [("gpu-03", "maintenance")]
+    assert rep.hosts[0].outcome == "skipped"
+    assert not next(n for n in client.nodes() if n.name == "gpu-03").drained
+    (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-03")
+    assert e["no_drain"] is True and e["outcome"] == "skipped"
+    maint = events(fleet, EventKind.TRANSITION, "gpu-03")[-1]
+    assert maint["drain"]["no_drain"] is True  # type: ignore[index]
