@@ -26,6 +26,11 @@ from gpufleet.domain.placement import Request
 from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.allocation.leases import LeaseView
 from gpufleet.service.exports.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
+from gpufleet.service.exports.capacity_slurm import (
+    SlurmCapacity,
+    slurm_capacity,
+    slurm_check,
+)
 
 leases_app = typer.Typer(no_args_is_help=True)
 capacity_app = typer.Typer(invoke_without_command=True)
@@ -360,14 +365,44 @@ def capacity_cmd(
         None, "--kubeconfig", help="Kubeconfig for --k8s (default GPUFLEET_KUBECONFIG, ...)."
     ),
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Add Slurm's view per partition (GRES minus GRES in use)."
+    ),
 ) -> None:
     """GPUs free / allocated / reserved / quarantined / maintenance by model, pool, profile;
-    with --k8s also the scheduler's headroom per nodeSelector label set."""
+    with --k8s also the scheduler's headroom per nodeSelector label set, with --slurm the
+    GPUs Slurm can still give to jobs per partition."""
     if ctx.invoked_subcommand is not None:
         return
     rep = capacity.capacity(open_fleet(), selector, _time(at, "--at"))
     kube = k8s_capacity(open_fleet(), selector, kubeconfig=kubeconfig) if k8s else None
+    slurm_cap = slurm_capacity(open_fleet(), selector) if slurm else None
+    if slurm_cap is not None and as_json:
+        doc = {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back,
+               "slurm": slurm_cap.as_json()}
+        if kube is not None:
+            doc["k8s"] = {"rows": [r.as_json() for r in kube.rows], "missing": kube.missing}
+        print_json(doc)
+        return
     show_capacity(rep, kube, as_json)
+    if slurm_cap is not None:
+        _print_slurm_capacity(slurm_cap)
+
+
+def _print_slurm_capacity(cap: SlurmCapacity) -> None:
+    cols = [Col("partition", ident=True), Col("type", ident=True)] + [
+        Col(c, rank, ident=True, justify="right")
+        for c, rank in (("nodes", 2), ("gpus", 3), ("used", 4), ("free", 0),
+                        ("unschedulable", 5), ("gpufleet free", 1))
+    ]
+    cells = [
+        [lit(r.partition), lit(r.gpu_type or "-"), *(str(v) for v in (
+            r.nodes, r.gpus, r.used, r.free, r.unschedulable, r.gpufleet_free))]
+        for r in cap.rows
+    ]
+    show(cols, cells, title="Slurm's GPUs (gres - gres in use)")
+    if cap.missing:
+        console.print("no Slurm node: " + ", ".join(lit(h) for h in cap.missing))
 
 
 def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_json: bool) -> None:
@@ -421,9 +456,16 @@ def capacity_check_cmd(
         None, "--cuda", help="CUDA MAJOR.MINOR the release was built for (driver gate)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    slurm: bool = typer.Option(
+        False, "--slurm", help="Also need the GPUs free in Slurm (GRES not allocated to jobs)."
+    ),
+    partition: str | None = typer.Option(
+        None, "--partition", help="With --slurm: the partition (default: the most free)."
+    ),
 ) -> None:
     """CI gate: exit 0 when enough GPUs are allocatable now, 1 when not (what is missing,
-    where capacity is held, when it frees up), 2 on usage errors."""
+    where capacity is held, when it frees up), 2 on usage errors. With --slurm the GPUs
+    must also be free in Slurm, in one partition."""
     r = capacity.check(
         open_fleet(),
         gpus=gpus,
@@ -433,6 +475,18 @@ def capacity_check_cmd(
         selector=selector,
         cuda=cuda,
     )
+    if slurm:
+        sc = slurm_check(open_fleet(), r, partition=partition, selector=selector)
+        if as_json:
+            print_json(CapacityCheckOut.of(r).json_dict() | {"ok": sc.ok,
+                                                            "slurm": sc.as_json()})
+        else:
+            (console if sc.ok else err_console).print(
+                f"{'ok' if sc.ok else '[bold red]not enough:[/]'} {lit(sc.message)}",
+                soft_wrap=True)
+        if not sc.ok:
+            raise typer.Exit(1)
+        return
     show_check(r, as_json)
 
 
