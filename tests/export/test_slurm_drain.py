@@ -16,13 +16,17 @@ from tests.export.test_slurm_reservations import job, real_time, sbatch
 from tests.slurmlab import SlurmLab
 
 from gpufleet.collect.slurm import SlurmClient
+from gpufleet.domain.campaign import ActionKind, HostStep
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, run_campaign
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.slurm import slurm_sync
 from gpufleet.service.exports.slurm_drain import maintenance_drained
+from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
 from gpufleet.store.repo import host_by_name
+from gpufleet.store.tables import CampaignHost
 from gpufleet.store.tables import Event as EventRow
 
 pytestmark = pytest.mark.xdist_group("slurm")
@@ -105,3 +109,29 @@ def test_no_drain_goes_ahead_at_once_and_is_recorded(lab_fleet: Fleet, slurm: Sl
     assert e["no_drain"] is True and e["outcome"] == "skipped"
     maint = events(fleet, EventKind.TRANSITION, "gpu-03")[-1]
     assert maint["drain"]["no_drain"] is True  # type: ignore[index]
+
+
+def test_campaign_action_waits_for_the_drain_and_a_blocked_host_fails_unacted(
+    lab_fleet: Fleet, slurm: SlurmLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = lab_fleet
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))  # Slurm's own configuration variable
+    fleet.settings = fleet.settings.model_copy(update={"sync_targets": "slurm"})
+    save_baseline(fleet, baseline_from_host(fleet, "gpu-01", "b-new"))
+    long = sbatch(slurm, "-w", "gpu-01", "-t", "5", "--wrap", "sleep 300")
+    job(slurm, long, ("RUNNING",))
+    create_campaign(fleet, CampaignSpec(
+        name="fw1", target_baseline="b-new", selector="gpu-01", action_kind=ActionKind.COMMAND,
+        action="true", ticket="T-26", canary=0, waves="100%"))
+    done = run_campaign(fleet, "fw1", drain_timeout=timedelta(seconds=2))
+    (h,) = [h for w in done.waves for h in w if h.host == "gpu-01"]
+    assert h.step == HostStep.FAILED and h.reason is not None
+    assert h.reason.startswith("not drained: gpu-01: still running after ")
+    assert f"job {long} (root, running" in h.reason
+    with fleet.db.session() as s:
+        row = s.scalar(select(CampaignHost).where(CampaignHost.host_name == "gpu-01"))
+        assert row is not None and row.action_runs == 0  # the action never ran
+    assert not next(n for n in SlurmClient(conf=slurm.conf).nodes()
+                    if n.name == "gpu-01").drained  # resumed
+    (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-01")
+    assert e["purpose"] == "campaign" and e["outcome"] == "timed-out"

@@ -156,13 +156,27 @@ def run_cmd(
         help="On completion, make the target baseline the baseline of the moved hosts' pools.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    no_drain: bool = typer.Option(
+        False, "--no-drain",
+        help="Slurm: act without draining the nodes and waiting for their jobs (recorded).",
+    ),
+    drain_timeout: str | None = typer.Option(
+        None, "--drain-timeout", help="Slurm: how long to wait for running jobs (default 30m)."
+    ),
 ) -> None:
     """Run a campaign wave by wave (resumes one that was interrupted). Exit 0 when it
     completed, waits for approval or was paused; 1 when it halted. On completion, a pool of
     the moved hosts still on another baseline is advanced (--advance-baseline) or the
-    command that would is printed."""
+    command that would is printed. Where work runs in Slurm (GPUFLEET_SYNC_TARGETS has
+    slurm) each host's node is drained and its jobs waited for before the action; a host
+    whose jobs outlast --drain-timeout fails with the jobs that blocked."""
+    from gpufleet.domain.leases import parse_duration
+
+    timeout = parse_duration(drain_timeout, "--drain-timeout") if drain_timeout else None
     _finish(run_campaign(open_fleet(), name, None if as_json else _say,
-                         advance_baseline=advance_baseline), as_json)
+                         advance_baseline=advance_baseline,
+                         no_drain=no_drain if no_drain or timeout else None,
+                         drain_timeout=timeout), as_json)
 
 
 @boundary

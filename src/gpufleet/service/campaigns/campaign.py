@@ -479,8 +479,11 @@ def run_campaign(
     *,
     job: int | None = None,
     advance_baseline: bool = False,
+    no_drain: bool | None = None,
+    drain_timeout: timedelta | None = None,
 ) -> CampaignView:
     """Run (or resume) ``name`` until it completes, halts, waits for approval or is paused.
+    ``no_drain``/``drain_timeout``: Slurm drain before each action (kept for resumes).
 
     A completed campaign with deferred hosts (allocated when their wave came) runs again for
     them. Refused (Conflict, exit 6) while another live process drives it. ``job``: the
@@ -507,6 +510,9 @@ def run_campaign(
         resumed = st is not CampaignStatus.PLANNED
         if advance_baseline and not camp.options.get("advance_baseline"):
             camp.options = {**camp.options, "advance_baseline": True}
+        if no_drain is not None or drain_timeout is not None:
+            camp.options = {**camp.options, "no_drain": bool(no_drain)} | (
+                {"drain_timeout_s": drain_timeout.total_seconds()} if drain_timeout else {})
         camp.status = CampaignStatus.RUNNING
         camp.owner = _me() if job is None else _job_owner(job)
         camp.updated_at = fleet.now()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -30,6 +31,7 @@ from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaigns.campaign_actions import host_list, run_action
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
+from gpufleet.service.exports.slurm_drain import drain_and_wait, slurm_drains
 from gpufleet.service.hosts.baselines import set_pool_baseline
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.validate import validate
@@ -296,8 +298,26 @@ class Runner:
         if step in (HostStep.SKIPPED, HostStep.DEFERRED):
             self.say(f"  {name}: {step.value} ({reason})")
 
+    def drained(self, names: list[str], camp: CampaignRow) -> list[str]:
+        """Where work runs in Slurm: drain the hosts' nodes and wait for their jobs first;
+        a host whose jobs outlast the campaign's drain timeout fails with what blocked."""
+        if not names or not slurm_drains(self.fleet):
+            return names
+        rep = drain_and_wait(
+            self.fleet, names, f"campaign {self.name} ({camp.ticket})", purpose="campaign",
+            timeout=timedelta(seconds=float(camp.options.get("drain_timeout_s", 1800))),
+            no_drain=bool(camp.options.get("no_drain")))
+        for d in rep.blocked:
+            self.set_step(d.host, HostStep.FAILED, f"not drained: {d.describe()}")
+            self.say(f"  {d.host}: not drained: {d.describe()}")
+        self.release_failed([d.host for d in rep.blocked], camp)
+        return [n for n in names if rep.by_host()[n].ok]
+
     def act(self, names: list[str], camp: CampaignRow) -> None:
         """Record "action started" for every host, run the action, record each outcome."""
+        names = self.drained(names, camp)
+        if not names:
+            return
         now = self.fleet.now()
         with self.fleet.db.session() as s:
             for r in s.scalars(select(CampaignHost).where(
