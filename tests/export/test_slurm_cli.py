@@ -69,3 +69,18 @@ def test_maintenance_on_drains_first_and_reports_what_blocked(
     r = cli.run("maintenance", "on", "gpu-02", "--reason", "disk", "--drain-timeout", "30s")
     assert "slurm drain: gpu-02: drained" in flat(r.stdout)
     assert slurm.node_states()["gpu-02"] == "drained"
+
+
+def test_remediate_waits_for_the_drain_and_refuses_when_jobs_outlast_it(
+    cli: Cli, slurm: SlurmLab
+) -> None:
+    cli.env["GPUFLEET_SYNC_TARGETS"] = "slurm"
+    long = sbatch(slurm, "-w", "gpu-03", "-t", "5", "--wrap", "sleep 300")
+    job(slurm, long, ("RUNNING",))
+    r = cli.run("remediate", "gpu-03", "--action", "reboot", "--drain-timeout", "2s", code=6)
+    assert "not drained, reboot not run" in flat(r.stderr)
+    assert f"job {long} (root, running" in flat(r.stderr)
+    assert slurm.node_states()["gpu-03"].rstrip("*") in ("mixed", "allocated")  # resumed
+    events = cli.json("hosts", "show", "gpu-03")["events"]
+    kinds = [e["kind"] for e in events]
+    assert "slurm-drain" in kinds and "remediation" not in kinds

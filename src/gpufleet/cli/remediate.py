@@ -38,18 +38,39 @@ def remediate_cmd(
         900.0, "--reboot-wait", help="Seconds to wait for a rebooted host to answer again."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+    no_drain: bool = typer.Option(
+        False, "--no-drain",
+        help="Slurm: act without draining the node and waiting for its jobs (recorded).",
+    ),
+    drain_timeout: str = typer.Option(
+        "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
+    ),
 ) -> None:
     """Run one rung of the remediation ladder on a host, record it, send the host to
     validation (service-request: to maintenance with the ticket and ETA). A reboot that
     fails in-band, or a host that does not answer, is power-cycled through its BMC when it
-    has one. Exit 1 when the step was refused or failed."""
+    has one. Where work runs in Slurm (GPUFLEET_SYNC_TARGETS has slurm) the node is
+    drained and its jobs waited for first: exit 6 with the jobs when they outlast
+    --drain-timeout. Exit 1 when the step was refused or failed."""
     if override_identity and (reason is None or not reason.strip()):
         raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
-    from gpufleet.cli.common import when
+    from gpufleet.cli.common import err_console, when
+    from gpufleet.domain.leases import parse_duration
+    from gpufleet.service.exports.slurm_drain import drain_and_wait, slurm_drains
     from gpufleet.service.health import remediation
 
+    fleet = open_fleet()
+    if slurm_drains(fleet):
+        (d,) = drain_and_wait(
+            fleet, [host], reason or f"remediate {action.value}",
+            purpose=f"remediation ({action.value})", no_drain=no_drain,
+            timeout=parse_duration(drain_timeout, "--drain-timeout")).hosts
+        if not d.ok:
+            err_console.print(f"[bold red]error:[/] not drained, {lit(action.value)} not run: "
+                              f"{lit(d.describe())}")
+            raise typer.Exit(6)
     rep = remediation.remediate(
-        open_fleet(),
+        fleet,
         host,
         action,
         gpu=gpu,
