@@ -5,6 +5,7 @@ where gpufleet alone says ok; ``maintenance on`` drains first (``--drain-timeout
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,24 @@ def test_remediate_waits_for_the_drain_and_refuses_when_jobs_outlast_it(
     events = cli.json("hosts", "show", "gpu-03")["events"]
     kinds = [e["kind"] for e in events]
     assert "slurm-drain" in kinds and "remediation" not in kinds
+
+
+def test_allocate_and_release_enforce_the_lease_in_slurm_at_once(
+    cli: Cli, slurm: SlurmLab
+) -> None:
+    cli.env["GPUFLEET_SYNC_TARGETS"] = "slurm"
+    r = cli.run("allocate", "--hosts", "1", "--owner", "nobody", "--purpose", "eval",
+                "--for", "2h", "--selector", "gpu-02", "--json")
+    lease = json.loads(r.stdout)["lease"]["id"]
+    assert f"slurm: create gpufleet-lease-{lease}" in r.stderr
+    assert f"ReservationName=gpufleet-lease-{lease} " in slurm.run(
+        "scontrol", "show", "reservation", "-o")
+    st = cli.json("sync", "status")
+    assert st["errors"] == [] and [d for d in st["disagreements"] if "lease" in d["what"]] == []
+    r = cli.run("leases", "renew", str(lease), "--for", "1h")
+    assert f"slurm: update gpufleet-lease-{lease}" in r.stderr
+    st = cli.json("sync", "status")  # the renew moved the reservation's end at once
+    assert [d for d in st["disagreements"] if "lease" in d["what"]] == []
+    r = cli.run("leases", "release", str(lease))
+    assert f"slurm: delete gpufleet-lease-{lease}" in r.stderr
+    assert "gpufleet-lease" not in slurm.run("scontrol", "show", "reservation", "-o")

@@ -127,6 +127,8 @@ def allocate_cmd(
         users=users,
     )
     show_allocation(got, as_json)
+    if got.ok:
+        enforce_in_slurm()
 
 
 def show_allocation(got: allocation.Allocation, as_json: bool) -> None:
@@ -238,6 +240,7 @@ def leases_renew_cmd(
         shorten=shorten,
     )
     show_renewed(v, as_json)
+    enforce_in_slurm()
 
 
 def show_renewed(v: LeaseView, as_json: bool) -> None:
@@ -261,6 +264,29 @@ def leases_release_cmd(
     """End a lease: its hosts go to reclaiming (a reservation is cancelled). Exit 4 unknown
     lease, 5 already ended, 6 another owner's."""
     show_released(leases.release(open_fleet(), lease_id, reason, owner=owner), as_json)
+    enforce_in_slurm()
+
+
+def enforce_in_slurm() -> None:
+    """Where work runs in Slurm (a sync target): bring the leases' reservations in line now
+    rather than at the next sync; what Slurm refused is said on stderr (and is an alarm)."""
+    from gpufleet.errors import GpufleetError
+    from gpufleet.service.exports.slurm_drain import work_runs_in_slurm
+    from gpufleet.service.exports.slurm_reservations import reservation_sync
+
+    fleet = open_fleet()
+    if not work_runs_in_slurm(fleet):
+        return
+    try:
+        rep = reservation_sync(fleet)
+    except GpufleetError as exc:
+        err_console.print(f"[yellow]warning:[/] Slurm reservations not synced: {lit(exc)}")
+        return
+    for done in rep.done:
+        err_console.print(f"slurm: {lit(done)}")
+    for e in rep.errors:
+        err_console.print(f"[yellow]warning:[/] lease not enforced in Slurm (alarm raised, the "
+                          f"next sync retries): {lit(e)}")
 
 
 def show_released(out: leases.Released, as_json: bool) -> None:

@@ -183,11 +183,11 @@ def maintenance_on_cmd(
     a host whose jobs outlast --drain-timeout is refused with the jobs that blocked."""
     from gpufleet.cli.common import when
     from gpufleet.domain.leases import parse_duration
-    from gpufleet.service.exports.slurm_drain import maintenance_drained, slurm_drains
+    from gpufleet.service.exports.slurm_drain import maintenance_drained, work_runs_in_slurm
 
     until, eta = when(until_, "--until"), when(eta_, "--eta")
     fleet = open_fleet()
-    if slurm_drains(fleet):
+    if work_runs_in_slurm(fleet):
         outcomes, drained = maintenance_drained(
             fleet, hosts, reason, until, eta, confirm_all=confirm_all, no_drain=no_drain,
             timeout=parse_duration(drain_timeout, "--drain-timeout"),

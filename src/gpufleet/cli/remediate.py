@@ -56,11 +56,11 @@ def remediate_cmd(
         raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
     from gpufleet.cli.common import err_console, when
     from gpufleet.domain.leases import parse_duration
-    from gpufleet.service.exports.slurm_drain import drain_and_wait, slurm_drains
+    from gpufleet.service.exports.slurm_drain import drain_and_wait, work_runs_in_slurm
     from gpufleet.service.health import remediation
 
     fleet = open_fleet()
-    if slurm_drains(fleet):
+    if work_runs_in_slurm(fleet):
         (d,) = drain_and_wait(
             fleet, [host], reason or f"remediate {action.value}",
             purpose=f"remediation ({action.value})", no_drain=no_drain,

@@ -31,7 +31,7 @@ from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaigns.campaign_actions import host_list, run_action
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
-from gpufleet.service.exports.slurm_drain import drain_and_wait, slurm_drains
+from gpufleet.service.exports.slurm_drain import drain_and_wait, work_runs_in_slurm
 from gpufleet.service.hosts.baselines import set_pool_baseline
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.validate import validate
@@ -301,7 +301,7 @@ class Runner:
     def drained(self, names: list[str], camp: CampaignRow) -> list[str]:
         """Where work runs in Slurm: drain the hosts' nodes and wait for their jobs first;
         a host whose jobs outlast the campaign's drain timeout fails with what blocked."""
-        if not names or not slurm_drains(self.fleet):
+        if not names or not work_runs_in_slurm(self.fleet):
             return names
         rep = drain_and_wait(
             self.fleet, names, f"campaign {self.name} ({camp.ticket})", purpose="campaign",

@@ -179,7 +179,7 @@ def _record(fleet: Fleet, report: DrainReport, why: str, purpose: str, *, no_dra
                                              "reason": why})
 
 
-def slurm_drains(fleet: Fleet) -> bool:
+def work_runs_in_slurm(fleet: Fleet) -> bool:
     """Whether actions drain Slurm first: Slurm is one of the sync targets
     (``GPUFLEET_SYNC_TARGETS``), i.e. the fleet's work runs in Slurm."""
     return Target.SLURM in parse_targets(fleet.settings.sync_targets)
