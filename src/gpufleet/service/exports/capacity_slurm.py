@@ -119,9 +119,9 @@ def slurm_check(
     selector: str | None = None,
     client: SlurmClient | None = None,
 ) -> SlurmCheck:
-    """Gate on what Slurm can run now: the GPUs of ``gpufleet.model`` free in a partition
-    must cover ``gpufleet.needed`` (requested plus headroom), and gpufleet's own check must
-    pass. A partition no selected node is in is a ConfigError (a typo, not "0 free")."""
+    """Gate on what Slurm can run now: the GPUs of the checked model free in a partition
+    must cover the GPUs gpufleet's check needs (requested plus headroom), and that check
+    must pass. A partition no selected node is in is a ConfigError (a typo, not "0 free")."""
     cap = slurm_capacity(fleet, selector, client=client)
     model = (gpufleet.model or "").lower()
     rows = [r for r in cap.rows if model in r.gpu_type.lower()
