@@ -45,6 +45,7 @@ from gpufleet.collect import (
     reclaim,
     sacct,
     slurm,
+    slurm_state,
     system,
     topology,
 )
@@ -54,6 +55,7 @@ from gpufleet.collect.nvidia_smi import csv as smi_csv
 from gpufleet.collect.nvidia_smi import text as smi_text
 from gpufleet.collect.nvidia_smi import xml as smi_xml
 from gpufleet.domain.facts import UnreadableXid
+from gpufleet.domain.slurm_reservations import parse_reservations
 from gpufleet.errors import ParseError
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
 from gpufleet.lab.fleet import LabHost
@@ -427,6 +429,16 @@ CASES = [
     Case(
         "sinfo-json", (slurm.parse_sinfo_json,), lambda: _glob("slurm", "sinfo-*.json"), json=True
     ),
+    Case("sinfo-gres-text", (slurm_state.parse_node_gres,), lambda: _glob("slurm", "sinfo-*.json")),
+    Case(
+        "sinfo-gres-json", (slurm_state.parse_node_gres,), lambda: _glob("slurm", "sinfo-*.json"),
+        json=True,
+    ),
+    Case("squeue", (slurm_state.parse_squeue,), lambda: _glob("slurm", "squeue-*.txt")),
+    Case(
+        "scontrol-reservations", (parse_reservations,),
+        lambda: _glob("slurm", "scontrol-show-reservation-*.txt"),
+    ),
     Case("sacct-text", (sacct.parse_sacct_json,), lambda: _glob("slurm", "sacct-*.json")),
     Case(
         "sacct-json", (sacct.parse_sacct_json,), lambda: _glob("slurm", "sacct-*.json"), json=True
@@ -616,6 +628,8 @@ def test_the_cases_cover_every_public_parser() -> None:
         "system.parse_tool_version",
         "dmi.parse_dmi",
         "slurm.parse_sinfo_json",
+        "slurm_state.parse_node_gres",
+        "slurm_state.parse_squeue",
         "sacct.parse_sacct_json",
         "active.parse_dcgm_diag_json",
         "active.parse_nccl_tests",

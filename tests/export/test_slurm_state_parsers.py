@@ -112,3 +112,11 @@ def test_plan_creates_updates_deletes_only_gpufleets() -> None:
                   "2026-12-05T14:00:00+00:00, active)"}
     # ended reservations hold nothing
     assert foreign_holds(existing, ["gpu-05"], NOW + timedelta(hours=3)) == {}
+
+
+def test_gres_values_of_the_wrong_type_are_parse_errors() -> None:
+    with pytest.raises(ParseError, match="gres is not a string"):
+        parse_node_gres('{"nodes": [{"name": "a", "gres": 8, "gres_used": "", "state": "idle"}]}')
+    with pytest.raises(ParseError, match="state_flags is not a list"):
+        parse_node_gres('{"nodes": [{"name": "a", "gres": "", "gres_used": "", '
+                        '"state": "idle", "state_flags": 3}]}')

@@ -93,13 +93,17 @@ def parse_node_gres(text: str, source: str = "sinfo --json") -> list[NodeGres]:
         where = f"node {name[:64]!a}"
         if "gres" not in node or "gres_used" not in node:
             raise ParseError(source, f"{where}: no gres/gres_used (GPUs in use unknown)")
-        gpus, kind = gres_gpus(node.get("gres"), where, source)
-        used, _ = gres_gpus(node.get("gres_used"), where, source)
+        for key in ("gres", "gres_used"):
+            if node[key] is not None and not isinstance(node[key], str):
+                raise ParseError(source, f"{where}: {key} is not a string")
+        gpus, kind = gres_gpus(node["gres"], where, source)
+        used, _ = gres_gpus(node["gres_used"], where, source)
         parts = node.get("partitions") or []
-        if not isinstance(parts, list):
-            raise ParseError(source, f"{where}: partitions is not a list")
+        state_flags = node.get("state_flags") or []
+        if not isinstance(parts, list) or not isinstance(state_flags, list):
+            raise ParseError(source, f"{where}: partitions or state_flags is not a list")
         state: Any = node.get("state")
-        flags = {str(f).upper() for f in node.get("state_flags") or []}
+        flags = {str(f).upper() for f in state_flags}
         if isinstance(state, list):
             words = [str(s).upper() for s in state]
             state = words[0] if words else ""
