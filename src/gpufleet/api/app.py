@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException
 import gpufleet
 from gpufleet.api.auth import Authenticator, Principal, TokenStore
 from gpufleet.api.deps import ApiContext
+from gpufleet.api.docs import attach_docs
 from gpufleet.api.limits import BodyLimit
 from gpufleet.api.metrics import JobQueueCollector, registry_for
 from gpufleet.api.routes import ERRORS
@@ -71,7 +72,7 @@ def create_app(
         description="GPU fleet inventory, validation and allocation. Every error is "
         '`{"error": {"code", "message", "retryable"}}`.',
         openapi_url=f"{PREFIX}/openapi.json",
-        docs_url=f"{PREFIX}/docs",
+        docs_url=None,  # served offline from bundled assets (api/docs.py)
         redoc_url=None,
     )
     store = tokens if tokens is not None else TokenStore(fleet.settings.api_tokens_file)
@@ -83,7 +84,7 @@ def create_app(
         upload_limit=fleet.settings.api_max_upload_bytes,
     )
 
-    add_security_headers(app, app.docs_url)
+    add_security_headers(app, frozenset(attach_docs(app, PREFIX)))
 
     @app.middleware("http")
     async def audit(request: Request, call_next: Any) -> Any:

@@ -23,6 +23,7 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from gpufleet.api.schemas_accelerators import AcceleratorOut, VendorSoftwareOut
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.times import as_utc
 from gpufleet.errors import GpufleetError
@@ -296,7 +297,9 @@ class HostDetailOut(Schema):
     expected: dict[str, Any]
     host_key: str | None
     summary: FactsSummary | None = Field(description="None: never collected.")
-    gpus: list[GpuOut]
+    gpus: list[GpuOut] = Field(description="NVIDIA GPUs (nvidia-smi); see accelerators.")
+    accelerators: list[AcceleratorOut] = Field(description="Every vendor's, one shape.")
+    software: list[VendorSoftwareOut] = Field(description="Per vendor: stack and count.")
     nics: list[NicPortOut]
     labels: dict[str, str]
     taints: list[str]
@@ -319,8 +322,12 @@ class HostDetailOut(Schema):
     @classmethod
     def of(cls, d: Any) -> HostDetailOut:
         """From ``service.hosts.HostDetail``."""
+        from gpufleet.domain.checks.accelerator import other_vendor_host
+        from gpufleet.service.views.accelerators import host_accelerators
+
         f: HostFacts | None = d.facts
         summary = None
+        acc = host_accelerators(f) if f is not None else None
         if f is not None:
             summary = FactsSummary(
                 collected_at=f.collected_at,
@@ -334,7 +341,8 @@ class HostDetailOut(Schema):
                 system_vendor=f.system_vendor,
                 system_product=f.system_product,
                 pci_gpus=len(f.pci_gpus),
-                nvidia_smi_error=f.nvidia_smi_error,
+                # nvidia-smi's failure is news only where NVIDIA GPUs may be (issue 29)
+                nvidia_smi_error=f.nvidia_smi_error if not other_vendor_host(f) else None,
                 problems=list(f.problems),
             )
         return cls(
@@ -343,6 +351,8 @@ class HostDetailOut(Schema):
             host_key=d.host_key,
             summary=summary,
             gpus=[_gpu(g) for g in f.gpus] if f else [],
+            accelerators=[AcceleratorOut.of(a) for a in acc.accelerators] if acc else [],
+            software=[VendorSoftwareOut.of(v) for v in acc.vendors] if acc else [],
             nics=[
                 NicPortOut(
                     ca=p.ca,

@@ -23,9 +23,10 @@ from gpufleet.cli.common import (
     print_json,
 )
 from gpufleet.cli.entry import imports_done
-from gpufleet.cli.tables import Col, show
+from gpufleet.cli.tables import Col, num, show
 
 if TYPE_CHECKING:
+    from gpufleet.domain.facts import HostFacts
     from gpufleet.service.views.hosts import HostDetail
 
 
@@ -68,49 +69,7 @@ def render_host(d: HostDetail) -> None:
     if f is None:
         console.print("  no facts collected yet")
     else:
-        os_name = f.os.pretty_name if f.os else None
-        console.print(
-            escape(
-                f"  OS {cell(os_name)}, kernel {cell(f.kernel)}, "
-                f"driver {cell(f.driver_version)}, CUDA {cell(f.cuda_version)}, "
-                f"{len(f.pci_gpus)} NVIDIA GPUs on PCI, collected {local_time(f.collected_at)}"
-            )
-        )
-        if f.nvidia_smi_error:
-            console.print(f"  [red]{lit(f.nvidia_smi_error)}[/]")
-        # Identifiers are never cut (gpufleet.cli.tables): they get their own table, and a
-        # narrow terminal hides the lesser columns (--wide shows them).
-        g = [Col("#", ident=True), Col("model", ident=True), Col("memory", 3, words=True),
-             Col("temp", 1, ident=True, justify="right"), Col("ECC unc.", 2, ident=True),
-             Col("remap", 4, ident=True)]
-        ids = [Col("#", ident=True), Col("serial", 1, ident=True), Col("bus", 2, ident=True),
-               Col("VBIOS", 3, ident=True), Col("UUID", ident=True)]
-        g_cells: list[list[str]] = []
-        id_cells: list[list[str]] = []
-        for gpu in f.gpus:
-            unc = gpu.ecc_volatile.uncorrectable if gpu.ecc_volatile else None
-            rr = gpu.remapped_rows
-            remap = (
-                "-" if rr is None else ("FAIL" if rr.failure else "pending" if rr.pending else "ok")
-            )
-            g_cells.append([
-                str(gpu.index),
-                escape(cell(gpu.product_name)),
-                "-" if gpu.memory_total_mib is None else f"{gpu.memory_total_mib} MiB",
-                "-" if gpu.temperature_c is None else f"{gpu.temperature_c:.0f}C",
-                cell(unc),
-                remap,
-            ])
-            id_cells.append([
-                str(gpu.index),
-                escape(cell(gpu.serial)),
-                escape(cell(gpu.pci_bus_id)),
-                escape(cell(gpu.vbios_version)),
-                escape(cell(gpu.uuid)),
-            ])
-        if f.gpus:
-            show(g, g_cells, title="GPUs", box=box.SIMPLE_HEAD)
-            show(ids, id_cells, title="GPU identifiers", box=box.SIMPLE_HEAD)
+        render_accelerators(f)
         if f.ib_ports:
             nic = [Col("CA", ident=True), Col("port", ident=True), Col("state", ident=True),
                    Col("physical", 2, ident=True), Col("rate", 1, ident=True, justify="right"),
@@ -156,6 +115,73 @@ def render_host(d: HostDetail) -> None:
             [local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"])]
             for ev in d.events
         ], title="recent events")
+
+
+def _num(value: float | int | None, unit: str) -> str:
+    return "-" if value is None else f"{value:g}{unit}"
+
+
+def render_accelerators(f: HostFacts) -> None:
+    """The host line (OS, kernel), a line per vendor (its software stack and count, or why
+    its tool failed), the accelerator table and the identifier table: any vendor, read from
+    the vendor-neutral inventory (:func:`gpufleet.service.views.accelerators.
+    host_accelerators`); a vendor's own words only on its own hosts."""
+    from gpufleet.service.views.accelerators import host_accelerators
+
+    acc = host_accelerators(f)
+    os_name = f.os.pretty_name if f.os else None
+    console.print(escape(f"  OS {cell(os_name)}, kernel {cell(f.kernel)}"))
+    console.print(f"  collected {local_time(f.collected_at)}")
+    for v in acc.vendors:
+        parts = [f"driver {cell(v.driver)}"]
+        if v.firmware:
+            parts.append(f"firmware {v.firmware}")
+        if v.runtime_name:
+            parts.append(f"{v.runtime_name} {cell(v.runtime)}")
+        if v.tool and v.tool_version:
+            parts.append(f"{v.tool} {v.tool_version}")
+        count = f"{v.count} {v.noun}" + (f" ({', '.join(v.models)})" if v.models else "")
+        if v.on_pci is not None:
+            count += f", {v.on_pci} on PCI"
+        console.print(escape(f"  {v.vendor}: {', '.join(parts)}; {count}"))
+        if v.error:
+            console.print(f"  [red]{lit(v.error)}[/]")
+    if not acc.accelerators:
+        return
+    noun = acc.noun
+    # Identifiers are never cut (gpufleet.cli.tables): they get their own table, and a
+    # narrow terminal hides the lesser columns (--wide shows them).
+    fw = [a.main_firmware for a in acc.accelerators]
+    fw_keys = {x[0] for x in fw if x is not None}
+    fw_col = fw_keys.pop() if len(fw_keys) == 1 else "firmware"
+    several = len(acc.vendors) > 1
+    g = [Col("#", ident=True, words=several), Col("model", ident=True, words=True),
+         Col("memory", 3, words=True), num("temp", 1), num("power", 4),
+         Col("health", 2, ident=True), Col("errors", 5, floor=16)]
+    ids = [Col("#", ident=True, words=several), Col("serial", 1, ident=True),
+           Col("bus", 2, ident=True), Col(fw_col, 3, words=True), Col("UUID", ident=True)]
+    g_cells: list[list[str]] = []
+    id_cells: list[list[str]] = []
+    for a, main_fw in zip(acc.accelerators, fw, strict=True):
+        idx = f"{a.vendor} {a.index}" if several else str(a.index)
+        g_cells.append([
+            idx,
+            escape(a.model),
+            _num(a.memory_total_mib, " MiB"),
+            _num(None if a.temperature_c is None else round(a.temperature_c), "C"),
+            _num(a.power_w, "W"),
+            "-" if a.health == "unknown" else a.health,
+            escape(", ".join(a.errors) or "-"),
+        ])
+        shown = None
+        if main_fw is not None:
+            shown = main_fw[1] if main_fw[0] == fw_col else " ".join(main_fw)
+        id_cells.append([
+            idx, escape(cell(a.serial)), escape(cell(a.bus_id)), escape(cell(shown)),
+            escape(cell(a.uuid)),
+        ])
+    show(g, g_cells, title=noun, box=box.SIMPLE_HEAD)
+    show(ids, id_cells, title=f"{noun.removesuffix('s')} identifiers", box=box.SIMPLE_HEAD)
 
 
 def lean_hosts_show(name: str, *, as_json: bool) -> int | None:

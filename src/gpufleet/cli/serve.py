@@ -4,11 +4,34 @@ from __future__ import annotations
 
 import gc
 import logging
+import socket
 
 import typer
 
 from gpufleet.cli.common import OPTIONS, boundary, current_settings, err_console, lit, open_fleet
+from gpufleet.errors import ConfigError
 from gpufleet.logs import configure
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (0: any free port), as uvicorn would bind it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _url_host(host: str) -> str:
+    """How a browser reaches ``host``: this machine's name for a wildcard address."""
+    if host in ("0.0.0.0", "::", ""):
+        return socket.getfqdn()
+    return f"[{host}]" if ":" in host else host
 
 
 @boundary
@@ -55,8 +78,14 @@ def serve_cmd(
             "refused (401); /metrics and /api/v1/health still answer",
             soft_wrap=True,
         )
+    sock = _listen(host, port)  # bound now: port 0 is told as the port it got
+    base = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
     err_console.print(
-        f"gpufleet API on http://{lit(host)}:{port}/api/v1 (database {lit(fleet.db.safe_url)})",
+        f"gpufleet API on {lit(base)}/api/v1 (database {lit(fleet.db.safe_url)})",
+        soft_wrap=True,
+    )
+    err_console.print(
+        f"dashboard: {lit(base)}/   API docs: {lit(base)}/api/v1/docs and {lit(base)}/redoc",
         soft_wrap=True,
     )
     if jobs is not None:
@@ -68,7 +97,8 @@ def serve_cmd(
     gc.collect()
     gc.freeze()
     try:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         if jobs is not None:
             jobs.stop_in_process()  # running jobs finish first

@@ -38,6 +38,7 @@ from gpufleet.service.core import alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Authenticator, Principal
 from gpufleet.service.hosts import baselines
+from gpufleet.service.views.accelerators import host_accelerators
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
@@ -217,12 +218,11 @@ class Dashboard:
         detail = show_host(self.fleet, name, events=100)
         items = host_timeline(self.fleet, name)
         facts = detail.facts
-        gpus = facts.nvidia_smi.gpus if facts is not None and facts.nvidia_smi else []
         return {
             "d": detail,
             "h": detail.view,
             "facts": facts,
-            "gpus": gpus,
+            "acc": host_accelerators(facts) if facts is not None else None,
             "items": items,
             "tl": timeline_layout(items),
         }
