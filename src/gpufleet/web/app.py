@@ -1,7 +1,9 @@
 """The dashboard: server-rendered pages at ``/`` over the same services as the CLI and API.
 
-Pages: overview, hosts (the CLI's selectors), one host (timeline, GPUs, alarms, leases,
-history), leases and reservations, drift, alarms; everything they load ships in this
+Pages: overview, hosts (the CLI's selectors), one host (timeline, accelerators of any
+vendor, charts of its stored GPU samples, alarms, leases, history), leases and reservations,
+drift, alarms, campaigns (waves, gates, approvals), inspection (latest sweep, findings, the
+health rules in force); everything they load ships in this
 package (``templates/``, ``static/``). Read only: no page changes the fleet.
 
 Sign-in follows the API's rule (it fails closed): a browser signs in once with an API
@@ -34,14 +36,17 @@ import gpufleet
 from gpufleet.domain.states import HostState
 from gpufleet.errors import GpufleetError, Unauthorized
 from gpufleet.service.allocation import capacity, leases
+from gpufleet.service.campaigns.campaign import list_campaigns
 from gpufleet.service.core import alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import Authenticator, Principal
 from gpufleet.service.hosts import baselines
 from gpufleet.service.views.accelerators import host_accelerators
 from gpufleet.service.views.hosts import list_hosts, show_host
+from gpufleet.service.views.operations import gpu_series, inspection_view
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
+from gpufleet.web.charts import sample_charts
 from gpufleet.web.i18n import pick_language, t
 
 COOKIE = "gpufleet_token"
@@ -223,9 +228,16 @@ class Dashboard:
             "h": detail.view,
             "facts": facts,
             "acc": host_accelerators(facts) if facts is not None else None,
+            "charts": sample_charts(gpu_series(self.fleet, name)),
             "items": items,
             "tl": timeline_layout(items),
         }
+
+    def campaigns(self) -> dict[str, Any]:
+        return {"campaigns": list_campaigns(self.fleet)}  # newest first
+
+    def inspection(self) -> dict[str, Any]:
+        return {"view": inspection_view(self.fleet)}
 
     def leases(self, request: Request) -> dict[str, Any]:
         show_all = request.query_params.get("all") == "1"
@@ -308,6 +320,14 @@ def router(dash: Dashboard) -> APIRouter:
     @r.get("/hosts/{name}", response_class=HTMLResponse)
     def host(request: Request, name: str) -> Response:
         return dash.page(request, "host.html", lambda: dash.host(name))
+
+    @r.get("/campaigns", response_class=HTMLResponse)
+    def campaigns_page(request: Request) -> Response:
+        return dash.page(request, "campaigns.html", dash.campaigns)
+
+    @r.get("/inspection", response_class=HTMLResponse)
+    def inspection_page(request: Request) -> Response:
+        return dash.page(request, "inspection.html", dash.inspection)
 
     @r.get("/leases", response_class=HTMLResponse)
     def leases_page(request: Request) -> Response:

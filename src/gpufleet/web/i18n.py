@@ -8,6 +8,8 @@ them in any order. Host names, states and messages from the fleet are data, not 
 
 from __future__ import annotations
 
+from gpufleet.web.i18n_ops import OPS_EN
+
 EN: dict[str, str] = {
     "app.title": "gpufleet",
     "nav.overview": "Overview",
@@ -111,9 +113,6 @@ EN: dict[str, str] = {
     "host.os": "OS",
     "host.kernel": "Kernel",
     "host.gpus": "GPUs",
-    "host.accelerators": "Accelerators ({noun})",
-    "host.on_pci": "{n} on PCI",
-    "host.firmware": "firmware",
     "host.timeline": "Timeline",
     "host.timeline_empty": "Nothing recorded yet.",
     "host.timeline_span": "{first} to {last}",
@@ -166,6 +165,7 @@ EN: dict[str, str] = {
     "empty": "-",
 }
 
+EN.update(OPS_EN)
 CATALOGS: dict[str, dict[str, str]] = {"en": EN}
 DEFAULT = "en"
 
