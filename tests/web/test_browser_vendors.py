@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +72,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     _gpufleet(env, "enroll", "-i", str(lab / "inventory.ini"))
     _gpufleet(env, "collect")
     token = _gpufleet(env, "token", "create", "--role", "viewer", "--name", "browser").strip()
+    with serving(env) as (url, printed):
+        yield Served(url, token, printed)
+
+
+@contextmanager
+def serving(env: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """A real ``gpufleet serve --port 0``, found by the dashboard URL it prints (the URL and
+    what it printed); stopped on exit."""
     proc = subprocess.Popen([GPUFLEET, "serve", "--port", "0"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
@@ -98,7 +107,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             except OSError:
                 assert time.monotonic() < deadline and proc.poll() is None, printed
                 time.sleep(0.2)
-        yield Served(url, token, printed)
+        yield url, printed
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -114,7 +123,7 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def offline_page(browser: Browser, served: Served) -> Iterator[tuple[Page, Offline]]:
+def offline_page(served: Served, browser: Browser) -> Iterator[tuple[Page, Offline]]:
     ctx = browser.new_context(viewport={"width": 1440, "height": 900}, locale="en-US")
     guard = Offline(served.url)
     ctx.route("**/*", guard.route)

@@ -96,7 +96,8 @@ def test_host_page_shows_its_timeline_and_gpus(web: TestClient, viewer_token: st
     assert 'data-testid="timeline"' in html
     marks = re.findall(r'<circle class="mark ln-([a-z]+)', html)
     assert "collection" in marks and "state" in marks and "change" in marks
-    assert len(re.findall(r"<tr class=\"[^\"]*\"><td>\d+</td>", html)) == 8  # GPU rows
+    gpu_rows = r"<tr class=\"[^\"]*\" data-vendor=\"nvidia\"><td>\d+</td>"
+    assert len(re.findall(gpu_rows, html)) == 8
     missing = web.get("/hosts/gpu-99")
     assert missing.status_code == 404 and "gpu-99" in missing.text
 

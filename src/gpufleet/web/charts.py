@@ -14,7 +14,7 @@ from typing import Any
 
 from gpufleet.service.views.operations import GpuPoint, GpuSeries
 
-LEFT, WIDTH, HEIGHT, TOP = 60.0, 920.0, 140.0, 10.0
+LEFT, WIDTH, HEIGHT, TOP = 100.0, 880.0, 140.0, 10.0
 #: Line colours, one per GPU (cycled).
 PALETTE = ("#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#c62828", "#5d4037",
            "#283593", "#9e9d24", "#ad1457")
@@ -76,6 +76,8 @@ def sample_charts(series: list[GpuSeries]) -> dict[str, Any]:
         "throttle": throttle,
         "ticks": ticks,
         "samples": len(points),
+        "left": LEFT,
+        "right": LEFT + WIDTH,
         "first": first,
         "last": last,
     }
