@@ -159,3 +159,22 @@ def test_throttled_samples_are_marked_on_their_gpus_strip(page: Page, served: Se
               if g.locator("rect.throttled").count()}
     assert marked and len(marked) == len(xs)
     page.screenshot(path=str(ARTIFACTS / "dashboard-host-throttle.png"), full_page=True)
+
+
+def test_the_overview_heatmap_colours_gpus_by_health(page: Page, served: Served) -> None:
+    heat = page.get_by_test_id("heatmap")
+    rows = heat.locator(".heatrow")
+    expect(rows).to_have_count(4)
+    levels = {
+        r.get_attribute("data-host"): [
+            c.get_attribute("data-level") for c in r.locator(".cell").all()
+        ]
+        for r in rows.all()
+    }
+    assert levels["gpu-01"] == ["ok"] * 8
+    assert sorted(levels["gpu-02"]) == ["alarm"] + ["ok"] * 7  # uncorrectable ECC
+    assert "warning" in levels["gpu-04"] and "alarm" not in levels["gpu-04"]  # power brake
+    alarm = heat.locator('[data-host="gpu-02"] .cell.lv-alarm')
+    assert "uncorrectable ECC" in (alarm.get_attribute("title") or "")
+    assert alarm.evaluate("e => getComputedStyle(e).backgroundColor") != "rgba(0, 0, 0, 0)"
+    page.screenshot(path=str(ARTIFACTS / "dashboard-overview-heatmap.png"), full_page=True)

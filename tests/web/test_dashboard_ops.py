@@ -1,6 +1,7 @@
 """Issue 29 item 6 through the real ASGI app on SQLite and PostgreSQL: the inspection page, the
-campaigns page and a host's charts read the stored samples, findings and campaigns (the
-read models of ``service/views/operations.py`` and the campaign service)."""
+campaigns page, a host's charts and the overview's heatmap read the stored samples, findings
+and campaigns (the read models of ``service/views/operations.py`` and the campaign
+service)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,9 @@ from tests.service.test_inspect import set_faults
 from tests.web.test_dashboard import signed_in
 
 
-def test_inspection_campaigns_and_charts(fleet: Fleet, clock: FakeClock, tmp_path: Path) -> None:
+def test_inspection_campaigns_charts_and_heatmap(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
     fleet.settings.guard_share = 1.0  # not about the blast-radius guard
     fleet.settings.guard_hosts = 100
     d = tmp_path / "lab"
@@ -60,6 +63,16 @@ def test_inspection_campaigns_and_charts(fleet: Fleet, clock: FakeClock, tmp_pat
     assert [p.split(",")[0] for p in lines[0][1].split()] == ["100.0", "540.0", "980.0"]
     assert sum(p.endswith(",10.0") for _, p in lines) == 1  # one GPU's ECC count went up
     assert web.get("/hosts/gpu-01").text.count('class="series"') == 24
+
+    over = web.get("/").text
+    heat = {
+        host: re.findall(r'data-level="([a-z]+)"', cells)
+        for host, cells in re.findall(
+            r'<div class="heatrow" data-host="([^"]+)">(.*?)</div>', over, re.S)
+    }
+    assert sorted(heat) == ["gpu-01", "gpu-02", "gpu-03"]
+    assert heat["gpu-01"] == heat["gpu-03"] == ["ok"] * 8
+    assert sorted(heat["gpu-02"]) == ["alarm"] + ["ok"] * 7
 
     assert "No campaign yet" in web.get("/campaigns").text
     save_baseline(fleet, Baseline(name="b-new", driver="570.86.15"))

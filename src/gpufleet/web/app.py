@@ -43,7 +43,7 @@ from gpufleet.service.core.tokens import Authenticator, Principal
 from gpufleet.service.hosts import baselines
 from gpufleet.service.views.accelerators import host_accelerators
 from gpufleet.service.views.hosts import list_hosts, show_host
-from gpufleet.service.views.operations import gpu_series, inspection_view
+from gpufleet.service.views.operations import fleet_heatmap, gpu_series, inspection_view
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
 from gpufleet.web.charts import sample_charts
@@ -198,6 +198,7 @@ class Dashboard:
             "expiring": leases.expiring(f, timedelta(hours=24)),
             "back": cap.back,
             "drifted": len(sm.drift.by_host),
+            "heatmap": fleet_heatmap(f),
         }
 
     def hosts(self, request: Request) -> dict[str, Any]:

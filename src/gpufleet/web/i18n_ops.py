@@ -19,6 +19,11 @@ OPS_EN: dict[str, str] = {
     "chart.ecc": "Uncorrectable ECC errors (volatile)",
     "chart.throttle": "Hardware throttling (a mark per throttled sample)",
     "chart.no_values": "The samples carry no value of this metric.",
+    "overview.heatmap": "Fleet heatmap",
+    "overview.heatmap_hint": "hosts x accelerators, each host's latest inspection sample: "
+    "red alarm, amber warning, green ok",
+    "overview.heatmap_more": "The first {n} hosts by name.",
+    "overview.heatmap_empty": "No inspection sample stored yet (gpufleet inspect).",
     "campaigns.title": "Campaigns",
     "campaigns.ticket": "Ticket",
     "campaigns.baseline": "Target baseline",
