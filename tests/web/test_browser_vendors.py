@@ -182,7 +182,7 @@ def test_api_docs_render_offline(offline_page: tuple[Page, Offline], served: Ser
     blocked: list[str] = []
     page.on("console", lambda m: blocked.append(m.text) if "Content Security" in m.text else None)
     page.goto(f"{served.url}/api/v1/docs")
-    expect(page.locator(".swagger-ui .info .title")).to_contain_text("gpufleet")
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text("gpufleet", timeout=30_000)
     ops = page.locator(".swagger-ui .opblock")
     expect(ops.first).to_be_visible()
     assert ops.count() > 20
@@ -190,8 +190,10 @@ def test_api_docs_render_offline(offline_page: tuple[Page, Offline], served: Ser
     page.screenshot(path=str(ARTIFACTS / "api-docs-swagger.png"))
     page.goto(f"{served.url}/redoc")
     expect(page).to_have_url(f"{served.url}/api/v1/redoc")
-    expect(page.locator("h1").first).to_contain_text("gpufleet")
-    expect(page.get_by_text("/api/v1/hosts/{name}").first).to_be_attached()
+    # ReDoc draws its menu first, then the API's title and operations (seconds on a busy
+    # machine)
+    expect(page.locator("h1").first).to_contain_text("gpufleet", timeout=60_000)
+    expect(page.get_by_text("/api/v1/hosts/{name}").first).to_be_attached(timeout=30_000)
     page.screenshot(path=str(ARTIFACTS / "api-docs-redoc.png"))
     assert guard.refused == []
     # ReDoc's footer asks for its maker's logo from their CDN: the policy refuses it before
