@@ -1,6 +1,6 @@
 """Enum-like columns are typed with their domain enums (issue 25, item 5): a read returns the
 member, a write of a value the enum does not know is refused before it reaches the database;
-the DDL stays ``VARCHAR(n)`` (the migrations compare equal, tests/store/test_store_integrity).
+the DDL stays ``VARCHAR(n)`` (the migrations compare equal, tests/store/test_store_integrity.py).
 On both databases."""
 
 from __future__ import annotations
