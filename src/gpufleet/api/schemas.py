@@ -574,6 +574,7 @@ class CapacityCheckOut(Schema):
     held: list[HeldOut]
     cuda: str | None = None
     frees: list[FreesOut]
+    k8s: dict[str, Any] | None = None  # issue 26: capacity check --k8s
 
     @classmethod
     def of(cls, r: Any) -> CapacityCheckOut:

@@ -25,6 +25,7 @@ from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, p
 from gpufleet.domain.placement import Request
 from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.allocation.leases import LeaseView
+from gpufleet.service.exports.capacity_gate import k8s_check
 from gpufleet.service.exports.capacity_k8s import K8sCapacity, k8s_capacity, selector_text
 from gpufleet.service.exports.capacity_slurm import (
     SlurmCapacity,
@@ -488,21 +489,26 @@ def capacity_check_cmd(
     partition: str | None = typer.Option(
         None, "--partition", help="With --slurm: the partition (default: the most free)."
     ),
+    k8s: bool = typer.Option(
+        False, "--k8s", help="Count only GPUs free in Kubernetes too (pods' requests per node)."
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig for --k8s (default GPUFLEET_KUBECONFIG, ...)."
+    ),
 ) -> None:
     """CI gate: exit 0 when enough GPUs are allocatable now, 1 when not (what is missing,
-    where capacity is held, when it frees up), 2 on usage errors. With --slurm the GPUs
-    must also be free in Slurm, in one partition."""
-    r = capacity.check(
-        open_fleet(),
-        gpus=gpus,
-        model=model,
-        profile=profile,
-        headroom=parse_percent(headroom),
-        selector=selector,
-        cuda=cuda,
-    )
+    where capacity is held, when it frees up; a capacity-short event and webhook), 2 on
+    usage errors. --k8s: the GPUs must also be free where work runs; --slurm: free in Slurm,
+    in one partition."""
+    fleet = open_fleet()
+    args: dict[str, Any] = dict(gpus=gpus, model=model, profile=profile,
+                                headroom=parse_percent(headroom), selector=selector, cuda=cuda)
+    r = (k8s_check(fleet, kubeconfig=kubeconfig, **args) if k8s
+         else capacity.check(fleet, **args))
+    if not r.ok:
+        capacity.notify_short(fleet, r)
     if slurm:
-        sc = slurm_check(open_fleet(), r, partition=partition, selector=selector)
+        sc = slurm_check(fleet, r, partition=partition, selector=selector)
         if as_json:
             print_json(CapacityCheckOut.of(r).json_dict() | {"ok": sc.ok,
                                                             "slurm": sc.as_json()})

@@ -159,6 +159,11 @@ class EventKind(StrEnum):
     the lessee's processes killed, a data mount unmounted, a crontab removed; ``data`` has the
     action, its target and exit status."""
 
+    CAPACITY_SHORT = "capacity-short"
+    """Issue 26: a capacity gate (``capacity check``) found too few GPUs and exited 1; also
+    sent as the ``capacity-short`` webhook (the on-call notice). ``data`` has the numbers
+    (needed, allocatable, missing; with ``--k8s`` the scheduler's free GPUs per node)."""
+
 class CollectionOutcome(StrEnum):
     """Per-host result of one collection attempt."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -424,3 +425,41 @@ def derive_taints(state: HostState, fault: Fault | None = None) -> list[Taint]:
     if state in (HostState.ENROLLED, HostState.VALIDATING, HostState.RECLAIMING):
         return [Taint(f"{PREFIX}/not-ready", str(state), "NoSchedule")]
     return []
+
+
+#: Issue 26: the taint key of a leased host; its value is the lease id. The lessee's pods
+#: carry the toleration ``{key: gpufleet.io/lease, operator: Equal, value: "<id>", effect:
+#: NoSchedule}`` (docs/reference.md), every other pod stays off the host.
+LEASE_TAINT_KEY = f"{PREFIX}/lease"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTag:
+    """The lease holding a host (issue 26): what its node's lease taint and labels say.
+    ``lease_id`` None: the host is allocated but no active lease was found (the taint is
+    then ``gpufleet.io/lease=unknown``: an allocated host is never open to everyone)."""
+
+    lease_id: int | None
+    owner: str | None = None
+    ends_at: datetime | None = None
+
+
+def lease_taint(tag: LeaseTag) -> Taint:
+    """``gpufleet.io/lease=<id>:NoSchedule``."""
+    value = str(tag.lease_id) if tag.lease_id is not None else "unknown"
+    return Taint(LEASE_TAINT_KEY, value, "NoSchedule")
+
+
+def lease_labels(tag: LeaseTag) -> dict[str, str]:
+    """``gpufleet.io/lease.id``, ``.owner`` (sanitized) and ``.ends`` (UTC, label-value safe:
+    ``20261205T140000Z``); unknown values are left out."""
+    out: dict[str, str] = {}
+    if tag.lease_id is not None:
+        out[f"{LEASE_TAINT_KEY}.id"] = str(tag.lease_id)
+    owner = sanitize_label_value(tag.owner)
+    if owner:
+        out[f"{LEASE_TAINT_KEY}.owner"] = owner
+    if tag.ends_at is not None:
+        ends = tag.ends_at.astimezone(UTC) if tag.ends_at.tzinfo else tag.ends_at
+        out[f"{LEASE_TAINT_KEY}.ends"] = ends.strftime("%Y%m%dT%H%M%SZ")
+    return out

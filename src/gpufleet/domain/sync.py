@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpufleet.domain.k8s import MANAGED_ANNOTATION, Managed, NodePatch
+from gpufleet.domain.labels import LEASE_TAINT_KEY
 from gpufleet.domain.slurm import ActionKind, Decision
 
 
@@ -85,14 +86,21 @@ def k8s_disagreements(
         out.append(Disagreement(patch.host, Target.K8S, cause, f"node {patch.node}: {what}", nxt))
 
     for t in patch.add_taints:
-        if t.key in before.taints:
+        if t.key == LEASE_TAINT_KEY:  # issue 26: a lease the cluster does not enforce
+            add(Cause.BY_HAND if t.key in before.taints else Cause.PENDING,
+                f"lease {t.value} not enforced: taint {t} missing, any pod can land",
+                f"add taint {t}")
+        elif t.key in before.taints:
             add(Cause.BY_HAND, f"gpufleet's taint {t} removed by hand (host is {host_state})",
                 f"add taint {t}")
         else:
             add(Cause.PENDING, f"host is {host_state}: taint {t} not applied yet",
                 f"add taint {t}")
     for t in patch.remove_taints:
-        if synced and t.key not in before.taints:
+        if t.key == LEASE_TAINT_KEY and t.key in before.taints:
+            add(Cause.PENDING, f"lease {t.value} no longer holds the host (host is "
+                f"{host_state}): its taint {t} still keeps pods off", f"remove taint {t}")
+        elif synced and t.key not in before.taints:
             add(Cause.BY_HAND, f"taint {t} under gpufleet's prefix added by hand",
                 f"remove taint {t}")
         else:

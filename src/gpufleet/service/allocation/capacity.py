@@ -18,12 +18,14 @@ from typing import Any
 from sqlalchemy import select
 
 from gpufleet.domain.cuda import parse_cuda
+from gpufleet.domain.events import EventKind
 from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.placement import HostView, Request, allocatable, explain, matches_hardware
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
 from gpufleet.service.allocation.candidates import host_views
-from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.core import webhooks
+from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.core.select import is_explicit, nothing_matches
 from gpufleet.service.hosts.accelerator_counts import accelerators_from_facts, display_model
@@ -143,6 +145,8 @@ class CapacityCheck:
     frees: list[dict[str, Any]] = field(default_factory=list)
     #: issue 26: the CUDA the release needs (hosts whose driver cannot serve it left out)
     cuda: str | None = None
+    #: issue 26: the scheduler's view (``capacity check --k8s``): free GPUs where work runs
+    k8s: dict[str, Any] | None = None
 
 
 def check(
@@ -213,3 +217,18 @@ def check(
         frees=[{"at": t, "gpus": n} for t, n in sorted(frees.items())],
         cuda=cuda,
     )
+
+
+def notify_short(fleet: Fleet, r: CapacityCheck) -> None:
+    """Issue 26: a short gate is an on-call notice: a ``capacity-short`` event and webhook
+    (through the outbox, :func:`gpufleet.service.core.webhooks.enqueue`), one transaction."""
+    data: dict[str, Any] = {
+        "requested": r.requested, "needed": r.needed, "allocatable": r.allocatable,
+        "missing": r.missing, "model": r.model, "profile": r.profile, "cuda": r.cuda,
+        "message": r.message,
+    }
+    if r.k8s is not None:
+        data["k8s"] = r.k8s
+    with fleet.db.session() as s:
+        record_event(s, fleet, EventKind.CAPACITY_SHORT, r.message, data=data)
+        webhooks.enqueue(s, fleet, EventKind.CAPACITY_SHORT.value, None, data)

@@ -9,8 +9,10 @@ init container's when that is more (requests default to limits for extended reso
 Nodes are grouped by the labels a ``nodeSelector`` would use, as the node carries them now:
 ``nvidia.com/gpu.product``, ``gpufleet.io/pool`` and each ``gpufleet.io/validated.<profile>``
 (a node with several profiles is counted in each, as ``gpufleet capacity`` does). Headroom
-(``free``) counts only nodes a new pod can land on: Ready, not cordoned, no gpufleet taint;
-GPUs of the others are shown as ``unschedulable``. ``gpufleet_free`` is the GPUs of those
+(``free``) counts only nodes a new pod can land on: Ready, not cordoned, no gpufleet taint,
+and not leased in gpufleet (issue 26: an allocated host's node carries the lease taint once
+synced; before that its GPUs are still not free to anyone else); GPUs of the others are shown
+as ``unschedulable``. ``gpufleet_free`` is the GPUs of those
 hosts that gpufleet has available (the GPUs it validated). A quantity that cannot be read
 fails the command (never a guessed 0).
 """
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -132,12 +134,25 @@ class K8sCapacityRow:
                 "unschedulable": self.unschedulable, "gpufleet_free": self.gpufleet_free}
 
 
+@dataclass(frozen=True)
+class K8sNodeGpus:
+    """One node as the scheduler counts it (issue 26: the capacity gate reads these)."""
+
+    host: str
+    node: str
+    labels: dict[str, str]
+    allocatable: int
+    requested: int
+    free: int  # 0 when no new pod can land on it
+
+
 @dataclass
 class K8sCapacity:
-    """Rows per label set; selected hosts with no node."""
+    """Rows per label set; selected hosts with no node; the nodes counted."""
 
     rows: list[K8sCapacityRow]
     missing: list[str]
+    nodes: list[K8sNodeGpus] = field(default_factory=list)
 
 
 def k8s_capacity(
@@ -159,6 +174,7 @@ def k8s_capacity(
     nodes = api.list_nodes()  # no transaction open while the API is asked
     out: dict[tuple[tuple[str, str], ...], K8sCapacityRow] = {}
     missing: list[str] = []
+    counted: list[K8sNodeGpus] = []
     for host in sorted(hosts):
         address, state, gpus = hosts[host]
         if state is HostState.RETIRED:
@@ -171,8 +187,11 @@ def k8s_capacity(
         alloc_raw = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, "0")
         alloc = gpu_quantity(alloc_raw, f"node {name} allocatable")
         used = sum(pod_gpus(p) for p in api.pods_on_node(name))
-        ok = schedulable(node)
+        ok = schedulable(node) and state is not HostState.ALLOCATED
         labels = dict((node.get("metadata") or {}).get("labels") or {})
+        counted.append(
+            K8sNodeGpus(host, name, labels, alloc, used, max(alloc - used, 0) if ok else 0)
+        )
         for sel in label_sets(labels):
             key = tuple(sorted(sel.items()))
             row = out.setdefault(key, K8sCapacityRow(dict(key)))
@@ -185,7 +204,7 @@ def k8s_capacity(
                 row.unschedulable += alloc
             if state is HostState.AVAILABLE:
                 row.gpufleet_free += gpus
-    return K8sCapacity([out[k] for k in sorted(out)], missing)
+    return K8sCapacity([out[k] for k in sorted(out)], missing, counted)
 
 
 def _gpus(snap: Any) -> int:

@@ -16,10 +16,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpufleet.domain.health import Fault
 from gpufleet.domain.labels import (
     FactTail,
+    LeaseTag,
     Taint,
     derive_labels,
     derive_taints,
     fact_tail,
+    lease_labels,
+    lease_taint,
     own_labels,
     usable_fact_labels,
     with_fact_labels,
@@ -38,6 +41,13 @@ class HostLabels:
     host: str
     labels: dict[str, str]
     taints: list[Taint]
+
+
+def with_lease(hl: HostLabels, tag: LeaseTag) -> HostLabels:
+    """Issue 26: an allocated host's labels and taints with its lease's
+    (:func:`~gpufleet.domain.labels.lease_labels`, :func:`~gpufleet.domain.labels.lease_taint`):
+    only the lessee's pods, which tolerate that taint, land on it."""
+    return HostLabels(hl.host, {**hl.labels, **lease_labels(tag)}, [*hl.taints, lease_taint(tag)])
 
 
 class LabelledHost(Protocol):
@@ -212,7 +222,7 @@ def lean_host_labels(db_url: str, selector: str | None) -> list[HostLabels] | No
     from gpufleet.store.readmodel import host_label_row
 
     row = host_label_row(db_url, name)
-    if row is None:
+    if row is None or row.state == HostState.ALLOCATED:  # its lease is read by the full path
         return None
     stored = usable_fact_labels(row.fact_labels)
     if row.has_snapshot and stored is None:

@@ -8,14 +8,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Text, cast
+from sqlalchemy import Text, cast, select
 
+from gpufleet.domain.labels import LeaseTag
+from gpufleet.domain.leases import LeaseState
 from gpufleet.domain.states import HostState
 from gpufleet.service.core.alarms import open_alarms
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.service.hosts.baselines import DriftHost, DriftReport, drift_of
-from gpufleet.service.hosts.labels import FleetLabels, HostLabels
+from gpufleet.service.hosts.labels import FleetLabels, HostLabels, with_lease
 from gpufleet.store.repo import (
     OWN_BASELINE,
     Baselines,
@@ -23,7 +25,7 @@ from gpufleet.store.repo import (
     latest_columns,
     latest_facts,
 )
-from gpufleet.store.tables import FactSnapshot, Host
+from gpufleet.store.tables import FactSnapshot, Host, Lease, LeaseHost
 
 
 @dataclass
@@ -263,9 +265,26 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
             or labeller.from_facts(h, h.expected, None, lookup.name_from(h.own_baseline, h.pool))
             for h in rows
         ]
+        if any(h.state == HostState.ALLOCATED for h in rows):
+            tags = active_lease_tags(s)
+            out = [
+                with_lease(hl, tags.get(h.name, LeaseTag(None)))
+                if h.state == HostState.ALLOCATED else hl
+                for h, hl in zip(rows, out, strict=True)
+            ]
     if not rows and is_explicit(selector):
         raise nothing_matches(selector)
     return out
+
+
+def active_lease_tags(s: Any) -> dict[str, LeaseTag]:
+    """Issue 26: host name -> the active lease holding it (id, owner, the host's end)."""
+    rows = s.execute(
+        select(LeaseHost.host_name, Lease.id, Lease.owner, LeaseHost.ends_at)
+        .join(Lease, Lease.id == LeaseHost.lease_id)
+        .where(LeaseHost.holding, Lease.state == LeaseState.ACTIVE)
+    )
+    return {name: LeaseTag(lid, owner, ends) for name, lid, owner, ends in rows}
 
 
 class _LabelHost(NamedTuple):
