@@ -220,6 +220,15 @@ class HostSettings(BaseModel):
         group="k8s",
         doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
     )
+    k8s_drain_timeout_s: float = _setting(
+        300.0,
+        env="GPUFLEET_KUBE_DRAIN_TIMEOUT",
+        group="k8s",
+        gt=0,
+        allow_inf_nan=False,
+        doc="Seconds a drain (maintenance, remediation, campaign action) waits for the "
+        "host's pods to be evicted before it gives up and reports what blocked (issue 26).",
+    )
     # -- sync -----------------------------------------------------------------------------
     sync_targets: str = _setting(
         "",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +53,14 @@ def _node(name: str, gpus: str, **labels: str) -> dict[str, Any]:
 class Kmock:
     """kmock's emulator and server on a free port, on an event loop in a thread."""
 
-    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+    def __init__(
+        self, nodes: list[dict[str, Any]], setup: Callable[[Any], None] | None = None
+    ) -> None:
+        """``setup``: called with the emulator once it runs (a test adds its own API
+        server responses there: tests/export/test_k8s_drain.py's evictions)."""
         self._ready = threading.Event()
         self._nodes = nodes
+        self._setup = setup
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self.url = ""
@@ -73,6 +78,8 @@ class Kmock:
                 k.resources.load_bundled()
                 for n in self._nodes:
                     k.objects["v1/nodes", None, n["metadata"]["name"]] = n
+                if self._setup is not None:
+                    self._setup(k)
                 self.url = str(srv.url).rstrip("/")
                 self._ready.set()
                 await self._stop.wait()

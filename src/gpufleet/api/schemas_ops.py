@@ -74,6 +74,7 @@ class MaintenanceOnIn(Schema):
     until: InTime | None = None
     eta: InTime | None = None
     confirm_all: bool = False
+    no_drain: bool = Field(False, description="Skip evicting the host's pods (issue 26).")
 
 
 class MaintenanceOffIn(Schema):

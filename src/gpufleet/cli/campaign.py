@@ -158,7 +158,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     no_drain: bool = typer.Option(
         False, "--no-drain",
-        help="Slurm: act without draining the nodes and waiting for their jobs (recorded).",
+        help="Act without draining first: Slurm jobs, Kubernetes pods (recorded).",
     ),
     drain_timeout: str | None = typer.Option(
         None, "--drain-timeout", help="Slurm: how long to wait for running jobs (default 30m)."
@@ -169,7 +169,9 @@ def run_cmd(
     the moved hosts still on another baseline is advanced (--advance-baseline) or the
     command that would is printed. Where work runs in Slurm (GPUFLEET_SYNC_TARGETS has
     slurm) each host's node is drained and its jobs waited for before the action; a host
-    whose jobs outlast --drain-timeout fails with the jobs that blocked."""
+    whose jobs outlast --drain-timeout fails with the jobs that blocked. Where a Kubernetes
+    cluster is configured each host's pods are evicted too (a host that cannot be drained
+    fails, untouched)."""
     from gpufleet.domain.leases import parse_duration
 
     timeout = parse_duration(drain_timeout, "--drain-timeout") if drain_timeout else None

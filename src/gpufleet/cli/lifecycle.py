@@ -172,7 +172,7 @@ def maintenance_on_cmd(
     confirm_all: bool = ALL_OPTION,
     no_drain: bool = typer.Option(
         False, "--no-drain",
-        help="Slurm: do not drain the nodes and wait for their jobs first (recorded).",
+        help="Do not drain first: Slurm jobs, Kubernetes pods (recorded).",
     ),
     drain_timeout: str = typer.Option(
         "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
@@ -180,7 +180,8 @@ def maintenance_on_cmd(
 ) -> None:
     """Put hosts in maintenance (refused while allocated). Where work runs in Slurm
     (GPUFLEET_SYNC_TARGETS has slurm) the nodes are drained first and their jobs waited for;
-    a host whose jobs outlast --drain-timeout is refused with the jobs that blocked."""
+    a host whose jobs outlast --drain-timeout is refused with the jobs that blocked. Where a
+    Kubernetes cluster is configured, the hosts' pods are evicted first (budgets respected)."""
     from gpufleet.cli.common import when
     from gpufleet.domain.leases import parse_duration
     from gpufleet.service.exports.slurm_drain import maintenance_drained, work_runs_in_slurm
@@ -200,7 +201,7 @@ def maintenance_on_cmd(
         operations.each_change(
             fleet,
             hosts,
-            lambda n: operations.maintenance_on(fleet, n, reason, until, eta),
+            lambda n: operations.maintenance_on(fleet, n, reason, until, eta, no_drain=no_drain),
             verb="maintenance on",
             reason=reason,
             confirm_all=confirm_all,

@@ -40,7 +40,7 @@ def remediate_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
     no_drain: bool = typer.Option(
         False, "--no-drain",
-        help="Slurm: act without draining the node and waiting for its jobs (recorded).",
+        help="Act without draining first: Slurm jobs, Kubernetes pods (recorded).",
     ),
     drain_timeout: str = typer.Option(
         "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
@@ -81,6 +81,7 @@ def remediate_cmd(
         reboot_wait_s=reboot_wait,
         service=service,
         override_identity=reason if override_identity else None,
+        no_drain=no_drain,
     )
     if as_json:
         print_json(asdict(rep))

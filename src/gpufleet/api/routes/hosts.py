@@ -93,7 +93,9 @@ def maintenance_on(body: MaintenanceOnIn, fleet: Fleet = Depends(as_admin)) -> l
     outcomes = operations.each_change(
         fleet,
         body.selector,
-        lambda n: operations.maintenance_on(fleet, n, body.reason, body.until, body.eta),
+        lambda n: operations.maintenance_on(
+            fleet, n, body.reason, body.until, body.eta, no_drain=body.no_drain
+        ),
         verb="maintenance on",
         reason=body.reason,
         confirm_all=body.confirm_all,

@@ -483,7 +483,8 @@ def run_campaign(
     drain_timeout: timedelta | None = None,
 ) -> CampaignView:
     """Run (or resume) ``name`` until it completes, halts, waits for approval or is paused.
-    ``no_drain``/``drain_timeout``: Slurm drain before each action (kept for resumes).
+    ``no_drain``/``drain_timeout``: drain before each action (Slurm jobs, Kubernetes pods;
+    kept for resumes).
 
     A completed campaign with deferred hosts (allocated when their wave came) runs again for
     them. Refused (Conflict, exit 6) while another live process drives it. ``job``: the

@@ -34,6 +34,7 @@ from gpufleet.service.core.lifecycle import retrying, transition
 from gpufleet.service.exports.slurm_drain import drain_and_wait, work_runs_in_slurm
 from gpufleet.service.hosts.baselines import set_pool_baseline
 from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.drain import NO_CLUSTER, drain_each
 from gpufleet.service.hosts.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name, no_baseline
 from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool
@@ -314,8 +315,26 @@ class Runner:
         return [n for n in names if rep.by_host()[n].ok]
 
     def act(self, names: list[str], camp: CampaignRow) -> None:
-        """Record "action started" for every host, run the action, record each outcome."""
+        """Drain the hosts (Slurm: nodes drained, jobs waited for; Kubernetes: pods evicted,
+        hosts/drain.py; a host that cannot be drained fails, untouched), record "action
+        started" for the others, run the action, record each outcome."""
         names = self.drained(names, camp)
+        drained, blocked = drain_each(self.fleet, names, "campaign",
+                                      no_drain=bool(camp.options.get("no_drain")))
+        with self.fleet.db.session() as s:
+            for name, rec in drained.items():
+                if rec.get("skipped") == NO_CLUSTER:
+                    continue  # nothing to record where no cluster is configured
+                record_event(s, self.fleet, EventKind.CAMPAIGN, f"campaign {camp.name}: "
+                             f"{name} drain {'skipped' if rec.get('skipped') else 'done'}",
+                             host=host_by_name(s, name),
+                             data={"campaign": camp.name, "ticket": camp.ticket, "drain": rec})
+        for name, why in blocked.items():
+            self.set_step(name, HostStep.FAILED, f"not drained: {why}",
+                          action_finished_at=self.fleet.now())
+            self.say(f"  {name}: not drained: {why}")
+        self.release_failed(list(blocked), camp)
+        names = [n for n in names if n in drained]
         if not names:
             return
         now = self.fleet.now()

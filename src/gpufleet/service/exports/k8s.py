@@ -44,6 +44,7 @@ from gpufleet.service.core.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import select_hosts
 from gpufleet.service.hosts import reachability
+from gpufleet.service.hosts.kube import KubeClient
 from gpufleet.service.hosts.vendor_exports import EXPORTS
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import host_by_name, hosts_with_latest_facts
@@ -64,51 +65,10 @@ class NodeApi(Protocol):
         ...
 
 
-class KubeNodes:
+class KubeNodes(KubeClient):
     """:class:`NodeApi` over the official ``kubernetes`` client (``pip install
     gpufleet[k8s]``). ``kubeconfig`` None: ``KUBECONFIG`` / ``~/.kube/config``, else the
     in-cluster service account."""
-
-    def __init__(self, kubeconfig: Path | None = None) -> None:
-        try:
-            from kubernetes import client, config
-            from kubernetes.config.config_exception import ConfigException
-        except ImportError:
-            raise ConfigError(
-                setting="k8s",
-                cause="the kubernetes client is not installed (pip install 'gpufleet[k8s]')",
-            ) from None
-        try:
-            if kubeconfig is not None:
-                api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-                    config_file=str(kubeconfig)
-                )
-            else:
-                try:
-                    config.load_kube_config()  # type: ignore[no-untyped-call]
-                except (ConfigException, OSError):
-                    config.load_incluster_config()  # type: ignore[no-untyped-call]
-                api_client = client.ApiClient()
-        except (ConfigException, OSError, ValueError) as exc:
-            where = str(kubeconfig) if kubeconfig else "KUBECONFIG / ~/.kube/config / in-cluster"
-            raise ConfigError(setting="kubeconfig", cause=f"{where}: {exc}") from None
-        self.api = client.CoreV1Api(api_client)
-        self.host = str(api_client.configuration.host)
-
-    def _call(self, what: str, fn: Any, *args: Any, **kw: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, **kw)
-        except ApiException as exc:
-            raise ConfigError(
-                setting="k8s", cause=f"{what} at {self.host}: HTTP {exc.status} {exc.reason}"
-            ) from None
-        except HTTPError as exc:
-            raise ConfigError(
-                setting="k8s", cause=f"cannot reach the Kubernetes API at {self.host}: {exc}"
-            ) from None
 
     def list_nodes(self) -> dict[str, dict[str, Any]]:
         resp = self._call("list nodes", self.api.list_node, _preload_content=False)

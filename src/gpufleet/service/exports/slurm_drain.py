@@ -218,5 +218,5 @@ def maintenance_drained(
             continue
         record = d.as_json() | {"no_drain": no_drain}
         out += each_name([name], lambda n, r=record: maintenance_on(  # type: ignore[misc]
-            fleet, n, reason, until, eta, drain=r))
+            fleet, n, reason, until, eta, drain=r, no_drain=no_drain))
     return out, report

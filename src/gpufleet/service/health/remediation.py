@@ -51,6 +51,7 @@ from gpufleet.service.core.pipeline import (
 from gpufleet.service.health import remediation_steps as steps_
 from gpufleet.service.health.remediation_steps import Step
 from gpufleet.service.hosts import bmc_guard
+from gpufleet.service.hosts.drain import DrainApi, drain_or_skip
 from gpufleet.service.hosts.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot, Host, PartEvent, Remediation
@@ -78,6 +79,8 @@ class RemediationReport:
     state: str
     record_ids: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: issue 26: what the drain before the action did (hosts/drain.py), None: no drain asked
+    drain: dict[str, Any] | None = None
 
 
 @dataclass
@@ -178,11 +181,15 @@ def remediate(
     reason: str | None = None,
     service: str | None = None,
     override_identity: str | None = None,
+    no_drain: bool = False,
+    drain_api: DrainApi | None = None,
 ) -> RemediationReport:
     """Run ``action`` on host ``name`` (see the module); ``rule``: the rule that ran it
     automatically (policy ``auto_remediate``); ``service``: what ``restart-service``
     restarts; ``override_identity``: the reason to power-cycle through a BMC whose identity
-    alarm is open (:mod:`gpufleet.service.hosts.bmc_guard`)."""
+    alarm is open (:mod:`gpufleet.service.hosts.bmc_guard`). Issue 26: the host's pods are
+    evicted first where a cluster is configured (:mod:`gpufleet.service.hosts.drain`; a
+    blocked drain refuses the action), unless ``no_drain`` (recorded on the events)."""
     if action is Action.RESTART_SERVICE:
         service = steps_.check_service(service)
     elif service:
@@ -206,6 +213,7 @@ def remediate(
             alarm = bmc_guard.identity_alarm(s, host)
             if alarm is not None and bmc_guard.check_override(override_identity) is None:
                 raise IdentityMismatch(host.name, "power-cycle", f"#{alarm.id}: {alarm.message}")
+    drained = drain_or_skip(fleet, name, "remediation", no_drain=no_drain, api=drain_api)
     c = _claim(fleet, name, timeout_s)
     steps: list[Step] = []
     try:
@@ -285,7 +293,7 @@ def remediate(
             if steps[-1].outcome == "failed" and bmc_ok:  # the BMC rung (issue 24)
                 steps.append(steps_.power_cycle(
                     fleet, c, tr, reboot_wait_s, "in-band reboot failed", override_identity))
-        report = _apply(fleet, c, name, action, steps, plan, rule, reason)
+        report = _apply(fleet, c, name, action, steps, plan, rule, reason, drained)
     finally:
         release_claims(fleet, c.token)
     return report
@@ -310,6 +318,7 @@ def _apply(
     plan: _Plan,
     rule: str | None,
     reason: str | None,
+    drained: dict[str, Any] | None = None,
 ) -> RemediationReport:
     now = fleet.now()
     ids: list[int] = []
@@ -349,6 +358,7 @@ def _apply(
                     "gpus": st.gpus,
                     "remediation": row.id,
                     "rule": rule,
+                    "drain": drained,
                 },
             )
             if st.outcome != "refused":
@@ -373,7 +383,8 @@ def _apply(
             transition(s, fleet, host, _TO_VALIDATION[state], why)
         drop_claim(host, fleet.now())
         ok = bool(steps) and steps[-1].outcome == "ok"
-        report = RemediationReport(name, action.value, ok, steps, str(host.state), ids)
+        report = RemediationReport(name, action.value, ok, steps, str(host.state), ids,
+                                   drain=drained)
         webhooks.enqueue(s, fleet, EventKind.REMEDIATION.value, name, _payload(report))
     return report
 

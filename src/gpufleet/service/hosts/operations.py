@@ -25,6 +25,7 @@ from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransit
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import KEEP, reclaim_owed, retrying, transition
 from gpufleet.service.core.select import is_explicit, selected_names
+from gpufleet.service.hosts.drain import DrainApi, drain_or_skip
 from gpufleet.store.repo import no_host
 from gpufleet.store.tables import (
     CollectionResult,
@@ -44,7 +45,6 @@ def _host(s: Session, name: str) -> Host:
     return host
 
 
-@retrying
 def maintenance_on(
     fleet: Fleet,
     name: str,
@@ -52,10 +52,33 @@ def maintenance_on(
     until: datetime | None = None,
     eta: datetime | None = None,
     drain: dict[str, Any] | None = None,
+    *,
+    no_drain: bool = False,
+    drain_api: DrainApi | None = None,
 ) -> str:
     """Take a host out for maintenance (refused while allocated); ``eta``: when it is
     expected back (default: ``until``), shown in summary, capacity and ``hosts show``;
-    ``drain``: how its Slurm node was drained first (or ``no_drain``), kept on the event."""
+    ``drain``: how its Slurm node was drained first (or ``no_drain``), kept on the event.
+    Issue 26: where a cluster is configured the host's pods are evicted first
+    (:mod:`gpufleet.service.hosts.drain`; a drain that is blocked refuses the maintenance);
+    ``no_drain`` skips that, recorded on the event (``k8s_drain``)."""
+    with fleet.db.session() as s:  # refused transitions are refused before any eviction
+        h = _host(s, name)
+        apply_event(h.name, HostState(h.state), Event.MAINTENANCE_ON)
+    drained = drain_or_skip(fleet, name, "maintenance", no_drain=no_drain, api=drain_api)
+    return _maintenance_on(fleet, name, reason, until, eta, drained, drain)
+
+
+@retrying
+def _maintenance_on(
+    fleet: Fleet,
+    name: str,
+    reason: str,
+    until: datetime | None,
+    eta: datetime | None,
+    drained: dict[str, Any],
+    drain: dict[str, Any] | None,
+) -> str:
     back = eta or until
     with fleet.db.session() as s:
         h = _host(s, name)
@@ -68,6 +91,7 @@ def maintenance_on(
             data={
                 "until": until.isoformat() if until else None,
                 "eta": back.isoformat() if back else None,
+                "k8s_drain": drained,
             }
             | ({"drain": drain} if drain is not None else {}),
         )
