@@ -122,3 +122,86 @@ def test_maintenance_evicts_pods_pdb_blocks_then_allows(
     # a host whose node is not in the cluster has nothing to drain
     assert operations.maintenance_on(fleet, "gpu-03", "psu") == "maintenance"
     assert _drain_data(fleet, "gpu-03")["skipped"] == "no such node in the cluster"
+
+
+def test_campaign_drains_each_host_before_its_action(
+    fleet: Fleet, tmp_path: Path, cluster: Kmock
+) -> None:
+    """A campaign wave: each host's pods are evicted before the action; a host a budget
+    keeps from draining fails untouched (it leaves maintenance, validated again), with the
+    budget's answer as its reason; the drain is recorded on a campaign event."""
+    from gpufleet.domain.campaign import ActionKind, HostStep
+    from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign, run_campaign
+    from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
+    from gpufleet.service.views.hosts import list_events
+
+    slurm_lab_fleet(fleet, tmp_path / "lab")
+    save_baseline(fleet, baseline_from_host(fleet, "gpu-02", "b-new"))
+    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
+    fleet.settings = fleet.settings.model_copy(
+        update={"k8s_kubeconfig": kubeconfig, "k8s_drain_timeout_s": 0.5})
+    api = KubeDrain(kubeconfig)
+    api.api.create_namespaced_pod("ml", _pod("train-0", "gpu-01", "train"))
+    api.api.create_namespaced_pod("ml", _pod("infer-0", "gpu-02", "infer"))
+    client.PolicyV1Api(api.api_client).create_namespaced_pod_disruption_budget("ml", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-pdb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+    create_campaign(fleet, CampaignSpec(
+        name="c1", target_baseline="b-new", selector="gpu-01,gpu-02",
+        action_kind=ActionKind.COMMAND, action="true", ticket="T-26", canary=0,
+        waves="100%", max_failures=2))
+    done = run_campaign(fleet, "c1")
+    step = {h.host: (h.step, h.reason) for w in done.waves for h in w}
+    assert step["gpu-01"][0] == HostStep.FAILED
+    assert (step["gpu-01"][1] or "").startswith("not drained: drain of node gpu-01 blocked")
+    assert "The disruption budget train-pdb needs 1 healthy pods" in (step["gpu-01"][1] or "")
+    assert _pods(api, "gpu-01") == ["train-0"]
+    assert _pods(api, "gpu-02") == []  # evicted before the action ran
+    [ev] = [e for e in list_events(fleet, "gpu-02", kind="campaign") if "drain" in e["data"]]
+    assert ev["data"]["drain"]["evicted"] == ["ml/infer-0"]
+    assert ev["data"]["ticket"] == "T-26"
+
+
+def test_remediation_drains_first_no_drain_recorded(
+    fleet: Fleet, tmp_path: Path, cluster: Kmock
+) -> None:
+    """A reboot (sim transport) waits for the drain: blocked, nothing runs (no step, no
+    record); ``--no-drain`` runs it and its events say so; drained, they carry the drain."""
+    from gpufleet.domain.remediation import Action
+    from gpufleet.lab.demo import enroll_lab
+    from gpufleet.service.health import remediation
+    from gpufleet.service.hosts.validate import validate
+    from gpufleet.service.views.hosts import list_events
+
+    enroll_lab(fleet, tmp_path / "lab", 1, models=["a100-8x"], faults={})
+    validate(fleet)
+    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
+    fleet.settings = fleet.settings.model_copy(
+        update={"k8s_kubeconfig": kubeconfig, "k8s_drain_timeout_s": 0.5})
+    api = KubeDrain(kubeconfig)
+    api.api.create_namespaced_pod("ml", _pod("train-0", "gpu-01", "train"))
+    pdb = client.PolicyV1Api(api.api_client)
+    pdb.create_namespaced_pod_disruption_budget("ml", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-pdb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+
+    with pytest.raises(DrainBlocked, match="ml/train-0: Cannot evict pod"):
+        remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5)
+    assert list_events(fleet, "gpu-01", kind="remediation") == []  # nothing ran
+    got = remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5,
+                                no_drain=True)
+    assert got.ok and got.drain == {"skipped": "--no-drain", "ok": None}
+    [ev] = list_events(fleet, "gpu-01", kind="remediation")
+    assert ev["data"]["drain"] == {"skipped": "--no-drain", "ok": None}
+    assert _pods(api, "gpu-01") == ["train-0"]
+
+    pdb.patch_namespaced_pod_disruption_budget("train-pdb", "ml",
+                                               {"status": {"disruptionsAllowed": 1}})
+    validate(fleet)
+    got = remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5)
+    assert got.ok and got.drain is not None and got.drain["evicted"] == ["ml/train-0"]
+    assert _pods(api, "gpu-01") == []
