@@ -154,6 +154,40 @@ def k8s_export_cmd(
     console.print(f"wrote {lit(output)}")
 
 
+@k8s_app.command("dra-sync")
+@boundary
+def k8s_dra_sync_cmd(
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print what would change only."),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig file (default GPUFLEET_KUBECONFIG, ...)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """DRA clusters: a DeviceTaintRule (gpufleet.io/quarantine, NoSchedule, by GPU UUID) per
+    quarantined or unusable GPU, dry run (effect None) first; removed once the GPU passes
+    validation; alarm on nodes whose ResourceSlices list fewer devices than validated.
+    Exit 1 on an error or a short node."""
+    from dataclasses import asdict
+
+    from gpufleet.service.exports.k8s_dra import dra_sync
+
+    rep = dra_sync(open_fleet(), kubeconfig=kubeconfig, dry_run=dry_run)
+    if as_json:
+        print_json(asdict(rep))
+    else:
+        head = "would " if dry_run else ""
+        for name in rep.created:
+            console.print(f"{head}taint {lit(name)} ({lit(rep.hosts.get(name, '?'))})")
+        for name in rep.removed:
+            console.print(f"{head}remove {lit(name)} ({lit(rep.hosts.get(name, '?'))})")
+        for host, (n, want) in sorted(rep.short.items()):
+            console.print(f"[red]alarm[/] {lit(host)}: ResourceSlices list {n} of {want} GPUs")
+        for e in rep.errors:
+            console.print(f"[red]{lit(e)}[/]")
+    if rep.errors or rep.short:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Attach ``inventory`` and ``k8s``."""
     app.add_typer(inventory_app, name="inventory")

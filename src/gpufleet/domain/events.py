@@ -226,6 +226,10 @@ class AlarmKind(StrEnum):
     """The host's Kubernetes node advertises fewer allocatable ``nvidia.com/gpu`` than the
     GPUs gpufleet validated (the device plugin lost some: "8 became 0")."""
 
+    K8S_DRA_DEVICES_MISSING = "k8s-dra-devices-missing"
+    """Issue 26: the DRA driver's ResourceSlices for the host's node list fewer devices than
+    the GPUs gpufleet validated (``gpufleet k8s dra-sync``)."""
+
     K8S_NODE_NOT_READY = "k8s-node-not-ready"
     """The host's Kubernetes node is NotReady while gpufleet sees the host healthy."""
 
