@@ -128,3 +128,29 @@ def test_device_taint_rules_dry_run_first_removed_after_validation(
     assert sorted((s["metadata"]["name"], str(s)) for s in api.list_slices()
                   if s["metadata"]["name"] != "gpu-03-gpu.nvidia.com") == [
         x for x in slices_before if x[0] != "gpu-03-gpu.nvidia.com"]
+
+
+def test_a_rule_the_server_does_not_keep_as_written_never_takes_effect(
+    fleet: Fleet, tmp_path: Path, emulator: dict[str, Any]
+) -> None:
+    """A server that does not keep the selector as written (this fake one rewrites the CEL
+    to ``true``: every device of the driver): the dry run's read-back sees it, the rule stays
+    at effect None (NoSchedule would have tainted every GPU) and the sync reports it."""
+    import kmock
+
+    slurm_lab_fleet(fleet, tmp_path / "lab")
+    k = emulator["k"]
+
+    def prune(req: Any) -> Any:  # this fake server's answer: the selector rewritten
+        obj = k.objects[RULES, None, req.data["metadata"]["name"]]
+        obj.patch({"spec": {"deviceSelector": {"selectors": [{"cel": {"expression": "true"}}]}}})
+        return obj.raw
+
+    k[kmock.action.CREATE, kmock.resource(RULES)] << prune
+    api = KubeDra(emulator["km"].kubeconfig(tmp_path / "kubeconfig"))
+    quarantine(fleet, "gpu-01", "Xid 79")
+    rep = dra_sync(fleet, api=api)
+    assert rep.created == [] and len(rep.errors) == 8
+    assert "not kept as written" in rep.errors[0]
+    effects = {r["spec"]["taint"]["effect"] for r in api.list_rules().values()}
+    assert effects == {"None"}  # never made effective
