@@ -317,9 +317,13 @@ def capacity_check(
     selector: str | None,
     cuda: str | None,
     as_json: bool,
+    k8s: bool,
+    kubeconfig: Path | None,
 ) -> None:
     from gpufleet.cli.alloc import show_check
     from gpufleet.service.allocation.capacity import CapacityCheck
+
+    refuse_options(**{"--k8s": k8s, "--kubeconfig": kubeconfig})
 
     d = api.get(
         "capacity/check",
