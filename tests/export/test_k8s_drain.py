@@ -205,3 +205,38 @@ def test_remediation_drains_first_no_drain_recorded(
     got = remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5)
     assert got.ok and got.drain is not None and got.drain["evicted"] == ["ml/train-0"]
     assert _pods(api, "gpu-01") == []
+
+
+def test_cli_maintenance_on_blocked_exit_6_then_no_drain(tmp_path: Path, cluster: Kmock) -> None:
+    import os
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    fleet = Fleet.open(home=tmp_path / "home", url=url, actor="pytest")
+    try:
+        slurm_lab_fleet(fleet, tmp_path / "lab")
+    finally:
+        fleet.db.dispose()
+    kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
+    api = KubeDrain(kubeconfig)
+    api.api.create_namespaced_pod("ml", _pod("train-0", "gpu-01", "train"))
+    client.PolicyV1Api(api.api_client).create_namespaced_pod_disruption_budget("ml", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-pdb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env.update(GPUFLEET_HOME=str(tmp_path / "home"), GPUFLEET_DATABASE_URL=url,
+               GPUFLEET_KUBECONFIG=str(kubeconfig), GPUFLEET_KUBE_DRAIN_TIMEOUT="0.5",
+               COLUMNS="200")
+    cmd = [sys.executable, "-m", "gpufleet.cli.main", "maintenance", "on", "gpu-01",
+           "--reason", "bios"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 6, r.stdout + r.stderr
+    out = " ".join((r.stdout + r.stderr).split())
+    assert "drain of node gpu-01 blocked" in out and "train-pdb" in out, out
+    r = subprocess.run([*cmd, "--no-drain"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _pods(api, "gpu-01") == ["train-0"]
