@@ -33,6 +33,7 @@ CHECK_KEYS = {
     "held",
     "frees",
     "cuda",
+    "k8s",  # issue 26: capacity check --k8s (null without it)
 }
 
 
