@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +27,15 @@ from gpufleet.api.schemas_accelerators import AcceleratorOut, VendorSoftwareOut
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.times import as_utc
 from gpufleet.errors import GpufleetError
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded by the CLI's import
+    from gpufleet.domain.facts import Gpu
+    from gpufleet.domain.spec import Baseline
+    from gpufleet.service.allocation.capacity import CapacityCheck
+    from gpufleet.service.allocation.leases import LeaseView
+    from gpufleet.service.core.alarms import AlarmView
+    from gpufleet.service.hosts.baselines import DriftReport
+    from gpufleet.service.views.hosts import HostDetail, HostView
 
 
 def _iso(dt: datetime) -> str:
@@ -100,7 +109,7 @@ class HostOut(Schema):
     eta: Time | None = Field(description="Expected back (maintenance or quarantine).")
 
     @classmethod
-    def of(cls, v: Any) -> HostOut:
+    def of(cls, v: HostView) -> HostOut:
         """From ``service.hosts.HostView``."""
         return cls(
             name=v.name,
@@ -210,7 +219,7 @@ class AlarmOut(Schema):
     reason: str | None
 
     @classmethod
-    def of(cls, a: Any) -> AlarmOut:
+    def of(cls, a: AlarmView) -> AlarmOut:
         """From ``service.alarms.AlarmView``."""
         return cls(
             host=a.host,
@@ -263,12 +272,12 @@ class LeaseOut(Schema):
     )
 
     @classmethod
-    def of(cls, v: Any) -> LeaseOut:
+    def of(cls, v: LeaseView) -> LeaseOut:
         """From ``service.leases.LeaseView``."""
         return cls.model_validate(v.as_dict())
 
 
-def _gpu(g: Any) -> GpuOut:
+def _gpu(g: Gpu) -> GpuOut:
     rr = g.remapped_rows
     return GpuOut(
         index=g.index,
@@ -320,7 +329,7 @@ class HostDetailOut(Schema):
     )
 
     @classmethod
-    def of(cls, d: Any) -> HostDetailOut:
+    def of(cls, d: HostDetail) -> HostDetailOut:
         """From ``service.hosts.HostDetail``."""
         from gpufleet.domain.checks.accelerator import other_vendor_host
         from gpufleet.service.views.accelerators import host_accelerators
@@ -398,7 +407,7 @@ class BaselineOut(Schema):
     )
 
     @classmethod
-    def of(cls, b: Any, pools: list[str]) -> BaselineOut:
+    def of(cls, b: Baseline, pools: list[str]) -> BaselineOut:
         """From ``domain.spec.Baseline`` and the pools pointing at it."""
         spec = b.model_dump(mode="json", exclude={"name", "status", "purpose", "os_image_url"})
         return cls(name=b.name, status=str(b.status), purpose=b.purpose, pools=pools, spec=spec,
@@ -437,7 +446,7 @@ class DriftOut(Schema):
     )
 
     @classmethod
-    def of(cls, r: Any) -> DriftOut:
+    def of(cls, r: DriftReport) -> DriftOut:
         """From ``service.baselines.DriftReport``."""
         return cls(
             by_host={
@@ -577,6 +586,6 @@ class CapacityCheckOut(Schema):
     k8s: dict[str, Any] | None = None  # issue 26: capacity check --k8s
 
     @classmethod
-    def of(cls, r: Any) -> CapacityCheckOut:
+    def of(cls, r: CapacityCheck) -> CapacityCheckOut:
         """From ``service.capacity.CapacityCheck`` (the API and ``capacity check --json``)."""
         return cls.model_validate(dataclasses.asdict(r))

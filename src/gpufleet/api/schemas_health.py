@@ -6,11 +6,19 @@ mapped by hand from the service's dataclasses, times ISO 8601 with the zone.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from gpufleet.api.schemas import Schema, Time
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
+    from gpufleet.service.core.webhooks import DeadLetter
+    from gpufleet.service.health.inspect import SweepReport
+    from gpufleet.service.health.inspect_report import InspectReport
+    from gpufleet.service.health.parts import PartHistory
+    from gpufleet.service.health.remediation import RemediationReport
+    from gpufleet.service.hosts.bmc import BmcStatus
 
 
 class InspectIn(Schema):
@@ -47,7 +55,7 @@ class SweepOut(Schema):
     guard_message: str
 
     @classmethod
-    def of(cls, r: Any) -> SweepOut:
+    def of(cls, r: SweepReport) -> SweepOut:
         return cls(
             at=r.at,
             policy_version=r.policy_version,
@@ -108,7 +116,7 @@ class RemediationOut(Schema):
     warnings: list[str]
 
     @classmethod
-    def of(cls, r: Any) -> RemediationOut:
+    def of(cls, r: RemediationReport) -> RemediationOut:
         return cls(
             host=r.host,
             action=r.action,
@@ -156,7 +164,7 @@ class PartHistoryOut(Schema):
     events: list[dict[str, Any]]
 
     @classmethod
-    def of(cls, h: Any) -> PartHistoryOut:
+    def of(cls, h: PartHistory) -> PartHistoryOut:
         return cls(
             serial=h.serial,
             model=h.model,
@@ -180,7 +188,7 @@ class BmcStatusOut(Schema):
     alarms: list[str]
 
     @classmethod
-    def of(cls, b: Any) -> BmcStatusOut:
+    def of(cls, b: BmcStatus) -> BmcStatusOut:
         return cls(
             host=b.host,
             outcome=str(b.outcome),
@@ -338,7 +346,7 @@ class InspectReportOut(Schema):
     top_offenders: list[str] = Field(description="Hosts with findings, worst first (10).")
 
     @classmethod
-    def of(cls, r: Any) -> InspectReportOut:
+    def of(cls, r: InspectReport) -> InspectReportOut:
         return cls(
             since=r.since,
             until=r.until,
@@ -389,7 +397,7 @@ class DeadLetterOut(Schema):
     error: str | None
 
     @classmethod
-    def of(cls, d: Any) -> DeadLetterOut:
+    def of(cls, d: DeadLetter) -> DeadLetterOut:
         """From ``service.webhooks.DeadLetter``."""
         return cls(
             id=d.id,

@@ -4,11 +4,15 @@ operations; split from :mod:`gpufleet.api.schemas`, whose base and time types th
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from gpufleet.api.schemas import ErrorBody, InTime, Schema, Time
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
+    from gpufleet.service.core.alarms import AlarmRecord
+    from gpufleet.service.hosts.operations import HostOutcome
 
 # --- alarms, events, maintenance, failures ------------------------------------------------
 
@@ -37,7 +41,7 @@ class AlarmRecordOut(Schema):
     data: dict[str, Any]
 
     @classmethod
-    def of(cls, a: Any) -> AlarmRecordOut:
+    def of(cls, a: AlarmRecord) -> AlarmRecordOut:
         """From ``service.alarms.AlarmRecord``."""
         return cls(
             id=a.id,
@@ -62,7 +66,7 @@ class HostOutcomeOut(Schema):
     error: ErrorBody | None
 
     @classmethod
-    def of(cls, o: Any) -> HostOutcomeOut:
+    def of(cls, o: HostOutcome) -> HostOutcomeOut:
         """From ``service.operations.HostOutcome``."""
         err = None if o.error is None else ErrorBody(**o.error.as_json()["error"])
         return cls(host=o.host, state=o.state, error=err)

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from gpufleet.api.schemas import Schema, Time
 from gpufleet.domain.runs import RunKind, RunState
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
+    from gpufleet.service.campaigns.campaign import CampaignView
+    from gpufleet.service.views.run_views import RunView
 
 # --- runs of background work (issue 12 item 2: workers) ------------------------------------
 
@@ -78,7 +82,7 @@ class RunOut(Schema):
     findings: int = Field(description="Inspect runs: health findings in the finished chunks.")
 
     @classmethod
-    def of(cls, r: Any) -> RunOut:
+    def of(cls, r: RunView) -> RunOut:
         """From ``service.jobs.RunView``."""
         return cls(
             id=r.id,
@@ -172,7 +176,7 @@ class CampaignOut(Schema):
     notes: list[str]
 
     @classmethod
-    def of(cls, v: Any) -> CampaignOut:
+    def of(cls, v: CampaignView) -> CampaignOut:
         """From ``service.campaign.CampaignView``."""
         return cls.model_validate(v.as_json())
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 from pydantic import Field
 
 from gpufleet.api.schemas import DriftItemOut, DriftSummaryOut, Schema
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
+    from gpufleet.service.hosts.labels import HostLabels
+    from gpufleet.service.views.summary import FleetSummary
 
 
 class SummaryDriftOut(Schema):
@@ -52,11 +56,14 @@ class SummaryOut(Schema):
     )
 
     @classmethod
-    def of(cls, sm: Any) -> SummaryOut:
+    def of(cls, sm: FleetSummary) -> SummaryOut:
         """From ``service.summary.FleetSummary`` (the API and ``summary --json``). Its drift
         report is taken apart here, not copied whole first (issue 8: at 12,500 hosts it
         names every host)."""
-        d = dataclasses.asdict(dataclasses.replace(sm, drift=None))
+        # every other field is plain data (dicts and lists of str, int)
+        d: dict[str, Any] = {
+            f.name: getattr(sm, f.name) for f in dataclasses.fields(sm) if f.name != "drift"
+        }
         d["drift"] = {
             "summary": [dataclasses.asdict(x) for x in sm.drift.summary],
             "hosts": {
@@ -81,7 +88,7 @@ class LabelsOut(Schema):
     taints: list[TaintOut]
 
     @classmethod
-    def of(cls, r: Any) -> LabelsOut:
+    def of(cls, r: HostLabels) -> LabelsOut:
         """From ``service.summary.HostLabels`` (the API and ``labels --json``)."""
         return cls(
             host=r.host,
@@ -90,7 +97,7 @@ class LabelsOut(Schema):
         )
 
     @classmethod
-    def json_of(cls, rows: Iterable[Any]) -> bytes:
+    def json_of(cls, rows: Iterable[HostLabels]) -> bytes:
         """The JSON of ``[LabelsOut.of(r) for r in rows]`` as the API sends it (pydantic's
         compact JSON, the same bytes), without a model per host (issue 8: 12,500 hosts'
         labels are ~12 MB): the fields are plain strings already (label keys and values

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from gpufleet.api.schemas import Schema, Time
+
+if TYPE_CHECKING:  # the service's read model, checked by mypy; not loaded at run time
+    from gpufleet.service.core.tokens import TokenInfo
 
 # --- API tokens (issue 12 item 3) ---------------------------------------------------------
 
@@ -23,7 +26,7 @@ class TokenOut(Schema):
     revoked_at: Time | None
 
     @classmethod
-    def of(cls, t: Any) -> TokenOut:
+    def of(cls, t: TokenInfo) -> TokenOut:
         """From ``service.tokens.TokenInfo``."""
         return cls(
             name=t.name,
