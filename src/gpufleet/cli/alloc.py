@@ -177,10 +177,15 @@ def leases_list_cmd(
 ) -> None:
     """Leases and reservations (holding ones unless --all)."""
     rows = leases.list_leases(open_fleet(), selector, owner=owner, include_ended=all_)
+    show_leases(rows, as_json)
+
+
+def show_leases(rows: list[LeaseView], as_json: bool, title: str = "leases") -> None:
+    """Print leases (``leases list``)."""
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
-        _lease_table(rows, "leases")
+        _lease_table(rows, title)
 
 
 @leases_app.command("show")
@@ -320,10 +325,12 @@ def leases_expiring_cmd(
 ) -> None:
     """Active leases that expire within --within (or already have)."""
     rows = leases.expiring(open_fleet(), parse_duration(within, "--within"), selector)
-    if as_json:
-        print_json([_lease_json(v) for v in rows])
-    else:
-        _lease_table(rows, f"leases expiring within {within}")
+    show_expiring(rows, as_json, within)
+
+
+def show_expiring(rows: list[LeaseView], as_json: bool, within: str) -> None:
+    """Print the leases expiring ``within`` (``leases expiring``)."""
+    show_leases(rows, as_json, f"leases expiring within {within}")
 
 
 @leases_app.command("policy")

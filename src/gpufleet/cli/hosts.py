@@ -73,7 +73,11 @@ def events_cmd(
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """The audit log: who did what to which host, when and why."""
-    rows = list_events(open_fleet(), host, kind=kind, limit=limit)
+    print_events(list_events(open_fleet(), host, kind=kind, limit=limit), as_json)
+
+
+def print_events(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """The audit log's rows: JSON, else :func:`render_events` (local and remote mode)."""
     if as_json:
         print_json(rows)
         return

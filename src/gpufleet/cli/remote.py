@@ -3,11 +3,13 @@
 for people without database access.
 
 The CLI's error boundary (:func:`gpufleet.cli.common.boundary`) hands every command to
-:func:`call_remote`. A command with a remote implementation (registered with :func:`remote`
-in :mod:`~gpufleet.cli.remote_reads` and :mod:`~gpufleet.cli.remote_runs`) calls the API, rebuilds
-the service's answer from the response and prints it with the command's own presenter, so
-``--json`` and the tables are the local ones. Any other command fails closed: exit 2 with a
-message naming it; never a silent fall-back to a local database.
+:func:`call_remote`. A read is a row of the table :data:`gpufleet.cli.remote_table.READS`
+(method, path, parameters, schema, paging, presenter) served by one handler; other commands
+have a hand-written implementation (registered with :func:`remote` in
+:mod:`~gpufleet.cli.remote_reads` and :mod:`~gpufleet.cli.remote_runs`). Either calls the
+API, builds the service's read model from the answer and prints it with the command's own
+presenter, so ``--json`` and the tables are the local ones. Any other command fails
+closed: exit 2 with a message naming it; never a silent fall-back to a local database.
 
 HTTP errors become the error class the server names (its ``code``), so the exit codes are
 the one table of :mod:`gpufleet.errors` (401 ``unauthorized`` and 403 ``forbidden`` exit 2,
@@ -195,17 +197,24 @@ def call_remote(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run the command ``fn`` in remote mode: its remote implementation, the command itself
     when it needs no database (:data:`LOCAL_ONLY`), else the refusal."""
     from gpufleet.cli import remote_reads, remote_runs  # noqa: F401  (they register)
+    from gpufleet.cli.remote_table import READS, serve
 
     key = f"{fn.__module__}.{fn.__qualname__}"
     if key in LOCAL_ONLY:
         return fn(**kwargs)
+    read = READS.get(key.removeprefix("gpufleet.cli."))
     handler = HANDLERS.get(key)
-    if handler is None:
+    if read is None and handler is None:
         raise not_available()
     if OPTIONS.db_url is not None:
         raise ConfigError("--db and GPUFLEET_URL are both given; use one (unset GPUFLEET_URL)")
-    # --wide is read by the boundary (OPTIONS.wide): the handlers print through the same tables
-    handler(client(), **{k: v for k, v in kwargs.items() if k != "wide"})
+    if read is not None:
+        serve(client(), read, kwargs)
+    else:
+        assert handler is not None
+        # --wide is read by the boundary (OPTIONS.wide): the handlers print through the
+        # same tables
+        handler(client(), **{k: v for k, v in kwargs.items() if k != "wide"})
     return None
 
 

@@ -1,6 +1,7 @@
-"""Remote mode's reads and changes answered by one API call: hosts, events, summary, labels,
-leases, allocation, capacity, alarms, failures, drift, baselines and pools (registered with
-:func:`gpufleet.cli.remote.remote`; moved out of :mod:`gpufleet.cli.remote`)."""
+"""Remote mode's commands that one row of :data:`gpufleet.cli.remote_table.READS` cannot
+say (a body, several calls, a refused option, an answer rebuilt into nested read models):
+host page, summary, labels, allocation, lease renew and release, capacity, alarm ack,
+failures, drift and baselines (registered with :func:`gpufleet.cli.remote.remote`)."""
 
 from __future__ import annotations
 
@@ -25,42 +26,6 @@ from gpufleet.errors import (
 )
 
 # --- hosts, events, summary, labels ---------------------------------------------------------
-
-
-@remote("hosts.list_cmd")
-def hosts_list(
-    api: Client,
-    selector: str | None,
-    group: str | None,
-    model: str | None,
-    state: str | None,
-    pool: str | None,
-    as_json: bool,
-) -> None:
-    from gpufleet.api.schemas import HostOut
-    from gpufleet.cli.hosts import render_host_list
-
-    items: list[dict[str, Any]] = []
-    cursor = None
-    while True:
-        page = api.get(
-            "hosts",
-            selector=selector,
-            group=group,
-            model=model,
-            state=state,
-            pool=pool,
-            limit=1000,
-            cursor=cursor,
-        )
-        items.extend(page["items"])
-        cursor = page.get("next_cursor")
-        if not cursor:
-            break
-    if as_json:
-        print_json(items)
-    else:
-        render_host_list([HostOut.model_validate(i) for i in items])
 
 
 @remote("hosts.show_cmd")
@@ -92,17 +57,6 @@ def hosts_show(api: Client, name: str, as_json: bool) -> None:
         events=timed(d["events"]),
     )
     render_host(detail)
-
-
-@remote("hosts.events_cmd")
-def events(api: Client, host: str | None, kind: str | None, limit: int, as_json: bool) -> None:
-    from gpufleet.cli.hosts import render_events
-
-    rows = api.get("events", host=host, kind=kind, limit=limit)
-    if as_json:
-        print_json(rows)
-    else:
-        render_events([r | {"at": _dt(r["at"])} for r in rows])
 
 
 @remote("summary.summary_cmd")
@@ -222,26 +176,6 @@ def allocate(
     )
 
 
-@remote("alloc.leases_list_cmd")
-def leases_list(
-    api: Client, selector: str | None, owner: str | None, all_: bool, as_json: bool
-) -> None:
-    from gpufleet.cli.alloc import _lease_json, _lease_table
-
-    rows = [_lease(d) for d in api.get("leases", selector=selector, owner=owner, all=all_)]
-    if as_json:
-        print_json([_lease_json(v) for v in rows])
-    else:
-        _lease_table(rows, "leases")
-
-
-@remote("alloc.leases_show_cmd")
-def leases_show(api: Client, lease_id: int, as_json: bool) -> None:
-    from gpufleet.cli.alloc import show_lease
-
-    show_lease(_lease(api.get(f"leases/{lease_id}")), as_json)
-
-
 @remote("alloc.leases_renew_cmd")
 def leases_renew(
     api: Client,
@@ -349,21 +283,6 @@ def _alarm(d: dict[str, Any]) -> Any:
     return AlarmRecord(**dict(AlarmRecordOut.model_validate(d)))
 
 
-@remote("alarms.list_cmd")
-def alarms_list(api: Client, selector: str | None, include_closed: bool, as_json: bool) -> None:
-    from gpufleet.cli.alarms import show_alarms
-
-    rows = api.get("alarms", selector=selector, all=include_closed)
-    show_alarms([_alarm(d) for d in rows], as_json)
-
-
-@remote("alarms.show_cmd")
-def alarms_show(api: Client, alarm_id: int, as_json: bool) -> None:
-    from gpufleet.cli.alarms import show_one
-
-    show_one(_alarm(api.get(f"alarms/{alarm_id}")), as_json)
-
-
 @remote("alarms.ack_cmd")
 def alarms_ack(api: Client, alarm_id: int, reason: str | None, as_json: bool) -> None:
     from gpufleet.cli.alarms import show_acked
@@ -459,11 +378,3 @@ def baselines_list(api: Client, as_json: bool) -> None:
         for b in api.get("baselines")
     ]
     show_baselines(rows, as_json)
-
-
-@remote("baseline.pool_list_cmd")
-def pools_list(api: Client, as_json: bool) -> None:
-    from gpufleet.cli.baseline import show_pools
-    from gpufleet.service.hosts.baselines import PoolView
-
-    show_pools([PoolView(**p) for p in api.get("pools")], as_json)

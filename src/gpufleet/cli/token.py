@@ -18,7 +18,13 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import parse_duration
-from gpufleet.service.core.tokens import Role, create_token, list_tokens, revoke_token
+from gpufleet.service.core.tokens import (
+    Role,
+    TokenInfo,
+    create_token,
+    list_tokens,
+    revoke_token,
+)
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -56,7 +62,11 @@ def list_cmd(
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Tokens with their role and state (active, expired, revoked); never a secret."""
-    rows = list_tokens(open_fleet())
+    show_tokens(list_tokens(open_fleet()), as_json)
+
+
+def show_tokens(rows: list[TokenInfo], as_json: bool) -> None:
+    """Print tokens (``token list``; local and remote mode)."""
     if as_json:
         print_json([TokenOut.of(t).json_dict() for t in rows])
         return
