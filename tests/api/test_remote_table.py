@@ -1,8 +1,9 @@
 """Issue 25 item 2: remote mode's reads are one table (``gpufleet.cli.remote_table.READS``:
 command -> method, path, parameters, schema, paging, presenter) served by one handler. Each
 row names a real command, a route the API serves with that method, only the command's own
-arguments, and a presenter that takes them; and the rows added with the table (``token
-list``, ``leases show``, ``alarms show``) print over the API exactly what the local CLI
+arguments, and a presenter that takes them; and the rows added with the table (``leases
+expiring`` on its new route ``GET /leases/expiring``, ``token list``, ``leases show``,
+``alarms show``) print over the API exactly what the local CLI
 prints (``leases list``, ``hosts list``, ``events``, ``alarms list`` and ``pool list`` are
 compared in ``test_remote_cli``)."""
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import string
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import typer
@@ -99,7 +100,7 @@ def _same(served: str, path: str) -> bool:
 
 def test_every_row_is_a_command_a_route_and_a_presenter(fleet: Fleet) -> None:
     commands, routes = _commands(_cli()), _routes(fleet)
-    assert len(READS) >= 8
+    assert len(READS) >= 9
     problems = [p for key, read in READS.items() for p in _problems(key, read, commands, routes)]
     assert problems == []
     # and the check does fail on a wrong row
@@ -120,10 +121,12 @@ def test_table_reads_print_what_the_local_cli_prints(
     lab_fleet: Fleet, server: str, tmp_path: Path  # noqa: F811
 ) -> None:
     fleet, tmp = lab_fleet, tmp_path
+    # the server and the local CLI read the real clock (the server's worker expires leases)
+    now = datetime.now(UTC)
     got = allocate(fleet, Request(gpus=8), owner="team-a", purpose="llm",
-                   duration=timedelta(hours=20), users=["alice"])
+                   until=now + timedelta(hours=20), users=["alice"])
     assert got.lease is not None
-    allocate(fleet, Request(gpus=8), owner="team-b", purpose="eval", duration=timedelta(days=3))
+    allocate(fleet, Request(gpus=8), owner="team-b", purpose="eval", until=now + timedelta(days=2))
     with fleet.db.session() as s:
         host = s.scalar(select(Host).where(Host.name == "gpu-02"))
         assert host is not None
@@ -135,6 +138,9 @@ def test_table_reads_print_what_the_local_cli_prints(
     viewer = remote_cli(server, TOKENS["viewer"], tmp)
     admin = remote_cli(server, TOKENS["admin"], tmp)
     for cli, argv in (
+        (viewer, ["leases", "expiring"]),
+        (viewer, ["leases", "expiring", "--within", "3d"]),
+        (viewer, ["leases", "expiring", got.lease.hosts[0], "--within", "3d"]),
         (viewer, ["leases", "show", str(got.lease.id)]),
         (viewer, ["alarms", "show", str(alarm.id)]),
         (admin, ["token", "list"]),
@@ -142,6 +148,10 @@ def test_table_reads_print_what_the_local_cli_prints(
         want = local.json(*argv)
         assert cli.json(*argv) == want, argv
         assert cli.run(*argv).stdout == local.run(*argv).stdout, argv
+    assert [x["id"] for x in viewer.json("leases", "expiring")] == [got.lease.id]
+    assert len(viewer.json("leases", "expiring", "--within", "3d")) == 2
+    one = viewer.json("leases", "expiring", got.lease.hosts[0], "--within", "3d")
+    assert [x["id"] for x in one] == [got.lease.id]
     assert [t["name"] for t in admin.json("token", "list")] == ["ci-bot"]
     # the token list is the admin's: a viewer's token is refused by the server (exit 2)
     err = viewer.json("token", "list", code=2)["error"]

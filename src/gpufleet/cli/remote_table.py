@@ -104,6 +104,15 @@ READS: dict[str, Read] = {
         "gpufleet.cli.alloc:show_lease",
         view="gpufleet.service.allocation.leases:LeaseView",
     ),
+    "alloc.leases_expiring_cmd": Read(
+        "leases/expiring",
+        LeaseOut,
+        "gpufleet.cli.alloc:show_expiring",
+        params=("selector", "within"),
+        args=("as_json", "within"),
+        view="gpufleet.service.allocation.leases:LeaseView",
+        many=True,
+    ),
     "alarms.list_cmd": Read(
         "alarms",
         AlarmRecordOut,

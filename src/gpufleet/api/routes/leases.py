@@ -37,6 +37,16 @@ def leases_list(
     return [LeaseOut.of(v) for v in rows]
 
 
+@router.get("/leases/expiring", summary="Active leases expiring within a window (or expired)")
+def leases_expiring(
+    selector: str | None = Query(None, description="Leases holding these hosts."),
+    within: str = Query("24h", description="Window from now, e.g. 24h."),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[LeaseOut]:
+    rows = leases.expiring(fleet, parse_duration(within, "within"), selector)
+    return [LeaseOut.of(v) for v in rows]
+
+
 @router.get("/leases/{lease_id}", summary="One lease with its hosts and GPU UUIDs")
 def leases_show(lease_id: RowId, fleet: Fleet = Depends(as_viewer)) -> LeaseOut:
     return LeaseOut.of(leases.show_lease(fleet, lease_id))
