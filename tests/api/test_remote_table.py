@@ -3,9 +3,9 @@ command -> method, path, parameters, schema, paging, presenter) served by one ha
 row names a real command, a route the API serves with that method, only the command's own
 arguments, and a presenter that takes them; and the rows added with the table (``leases
 expiring`` on its new route ``GET /leases/expiring``, ``token list``, ``leases show``,
-``alarms show``) print over the API exactly what the local CLI
-prints (``leases list``, ``hosts list``, ``events``, ``alarms list`` and ``pool list`` are
-compared in ``test_remote_cli``)."""
+``alarms show``, ``alarms dead-letters``) print over the API exactly what the local CLI
+prints (``leases list``, ``hosts list``, ``events``, ``alarms list``, ``pool list`` and
+``capacity check`` are compared in ``test_remote_cli``)."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def _same(served: str, path: str) -> bool:
 
 def test_every_row_is_a_command_a_route_and_a_presenter(fleet: Fleet) -> None:
     commands, routes = _commands(_cli()), _routes(fleet)
-    assert len(READS) >= 9
+    assert len(READS) >= 11
     problems = [p for key, read in READS.items() for p in _problems(key, read, commands, routes)]
     assert problems == []
     # and the check does fail on a wrong row
@@ -143,6 +143,7 @@ def test_table_reads_print_what_the_local_cli_prints(
         (viewer, ["leases", "expiring", got.lease.hosts[0], "--within", "3d"]),
         (viewer, ["leases", "show", str(got.lease.id)]),
         (viewer, ["alarms", "show", str(alarm.id)]),
+        (viewer, ["alarms", "dead-letters", "--limit", "5"]),
         (admin, ["token", "list"]),
     ):
         want = local.json(*argv)

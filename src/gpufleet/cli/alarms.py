@@ -57,7 +57,11 @@ def dead_letters_cmd(
 ) -> None:
     """Webhook notifications given up after GPUFLEET_WEBHOOK_MAX_AGE_H of failed attempts,
     newest first: what, which host, when, attempts and the last error."""
-    rows = webhooks.dead_letters(open_fleet(), limit)
+    show_dead_letters(webhooks.dead_letters(open_fleet(), limit), as_json)
+
+
+def show_dead_letters(rows: list[webhooks.DeadLetter], as_json: bool) -> None:
+    """Print webhook dead letters (``alarms dead-letters``; local and remote mode)."""
     if as_json:
         print_json([asdict(r) for r in rows])
         return

@@ -241,38 +241,6 @@ def capacity(
     show_capacity(rep, None, as_json)
 
 
-@remote("alloc.capacity_check_cmd")
-def capacity_check(
-    api: Client,
-    gpus: int,
-    model: str | None,
-    profile: str | None,
-    headroom: str,
-    selector: str | None,
-    cuda: str | None,
-    as_json: bool,
-    k8s: bool,
-    kubeconfig: Path | None,
-) -> None:
-    from gpufleet.cli.alloc import show_check
-    from gpufleet.service.allocation.capacity import CapacityCheck
-
-    refuse_options(**{"--k8s": k8s, "--kubeconfig": kubeconfig})
-
-    d = api.get(
-        "capacity/check",
-        gpus=gpus,
-        model=model,
-        profile=profile,
-        headroom=headroom,
-        selector=selector,
-        cuda=cuda,
-    )
-    d["held"] = [h | {"until": _dt(h["until"])} for h in d["held"]]
-    d["frees"] = [f | {"at": _dt(f["at"])} for f in d["frees"]]
-    show_check(CapacityCheck(**d), as_json)
-
-
 # --- alarms, failures, drift, baselines, pools ----------------------------------------------
 
 

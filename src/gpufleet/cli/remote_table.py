@@ -21,7 +21,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.api.schemas import EventOut, HostOut, LeaseOut, PoolOut, Schema
+from gpufleet.api.schemas import (
+    CapacityCheckOut,
+    EventOut,
+    HostOut,
+    LeaseOut,
+    PoolOut,
+    Schema,
+)
+from gpufleet.api.schemas_health import DeadLetterOut
 from gpufleet.api.schemas_ops import AlarmRecordOut
 from gpufleet.api.schemas_tokens import TokenOut
 from gpufleet.cli.remote import Client
@@ -31,7 +39,7 @@ PAGE = 1000
 
 #: How a validated answer becomes the presenter's input: ``"model"`` (the schema itself),
 #: ``"dict"`` (its fields as a dict, times as datetimes) or ``"module:Class"`` (the
-#: service's read model built from the schema's fields).
+#: service's read model built from that dict: nested shapes stay dicts).
 View = str
 
 
@@ -113,6 +121,13 @@ READS: dict[str, Read] = {
         view="gpufleet.service.allocation.leases:LeaseView",
         many=True,
     ),
+    "alloc.capacity_check_cmd": Read(
+        "capacity/check",
+        CapacityCheckOut,
+        "gpufleet.cli.alloc:show_check",
+        params=("gpus", "model", "profile", "headroom", "selector", "cuda"),
+        view="gpufleet.service.allocation.capacity:CapacityCheck",
+    ),
     "alarms.list_cmd": Read(
         "alarms",
         AlarmRecordOut,
@@ -126,6 +141,14 @@ READS: dict[str, Read] = {
         AlarmRecordOut,
         "gpufleet.cli.alarms:show_one",
         view="gpufleet.service.core.alarms:AlarmRecord",
+    ),
+    "alarms.dead_letters_cmd": Read(
+        "webhooks/dead-letters",
+        DeadLetterOut,
+        "gpufleet.cli.alarms:show_dead_letters",
+        params=("limit",),
+        view="gpufleet.service.core.webhooks:DeadLetter",
+        many=True,
     ),
     "baseline.pool_list_cmd": Read(
         "pools",
@@ -155,7 +178,7 @@ def viewer(view: View) -> Callable[[Schema], Any]:
     if view == "dict":
         return lambda m: m.model_dump()
     cls = _named(view)
-    return lambda m: cls(**{k: getattr(m, k) for k in type(m).model_fields})
+    return lambda m: cls(**m.model_dump())
 
 
 def fetch(api: Client, read: Read, kwargs: Mapping[str, Any]) -> Any:
