@@ -78,6 +78,7 @@ def _problems(key: str, read: Read, commands: dict[str, object], routes: set[tup
     if not any(m == read.method and _same(p, route) for m, p in served):
         out.append(f"{key}: the API has no {read.method} {read.path}")
     wanted = fields | {p.partition("=")[2] or p for p in read.params} | set(read.args)
+    wanted |= {r.partition("=")[2] for r in read.refuse}
     out += [f"{key}: the command has no argument {a}" for a in sorted(wanted - args)]
     if not (isinstance(read.schema, type) and issubclass(read.schema, Schema)):
         out.append(f"{key}: {read.schema} is not an API schema")
@@ -157,5 +158,10 @@ def test_table_reads_print_what_the_local_cli_prints(
     # the token list is the admin's: a viewer's token is refused by the server (exit 2)
     err = viewer.json("token", "list", code=2)["error"]
     assert err["code"] == "forbidden"
+    # an option the API does not offer is refused, naming it, not ignored
+    r = viewer.run("capacity", "check", "--gpus", "8", "--slurm", code=2)
+    assert "capacity check --slurm is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
+    r = viewer.run("capacity", "--slurm", code=2)
+    assert "capacity --slurm is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
     # errors keep the one table: an unknown lease is exit 4, as locally
     assert viewer.json("leases", "show", "999", code=4)["error"]["code"] == "not_found"

@@ -224,13 +224,14 @@ def capacity(
     as_json: bool,
     k8s: bool,
     kubeconfig: Path | None,
+    slurm: bool = False,
 ) -> None:
     from gpufleet.cli.alloc import show_capacity
     from gpufleet.service.allocation.capacity import CapacityReport
 
     if ctx.invoked_subcommand is not None:
         return
-    refuse_options(**{"--k8s": k8s, "--kubeconfig": kubeconfig})
+    refuse_options(**{"--k8s": k8s, "--kubeconfig": kubeconfig, "--slurm": slurm})
     d = api.get("capacity", selector=selector, at=_when(at, "--at"))
     rep = CapacityReport(
         at=_dt(d["at"]) or datetime.now().astimezone(),

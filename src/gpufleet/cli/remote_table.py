@@ -32,7 +32,7 @@ from gpufleet.api.schemas import (
 from gpufleet.api.schemas_health import DeadLetterOut
 from gpufleet.api.schemas_ops import AlarmRecordOut
 from gpufleet.api.schemas_tokens import TokenOut
-from gpufleet.cli.remote import Client
+from gpufleet.cli.remote import Client, refuse_options
 
 #: Hosts per page when a paged read fetches every page.
 PAGE = 1000
@@ -58,6 +58,9 @@ class Read:
     #: where they differ; None values are not sent.
     params: tuple[str, ...] = ()
     args: tuple[str, ...] = ("as_json",)
+    #: Options the API does not offer, ``"--flag=argument"``: refused when given, never
+    #: ignored.
+    refuse: tuple[str, ...] = ()
     view: View = "model"
     many: bool = False
     #: The answer is a page (``items``, ``next_cursor``): every page is fetched.
@@ -127,6 +130,7 @@ READS: dict[str, Read] = {
         "gpufleet.cli.alloc:show_check",
         params=("gpus", "model", "profile", "headroom", "selector", "cuda"),
         view="gpufleet.service.allocation.capacity:CapacityCheck",
+        refuse=("--slurm=slurm", "--partition=partition"),
     ),
     "alarms.list_cmd": Read(
         "alarms",
@@ -199,6 +203,8 @@ def fetch(api: Client, read: Read, kwargs: Mapping[str, Any]) -> Any:
 def serve(api: Client, read: Read, kwargs: Mapping[str, Any]) -> None:
     """Run one command of the table: call the API, validate the answer with the schema,
     build the presenter's input and print it with the local presenter."""
+    refused = (r.partition("=") for r in read.refuse)
+    refuse_options(**{flag: kwargs[arg] for flag, _, arg in refused})
     answer = fetch(api, read, kwargs)
     to_view = viewer(read.view)
     if read.many:
