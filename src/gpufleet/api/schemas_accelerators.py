@@ -7,9 +7,12 @@ what the CLI and the dashboard show. Only pydantic here (the CLI imports it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
+    from gpufleet.service.views.accelerators import AcceleratorRow, VendorSoftware
 
 
 class AcceleratorOut(BaseModel):
@@ -34,7 +37,7 @@ class AcceleratorOut(BaseModel):
     firmware: dict[str, str]
 
     @classmethod
-    def of(cls, row: Any) -> AcceleratorOut:
+    def of(cls, row: AcceleratorRow) -> AcceleratorOut:
         """From ``service.views.accelerators.AcceleratorRow``."""
         return cls(**{k: getattr(row, k) for k in cls.model_fields})
 
@@ -59,6 +62,6 @@ class VendorSoftwareOut(BaseModel):
     on_pci: int | None = Field(description="NVIDIA only: its GPUs on the PCI bus.")
 
     @classmethod
-    def of(cls, v: Any) -> VendorSoftwareOut:
+    def of(cls, v: VendorSoftware) -> VendorSoftwareOut:
         """From ``service.views.accelerators.VendorSoftware``."""
         return cls(**{k: getattr(v, k) for k in cls.model_fields})
