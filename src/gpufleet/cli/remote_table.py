@@ -130,7 +130,7 @@ READS: dict[str, Read] = {
         "gpufleet.cli.alloc:show_check",
         params=("gpus", "model", "profile", "headroom", "selector", "cuda"),
         view="gpufleet.service.allocation.capacity:CapacityCheck",
-        refuse=("--slurm=slurm", "--partition=partition"),
+        refuse=("--slurm=slurm", "--partition=partition", "--k8s=k8s", "--kubeconfig=kubeconfig"),
     ),
     "alarms.list_cmd": Read(
         "alarms",
