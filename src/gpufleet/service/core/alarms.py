@@ -4,6 +4,7 @@ an ``alarm`` event to the audit log. All inside the caller's transaction."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +19,47 @@ from gpufleet.service.core.select import is_explicit, nothing_matches, select_ho
 from gpufleet.store.tables import Alarm, Host
 
 
+def open_alarm(
+    s: Session,
+    fleet: Fleet,
+    host: Host,
+    kind: AlarmKind,
+    severity: AlarmSeverity,
+    message: str,
+    data: dict[str, Any] | None = None,
+    *,
+    same: Callable[[Alarm], bool] | None = None,
+    notice: str | None = None,
+    at: datetime | None = None,
+) -> tuple[Alarm, bool]:
+    """The only writer of alarm rows: open an alarm of ``kind`` on ``host`` unless the same one
+    is still open; returns the alarm and whether it is new. "The same" is the kind itself (one
+    open alarm per host and kind) unless ``same`` tells a finer identity (a health finding's
+    rule, GPU and subject, read from the open alarm's data). A new alarm queues its
+    ``alarm-opened`` webhook in ``s`` (``notice``: the message it carries, default
+    ``message``). Records no event: the caller words it."""
+    open_rows = s.scalars(
+        select(Alarm).where(Alarm.host_id == host.id, Alarm.kind == kind, Alarm.closed_at.is_(None))
+    ).all()
+    for alarm in open_rows:
+        if same is None or same(alarm):
+            return alarm, False
+    alarm = Alarm(
+        host_id=host.id,
+        kind=kind,
+        severity=severity,
+        opened_at=at or fleet.now(),
+        message=message,
+        data=data or {},
+    )
+    s.add(alarm)
+    note = {"kind": kind.value, "severity": severity.value, "message": notice or message}
+    from gpufleet.service.core import webhooks  # here: the reads need none of it
+
+    webhooks.enqueue(s, fleet, "alarm-opened", host.name, note | (data or {}))
+    return alarm, True
+
+
 def raise_alarm(
     s: Session,
     fleet: Fleet,
@@ -28,26 +70,9 @@ def raise_alarm(
     data: dict[str, Any] | None = None,
 ) -> Alarm:
     """Open an alarm of ``kind`` on ``host`` (or return the one still open: one open alarm
-    per host and kind) and record the ``alarm`` event either way."""
+    per host and kind, :func:`open_alarm`) and record the ``alarm`` event either way."""
     record_event(s, fleet, EventKind.ALARM, message, host=host, data=data)
-    alarm = s.scalar(
-        select(Alarm).where(Alarm.host_id == host.id, Alarm.kind == kind, Alarm.closed_at.is_(None))
-    )
-    if alarm is None:
-        alarm = Alarm(
-            host_id=host.id,
-            kind=kind,
-            severity=severity,
-            opened_at=fleet.now(),
-            message=message,
-            data=data or {},
-        )
-        s.add(alarm)
-        alarm_data = {"kind": kind.value, "severity": severity.value, "message": message}
-        from gpufleet.service.core import webhooks  # here: the reads need none of it
-
-        webhooks.enqueue(s, fleet, "alarm-opened", host.name, alarm_data | (data or {}))
-    return alarm
+    return open_alarm(s, fleet, host, kind, severity, message, data)[0]
 
 
 def close_alarms(s: Session, fleet: Fleet, host: Host, kind: AlarmKind, reason: str) -> int:

@@ -8,6 +8,7 @@ critical alarm: restricted, out of placement)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,7 @@ from gpufleet.domain.rules import Finding, Severity
 from gpufleet.domain.states import Event, HostState
 from gpufleet.service.allocation.leases import lease_view, queue_webhook
 from gpufleet.service.core import webhooks
+from gpufleet.service.core.alarms import open_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.health.inspect_guard import Budget
@@ -66,6 +68,11 @@ class HostInspection:
 
 def _key(a: Alarm) -> tuple[str, int | None, str | None]:
     return a.data.get("rule", ""), a.data.get("gpu_index"), a.data.get("subject")
+
+
+def _same(key: tuple[str, int | None, str | None]) -> Callable[[Alarm], bool]:
+    """A health alarm is the same finding when its rule, GPU and subject are."""
+    return lambda a: _key(a) == key
 
 
 def act(
@@ -126,21 +133,14 @@ def act(
             if sev is AlarmSeverity.CRITICAL and held:
                 # restricted: the critical alarm keeps the host out of placement and capacity
                 data["held"] = "blast-radius guard"
-            s.add(
-                Alarm(
-                    host_id=host_id,
-                    kind=AlarmKind.HEALTH,
-                    severity=sev,
-                    opened_at=at,
-                    message=f"{f.message} (recommended: {f.action.value})",
-                    data=data,
-                )
+            # the webhook is queued in this transaction; the outbox's thread sends it
+            open_alarm(
+                s, fleet, host, AlarmKind.HEALTH, sev,
+                f"{f.message} (recommended: {f.action.value})", data,
+                same=_same(f.key), notice=f.message, at=at,
             )
             record_event(s, fleet, EventKind.ALARM, f.message, host=host, data=data, actor=ACTOR)
             out.actions.append(f"alarm {sev.value}: {f.message}")
-            # queued after the commit; sent by the outbox's thread, never inside the sweep
-            note = {"kind": AlarmKind.HEALTH.value, "severity": sev.value, "message": f.message}
-            webhooks.enqueue(s, fleet, "alarm-opened", host.name, note | data)
         # Findings that cleared: warnings close, criticals wait for a passed validation.
         for k, a in open_alarms.items():
             if k in now_keys or k[0] in blind:
