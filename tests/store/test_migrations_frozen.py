@@ -39,6 +39,7 @@ LANDED: dict[str, str] = {
     "0023": "45c3dec1c967bb2bc879a9fcfc4d518e90ee15426e74a11fdd72e687f71e74e1",
     "0024": "975ea0ffb51059fcd9da957da4eecc6a04e22f00f35ecef49e61b2ad713c1b6e",
     "0025": "c9a9dc5f63feed4f43261d804f0cc53175da6f6e4c561fbad4c7d5a8d16ec9ba",
+    "0026": "9305c2c5fc0bf6102c43f2537435d937eddb67f7804028ee764435ce49ef64bd",
 }
 
 

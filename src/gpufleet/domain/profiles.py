@@ -37,6 +37,7 @@ from gpufleet.domain.checks.proof import PROOF_CHECKS
 from gpufleet.domain.decision import Decision as Decision  # defined there, for the store
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health, health_for
+from gpufleet.domain.roles import DEFAULT_ROLE, ROLES
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event
 from gpufleet.domain.xid import XidPolicy
@@ -47,16 +48,18 @@ ADVISORY = "advisory"
 #: What validation supplies in the :class:`~gpufleet.domain.checks.CheckContext`: refused as
 #: profile parameters, so a profile cannot fake the time, the policy or the evidence.
 CONTEXT_PARAMS = frozenset({"now", "xid_policy", "evidence"})
-_PROFILE_KEYS = {"description", "extends", "checks"}
+_PROFILE_KEYS = {"description", "extends", "checks", "role"}
 
 
 @dataclass(frozen=True, slots=True)
 class Profile:
-    """A resolved profile: check name -> parameters (``advisory`` included), in order."""
+    """A resolved profile: check name -> parameters (``advisory`` included), in order;
+    ``role``: the hosts it judges (:mod:`gpufleet.domain.roles`; ``gpu`` unless it says)."""
 
     name: str
     description: str = ""
     checks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    role: str = DEFAULT_ROLE.value
 
 
 # ---------------------------------------------------------------------------- loading
@@ -115,10 +118,16 @@ def _parse(text: str, source: str) -> dict[str, dict[str, Any]]:
         extends = body.get("extends")
         if extends is not None and not isinstance(extends, str):
             raise ConfigError(f"{where}: 'extends' must name a profile")
+        role = body.get("role")
+        if role is not None and role not in ROLES:
+            raise ConfigError(
+                f"{where}: unknown role {role!r} (expected one of {', '.join(ROLES)})"
+            )
         profiles[name] = {
             "description": str(body.get("description") or ""),
             "extends": extends,
             "checks": parsed,
+            "role": role,
         }
     return profiles
 
@@ -162,6 +171,7 @@ def _overlay(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
         "description": overlay["description"] or base["description"],
         "extends": overlay["extends"] or base["extends"],
         "checks": checks,
+        "role": overlay.get("role") or base.get("role"),
     }
 
 
@@ -177,17 +187,20 @@ def _resolve(
         raise ConfigError(f"profile {name!r}: 'extends' cycle: {' -> '.join((*chain, name))}")
     body = raw[name]
     checks: dict[str, dict[str, Any]] = {}
+    role = body.get("role")
     parent = body["extends"]
     if parent is not None:
         if parent not in raw:
             raise ConfigError(f"profile {name!r}: extends unknown profile {parent!r}")
-        checks = {k: dict(v) for k, v in _resolve(parent, raw, done, (*chain, name)).checks.items()}
+        base = _resolve(parent, raw, done, (*chain, name))
+        checks = {k: dict(v) for k, v in base.checks.items()}
+        role = role or base.role
     for check, params in body["checks"].items():
         if params is None:
             checks.pop(check, None)
         else:
             checks[check] = dict(params)
-    profile = Profile(name, body["description"], checks)
+    profile = Profile(name, body["description"], checks, role or DEFAULT_ROLE.value)
     done[name] = profile
     return profile
 
@@ -247,7 +260,7 @@ def without_proof(profiles: Mapping[str, Profile], *, keep_dcgm: bool) -> dict[s
             checks["dcgm_diag"] = {
                 k: v for k, v in p.checks["dcgm_diag"].items() if k == ADVISORY
             }
-        out[name] = Profile(p.name, p.description, checks)
+        out[name] = Profile(p.name, p.description, checks, p.role)
     return out
 
 

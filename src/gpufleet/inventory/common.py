@@ -219,6 +219,7 @@ class _Builder:
             )
         for ih in hosts:
             ih.expected_spec()  # range-checks every gpufleet_ value now, naming file:line
+            _ = ih.role  # an unknown gpufleet_role too, naming the host and the value
         return Inventory(
             hosts=hosts, groups=members, source=self.source, warnings=list(self.warnings)
         )

@@ -28,7 +28,12 @@ MAX_HOSTS = 100_000
 #: Most YAML nodes an inventory may expand to with its aliases resolved (alias bombs).
 MAX_YAML_NODES = 1_000_000
 #: ``gpufleet_*`` variables that are not expected-spec fields.
-_OTHER_GPUFLEET_VARS = ("gpufleet_pool", "gpufleet_baseline", "gpufleet_transport")
+_OTHER_GPUFLEET_VARS = (
+    "gpufleet_pool",
+    "gpufleet_baseline",
+    "gpufleet_transport",
+    "gpufleet_role",
+)
 #: The host's BMC (``gpufleet bmc``): address, login, password (sealed like every secret) or
 #: a file holding it, system id, CA bundle, insecure, and the serial/UUID the inventory
 #: declares for the machine (cross-checked against what the BMC says).

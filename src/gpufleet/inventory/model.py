@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from gpufleet.domain.roles import HostRole, parse_role
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.errors import InventoryError, NotFound
 from gpufleet.inventory.hostvars import _SPEC_PREFIX, _check_spec_value, _convert, _scalar_type
@@ -41,6 +42,23 @@ class InventoryHost(BaseModel):
     def baseline(self) -> str | None:
         """The baseline named by ``gpufleet_baseline``, or None."""
         return self.vars.get("gpufleet_baseline") or None
+
+    @property
+    def role(self) -> HostRole:
+        """The host's role (``gpufleet_role``: gpu, cpu, storage; gpu when unset).
+
+        An unknown value raises :class:`InventoryError` naming the host, the value and the
+        closest role, at the line where it was set; :func:`load_inventory` checks every host.
+        """
+        raw = self.vars.get("gpufleet_role", "")
+        try:
+            return parse_role(raw)
+        except ValueError as exc:
+            raise InventoryError(
+                self.source or "<inventory>",
+                self.var_lines.get("gpufleet_role"),
+                f"host {self.name}: variable gpufleet_role={raw!r}: {exc}",
+            ) from None
 
     def expected_spec(self) -> ExpectedSpec:
         """Build the :class:`ExpectedSpec` from the ``gpufleet_<field>`` variables.

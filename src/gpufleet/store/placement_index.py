@@ -43,13 +43,14 @@ from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmake
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import SummaryKey, summarize
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.states import HostState
 from gpufleet.store.db import session_now
 from gpufleet.store.tables import Alarm, FactSnapshot, Host, PlacementRack
 
 #: Host columns whose change can change a host's candidacy or its summary entry.
 WATCHED = frozenset(
-    {"state", "rack", "expected", "profiles", "latest_snapshot_id", "usable_gpus", "name"}
+    {"state", "rack", "expected", "profiles", "latest_snapshot_id", "usable_gpus", "name", "role"}
 )
 #: Alarm columns whose change can change whether it keeps its host out of placement.
 ALARM_WATCHED = frozenset({"closed_at", "host_id", "kind", "severity"})
@@ -254,7 +255,9 @@ def compute(s: Session, racks: list[str] | None) -> dict[str, list[list[Any]]]:
             Host.profiles,
         )
         .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-        .where(Host.state == HostState.AVAILABLE, gpus > 0, ~alarmed)
+        .where(
+            Host.state == HostState.AVAILABLE, gpus > 0, Host.role == HostRole.GPU.value, ~alarmed
+        )
     )
     keys: dict[str, list[SummaryKey]] = {r: [] for r in racks or ()}
     chunks = [racks[k : k + 500] for k in range(0, len(racks), 500)] if racks else [None]

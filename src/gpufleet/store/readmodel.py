@@ -73,11 +73,12 @@ class HostLabelRow:
     baseline: str | None
     has_snapshot: bool
     fact_labels: dict[str, Any] | None
+    role: str = "gpu"
 
 
 _HOST_LABELS = (
     "SELECT h.name, h.state, h.fault, h.pool, h.rack, h.profiles, h.expected, h.vars,"
-    " h.usable_gpus, h.unusable_gpus, h.latest_snapshot_id, l.value, p.baseline"
+    " h.usable_gpus, h.unusable_gpus, h.latest_snapshot_id, l.value, p.baseline, h.role"
     " FROM hosts h"
     " LEFT JOIN fact_snapshots s ON s.id = h.latest_snapshot_id"
     " LEFT JOIN fact_label_sets l ON l.id = s.fact_labels_id"
@@ -155,7 +156,7 @@ def host_label_row(url: str, name: str) -> HostLabelRow | None:
         return None
     (
         host, state, fault, pool, rack, profiles, expected, host_vars,
-        usable, unusable, snapshot_id, fact_labels, pool_baseline,
+        usable, unusable, snapshot_id, fact_labels, pool_baseline, role,
     ) = rows[0]  # fmt: skip
     return HostLabelRow(
         name=host,
@@ -170,4 +171,5 @@ def host_label_row(url: str, name: str) -> HostLabelRow | None:
         baseline=baseline_name(_json(host_vars), pool_baseline),
         has_snapshot=snapshot_id is not None,
         fact_labels=_json(fact_labels),
+        role=role,
     )

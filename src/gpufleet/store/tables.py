@@ -95,6 +95,9 @@ class Host(Base):
     # while reclaim finds the lessee's leftovers; cleared by a reclaim whose checks pass or
     # by `unquarantine --force`); None: it owes none. Validation never makes it available.
     reclaim_due: Mapped[str | None] = mapped_column(Text)
+    # --- issue 26 item 9: gpu, cpu or storage (domain/roles.py; inventory gpufleet_role).
+    # Only 'gpu' hosts are GPU capacity, placement candidates and carry GPU labels.
+    role: Mapped[str] = mapped_column(String(16), default="gpu", server_default="gpu", index=True)
 
     host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
     latest_snapshot_id: Mapped[int | None] = mapped_column(

@@ -6,7 +6,8 @@ parameters it accepts (:data:`CHECK_PARAMS`, used to validate profiles). The che
 concern: ``gpu`` (inventory), ``memory`` (ECC, row remapping, retired pages), ``xid``,
 ``fabric`` (NVLink, fabric manager, IB/RoCE), ``fabric_ready`` (NVSwitch fabric state),
 ``nvl_fabric`` (multi-node NVLink: the decision table of :mod:`gpufleet.domain.fabric`),
-``host`` (persistence, nouveau, PCIe), ``proof`` (a baseline of the right status, every
+``host`` (persistence, nouveau, PCIe), ``node`` (CPU/storage nodes: OS facts, disks, no
+accelerator), ``proof`` (a baseline of the right status, every
 GPU usable), ``accelerator`` (other vendors' accelerators:
 health, network ports, temperature; inventory of other-vendor hosts), ``drift`` (generated
 from :mod:`gpufleet.domain.pins`)
@@ -27,6 +28,7 @@ from gpufleet.domain.checks import (
     gpu,
     host,
     memory,
+    node,
     nvl_fabric,
     proof,
     xid,
@@ -60,6 +62,7 @@ __all__ = [
     "gpu",
     "host",
     "memory",
+    "node",
     "nvl_fabric",
     "proof",
     "xid",

@@ -45,6 +45,7 @@ from gpufleet.domain.placement import (
     plan_blocks,
     summary_blocks,
 )
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict
 from gpufleet.service.core.select import is_explicit, select_hosts
@@ -116,7 +117,8 @@ def candidate_filters(
             LeaseHost.ends_at <= start,
         )
         free = or_(free, and_(Host.state == HostState.ALLOCATED, ending))
-    out: list[ColumnElement[bool]] = [free, _gpus() > 0]
+    # Only GPU nodes are GPU capacity (issue 26 item 9: cpu/storage hosts never are).
+    out: list[ColumnElement[bool]] = [free, _gpus() > 0, Host.role == HostRole.GPU.value]
     if is_explicit(selector):
         out.append(Host.id.in_(select_hosts(selector).with_only_columns(Host.id).order_by(None)))
     if req.model:
@@ -346,7 +348,11 @@ def host_views(
         # read only when asked: every other snapshot column here is in the snapshot index
         _min_memory() if req.min_gpu_memory_mib else null(),
     ]
-    stmt = select(*cols).outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+    stmt = (
+        select(*cols)
+        .outerjoin(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(Host.role == HostRole.GPU.value)  # cpu/storage nodes are no GPU capacity
+    )
     if is_explicit(selector):
         ids = select_hosts(selector).with_only_columns(Host.id).order_by(None)
         stmt = stmt.where(Host.id.in_(ids))

@@ -47,6 +47,7 @@ from gpufleet.domain.reclaim import (
     ReclaimVerdict,
     judge_reclaim,
 )
+from gpufleet.domain.roles import profiles_for_role, role_of
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
@@ -358,7 +359,7 @@ def _apply(
                 facts,
                 ExpectedSpec.model_validate(host.expected),
                 baseline_for_host(s, host),
-                policies.profiles,
+                profiles_for_role(policies.profiles, role_of(host.role)),
                 policies.xid,
                 now,
                 evidence=ActiveEvidence.from_kinds(

@@ -21,6 +21,7 @@ from gpufleet.domain.accelerator_exports import gres_of
 from gpufleet.domain.accelerators import Vendor, inventories_of
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.slurm import (
     DEFAULT_GPU_FILES,
     ActionKind,
@@ -63,12 +64,14 @@ def node_defs(fleet: Fleet, selector: str | None = None) -> list[NodeDef]:
         if h.state == HostState.RETIRED:
             continue
         facts = HostFacts.model_validate(snap.facts) if snap else None
-        gpus = usable_gpus(facts, h.unusable_gpus) if facts is not None else None
+        # a cpu/storage node (issue 26 item 9) is a plain node: no GPU, no GRES
+        gpu_node = h.role == HostRole.GPU.value
+        gpus = usable_gpus(facts, h.unusable_gpus) if facts is not None and gpu_node else None
         model = gres_type(gpus[0].product_name if gpus else None)
         mem = facts.memory_total_kib if facts else None
         others = (
             tuple(gres_of(inventories_of(facts), EXPORTS, skip=(Vendor.NVIDIA,)))
-            if facts is not None
+            if facts is not None and gpu_node
             else ()
         )
         out.append(

@@ -226,6 +226,7 @@ def _wanted(
         "groups": list(ih.groups),
         "vars": _sealed_vars(ih, stored_vars, box),
         "pool": ih.pool,
+        "role": ih.role.value,
         "rack": spec.rack,
         "expected": spec.model_dump(exclude_none=True),
     }

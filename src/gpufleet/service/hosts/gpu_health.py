@@ -23,6 +23,7 @@ from gpufleet.domain.gpu_health import (
     HolderPolicy,
     evaluate_gpus,
 )
+from gpufleet.domain.roles import profiles_for_role, role_of
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.policies import Policies
@@ -97,7 +98,8 @@ def judge(
         facts,
         ExpectedSpec.model_validate(host.expected),
         baseline,
-        policies.profiles,
+        # A cpu/storage host is judged by its role's profiles only (no GPU check).
+        profiles_for_role(policies.profiles, role_of(host.role)),
         policies.xid,
         now,
         gpu_fault=pool_health_policy(s, host.pool).gpu_fault,

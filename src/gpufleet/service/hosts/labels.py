@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.domain.health import Fault
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.labels import (
     FactTail,
     LeaseTag,
@@ -71,6 +72,8 @@ class LabelledHost(Protocol):
     def usable_gpus(self) -> int | None: ...
     @property
     def unusable_gpus(self) -> list[dict[str, Any]] | None: ...
+    @property
+    def role(self) -> str: ...
 
 
 def labels_of(
@@ -109,6 +112,8 @@ def _labels(
     """:func:`labels_of` given the host's expected spec and its facts' accelerator labels."""
     state = HostState(h.state)
     fault = _fault(h.fault)
+    if h.role != HostRole.GPU.value:
+        return _node_labels(h, spec, state, fault, baseline)
     labels = derive_labels(
         h.name,
         facts,
@@ -124,6 +129,25 @@ def _labels(
         accelerator_labels=accelerators,
     )
     return HostLabels(h.name, labels, derive_taints(state, fault))
+
+
+def _node_labels(
+    h: LabelledHost,
+    spec: ExpectedSpec,
+    state: HostState,
+    fault: Fault | None,
+    baseline: str | None,
+) -> HostLabels:
+    """A cpu/storage node's labels (issue 26 item 9): its own (state, pool, baseline, rack,
+    fault, validated profiles) and its role; no GPU, CUDA or accelerator label, so no GPU
+    selector ever matches it."""
+    own = own_labels(state, h.pool, baseline, h.rack, _profiles(h, state), spec, fault)
+    own[ROLE_LABEL] = h.role
+    return HostLabels(h.name, own, derive_taints(state, fault))
+
+
+#: The label naming a node's role on the hosts that are not GPU nodes.
+ROLE_LABEL = "gpufleet.io/role"
 
 
 def _profiles(h: LabelledHost, state: HostState) -> list[str]:
@@ -185,7 +209,7 @@ class FleetLabels:
         labels of :func:`labels_of`."""
         fl, accelerators = self._stored(fact_labels)
         spec = self.spec(expected)
-        if fl is None or fact_labels is None:
+        if fl is None or fact_labels is None or h.role != HostRole.GPU.value:
             return _labels(h, spec, fl, accelerators, baseline)
         unusable = len(h.unusable_gpus or [])
         key = (fact_labels, spec.ib_rate_gbps, spec.ib_ports, h.usable_gpus, unusable)

@@ -12,6 +12,7 @@ from sqlalchemy import Text, cast, select
 
 from gpufleet.domain.labels import LeaseTag
 from gpufleet.domain.leases import LeaseState
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.states import HostState
 from gpufleet.service.core.alarms import open_alarms
 from gpufleet.service.core.fleet import Fleet
@@ -53,6 +54,9 @@ class FleetSummary:
     #: issue 15: per vendor, what its accelerators are called (``noun``: ``GPUs``, ``NPUs``),
     #: how many and how many on available hosts; the most first (``gpus_total``: their sum).
     per_vendor: list[dict[str, object]] = field(default_factory=list)
+    #: issue 26 item 9: the nodes that are not GPU nodes, counted apart (never in the GPU
+    #: counts, profiles' GPUs or models): role -> {"hosts": n, "available": n}.
+    nodes_by_role: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def noun(self) -> str:
@@ -98,6 +102,7 @@ class _SummaryHost(NamedTuple):
     gpu_count: Any  # int; None before the first collection (snapshot None)
     gpu_model: str | None
     beside_gpus: Any  # bool: accelerators beside nvidia-smi's GPUs (BESIDE_GPUS)
+    role: str
 
 
 #: What :func:`fleet_summary` reads of each host and its latest snapshot: what it shows and
@@ -138,7 +143,9 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         rows = list(
             map(
                 _SummaryHost._make,
-                latest_columns(s, select_hosts(selector), *_SUMMARY_COLUMNS, BESIDE_GPUS),
+                latest_columns(
+                    s, select_hosts(selector), *_SUMMARY_COLUMNS, BESIDE_GPUS, Host.role
+                ),
             )
         )
         explicit = is_explicit(selector)
@@ -162,16 +169,23 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
     quarantined, validating, unreachable, warnings = [], [], [], []
     per_model: list[tuple[str, str, int, bool]] = []  # (vendor, model, count, available)
     profiles: dict[str, list[str]] = {}  # JSON text -> the list (a fleet has a few)
+    nodes: dict[str, Counter[str]] = {}
     for h in rows:
-        n = h.gpu_count if h.snapshot is not None else 0
+        if h.role != HostRole.GPU.value:
+            per_role = nodes.setdefault(h.role, Counter(hosts=0, available=0))
+            per_role["hosts"] += 1
+            per_role["available"] += h.state == HostState.AVAILABLE.value
+        n = h.gpu_count if h.snapshot is not None and h.role == HostRole.GPU.value else 0
         gpus_total += n
         model = h.gpu_model or "unknown"
         available = h.state == HostState.AVAILABLE.value
         # NVIDIA only: the snapshot's columns; other vendors' too: each (vendor, model)
         # from the facts (gpu_count counts every vendor's, gpu_model joins their models).
         groups = decoded.get(h.id) or [("nvidia", model, n)]
+        if h.role != HostRole.GPU.value:
+            groups = []  # a cpu/storage node's accelerators (none expected) are no capacity
         per_model += [(v, name, c, available) for v, name, c in groups if c > 0]
-        if available:
+        if available and h.role == HostRole.GPU.value:
             gpus_avail += n
             names = profiles.get(h.profiles)
             if names is None:
@@ -211,6 +225,7 @@ def fleet_summary(fleet: Fleet, selector: str | None = None) -> FleetSummary:
         ],
         accelerators=vendor_rows(per_model),
         per_vendor=vendor_totals(per_model),
+        nodes_by_role={r: dict(c) for r, c in sorted(nodes.items())},
     )
 
 
@@ -240,7 +255,7 @@ def host_labels(fleet: Fleet, selector: str | None = None) -> list[HostLabels]:
         sets = label_set_texts(s, {r[11] for r in read})
         rows = [
             _LabelHost(r[0], r[1], r[2], r[3], r[4], value(r[5]), r[6], r[7], value(r[8]), r[9],
-                       r[10], sets.get(r[11]))
+                       r[10], sets.get(r[11]), r[12])
             for r in read
         ]  # fmt: skip
         lookup = Baselines(s)
@@ -304,6 +319,7 @@ class _LabelHost(NamedTuple):
     expected: Any  # str | None: the JSON text
     snapshot: int | None
     fact_labels: str | None
+    role: str
 
 
 #: What :func:`host_labels` reads of each host and its latest snapshot: the
@@ -322,4 +338,5 @@ _LABEL_COLUMNS = (
     cast(Host.expected, Text).label("expected"),
     FactSnapshot.id.label("snapshot"),
     FactSnapshot.fact_labels_id,  # its FactLabelSet: the JSON text read once per set
+    Host.role,
 )
