@@ -54,6 +54,11 @@ class SummaryOut(Schema):
         description="Per vendor (issue 15), the most first: vendor, noun (GPUs, NPUs), "
         "accelerators, available (on available hosts); gpus_total is their sum.",
     )
+    nodes_by_role: dict[str, dict[str, int]] = Field(
+        default_factory=dict,
+        description="The nodes that are not GPU nodes (gpufleet_role cpu, storage), counted "
+        "apart from every GPU count: role -> hosts, available.",
+    )
 
     @classmethod
     def of(cls, sm: FleetSummary) -> SummaryOut:

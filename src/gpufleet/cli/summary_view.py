@@ -43,6 +43,11 @@ def render_summary(sm: FleetSummary) -> None:
 
     console.rule("fleet summary")
     console.print(f"[bold]{lit(sm.counts_line())}[/]")
+    if sm.nodes_by_role:  # cpu/storage nodes: counted apart, never GPU capacity
+        console.print("not GPU nodes: " + ", ".join(
+            f"{c['hosts']} {role} ({c['available']} available)"
+            for role, c in sm.nodes_by_role.items()
+        ))
     show([Col("state", ident=True), Col("hosts", ident=True, justify="right")], [
         [s, str(sm.per_state[s])] for s in STATE_ORDER if sm.per_state.get(s)
     ], title="hosts per state")

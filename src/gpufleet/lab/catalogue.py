@@ -14,6 +14,8 @@ h100-8x    the ``idle :: query (-q)`` text of the H100 nvidia_gpu_exporter bundl
            its ``nvlink -s`` (18 links) per GPU; ``gpud_ibstat.47.0.h100.all.active.2``.
 a10g-1x    ``telegraf_a10g.xml`` (515.105.01), no RDMA, no NVLink.
 l40s-1x    ``-q`` text, ``topo -m`` and ``nvlink -s`` of the L40S exporter bundle (595.80).
+cpu-node   no accelerator (``gpufleet_role=cpu``): the ``lspci -nn`` of gpud's A10 VM with the
+           NVIDIA line taken out (EDITED); nvidia-smi, ibstat, vendor tools not found.
 gb200-4x   ``k8s-test-infra_hw-qx-gb200.xml`` (one GB200 NVL72 compute tray, 580.173.02);
            racks of 18 with per-rack/per-tray EDITED platform and fabric (lab/racks.py).
 =========  ==========================================================================
@@ -87,6 +89,12 @@ class ModelSpec:
     vendor: str = "nvidia"
     #: Serial number prefix of the host's accelerators (None: the lab's table or a neutral one).
     serial_prefix: str | None = None
+    #: The node's role (``gpufleet_role``, issue 26 item 9): ``gpu``, or ``cpu``/``storage``
+    #: for a node with no accelerator (nvidia-smi and every vendor tool not found).
+    role: str = "gpu"
+    #: A capture of ``lspci -nn`` (path under captures_dir) whose lines, with the NVIDIA
+    #: devices taken out, are the host's bus (a GPU-less node: the edit is only that).
+    lspci_capture: str | None = None
 
 
 #: The NVIDIA-only parts of a ModelSpec for another vendor's model: no row remapping, NVLink,
@@ -375,6 +383,40 @@ _SPECS: dict[str, ModelSpec] = {
 #: Lab models, in the order create_fleet lays them out.
 MODELS: tuple[str, ...] = tuple(_SPECS)
 
+#: Lab models of the nodes that are not GPU nodes (issue 26 item 9): no accelerator at all.
+_NODE_SPECS: dict[str, ModelSpec] = {
+    # A CPU compute node (issue 26 item 9): no accelerator. Its bus is the real `lspci -nn`
+    # of gpud's A10 VM (lspci/gpud_lspci.nn.a10.txt, a QEMU Q35 guest) EDITED: the one NVIDIA
+    # line (the passed-through A10) taken out and the PCI domain 0000: put before each
+    # address (the lab's `lspci -nn -D`). Its Virtio GPU is a display, not an NVIDIA GPU.
+    # nvidia-smi, ibstat and every vendor tool answer "not found".
+    "cpu-node": ModelSpec(
+        name="cpu-node",
+        group="cpu_nodes",
+        pool="cpu",
+        gpu_model="",
+        gpu_count=0,
+        gpu_memory_mib=0,
+        smi_format="xml",
+        smi_file="",
+        replicate=False,
+        gpu_bus_ids=(),
+        pci_gpu="",
+        extra_pci=(),
+        dmi=("QEMU", "Standard PC (Q35 + ICH9, 2009)"),
+        nproc=64,
+        mem_total_kib=263921472,
+        # the capture's two Virtio block devices
+        disks=(("vda", 536870912000, ""), ("vdb", 1099511627776, "")),
+        vendor="none",
+        role="cpu",
+        lspci_capture="lspci/gpud_lspci.nn.a10.txt",
+        **NO_NVIDIA_FABRIC,
+    ),
+}
+
+#: The GPU-less lab models (``gpufleet lab create --model cpu-node``).
+NODE_MODELS: tuple[str, ...] = tuple(_NODE_SPECS)
 
 
 @cache
@@ -387,7 +429,7 @@ def vendor_specs() -> dict[str, ModelSpec]:
     out: dict[str, ModelSpec] = {}
     for lab in lab_vendors():
         for spec in lab.models:
-            if spec.name in _SPECS or spec.name in out:
+            if spec.name in _SPECS or spec.name in _NODE_SPECS or spec.name in out:
                 raise ConfigError(f"lab model {spec.name} of vendor {lab.vendor}: name taken")
             if spec.vendor != lab.vendor:
                 raise ConfigError(f"lab model {spec.name} of vendor {lab.vendor}: {spec.vendor}")
@@ -401,8 +443,8 @@ def vendor_models() -> tuple[str, ...]:
 
 
 def all_models() -> tuple[str, ...]:
-    """Every lab model (NVIDIA's first)."""
-    return MODELS + vendor_models()
+    """Every lab model (NVIDIA's first, the GPU-less nodes last)."""
+    return MODELS + vendor_models() + NODE_MODELS
 
 
 # Default mix (weights) for create_fleet: training pools dominate, a little inference.
@@ -418,7 +460,7 @@ _HOSTS_PER_RACK = 4
 
 def model_spec(model: str) -> ModelSpec:
     """The spec of a lab model; :class:`ConfigError` for an unknown name."""
-    spec = _SPECS.get(model) or vendor_specs().get(model)
+    spec = _SPECS.get(model) or _NODE_SPECS.get(model) or vendor_specs().get(model)
     if spec is None:
         raise ConfigError(f"unknown lab model {model!r} (known: {', '.join(all_models())})")
     return spec

@@ -109,6 +109,10 @@ def validate_faults(model: str, faults: Sequence[str]) -> None:
             known = ", ".join(fault_kinds())
             raise ConfigError(f"unknown lab fault {fault!r} (known: {known})")
         why: str | None = None
+        if spec.role != "gpu" and kind not in TRANSPORT_FAULTS:
+            raise ConfigError(
+                f"lab fault {fault!r} does not apply to a {model} host: it has no accelerator"
+            )
         if kind in vendor_kinds or lab is not None:
             if kind in TRANSPORT_FAULTS:
                 pass

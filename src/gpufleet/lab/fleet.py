@@ -298,6 +298,10 @@ def write_inventory(
             for h in by_model[model]
         ]
         lines += ["", f"[{spec.group}:vars]"]
+        if spec.role != "gpu":  # a cpu/storage node: its role, no GPU expected
+            lines += [f"gpufleet_pool={spec.pool}", f"gpufleet_role={spec.role}"]
+            lines += ["gpufleet_fabric=none", ""]
+            continue
         vars_: dict[str, object] = {
             "gpufleet_pool": spec.pool,
             "gpufleet_gpu_count": spec.gpu_count,

@@ -18,6 +18,7 @@ from gpufleet.collect.bundle import Section, render_bundle
 from gpufleet.collect.sections import ACCELERATORS, names
 from gpufleet.errors import ConfigError
 from gpufleet.lab.accelerators import vendor_answers, vendor_answers_names, vendor_lspci
+from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import ModelSpec
 from gpufleet.lab.faults import (
     _ALT_DRIFT_DRIVER,
@@ -363,7 +364,9 @@ def _render_vendor_host(host: LabHost) -> dict[str, Section]:
     modules = "".join(
         line for line in _modules(spec).splitlines(keepends=True) if not line.startswith("nvidia")
     )
-    lspci = vendor_lspci(spec) + list(spec.extra_pci)
+    lspci = (_node_lspci(spec) if spec.role != "gpu" else vendor_lspci(spec)) + list(
+        spec.extra_pci
+    )
     answers: dict[str, tuple[str, str, int]] = {
         "hostname": _ok(host.name),
         "os-release": _ok(_OS_RELEASE),
@@ -393,6 +396,18 @@ def _render_vendor_host(host: LabHost) -> dict[str, Section]:
     }
 
 
+def _node_lspci(spec: ModelSpec) -> list[str]:
+    """A GPU-less node's bus: its model's ``lspci -nn`` capture without the NVIDIA devices,
+    each address with its PCI domain (see the catalogue)."""
+    if spec.lspci_capture is None:
+        raise ConfigError(f"lab model {spec.name}: a {spec.role} node needs an lspci capture")
+    return [
+        line if re.match(r"[0-9a-fA-F]{4}:", line) else f"0000:{line}"
+        for line in read_capture(spec.lspci_capture).splitlines()
+        if line.strip() and "[10de:" not in line
+    ]
+
+
 def render_sections(host: LabHost) -> dict[str, Section]:
     """Every registered section (:data:`SECTIONS`) as the host answers the collection script,
     its readings moved ``host.readings`` rounds (:func:`~gpufleet.lab.readings.vary_readings`)."""
@@ -406,7 +421,7 @@ def render_sections(host: LabHost) -> dict[str, Section]:
 
 
 def _render_sections(host: LabHost) -> dict[str, Section]:
-    if host.spec.vendor != "nvidia":
+    if host.spec.vendor != "nvidia" or host.spec.role != "gpu":
         return _render_vendor_host(host)
     tpl = _template(host.model)
     spec = tpl.spec
