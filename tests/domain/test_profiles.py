@@ -20,6 +20,8 @@ from gpufleet.lab.captures import captures_dir
 
 Facts = Callable[..., HostFacts]
 ALL = {"training-nvl-domain", "training-multinode", "training-single", "inference", "test"}
+#: The profiles of the nodes that are not GPU nodes (issue 26 item 9): never judge a GPU host.
+NODES = {"cpu", "storage"}
 #: What a clean H100 HGX host can pass: every profile but the one that needs a multi-node
 #: NVLink domain (GB200/GB300 NVL72; its fabric reports no cluster).
 HGX = ALL - {"training-nvl-domain"}
@@ -27,7 +29,8 @@ HGX = ALL - {"training-nvl-domain"}
 
 def test_packaged_profiles_load_and_reference_known_checks() -> None:
     profiles = load_profiles()
-    assert set(profiles) == ALL
+    assert set(profiles) == ALL | NODES
+    assert {n for n, p in profiles.items() if p.role == "gpu"} == ALL
     for profile in profiles.values():
         assert set(profile.checks) <= set(CHECKS)
     multinode = profiles["training-multinode"].checks
@@ -93,7 +96,7 @@ def test_invalid_profiles_name_profile_and_check(text: str, message: str) -> Non
 
 
 def test_empty_user_file_is_fine() -> None:
-    assert set(load_profiles("")) == ALL
+    assert set(load_profiles("")) == ALL | NODES
 
 
 # ------------------------------------------------------------------------ evaluate
@@ -206,8 +209,10 @@ def test_each_check_runs_once_per_distinct_params(
     # One run for every check name, plus one for inference's different xid window, one
     # for each training profile's own dcgm_diag parameters and one for training-nvl-domain's
     # nvl_fabric (training-multinode's is test's without `advisory`: the same run).
-    names = {c for p in profiles.values() for c in p.checks}
+    # (a GPU host's: the cpu/storage profiles' checks do not run on it)
+    names = {c for p in profiles.values() if p.role == "gpu" for c in p.checks}
     assert len(out.results) == len(names) + 4
+    assert "no_accelerators" not in out.results and "cpu" not in out.profiles
     assert out.profiles["inference"].checks["xid"] == "xid[inference]"
     assert out.profiles["test"].checks["xid"] == "xid"
 

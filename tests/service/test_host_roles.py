@@ -47,8 +47,8 @@ def _mixed_lab(fleet: Fleet, tmp_path: Path) -> None:
     inv = write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
     text = inv.read_text()
     # host variables win over the cpu_nodes group rule (gpufleet_role=cpu)
-    text = text.replace("gpu-04 gpufleet_transport", "gpu-04 gpufleet_role=storage gpufleet_transport")
-    text = text.replace("gpu-05 gpufleet_transport", "gpu-05 gpufleet_role=cpu gpufleet_transport")
+    for host, role in (("gpu-04", "storage"), ("gpu-05", "cpu gpufleet_gpu_count=0")):
+        text = text.replace(f"{host} gpufleet_", f"{host} gpufleet_role={role} gpufleet_")
     inv.write_text(text)
     enroll(fleet, load_inventory(inv))
 
@@ -134,8 +134,12 @@ def test_a_role_typo_is_refused_naming_host_and_value(tmp_path: Path) -> None:
     msg = str(err.value)
     assert "cpu-02" in msg and "'stroage'" in msg and "did you mean storage?" in msg, msg
     # a group rule names the role of every host of the group
-    inv.write_text("[cpu_nodes]\ncpu-01 ansible_host=10.0.0.1\n\n[cpu_nodes:vars]\ngpufleet_role=cpu\n")
+    inv.write_text("[cpu_nodes]\ncpu-01 ansible_host=10.0.0.1\n[cpu_nodes:vars]\ngpufleet_role=cpu")
     assert [h.role.value for h in load_inventory(inv).hosts] == ["cpu"]
+    # a GPU-less node that expects GPUs contradicts itself
+    inv.write_text("[n]\ncpu-01 gpufleet_role=cpu\n[n:vars]\ngpufleet_gpu_count=8\n")
+    with pytest.raises(InventoryError, match="cpu-01: gpufleet_role=cpu expects no GPU"):
+        load_inventory(inv)
 
 
 def test_profiles_carry_their_role() -> None:

@@ -205,6 +205,7 @@ def evaluate_gpus(
     gpu_fault: GpuFaultPolicy = GpuFaultPolicy.HOST,
     evidence: ActiveEvidence | None = None,
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
+    role: str = "gpu",
 ) -> GpuVerdict:
     """Judge the host as :func:`~gpufleet.domain.profiles.evaluate` does; under the
     ``partial`` policy, a quarantine caused by GPUs that can be named is judged again without
@@ -218,6 +219,7 @@ def evaluate_gpus(
         now,
         evidence=evidence,
         hardware_faults=hardware_faults,
+        role=role,
     )
     if outcome.decision is not Decision.QUARANTINE or gpu_fault is not GpuFaultPolicy.PARTIAL:
         return GpuVerdict(outcome)
@@ -245,6 +247,7 @@ def evaluate_gpus(
         evidence=evidence,
         hardware_faults=hardware_faults,
         unusable=described,
+        role=role,
     )
     if again.decision is Decision.QUARANTINE:
         return GpuVerdict(outcome)

@@ -37,7 +37,7 @@ from gpufleet.domain.checks.proof import PROOF_CHECKS
 from gpufleet.domain.decision import Decision as Decision  # defined there, for the store
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import HARDWARE_FAULTS, Fault, Health, health_for
-from gpufleet.domain.roles import DEFAULT_ROLE, ROLES
+from gpufleet.domain.roles import DEFAULT_ROLE, ROLES, profiles_for_role
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event
 from gpufleet.domain.xid import XidPolicy
@@ -290,8 +290,11 @@ def evaluate(
     evidence: ActiveEvidence | None = None,
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
     unusable: Sequence[str] = (),
+    role: str = DEFAULT_ROLE.value,
 ) -> ValidationOutcome:
-    """Run every profile's checks on ``facts`` and decide (see the module docstring).
+    """Run the checks of every profile of the host's ``role`` on ``facts`` and decide (see
+    the module docstring): a GPU host is never made available by a cpu/storage profile, a
+    cpu/storage node never judged by a GPU one (:mod:`gpufleet.domain.roles`).
 
     ``results`` is keyed by check name; when profiles give one check different parameters,
     the later parameter sets are keyed ``"<check>[<profile>]"``. ``unusable``: the GPUs
@@ -308,6 +311,7 @@ def evaluate(
     results: dict[str, CheckResult] = {}
     run_keys: dict[tuple[str, str], str] = {}  # (check, params repr) -> result key
     outcomes: dict[str, ProfileOutcome] = {}
+    profiles = profiles_for_role(profiles, role)
 
     for pname, profile in profiles.items():
         keys: dict[str, str] = {}

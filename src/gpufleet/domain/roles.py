@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 
 class HostRole(StrEnum):
@@ -42,8 +42,9 @@ def role_of(value: str | None) -> HostRole:
     return HostRole(value) if value in ROLES else DEFAULT_ROLE
 
 
-class _HasRole:
-    role: str
+class _HasRole(Protocol):
+    @property
+    def role(self) -> str: ...
 
 
 P = TypeVar("P", bound=_HasRole)

@@ -218,8 +218,15 @@ class _Builder:
                 )
             )
         for ih in hosts:
-            ih.expected_spec()  # range-checks every gpufleet_ value now, naming file:line
-            _ = ih.role  # an unknown gpufleet_role too, naming the host and the value
+            spec = ih.expected_spec()  # range-checks every gpufleet_ value now, naming file:line
+            # an unknown gpufleet_role too, naming the host and the value; and a GPU-less node
+            # that expects GPUs (the role's `no_accelerators` check would not hold it)
+            if ih.role.value != "gpu" and spec.gpu_count:
+                raise self.error(
+                    ih.var_lines.get("gpufleet_gpu_count"),
+                    f"host {ih.name}: gpufleet_role={ih.role.value} expects no GPU, but "
+                    f"gpufleet_gpu_count={spec.gpu_count}: set gpufleet_gpu_count=0 or the role",
+                )
         return Inventory(
             hosts=hosts, groups=members, source=self.source, warnings=list(self.warnings)
         )

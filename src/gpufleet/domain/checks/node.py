@@ -27,8 +27,11 @@ def no_accelerators(
     facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]
 ) -> CheckResult:
     """No GPU or accelerator reported (nvidia-smi, a vendor tool or lspci) on a host whose
-    role says it has none; lspci not collected is a failure (nothing proves the bus)."""
+    role says it has none; lspci not collected is a failure (nothing proves the bus). Skips
+    where the inventory expects GPUs (``gpufleet_gpu_count`` above 0: not a GPU-less node)."""
     name = "no_accelerators"
+    if ctx.spec.gpu_count:
+        return res(name, CheckStatus.SKIP, f"{ctx.spec.gpu_count} GPUs expected")
     if facts.pci_devices is None:
         return res(name, CheckStatus.FAIL, "lspci not collected: cannot tell the host has no GPU")
     found = len(facts.gpus) + len(facts.accelerators) + len(facts.pci_gpus)

@@ -47,7 +47,7 @@ from gpufleet.domain.reclaim import (
     ReclaimVerdict,
     judge_reclaim,
 )
-from gpufleet.domain.roles import profiles_for_role, role_of
+from gpufleet.domain.roles import role_of
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import GpufleetError
@@ -359,9 +359,10 @@ def _apply(
                 facts,
                 ExpectedSpec.model_validate(host.expected),
                 baseline_for_host(s, host),
-                profiles_for_role(policies.profiles, role_of(host.role)),
+                policies.profiles,
                 policies.xid,
                 now,
+                role=role_of(host.role).value,
                 evidence=ActiveEvidence.from_kinds(
                     evidence_kinds(s, host, now - fleet.settings.validation_ttl)
                 ),

@@ -23,7 +23,7 @@ from gpufleet.domain.gpu_health import (
     HolderPolicy,
     evaluate_gpus,
 )
-from gpufleet.domain.roles import profiles_for_role, role_of
+from gpufleet.domain.roles import role_of
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.policies import Policies
@@ -98,11 +98,12 @@ def judge(
         facts,
         ExpectedSpec.model_validate(host.expected),
         baseline,
-        # A cpu/storage host is judged by its role's profiles only (no GPU check).
-        profiles_for_role(policies.profiles, role_of(host.role)),
+        policies.profiles,
         policies.xid,
         now,
         gpu_fault=pool_health_policy(s, host.pool).gpu_fault,
+        # a cpu/storage host is judged by its role's profiles only (no GPU check)
+        role=role_of(host.role).value,
         evidence=evidence,
     )
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.domain.health import Fault
-from gpufleet.domain.roles import HostRole
 from gpufleet.domain.labels import (
     FactTail,
     LeaseTag,
@@ -28,6 +27,7 @@ from gpufleet.domain.labels import (
     usable_fact_labels,
     with_fact_labels,
 )
+from gpufleet.domain.roles import HostRole
 from gpufleet.domain.states import HostState
 
 if TYPE_CHECKING:
