@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check probe lint bench env system-deps wheelhouse clean
+.PHONY: demo test check probe lint bench env messages system-deps wheelhouse clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -40,6 +40,17 @@ check: env
 ## Issue 6 acceptance probe: the bad-input catalogue through the real CLI (also part of `test`).
 probe: env system-deps
 	$(BIN)/pytest -q tests/probe
+
+## Issue 29 item 8: extract the marked messages (_, N_, ngettext, table headers) into the
+## template and merge them into the zh_CN catalog (then translate the new empty entries;
+## tests/test_i18n.py fails while one is empty).
+LOCALE := src/gpufleet/locale
+messages: env
+	$(BIN)/pybabel extract --no-default-keywords -k _ -k N_ -k ngettext:1,2 -k Col:1 \
+		-k num:1 --no-location --sort-output --project gpufleet \
+		-o $(LOCALE)/gpufleet.pot src/gpufleet
+	$(BIN)/pybabel update -q -i $(LOCALE)/gpufleet.pot -d $(LOCALE) -D gpufleet -l zh_CN \
+		--no-fuzzy-matching --ignore-obsolete
 
 system-deps:
 	@command -v /usr/sbin/sshd >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }

@@ -53,8 +53,9 @@ from gpufleet.errors import ConfigError
 
 PREFIX = "GPUFLEET_"
 
-#: ``GPUFLEET_*`` variables that are known but are not settings of this process.
-NOT_SETTINGS = frozenset({"GPUFLEET_SYSROOT"})
+#: ``GPUFLEET_*`` variables that are known but are not settings of this process (GPUFLEET_LANG:
+#: the language of the messages, read by :mod:`gpufleet.i18n`).
+NOT_SETTINGS = frozenset({"GPUFLEET_SYSROOT", "GPUFLEET_LANG"})
 
 
 

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from gpufleet.i18n import N_
+
 _RESERVED = frozenset({"exit_code", "http_status", "code", "retryable", "template", "detail"})
 
 
@@ -74,6 +76,13 @@ class GpufleetError(Exception):
         if self.detail is not None and "{detail}" not in self.template:
             return self.detail
         return self.template.format_map(_Fields(self))
+
+    def formatted(self, template: str) -> str:
+        """The message with ``template`` (a translation of :attr:`template`) filled in, or
+        ``detail`` as given: what the CLI prints; JSON and logs keep :meth:`__str__`."""
+        if self.detail is not None and "{detail}" not in self.template:
+            return self.detail
+        return template.format_map(_Fields(self))
 
     def as_json(self) -> dict[str, dict[str, Any]]:
         """The one JSON shape of an error: ``{"error": {"code", "message", "retryable"}}``."""
@@ -146,7 +155,7 @@ class NotFound(GpufleetError):
     exit_code = 4
     http_status = 404
     code = "not_found"
-    template = "unknown {what} '{name}'"
+    template = N_("unknown {what} '{name}'")
 
 
 class ConfigError(GpufleetError):
@@ -167,7 +176,7 @@ class UsageError(GpufleetError):
     exit_code = 2
     http_status = 400
     code = "usage"
-    template = "{command}: {cause} (see '{command} --help')"
+    template = N_("{command}: {cause} (see '{command} --help')")
 
 
 class InvalidTransition(GpufleetError):
@@ -176,7 +185,7 @@ class InvalidTransition(GpufleetError):
     exit_code = 5
     http_status = 409
     code = "invalid_transition"
-    template = "host {host}: event '{event}' is not allowed in state '{state}'{hint}"
+    template = N_("host {host}: event '{event}' is not allowed in state '{state}'{hint}")
     host: str
     state: str
     event: str
@@ -196,7 +205,7 @@ class IdentityMismatch(InvalidTransition):
     another machine. ``--override-identity --reason TEXT`` (operator, recorded) lets it."""
 
     code = "bmc_identity"
-    template = (
+    template = N_(
         "host {host}: {action} through its BMC refused: open bmc-identity alarm ({alarm}); "
         "the BMC may be another machine's: fix the cabling or inventory, or pass "
         "--override-identity --reason TEXT"
@@ -219,7 +228,7 @@ class StoreError(GpufleetError):
     exit_code = 2
     http_status = 503
     code = "store"
-    template = "database {url}: {cause}"
+    template = N_("database {url}: {cause}")
 
 
 class StoreUnavailable(StoreError):
@@ -240,7 +249,7 @@ class ServerUnavailable(GpufleetError):
     http_status = 503
     code = "server_unavailable"
     retryable = True
-    template = "gpufleet server {url}: {cause}"
+    template = N_("gpufleet server {url}: {cause}")
 
 
 class LocalIOError(GpufleetError):
@@ -260,7 +269,7 @@ class Unauthorized(GpufleetError):
     exit_code = 2
     http_status = 401
     code = "unauthorized"
-    template = "not authenticated: {reason}"
+    template = N_("not authenticated: {reason}")
 
 
 class Forbidden(GpufleetError):
@@ -269,7 +278,7 @@ class Forbidden(GpufleetError):
     exit_code = 2
     http_status = 403
     code = "forbidden"
-    template = "{actor} may not {action}"
+    template = N_("{actor} may not {action}")
 
 
 class Conflict(GpufleetError):
@@ -282,4 +291,4 @@ class Conflict(GpufleetError):
     http_status = 409
     code = "conflict"
     retryable = True
-    template = "{what} was changed or is held by someone else; retry"
+    template = N_("{what} was changed or is held by someone else; retry")

@@ -9,6 +9,7 @@ import typer
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
+from gpufleet.i18n import _
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import (
     AlarmRecord,
@@ -79,7 +80,7 @@ def show_dead_letters(rows: list[webhooks.DeadLetter], as_json: bool) -> None:
         ]
         for r in rows
     ]
-    show(cols, cells, title="webhook dead letters")
+    show(cols, cells, title=_("webhook dead letters"))
 
 
 def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
@@ -103,7 +104,7 @@ def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
         ]
         for r in rows
     ]
-    show(cols, cells, title="alarms")
+    show(cols, cells, title=_("alarms"))
 
 
 @app.command("show")

@@ -23,6 +23,7 @@ from gpufleet.cli.common import (
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
+from gpufleet.i18n import N_, _, state_name
 from gpufleet.service.allocation import allocation, capacity, leases
 from gpufleet.service.allocation.leases import LeaseView
 from gpufleet.service.exports.capacity_gate import k8s_check
@@ -63,7 +64,7 @@ def _lease_table(rows: list[LeaseView], title: str) -> None:
         [
             str(v.id),
             lit(v.owner),
-            v.state,
+            _(v.state),
             lit(", ".join(v.hosts)),
             str(v.gpus),
             local_time(v.starts_at),
@@ -180,12 +181,12 @@ def leases_list_cmd(
     show_leases(rows, as_json)
 
 
-def show_leases(rows: list[LeaseView], as_json: bool, title: str = "leases") -> None:
+def show_leases(rows: list[LeaseView], as_json: bool, title: str = N_("leases")) -> None:
     """Print leases (``leases list``)."""
     if as_json:
         print_json([_lease_json(v) for v in rows])
     else:
-        _lease_table(rows, title)
+        _lease_table(rows, _(title))
 
 
 @leases_app.command("show")
@@ -204,7 +205,7 @@ def show_lease(v: LeaseView, as_json: bool) -> None:
     if as_json:
         print_json(_lease_json(v))
         return
-    _lease_table([v], f"lease {v.id}")
+    _lease_table([v], _("lease {id}").format(id=v.id))
     console.print(
         f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
     )
@@ -330,7 +331,7 @@ def leases_expiring_cmd(
 
 def show_expiring(rows: list[LeaseView], as_json: bool, within: str) -> None:
     """Print the leases expiring ``within`` (``leases expiring``)."""
-    show_leases(rows, as_json, f"leases expiring within {within}")
+    show_leases(rows, as_json, _("leases expiring within {within}").format(within=within))
 
 
 @leases_app.command("policy")
@@ -352,8 +353,8 @@ def leases_policy_cmd(
 def _print_k8s_capacity(kube: K8sCapacity) -> None:
     cols = [Col("nodeSelector", words=True)] + [
         Col(c, rank, ident=True, justify="right")
-        for c, rank in (("nodes", 2), ("allocatable", 3), ("requested", 4), ("free", 0),
-                        ("unschedulable", 5), ("gpufleet free", 1))
+        for c, rank in ((N_("nodes"), 2), (N_("allocatable"), 3), (N_("requested"), 4),
+                        (N_("free"), 0), (N_("unschedulable"), 5), (N_("gpufleet free"), 1))
     ]
     cells = []
     for r in kube.rows:
@@ -371,13 +372,18 @@ def _print_k8s_capacity(kube: K8sCapacity) -> None:
                 )
             ),
         ])
-    show(cols, cells, title="Kubernetes scheduler's GPUs (allocatable - requested)")
+    show(cols, cells, title=_("Kubernetes scheduler's GPUs (allocatable - requested)"))
     if kube.missing:
         console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
 
 
 #: ``capacity``'s numeric column headers at 80 columns (the JSON keeps the full names).
-_SHORT = {"allocated": "alloc", "reserved": "resv", "quarantined": "quar", "maintenance": "maint"}
+_SHORT = {
+    "allocated": N_("alloc"), "reserved": N_("resv"), "quarantined": N_("quar"),
+    "maintenance": N_("maint"),
+}
+#: The capacity columns (``capacity.COLUMNS``) as headers, marked for translation.
+_CAPACITY_HEADERS = (N_("free"), N_("other"))
 
 
 @capacity_app.callback()
@@ -463,15 +469,19 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
         [lit(r["model"]), lit(r["pool"]), lit(r["profile"]), *[str(r[c]) for c in capacity.COLUMNS]]
         for r in rep.rows
     ]
+    total = _("total GPUs")
     cells.append(
-        ["[bold]total GPUs[/]", "", "", *[f"[bold]{rep.totals[c]}[/]" for c in capacity.COLUMNS]]
+        [f"[bold]{total}[/]", "", "", *[f"[bold]{rep.totals[c]}[/]" for c in capacity.COLUMNS]]
     )
-    show(cols, cells, title=f"GPU capacity at {local_time(rep.at)}")
+    show(cols, cells, title=_("GPU capacity at {at}").format(at=local_time(rep.at)))
     if rep.back:
         console.print(
-            "expected back: "
+            _("expected back: ")
             + "; ".join(
-                f"{lit(b['host'])} ({b['state']}) by {local_time(b['eta'])}" for b in rep.back
+                _("{host} ({state}) by {eta}").format(
+                    host=lit(b["host"]), state=state_name(b["state"]), eta=local_time(b["eta"])
+                )
+                for b in rep.back
             )
         )
     if kube is not None:

@@ -304,8 +304,12 @@ def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     if as_json:
         print_json(exc.as_json())
     else:
-        message = " ".join(str(exc).split("\n"))
-        _err_console().print(f"[bold red]error:[/] {lit(message)}", soft_wrap=True)
+        from gpufleet.i18n import _
+
+        # the fixed part of the message translated (JSON keeps the English, __str__)
+        message = " ".join(exc.formatted(_(exc.template)).split("\n"))
+        label = _("error:")
+        _err_console().print(f"[bold red]{label}[/] {lit(message)}", soft_wrap=True)
     import typer  # imported here: ``labels HOST`` runs without Typer (cli/entry.py)
 
     return typer.Exit(exc.exit_code)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
+from gpufleet.i18n import _, ngettext, state_name
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
@@ -82,7 +83,7 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
             if r.gpu_count
             else ("-" if r.gpu_model is None else "0")
         )
-        st = f"[{STATE_STYLE.get(r.state, 'white')}]{r.state}[/]"
+        st = f"[{STATE_STYLE.get(r.state, 'white')}]{state_name(r.state)}[/]"
         if r.fault:
             st += f"\n[dim]{lit(r.fault)}[/]"
         cells.append(
@@ -93,15 +94,15 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
                 gpus,
                 lit(r.driver or ""),
                 ",".join(PROFILE_SHORT.get(p, p) for p in sorted(r.profiles, key=_profile_order)),
-                r.last_outcome or "never",
+                _(r.last_outcome) if r.last_outcome else _("never"),
             ]
         )
     show(
         cols,
         cells,
-        title=f"{len(rows)} hosts",
+        title=ngettext("{n} host", "{n} hosts", len(rows)).format(n=len(rows)),
         box=box.SIMPLE_HEAD,
-        caption="profiles: " + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
+        caption=_("profiles: ") + ", ".join(f"{v}={k}" for k, v in PROFILE_SHORT.items()),
     )
     from gpufleet.cli.common import console
 

@@ -21,6 +21,7 @@ from gpufleet.cli.common import (
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.changes import DeclaredChangeKind
+from gpufleet.i18n import _, state_name
 from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.evidence import ingest_file, run_active
@@ -65,7 +66,11 @@ def print_verdicts(rep: ValidateReport, *, only_problems: bool = False) -> None:
         quiet = not v.reasons and not v.skipped and not v.held_out
         if only_problems and v.state == "available" and quiet:
             continue
-        arrow = v.state if v.state == v.state_before else f"{v.state_before} -> {v.state}"
+        arrow = (
+            state_name(v.state)
+            if v.state == v.state_before
+            else f"{state_name(v.state_before)} -> {state_name(v.state)}"
+        )
         cells.append([
             lit(v.host),
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
@@ -73,10 +78,13 @@ def print_verdicts(rep: ValidateReport, *, only_problems: bool = False) -> None:
             lit(
                 v.skipped
                 or "; ".join(v.reasons)
-                or "; ".join(f"not {p}: {'; '.join(r)}" for p, r in v.held_out.items())
+                or "; ".join(
+                    _("not {profile}: {why}").format(profile=p, why="; ".join(r))
+                    for p, r in v.held_out.items()
+                )
             ),
         ])
-    show(cols, cells, title="validation")
+    show(cols, cells, title=_("validation"))
 
 
 #: ``--all``: confirm a change that reaches more than GPUFLEET_CONFIRM_SHARE of the fleet.

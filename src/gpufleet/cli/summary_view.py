@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
+from gpufleet.i18n import N_, _, state_name
 
 if TYPE_CHECKING:
     from gpufleet.service.core.fleet import Fleet
@@ -41,7 +42,7 @@ def render_summary(sm: FleetSummary) -> None:
     from gpufleet.cli.common import console
     from gpufleet.cli.tables import Col, num, show
 
-    console.rule("fleet summary")
+    console.rule(_("fleet summary"))
     console.print(f"[bold]{lit(sm.counts_line())}[/]")
     if sm.nodes_by_role:  # cpu/storage nodes: counted apart, never GPU capacity
         console.print("not GPU nodes: " + ", ".join(
@@ -49,8 +50,8 @@ def render_summary(sm: FleetSummary) -> None:
             for role, c in sm.nodes_by_role.items()
         ))
     show([Col("state", ident=True), Col("hosts", ident=True, justify="right")], [
-        [s, str(sm.per_state[s])] for s in STATE_ORDER if sm.per_state.get(s)
-    ], title="hosts per state")
+        [state_name(s), str(sm.per_state[s])] for s in STATE_ORDER if sm.per_state.get(s)
+    ], title=_("hosts per state"))
     if sm.accelerators:
         show([Col("vendor", ident=True), Col("model", words=True), num("hosts", 2),
               num("total", 1), num("available")], [
@@ -62,13 +63,13 @@ def render_summary(sm: FleetSummary) -> None:
                 str(r["available"]),
             ]
             for r in sm.accelerators
-        ], title="accelerators per vendor and model")
+        ], title=_("accelerators per vendor and model"))
     if sm.gpus_per_profile_model:
         profiles = list(sm.gpus_per_profile_model)
         models = sorted({m for per in sm.gpus_per_profile_model.values() for m in per})
         # The model is an identifier: it keeps one line; the profile headers wrap instead
         # ("training-multinode" -> two header lines), and the last profiles hide first.
-        cols = [Col("GPU model" if sm.gpus_only else "model", ident=True)] + [
+        cols = [Col(N_("GPU model") if sm.gpus_only else N_("model"), ident=True)] + [
             Col(p.replace("-", "-\n", 1) if len(p) > 10 else p, i + 1, ident=True,
                 justify="right")
             for i, p in enumerate(profiles)
@@ -78,19 +79,26 @@ def render_summary(sm: FleetSummary) -> None:
              *[str(sm.gpus_per_profile_model[p].get(m, 0)) for p in profiles]]
             for m in models
         ]
+        hosts = _("hosts")
         cells.append(
-            ["[dim]hosts[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]]
+            [f"[dim]{hosts}[/]", *[f"[dim]{sm.hosts_per_profile.get(p, 0)}[/]" for p in profiles]]
         )
-        show(cols, cells, title=f"available {sm.noun} per profile and model")
-    _host_table("open alarms", sm.alarms, "alarm", "message", style="red")
-    _host_table("quarantined", sm.quarantined, "fault", "reason", style="red")
+        show(cols, cells, title=_("available {noun} per profile and model").format(noun=_(sm.noun)))
+    _host_table(_("open alarms"), sm.alarms, N_("alarm"), N_("message"), style="red")
+    _host_table(_("quarantined"), sm.quarantined, N_("fault"), N_("reason"), style="red")
     if sm.back:
         console.print(
-            "[bold]expected back:[/] "
-            + "; ".join(f"{lit(b['host'])} ({b['state']}) by {lit(b['eta'])}" for b in sm.back)
+            "[bold]" + _("expected back:") + "[/] "
+            + "; ".join(_("{host} ({state}) by {eta}").format(
+                host=lit(b["host"] or ""), state=state_name(b["state"] or ""),
+                eta=lit(b["eta"] or ""),
+            )
+            for b in sm.back)
         )
-    _host_table("held in validating", sm.validating, None, "why")
-    _host_table("available, with warnings", sm.warnings, None, "warning", style="yellow")
+    _host_table(_("held in validating"), sm.validating, None, N_("why"))
+    _host_table(
+        _("available, with warnings"), sm.warnings, None, N_("warning"), style="yellow"
+    )
     if sm.drift.summary:
         drift = []
         for item in sm.drift.summary:
@@ -100,8 +108,8 @@ def render_summary(sm: FleetSummary) -> None:
                  f"{len(item.hosts)}: {lit(names)}"]
             )
         show([Col("field", ident=True), Col("found", words=True), Col("baseline", words=True),
-              Col("hosts", 1, words=True)], drift, title="drift from pool baselines")
-    _host_table("last collection failed", sm.unreachable, "outcome", "reason")
+              Col("hosts", 1, words=True)], drift, title=_("drift from pool baselines"))
+    _host_table(_("last collection failed"), sm.unreachable, N_("outcome"), N_("reason"))
 
 
 def _host_table(

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
+
+from gpufleet.i18n import _, ngettext
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
 #: The help of every table command's ``--wide``.
-WIDE_HELP = "Show every column, however wide (a narrow terminal hides low-priority ones)."
+WIDE_HELP = _("Show every column, however wide (a narrow terminal hides low-priority ones).")
 
 @dataclass(frozen=True)
 class Col:
@@ -70,7 +72,12 @@ class Fitted:
 
         n = len(self.hidden)
         names = ", ".join(lit(" ".join(h.replace("-\n", "-").split())) for h in self.hidden)
-        return f"[dim]{n} column{'s' if n > 1 else ''} hidden ({names}): --wide shows them[/]"
+        note = ngettext(
+            "{n} column hidden ({names}): --wide shows them",
+            "{n} columns hidden ({names}): --wide shows them",
+            n,
+        )
+        return f"[dim]{note.format(n=n, names=names)}[/]"
 
 
 def _lines(value: Any) -> list[int] | None:
@@ -170,7 +177,8 @@ def fit(
 ) -> Fitted:
     """The table of ``rows`` under ``cols``, fitted to ``width`` (the console's): columns
     hidden by rank while the identifiers would not fit whole, none with ``wide`` (default:
-    the command's ``--wide``). ``table_args`` go to Rich's ``Table`` (title, box, ...)."""
+    the command's ``--wide``). Headers are translated (:func:`gpufleet.i18n._`);
+    ``table_args`` go to Rich's ``Table`` (title, box, ...)."""
     from rich.table import Table
 
     from gpufleet.cli.common import OPTIONS, console
@@ -178,6 +186,8 @@ def fit(
     wide = OPTIONS.wide if wide is None else wide
     width = console.width if width is None else width
     data = [list(r) for r in rows]
+    # the headers as shown: translated (issue 29 item 8), measured in cells like the rest
+    cols = [replace(c, header=_(c.header)) for c in cols]
     for r in data:
         if len(r) != len(cols):
             raise ValueError(f"a row of {len(r)} cells under {len(cols)} columns")

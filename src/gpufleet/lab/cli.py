@@ -24,6 +24,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
@@ -189,38 +190,44 @@ def demo_cmd(
 
     def print_step(step: str, rep: DemoReport) -> None:
         if step == "lab":
-            console.rule(f"1. lab fleet: {len(rep.lab.hosts)} hosts in {rep.lab_dir}")
+            console.rule(
+                _("1. lab fleet: {n} hosts in {dir}").format(n=len(rep.lab.hosts), dir=rep.lab_dir)
+            )
         elif step == "enroll" and rep.enrolled is not None:
             e = rep.enrolled
-            console.rule("2. enroll")
+            console.rule(_("2. enroll"))
             console.print(
-                f"{len(e.added)} added, {len(e.updated)} updated, {len(e.unchanged)} unchanged"
-                f" (home {home or 'default'})"
+                _("{added} added, {updated} updated, {unchanged} unchanged (home {home})").format(
+                    added=len(e.added), updated=len(e.updated), unchanged=len(e.unchanged),
+                    home=home or _("default"),
+                )
             )
-            console.rule("3. collect")
+            console.rule(_("3. collect"))
         elif step == "collect" and rep.collection is not None:
             run = rep.collection
             print_outcomes(run, only_problems=True)
             console.print(
-                f"{len(run.results)} hosts: "
-                + ", ".join(f"{n} {o}" for o, n in sorted(run.counts.items()))
+                _("{n} hosts: ").format(n=len(run.results))
+                + ", ".join(f"{n} {_(o)}" for o, n in sorted(run.counts.items()))
             )
         elif step == "baselines":
-            console.rule("baselines: one reference build per pool")
+            console.rule(_("baselines: one reference build per pool"))
             for db in rep.baselines:
                 console.print(
-                    f"pool {db.pool} -> baseline {db.baseline.name} "
-                    f"(driver {db.baseline.driver}, from {db.reference})"
+                    _("pool {pool} -> baseline {name} (driver {driver}, from {host})").format(
+                        pool=db.pool, name=db.baseline.name, driver=db.baseline.driver,
+                        host=db.reference,
+                    )
                 )
         elif step == "evidence":
-            console.rule("active tests: DCGM diag (level 2), NCCL all-reduce")
+            console.rule(_("active tests: DCGM diag (level 2), NCCL all-reduce"))
             ok = sum(1 for r in rep.evidence if r.ok)
-            console.print(f"{ok} of {len(rep.evidence)} results passed")
+            console.print(_("{ok} of {n} results passed").format(ok=ok, n=len(rep.evidence)))
             for r in rep.evidence:
                 if not r.ok:
                     console.print(f"  {lit(r.host)}: {lit(r.summary)}")
         elif step == "validate" and rep.validation is not None:
-            console.rule("4. validate")
+            console.rule(_("4. validate"))
             print_verdicts(rep.validation, only_problems=True)
         elif step == "summary" and rep.summary is not None:
             render_summary(rep.summary)
@@ -242,10 +249,9 @@ def demo_cmd(
         cwd=Path.cwd(),
         venv=None if sys.prefix == sys.base_prefix else Path(sys.prefix),
     )
-    console.rule("next steps: paste these into your shell")
+    console.rule(_("next steps: paste these into your shell"))
     for line in steps:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-
 
 def next_steps(
     home: Path | None, *, db_url: str | None, host: str, cwd: Path, venv: Path | None
@@ -277,5 +283,5 @@ def next_steps(
         "gpufleet events --limit 10",
     ]
     if venv is not None and (cwd / "gpufleet").is_file():  # the checkout's wrapper
-        lines.append("# or, without activating: ./gpufleet hosts list")
+        lines.append(_("# or, without activating: ./gpufleet hosts list"))
     return lines
