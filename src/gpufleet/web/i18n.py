@@ -9,6 +9,7 @@ them in any order. Host names, states and messages from the fleet are data, not 
 from __future__ import annotations
 
 from gpufleet.web.i18n_ops import OPS_EN
+from gpufleet.web.i18n_zh import ZH
 
 EN: dict[str, str] = {
     "app.title": "gpufleet",
@@ -165,8 +166,10 @@ EN: dict[str, str] = {
     "empty": "-",
 }
 
+#: The keys of this module's catalog (the operations pages' keys come from OPS_EN).
+BASE_KEYS = frozenset(EN)
 EN.update(OPS_EN)
-CATALOGS: dict[str, dict[str, str]] = {"en": EN}
+CATALOGS: dict[str, dict[str, str]] = {"en": EN, "zh": ZH}
 DEFAULT = "en"
 
 
