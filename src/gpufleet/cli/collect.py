@@ -20,6 +20,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.collect.transport import Outcome
+from gpufleet.i18n import _
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 from gpufleet.service.hosts.collect import RunReport, collect
@@ -153,7 +154,7 @@ def print_outcomes(rep: RunReport, *, only_problems: bool = False) -> None:
             "" if r.gpus is None else str(r.gpus),
             lit(notes),
         ])
-    show(cols, cells, title=f"collection run {rep.run_id}")
+    show(cols, cells, title=_("collection run {id}").format(id=rep.run_id))
 
 
 @boundary

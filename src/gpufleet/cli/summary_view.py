@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
-from gpufleet.i18n import N_, _, state_name
+from gpufleet.i18n import N_, _, language, state_name
 
 if TYPE_CHECKING:
     from gpufleet.service.core.fleet import Fleet
@@ -37,16 +37,36 @@ def summary_json(sm: FleetSummary) -> dict[str, object]:
     return SummaryOut.of(sm).json_dict()
 
 
+def counts_line(sm: FleetSummary) -> str:
+    """The summary's first line (:meth:`FleetSummary.counts_line`) in the language of the
+    messages (:mod:`gpufleet.i18n`); the API and ``--json`` keep the English one."""
+    if language() == "en":
+        return sm.counts_line()
+    if sm.noun != "accelerators":
+        return _("{hosts} hosts, {total} {noun}, {available} {noun} available").format(
+            hosts=sm.hosts, total=sm.gpus_total, available=sm.gpus_available, noun=_(sm.noun)
+        )
+    by_noun: dict[str, int] = {}
+    for v in sm.per_vendor:
+        n = v["accelerators"]
+        by_noun[str(v["noun"])] = by_noun.get(str(v["noun"]), 0) + (n if isinstance(n, int) else 0)
+    parts = ", ".join(f"{n} {_(kind)}" for kind, n in sorted(by_noun.items(), key=lambda x: -x[1]))
+    return _("{hosts} hosts, {total} accelerators ({parts}), {available} available").format(
+        hosts=sm.hosts, total=sm.gpus_total, parts=parts, available=sm.gpus_available
+    )
+
+
 def render_summary(sm: FleetSummary) -> None:
     """Rich rendering of a fleet summary."""
     from gpufleet.cli.common import console
     from gpufleet.cli.tables import Col, num, show
 
     console.rule(_("fleet summary"))
-    console.print(f"[bold]{lit(sm.counts_line())}[/]")
+    console.print(f"[bold]{lit(counts_line(sm))}[/]")
     if sm.nodes_by_role:  # cpu/storage nodes: counted apart, never GPU capacity
-        console.print("not GPU nodes: " + ", ".join(
-            f"{c['hosts']} {role} ({c['available']} available)"
+        console.print(_("not GPU nodes: ") + ", ".join(
+            _("{hosts} {role} ({available} available)").format(
+                hosts=c["hosts"], role=role, available=c["available"])
             for role, c in sm.nodes_by_role.items()
         ))
     show([Col("state", ident=True), Col("hosts", ident=True, justify="right")], [
