@@ -20,6 +20,7 @@ from babel.messages.extract import extract_from_dir
 from babel.messages.pofile import read_po as babel_read_po
 
 import gpufleet
+import gpufleet.cli.tables  # imported in English: its help texts are translated at import
 from gpufleet import i18n
 
 SRC = Path(gpufleet.__file__).parent
