@@ -221,6 +221,11 @@ class Settings(HostSettings):
         group="inspect",
         doc="YAML overlaid on the vendors' fault catalogues (a code's level, severity, action).",
     )
+    rack_manifests_file: Path | None = _setting(
+        env="GPUFLEET_RACK_MANIFESTS",
+        group="inspect",
+        doc="YAML replacing the shipped expected-rack manifests (gpufleet racks; issue 27).",
+    )
     inspect_disk_paths: str = _setting(
         "/",
         env="GPUFLEET_INSPECT_DISK_PATHS",
@@ -405,6 +410,7 @@ class Settings(HostSettings):
         "api_tokens_file",
         "health_rules_file",
         "fault_catalogue_file",
+        "rack_manifests_file",
     )
     @classmethod
     def _readable_file(cls, v: Path | None) -> Path | None:

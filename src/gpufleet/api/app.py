@@ -30,6 +30,7 @@ from gpufleet.api.routes import fleet as fleet_routes
 from gpufleet.api.routes import health as health_routes
 from gpufleet.api.routes import hosts as host_routes
 from gpufleet.api.routes import leases as lease_routes
+from gpufleet.api.routes import racks as rack_routes
 from gpufleet.api.routes import runs as run_routes
 from gpufleet.api.routes import summary as summary_routes
 from gpufleet.api.routes import tokens as token_routes
@@ -147,6 +148,7 @@ def create_app(
     v1.include_router(campaign_routes.router)
     v1.include_router(health_routes.router)
     v1.include_router(summary_routes.router)
+    v1.include_router(rack_routes.router)
     app.include_router(v1)
 
     registry = registry_for(lambda: fleet)

@@ -263,6 +263,16 @@ class AlarmKind(StrEnum):
     and UUID or port, severity and recommended action. One open per rule and GPU/port; it
     closes once the finding cleared and (critical) the host passed validation again."""
 
+    RACK_MANIFEST = "rack-manifest"
+    """A rack (chassis serial, issue 27) does not hold what its rack model's manifest expects:
+    a missing or an extra compute tray. Raised on the rack's first reporting tray in slot
+    order (one alarm per rack), closed by a collection that finds the rack complete. A
+    warning: it does not keep that tray out of placement."""
+
+    RACK_DOMAIN = "rack-domain"
+    """The hosts of one rack report different NVLink domains (clusterUuid); on the rack's
+    first tray in slot order, closed when they agree again. A warning, like RACK_MANIFEST."""
+
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""
 

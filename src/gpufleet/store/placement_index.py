@@ -54,6 +54,8 @@ WATCHED = frozenset(
 )
 #: Alarm columns whose change can change whether it keeps its host out of placement.
 ALARM_WATCHED = frozenset({"closed_at", "host_id", "kind", "severity"})
+#: Alarm kinds whose warnings leave their host allocatable.
+WARNING_KINDS = (AlarmKind.HEALTH, AlarmKind.RACK_MANIFEST, AlarmKind.RACK_DOMAIN)
 #: Execution option of an UPDATE on ``hosts`` naming the host ids it changes.
 HOSTS_OPTION = "gpufleet_hosts"
 _INFO = "gpufleet.placement_index"
@@ -236,8 +238,9 @@ def _rack_clause(racks: list[str]) -> Any:
 
 def blocking_alarm() -> ColumnElement[bool]:
     """Open alarms that keep a host out of new allocations: all but a health rule's warning
-    (issue 10: a warning from ``gpufleet inspect`` leaves the host allocatable)."""
-    return or_(Alarm.kind != AlarmKind.HEALTH, Alarm.severity == AlarmSeverity.CRITICAL)
+    (issue 10: a warning from ``gpufleet inspect`` leaves the host allocatable; issue 27: so
+    does a rack's manifest or domain warning, raised on the rack's first tray)."""
+    return or_(Alarm.kind.not_in(WARNING_KINDS), Alarm.severity == AlarmSeverity.CRITICAL)
 
 
 def compute(s: Session, racks: list[str] | None) -> dict[str, list[list[Any]]]:

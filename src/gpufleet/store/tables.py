@@ -98,6 +98,12 @@ class Host(Base):
     # --- issue 26 item 9: gpu, cpu or storage (domain/roles.py; inventory gpufleet_role).
     # Only 'gpu' hosts are GPU capacity, placement candidates and carry GPU labels.
     role: Mapped[str] = mapped_column(String(16), default="gpu", server_default="gpu", index=True)
+    # --- issue 27 (migration 0027): the rack (chassis serial) and NVLink domain (clusterUuid)
+    # of its latest facts (None: not a multi-node NVLink member), and why an open rack
+    # incident keeps it out of NVLink-domain placement (None: none does).
+    nvl_rack: Mapped[str | None] = mapped_column(String(64))
+    nvl_domain: Mapped[str | None] = mapped_column(String(64), index=True)
+    nvl_restricted: Mapped[str | None] = mapped_column(Text)
 
     host_key: Mapped[str | None] = mapped_column(Text)  # pinned on first use
     latest_snapshot_id: Mapped[int | None] = mapped_column(

@@ -458,3 +458,6 @@ def _finish_chunk(
             if coll is not None:
                 coll.finished_at = now
                 coll.counts = run_counts(s, coll.id)
+                from gpufleet.service.hosts.racks import check_racks  # issue 27
+
+                check_racks(s, fleet)

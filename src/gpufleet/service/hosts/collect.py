@@ -287,6 +287,9 @@ def collect(
         assert run is not None
         run.finished_at = fleet.now()
         run.counts = dict(Counter(r.outcome.value for r in results))
+        from gpufleet.service.hosts.racks import check_racks  # issue 27: rack alarms
+
+        check_racks(s, fleet)
     results.sort(key=lambda r: r.host)
     return RunReport(run_id, results, got.busy)
 

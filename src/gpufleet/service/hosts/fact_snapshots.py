@@ -17,6 +17,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind
+from gpufleet.domain.fabric import host_fabric
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.identity import machine_ids, system_uuid
 from gpufleet.domain.labels import fact_labels
@@ -94,6 +95,8 @@ def store_facts(
     GPU and NIC rows are inserted in bulk (Core ``executemany``, no ORM unit of work); its
     labels' facts are referenced by their shared set (:func:`~gpufleet.store.repo.label_set_id`).
     """
+    hf = host_fabric(facts)  # issue 27: the host's rack and NVLink domain, for placement
+    host.nvl_rack, host.nvl_domain = hf.rack_id, hf.nvl_domain
     # Core statements on the session's connection: no ORM bulk-insert nor update
     # synchronisation (no snapshot, GPU or NIC row is loaded as an object here).
     conn = s.connection()

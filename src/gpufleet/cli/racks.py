@@ -1,0 +1,67 @@
+"""``gpufleet racks list|show``: racks (chassis serial) and NVLink domains derived from the
+hosts' latest facts, their trays in slot order and the manifest findings (issue 27)."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.service.views.racks import list_racks, show_rack
+
+app = typer.Typer(no_args_is_help=True)
+
+
+def _dash(v: object) -> str:
+    return "-" if v is None else str(v)
+
+
+@app.command("list")
+@boundary
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Every rack: model, NVLink domain, trays (of those expected), GPUs, free GPUs, state."""
+    rows = list_racks(open_fleet())
+    if as_json:
+        print_json([r.as_json(trays=False) for r in rows])
+        return
+    t = Table(title="racks")
+    for col in ("rack", "model", "NVLink domain", "trays", "GPUs", "free", "state"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(lit(r.rack), lit(_dash(r.model)), lit(_dash(r.nvl_domain or
+                  (", ".join(r.domains) or None))), f"{r.trays}/{_dash(r.expected_trays)}",
+                  str(r.gpus), str(r.free_gpus), lit(r.state))
+    console.print(t)
+    for r in rows:
+        for f in r.findings:
+            console.print(f"[yellow]{lit(r.rack)}[/yellow]: {lit(f['message'])}")
+
+
+@app.command("show")
+@boundary
+def show_cmd(
+    rack: str = typer.Argument(..., help="Rack id (chassis serial), NVLink domain or a host."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """One rack's trays in slot order: state, health, fabric, validated profiles, lease and
+    alarms; and the manifest findings."""
+    r = show_rack(open_fleet(), rack)
+    if as_json:
+        print_json(r.as_json(trays=True))
+        return
+    console.print(f"rack {lit(r.rack)} ({lit(_dash(r.model))}), NVLink domain "
+                  f"{lit(_dash(r.nvl_domain))}, {r.trays}/{_dash(r.expected_trays)} trays, "
+                  f"{r.free_gpus}/{r.gpus} GPUs free, {lit(r.state)}")
+    t = Table(title="trays")
+    for col in ("slot", "tray", "host", "state", "health", "fabric", "profiles", "lease",
+                "alarms"):
+        t.add_column(col, overflow="fold")
+    for tr in r.tray_rows:
+        lease = f"{tr.lease['id']} {tr.lease['owner']}" if tr.lease else "-"
+        t.add_row(_dash(tr.slot), _dash(tr.tray_index), lit(tr.host), lit(tr.state),
+                  lit(tr.health), lit(tr.fabric if tr.reporting else f"{tr.fabric} (silent)"),
+                  lit(", ".join(tr.profiles) or "-"), lit(lease),
+                  lit(", ".join(a["kind"] for a in tr.alarms) or "-"))
+    console.print(t)
+    for f in r.findings:
+        console.print(f"[yellow]{lit(f['kind'])}[/yellow]: {lit(f['message'])}")
