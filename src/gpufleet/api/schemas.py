@@ -479,6 +479,7 @@ class AllocateIn(Schema):
     fabric: str | None = Field(None, description="ib, roce or none.")
     profile: str | None = None
     cuda: str | None = Field(None, description="CUDA MAJOR.MINOR the workload was built for.")
+    nvl_domain: bool = Field(False, description="Keep the lease inside one NVLink domain.")
     selector: str | None = None
     owner: str = Field(min_length=1, max_length=128)
     purpose: str = Field(min_length=1)

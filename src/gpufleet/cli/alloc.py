@@ -90,6 +90,10 @@ def allocate_cmd(
     cuda: str | None = typer.Option(
         None, "--cuda", help="CUDA MAJOR.MINOR the workload was built for (driver gate)."
     ),
+    nvl_domain: bool = typer.Option(
+        False, "--nvl-domain", help="Keep the lease inside one NVLink domain (GB200/GB300 "
+        "NVL72 rack), refusing to span two; hosts a rack incident restricts are left out."
+    ),
     selector: str | None = typer.Option(None, "--selector", help=SELECTOR_HELP),
     owner: str = typer.Option(..., "--owner", help="Team or person answering for the lease."),
     purpose: str = typer.Option(..., "--purpose", help="What the hosts are for."),
@@ -116,6 +120,7 @@ def allocate_cmd(
         fabric=fabric,
         profile=profile,
         cuda=cuda,
+        nvl_domain=nvl_domain,
     )
     got = allocation.allocate(
         open_fleet(),

@@ -11,6 +11,10 @@ The rules, in order:
 3. **Do not break a large contiguous block** when a smaller one fits: among the racks (blocks
    of free hosts) that fit, the one with the fewest free GPUs is used, and within it the
    hosts that waste the fewest GPUs.
+
+A request for one **NVLink domain** (``nvl_domain``, issue 27: GB200/GB300 NVL72) takes only
+hosts of a multi-node NVLink domain that no rack incident restricts, and its blocks are the
+domains themselves: the hosts of one domain, never spanning two (no fabric fallback).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class Request:
     profile: str | None = None
     #: issue 26: the CUDA ``major.minor`` the workload was built for (the driver gate).
     cuda: str | None = None
+    #: issue 27: the hosts must share one multi-node NVLink domain (never span two).
+    nvl_domain: bool = False
 
     def describe(self) -> str:
         size = f"{self.gpus} GPUs" if self.gpus is not None else f"{self.hosts} hosts"
@@ -49,6 +55,8 @@ class Request:
             parts.append(f"fabric {self.fabric}")
         if self.cuda:
             parts.append(f"CUDA {self.cuda}")
+        if self.nvl_domain:
+            parts.append("in one NVLink domain")
         if self.profile:
             parts.append(f"for {self.profile}")
         return " ".join(parts)
@@ -76,6 +84,10 @@ class HostView:
     free_by_start: bool = False
     #: issue 26: the NVIDIA driver of its latest facts (None: not collected).
     driver: str | None = None
+    #: issue 27: its NVLink domain (None: not a member) and whether a rack incident keeps it
+    #: out of NVLink-domain placement.
+    nvl_domain: str | None = None
+    nvl_restricted: bool = False
 
 
 def matches_hardware(req: Request, h: HostView) -> bool:
@@ -89,6 +101,8 @@ def matches_hardware(req: Request, h: HostView) -> bool:
     if req.fabric and (h.fabric or "").lower() != req.fabric.lower():
         return False
     if req.cuda and cuda_refusal(h.driver, req.cuda) is not None:
+        return False
+    if req.nvl_domain and (h.nvl_domain is None or h.nvl_restricted):
         return False
     return h.gpus > 0
 
@@ -115,6 +129,8 @@ class Placement:
     gpus: int
     racks: tuple[str, ...]
     fabric: str | None
+    #: issue 27: the one NVLink domain of an ``nvl_domain`` request.
+    nvl_domain: str | None = None
 
     @property
     def spans_racks(self) -> bool:
@@ -132,7 +148,9 @@ class Refusal:
     missing_gpus: int | None = None
 
 
-def _group_key(h: HostView) -> tuple[str, str]:
+def _group_key(h: HostView, req: Request | None = None) -> tuple[str, str]:
+    if req is not None and req.nvl_domain:  # the domain is the rack and the fabric
+        return (h.nvl_domain or "", h.nvl_domain or "")
     return (h.rack or "", (h.fabric or "").lower())
 
 
@@ -176,8 +194,9 @@ def place(req: Request, candidates: Iterable[HostView]) -> Placement | None:
     by_rack: dict[tuple[str, str], list[HostView]] = {}
     by_fabric: dict[str, list[HostView]] = {}
     for h in sorted(pool, key=lambda h: (-h.gpus, h.name)):  # each group largest first
-        by_rack.setdefault(_group_key(h), []).append(h)
-        by_fabric.setdefault((h.fabric or "").lower(), []).append(h)
+        key = _group_key(h, req)
+        by_rack.setdefault(key, []).append(h)
+        by_fabric.setdefault(key[1], []).append(h)
     if req.hosts is None:  # fewer hosts than need / largest host cannot hold it
         largest = max(h.gpus for h in pool)
         k_range = range(max(1, -(-need // largest)), len(pool) + 1)
@@ -206,6 +225,7 @@ def place(req: Request, candidates: Iterable[HostView]) -> Placement | None:
                 gpus=sum(h.gpus for h in hosts),
                 racks=tuple(sorted({h.rack or "-" for h in hosts})),
                 fabric=hosts[0].fabric,
+                nvl_domain=hosts[0].nvl_domain if req.nvl_domain else None,
             )
     return None
 
@@ -248,6 +268,7 @@ def explain(req: Request, hosts: Iterable[HostView]) -> Refusal:
                 req.min_gpu_memory_mib and f"{req.min_gpu_memory_mib // 1024}G GPU memory",
                 req.fabric and f"fabric {req.fabric}",
                 req.cuda and f"a driver serving CUDA {req.cuda}",
+                req.nvl_domain and "an unrestricted NVLink domain",
             )
             if x
         )

@@ -62,6 +62,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
         fabric=body.fabric,
         profile=body.profile,
         cuda=body.cuda,
+        nvl_domain=body.nvl_domain,
     )
     got = allocation.allocate(
         fleet,

@@ -247,4 +247,5 @@ def _fields(req: Request) -> dict[str, Any]:
         "fabric": req.fabric,
         "profile": req.profile,
         "cuda": req.cuda,
+        "nvl_domain": req.nvl_domain,
     }

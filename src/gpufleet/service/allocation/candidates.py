@@ -131,6 +131,8 @@ def candidate_filters(
         out.append(_has_profile(s, req.profile))
     if req.cuda:  # issue 26: no driver collected serves no CUDA (the version is read below)
         out.append(FactSnapshot.driver.is_not(None))
+    if req.nvl_domain:  # issue 27: members of an NVLink domain that no rack incident restricts
+        out += [Host.nvl_domain.is_not(None), Host.nvl_restricted.is_(None)]
     out.append(
         Host.id.not_in(
             select(Alarm.host_id).where(
@@ -151,14 +153,24 @@ def candidate_filters(
     return out
 
 
-def candidate_blocks(s: Session, filters: list[ColumnElement[bool]]) -> dict[Block, Counter[int]]:
-    """How many candidate hosts of each GPU count every (rack, fabric) block has."""
-    fabric = _block_fabric()
+def _block_columns(req: Request | None) -> tuple[Any, Any]:
+    """What a block is: (rack, fabric); for an NVLink-domain request (domain, domain)."""
+    if req is not None and req.nvl_domain:
+        return Host.nvl_domain, Host.nvl_domain
+    return Host.rack, _block_fabric()
+
+
+def candidate_blocks(
+    s: Session, filters: list[ColumnElement[bool]], req: Request | None = None
+) -> dict[Block, Counter[int]]:
+    """How many candidate hosts of each GPU count every (rack, fabric) block has (every
+    NVLink domain for an ``nvl_domain`` request)."""
+    rack, fabric = _block_columns(req)
     stmt = (
-        select(Host.rack, fabric, _gpus(), func.count())
+        select(rack, fabric, _gpus(), func.count())
         .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
         .where(*filters)
-        .group_by(Host.rack, fabric, _gpus())
+        .group_by(rack, fabric, _gpus())
     )
     out: dict[Block, Counter[int]] = {}
     for rack, fab, gpus, n in s.execute(stmt):
@@ -195,34 +207,38 @@ def candidate_views(
         _gpus(),
         FactSnapshot.gpu_model,
         FactSnapshot.driver,
+        Host.nvl_domain,
     ]
     if req.min_gpu_memory_mib:
         cols.append(_min_memory())
     stmt = (
         select(*cols).join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id).where(*filters)
     )
+    rack_col, fabric_col = _block_columns(req)
     if racks:
-        stmt = stmt.where(_block_clause({r for r, _ in racks}, Host.rack))
+        stmt = stmt.where(_block_clause({r for r, _ in racks}, rack_col))
     if fabrics:
-        stmt = stmt.where(_block_fabric().in_(sorted(fabrics)))
+        stmt = stmt.where(fabric_col.in_(sorted(fabrics)))
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
     for row in s.execute(stmt):
-        hid, name, state, version, rack, pool, fabric, profiles, gpus, model, driver = row[:11]
+        hid, name, state, version, rack, pool, fabric, profiles, gpus, model, driver, nvl = row[:12]
         view = HostView(
             name=name,
             state=_STATES[state],
             gpus=gpus or 0,
             model=model,
-            gpu_memory_mib=row[11] if req.min_gpu_memory_mib else None,
+            gpu_memory_mib=row[12] if req.min_gpu_memory_mib else None,
             rack=rack,
             fabric=fabric,
             pool=pool,
             profiles=frozenset(profiles or ()),
             free_by_start=state == HostState.ALLOCATED.value,
             driver=driver,
+            nvl_domain=nvl,
         )
-        if racks and (rack or "", (fabric or "").lower()) not in racks:
+        key = (nvl or "", nvl or "") if req.nvl_domain else (rack or "", (fabric or "").lower())
+        if racks and key not in racks:
             continue  # the rack's hosts on another fabric: another block
         views.append(view)
         index[name] = CandidateRow(hid, version or 0, pool)
@@ -239,7 +255,10 @@ def find_placement(
     """Place ``req`` for [start, end) reading only the blocks placement needs (see the
     module). None: it cannot be placed (explain it with :func:`host_views`)."""
     filters = candidate_filters(s, req, selector, start, end, now)
-    if req.cuda:
+    if req.cuda or req.nvl_domain:
+        # issue 27: NVLink-domain blocks are not the summary's racks: one GROUP BY by domain
+        if not req.cuda:
+            return place_exact(s, req, filters)
         # issue 26: the driver gate is a version comparison SQL does not make: every
         # candidate is read and placement (allocatable) leaves out the drivers that
         # cannot serve it
@@ -261,7 +280,7 @@ def place_exact(
     s: Session, req: Request, filters: list[ColumnElement[bool]]
 ) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
     """One GROUP BY over every candidate, then the hosts of the blocks placement needs."""
-    plan = plan_blocks(req, candidate_blocks(s, filters))
+    plan = plan_blocks(req, candidate_blocks(s, filters, req))
     if plan is None:
         return None, [], {}
     views, index = candidate_views(s, req, filters, racks=plan.racks, fabrics=plan.fabrics)
@@ -347,6 +366,8 @@ def host_views(
         FactSnapshot.driver,
         # read only when asked: every other snapshot column here is in the snapshot index
         _min_memory() if req.min_gpu_memory_mib else null(),
+        Host.nvl_domain,
+        Host.nvl_restricted,
     ]
     stmt = (
         select(*cols)
@@ -393,7 +414,8 @@ def host_views(
     views: list[HostView] = []
     index: dict[str, CandidateRow] = {}
     profile_sets: dict[str | None, frozenset[str]] = {None: frozenset()}
-    for hid, name, state, version, rack, pool, fabric, text, eta, gpus, model, drv, mem in rows:
+    for row in rows:
+        hid, name, state, version, rack, pool, fabric, text, eta, gpus, model, drv, mem = row[:13]
         st = _STATES[state]
         profiles = profile_sets.get(text)
         if profiles is None:
@@ -414,6 +436,8 @@ def host_views(
                 eta=eta if st in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
                 free_by_start=st is HostState.ALLOCATED and hid in ending and hid not in busy,
                 driver=drv,
+                nvl_domain=row[13],
+                nvl_restricted=row[14] is not None,
             )
         )
         index[name] = CandidateRow(hid, version or 0, pool)
