@@ -265,6 +265,32 @@ class Settings(HostSettings):
         allow_inf_nan=False,
         doc="Blast-radius guard: the window automatic quarantines are counted in.",
     )
+    rack_incident_hosts: int = _setting(
+        2,
+        env="GPUFLEET_RACK_INCIDENT_HOSTS",
+        group="inspect",
+        ge=1,
+        le=1000,
+        doc="Rack incidents (issue 27): rack-scoped fabric findings from this many hosts of one "
+        "NVLink domain within the window become one rack incident.",
+    )
+    rack_incident_window_s: float = _setting(
+        10.0,
+        env="GPUFLEET_RACK_INCIDENT_WINDOW",
+        group="inspect",
+        gt=0,
+        le=86_400,
+        doc="Rack incidents: the window (seconds) the hosts' findings fall within.",
+    )
+    rack_drain_share: float = _setting(
+        0.5,
+        env="GPUFLEET_RACK_DRAIN_SHARE",
+        group="inspect",
+        gt=0,
+        le=1,
+        doc="Rack incidents: at this share of the rack's trays affected the incident recommends "
+        "draining the whole rack (maintenance, with an operator's approval).",
+    )
     guard_min_hosts: int = _setting(
         2,
         env="GPUFLEET_GUARD_MIN_HOSTS",

@@ -53,6 +53,7 @@ class SweepOut(Schema):
     busy: list[str]
     guard_tripped: bool
     guard_message: str
+    incidents: list[dict[str, Any]] = Field(default_factory=list)
 
     @classmethod
     def of(cls, r: SweepReport) -> SweepOut:
@@ -84,6 +85,7 @@ class SweepOut(Schema):
             busy=list(r.busy),
             guard_tripped=r.guard_tripped,
             guard_message=r.guard_message,
+            incidents=list(getattr(r, "incidents", [])),
         )
 
 

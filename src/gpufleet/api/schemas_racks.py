@@ -29,6 +29,7 @@ class TrayOut(Schema):
     fabric_reasons: list[str]
     fabric_message: str
     partition: str | None
+    restricted: str | None = Field(description="Why a rack incident restricts it.")
     profiles: list[str]
     lease: dict[str, Any] | None
     alarms: list[dict[str, Any]]

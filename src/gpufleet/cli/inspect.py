@@ -63,6 +63,10 @@ def _print_sweep(report: SweepReport) -> None:
         console.print(f"held by another worker: {lit(', '.join(report.busy))}")
     if report.guard_tripped:
         console.print(f"[red]{lit(report.guard_message)}[/red]")
+    for inc in report.incidents:
+        console.print(f"[red]rack incident (alarm {inc['alarm_id']}): NVLink domain "
+                      f"{lit(inc['nvl_domain'])}, {len(inc['hosts'])} of {inc['trays']} trays"
+                      f"{', drain recommended' if inc['drain'] else ''}[/red]")
 
 
 def _as_json(report: SweepReport) -> dict[str, Any]:
@@ -72,6 +76,7 @@ def _as_json(report: SweepReport) -> dict[str, Any]:
         "guard_tripped": report.guard_tripped,
         "guard_message": report.guard_message,
         "busy": report.busy,
+        "incidents": report.incidents,
         "hosts": [
             {
                 "host": h.host,

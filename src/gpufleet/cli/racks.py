@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.service.health.rack_incidents import open_incidents, resolve_incident
 from gpufleet.service.views.racks import list_racks, show_rack
 
 app = typer.Typer(no_args_is_help=True)
@@ -65,3 +66,36 @@ def show_cmd(
     console.print(t)
     for f in r.findings:
         console.print(f"[yellow]{lit(f['kind'])}[/yellow]: {lit(f['message'])}")
+
+
+@app.command("incidents")
+@boundary
+def incidents_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Open rack incidents: one per NVLink domain whose trays report rack-scoped fabric
+    faults together; its hosts are out of NVLink-domain placement."""
+    rows = open_incidents(open_fleet())
+    if as_json:
+        print_json(rows)
+        return
+    for r in rows:
+        console.print(f"alarm {r['id']} on {lit(r['host'])}: {lit(r['message'])}")
+        if r.get("drain_command"):
+            console.print(f"  approve the drain: {lit(r['drain_command'])}")
+    if not rows:
+        console.print("no open rack incident")
+
+
+@app.command("resolve")
+@boundary
+def resolve_cmd(
+    rack: str = typer.Argument(..., help="Rack id, NVLink domain or one of its hosts."),
+    reason: str = typer.Option(..., "--reason", help="Why the incident is over."),
+    as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
+) -> None:
+    """Close the rack's open incident, lift its hosts' restriction and re-validate them."""
+    got = resolve_incident(open_fleet(), rack, reason)
+    if as_json:
+        print_json(got)
+        return
+    states = ", ".join(f"{h} {s}" for h, s in sorted(got["validated"].items()))
+    console.print(f"rack incident {got['alarm']} resolved; re-validated: {lit(states)}")

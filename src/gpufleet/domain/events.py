@@ -273,6 +273,14 @@ class AlarmKind(StrEnum):
     """The hosts of one rack report different NVLink domains (clusterUuid); on the rack's
     first tray in slot order, closed when they agree again. A warning, like RACK_MANIFEST."""
 
+    RACK_INCIDENT = "rack-incident"
+    """Rack-scoped fabric findings from several hosts of one NVLink domain within the window
+    (issue 27, ``GPUFLEET_RACK_INCIDENT_*``): one incident for the rack instead of one alarm
+    per tray; on the domain's first tray, ``data`` has the domain, rack, affected hosts and
+    whether draining the rack is recommended. Its hosts are restricted (out of NVLink-domain
+    placement), not quarantined; closed by ``gpufleet racks resolve``, which re-validates
+    them. Never keeps a host out of other placement."""
+
     OTHER = "other"
     """An alarm of the audit log migrated without a recognisable kind."""
 

@@ -36,7 +36,19 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ColumnElement, Text, cast, delete, event, exists, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Text,
+    and_,
+    cast,
+    delete,
+    event,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import ORMExecuteState, Session, UOWTransaction, sessionmaker
@@ -240,7 +252,10 @@ def blocking_alarm() -> ColumnElement[bool]:
     """Open alarms that keep a host out of new allocations: all but a health rule's warning
     (issue 10: a warning from ``gpufleet inspect`` leaves the host allocatable; issue 27: so
     does a rack's manifest or domain warning, raised on the rack's first tray)."""
-    return or_(Alarm.kind.not_in(WARNING_KINDS), Alarm.severity == AlarmSeverity.CRITICAL)
+    return and_(
+        Alarm.kind != AlarmKind.RACK_INCIDENT,  # restricts NVLink-domain placement only
+        or_(Alarm.kind.not_in(WARNING_KINDS), Alarm.severity == AlarmSeverity.CRITICAL),
+    )
 
 
 def compute(s: Session, racks: list[str] | None) -> dict[str, list[list[Any]]]:

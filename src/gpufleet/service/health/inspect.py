@@ -38,7 +38,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -94,6 +94,7 @@ from gpufleet.service.health.inspect_store import (
     store_samples,
 )
 from gpufleet.service.health.inspect_vendors import host_vendors
+from gpufleet.service.health.rack_incidents import fold_findings
 from gpufleet.service.hosts import reachability
 from gpufleet.store.tables import (
     FactSnapshot,
@@ -140,6 +141,8 @@ class SweepReport:
     busy: list[str] = field(default_factory=list)
     guard_tripped: bool = False
     guard_message: str = ""
+    #: issue 27: the rack incidents this sweep opened or extended.
+    incidents: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def findings(self) -> int:
@@ -352,13 +355,21 @@ def judge(
         if hist[hid] and hist[hid][-1].at == at:  # the vendor plugins' faults of this sweep
             fs += device_findings(policy, hosts[hid].faults, catalogues)
         hosts[hid].findings = fs
+    # issue 27: rack-scoped findings of several hosts of one NVLink domain: one rack incident
+    to_act, incidents = fold_findings(fleet, at, findings)
+    report.incidents += [asdict(i) for i in incidents]
+    by_name = {o.host: o for o in hosts.values()}
+    for inc in incidents:
+        for name in inc.hosts:
+            if name in by_name:
+                by_name[name].actions.append(f"restricted: rack incident (alarm {inc.alarm_id})")
     budget = Budget(guard_budget(fleet, at))
     held: list[str] = []
     quarantined: list[int] = []
     for hid in sorted(findings, key=lambda hid: hosts[hid].host):
         blind = _blind_rules(policy, hist[hid][-1], hist[hid][:-1])
         boot = hist[hid][-1].boot_id
-        acted = act(fleet, hid, findings[hid], hosts[hid], budget, at, blind, boot)
+        acted = act(fleet, hid, to_act[hid], hosts[hid], budget, at, blind, boot)
         if acted == "held":
             held.append(hosts[hid].host)
         elif acted == "quarantined":

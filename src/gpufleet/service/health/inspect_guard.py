@@ -22,6 +22,7 @@ from gpufleet.domain.events import AlarmSeverity, EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.fleet import Fleet, record_event
+from gpufleet.service.health.rack_incidents import incidents_since
 from gpufleet.store.tables import FleetAlarm, Host, InspectQuarantine
 
 GUARD_KIND = "blast-radius"
@@ -62,6 +63,8 @@ def guard_budget(fleet: Fleet, at: datetime) -> int:
             )
             or 0
         )
+        # issue 27: a rack incident counts once, however many trays it restricts
+        recent += incidents_since(s, at - timedelta(minutes=st.guard_window_minutes))
     # Trips only past both the share and the minimum count (a small fleet still quarantines).
     limit = guard_limit(fleet_size, st.guard_share, st.guard_hosts, st.guard_min_hosts)
     return max(0, limit - recent)

@@ -37,6 +37,8 @@ class TrayRow:
     fabric_reasons: list[str]
     fabric_message: str
     partition: str | None
+    #: why a rack incident keeps it out of NVLink-domain placement (None: none does)
+    restricted: str | None = None
     profiles: list[str] = field(default_factory=list)
     lease: dict[str, Any] | None = None
     alarms: list[dict[str, Any]] = field(default_factory=list)
@@ -118,7 +120,10 @@ def show_rack(fleet: Fleet, name: str) -> RackRow:
         racks, ids = read_racks(s, manifests(fleet))
         rack = _find(racks, name)
         hids = [ids[m.host] for m in rack.members]
-        profiles = dict(s.execute(select(Host.id, Host.profiles).where(Host.id.in_(hids))).all())
+        rows = s.execute(select(Host.id, Host.profiles, Host.nvl_restricted)
+                         .where(Host.id.in_(hids))).all()
+        profiles = {hid: p for hid, p, _ in rows}
+        restricted = {hid: r for hid, _, r in rows}
         leases = _leases(s, hids)
         alarms: dict[str, list[dict[str, Any]]] = {}
         for a in open_alarms(s, hids):
@@ -133,6 +138,7 @@ def show_rack(fleet: Fleet, name: str) -> RackRow:
             state=m.state, health=m.health, reporting=m.reporting,
             fabric=m.fabric.outcome.value, fabric_reasons=list(m.fabric.reasons),
             fabric_message=m.fabric.message, partition=m.fabric.partition,
+            restricted=restricted.get(hid),
             profiles=sorted(profiles.get(hid) or []), lease=leases.get(hid),
             alarms=alarms.get(m.host, []),
         ))
