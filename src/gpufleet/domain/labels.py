@@ -205,7 +205,7 @@ def _fabric(active: Iterable[Iterable[Any]], spec: ExpectedSpec | None) -> str:
 #: The version of what :func:`fact_labels` stores: bump it whenever the labels take something
 #: new from the facts; a stored value of another version is not used (the reader decodes the
 #: facts instead), so a stale one can never give wrong labels.
-FACT_LABELS_VERSION = 2  # 2: issue 26, gpufleet.io/cuda.max
+FACT_LABELS_VERSION = 3  # 2: issue 26, gpufleet.io/cuda.max; 3: issue 27, NVLink domain
 
 
 def fact_labels(facts: HostFacts) -> dict[str, Any]:
@@ -236,6 +236,7 @@ def fact_labels(facts: HostFacts) -> dict[str, Any]:
 
     inventories = inventories_of(facts)
     after.update(own_accelerator_labels(inventories))  # issue 15: gpufleet.io/accelerator.*
+    after.update(_rack_labels(facts))  # issue 27: rack, NVLink domain, tray (never from GFD)
     return {
         "v": FACT_LABELS_VERSION,
         "labels": _gfd_labels(facts),
@@ -378,11 +379,32 @@ def with_fact_labels(own: dict[str, str], tail: FactTail) -> dict[str, str]:
     return own
 
 
+def _rack_labels(facts: HostFacts) -> dict[str, str]:
+    """Issue 27: ``gpufleet.io/rack`` (the chassis serial: the physical rack, over the
+    inventory's), ``gpufleet.io/nvl-domain`` (the clusterUuid) and ``gpufleet.io/tray`` (the
+    tray index), where the GPUs report them; valid label values or left out."""
+    from gpufleet.domain.fabric import host_fabric
+
+    hf = host_fabric(facts)
+    values = {
+        f"{PREFIX}/rack": hf.rack_id,
+        f"{PREFIX}/nvl-domain": hf.nvl_domain,
+        f"{PREFIX}/tray": None if hf.tray is None or hf.tray.tray_index is None
+        else str(hf.tray.tray_index),
+    }
+    return {k: v for k, v in values.items() if v and is_valid_label_value(v)}
+
+
 def _gfd_labels(facts: HostFacts) -> dict[str, str]:
     labels: dict[str, str] = {}
     gpus = facts.gpus
     if not gpus:
         return labels
+    from gpufleet.domain.fabric import host_fabric
+
+    partition = host_fabric(facts).partition  # GFD's nvidia.com/gpu.clique (issue 27)
+    if partition and is_valid_label_value(partition):
+        labels["nvidia.com/gpu.clique"] = partition
     first = gpus[0]  # GFD labels from device 0 too
     labels["nvidia.com/gpu.count"] = str(len(gpus))
     if first.product_name:
