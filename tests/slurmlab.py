@@ -131,10 +131,12 @@ class SlurmLab:
             raise SlurmLabError(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
         return r.stdout
 
-    def start(self, node_lines: Sequence[str], gres_conf: str, gpus: int = 8) -> None:
+    def start(self, node_lines: Sequence[str], gres_conf: str, gpus: int = 8,
+              topology: str | None = None) -> None:
         """Write the configuration around ``node_lines`` (``NodeName=...`` from the export) and
-        ``gres_conf``, make the fake devices, start munged, slurmctld and one slurmd per node,
-        and wait until every node answers."""
+        ``gres_conf`` (and ``topology``: a ``topology.conf`` for ``topology/tree``), make the
+        fake devices, start munged, slurmctld and one slurmd per node, and wait until every
+        node answers."""
         root = self.root
         for d in ("state", "log", "spool", "munge"):
             (root / d).mkdir(parents=True, exist_ok=True)
@@ -196,6 +198,9 @@ class SlurmLab:
             lines.append(f"{line} NodeHostname={host} NodeAddr=127.0.0.1 Port={port}")
         lines.append(f"PartitionName=gpu Nodes={','.join(self.nodes)} Default=YES "
                      "MaxTime=INFINITE State=UP")
+        if topology is not None:  # read from slurm.conf's directory
+            lines.append("TopologyPlugin=topology/tree")
+            (root / "topology.conf").write_text(topology)
         self.conf.write_text("\n".join(lines) + "\n")
         (root / "gres.conf").write_text(gres_conf)
         key = root / "munge" / "munge.key"

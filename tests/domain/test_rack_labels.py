@@ -35,3 +35,19 @@ def test_hgx_and_unpartitioned_trays_get_no_domain_labels() -> None:
     # EDITED capture: cliqueId 0 is no partition, so no clique label
     nopart = _labels("hw-qx-gb200", edited("hw-qx-gb200", fabric__cliqueId="0"))
     assert "nvidia.com/gpu.clique" not in nopart
+
+
+def _groups(name: str) -> list[str]:
+    from gpufleet.domain.ansible import InventoryHost, host_groups
+
+    h = InventoryHost(name="n", address="10.0.0.1", port=22, user=None, key_file=None, vars={},
+                      state=HostState.AVAILABLE, pool=None, rack="row-7", profiles=[],
+                      facts=facts(name), baseline_name=None, baseline=None)
+    return host_groups(h)
+
+
+def test_ansible_groups_per_rack_and_domain() -> None:
+    groups = _groups("hw-qx-gb200")
+    assert "rack_1820000000001" in groups and "rack_row_7" in groups
+    assert "nvl_domain_00000001_0000_0000_0000_000000000001" in groups
+    assert not any(g.startswith("nvl_domain_") for g in _groups("hw-qx-b200"))

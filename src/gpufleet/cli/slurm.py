@@ -9,7 +9,7 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.slurm import DEFAULT_GPU_FILES
-from gpufleet.service.exports.slurm import slurm_sync, write_slurm_config
+from gpufleet.service.exports.slurm import slurm_sync, write_slurm_config, write_topology
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -24,10 +24,18 @@ def export_cmd(
         help="gres.conf File= per node; {node} is the node name, {minors} the device "
         "minors of its usable GPUs (0,2-7).",
     ),
+    topology: bool = typer.Option(
+        False, "--topology", help="Also write topology.conf (topology/tree: one switch per "
+        "NVLink domain) and topology-block.conf (topology/block: one BlockName= per domain)."
+    ),
 ) -> None:
     """Write slurm.conf NodeName= lines (CPUs, RealMemory, Gres=gpu:<model>:<n>, Features
     from gpufleet's labels) and gres.conf for the selected hosts."""
-    for path in write_slurm_config(open_fleet(), out, selector, gpu_files):
+    fleet = open_fleet()
+    paths = write_slurm_config(fleet, out, selector, gpu_files)
+    if topology:
+        paths += write_topology(fleet, out, selector)
+    for path in paths:
         console.print(f"wrote {lit(path)}")
 
 

@@ -4,7 +4,9 @@
 built from these. Groups: ``state_<state>`` (every host, quarantined and maintenance ones
 included, so a playbook can still reach them), ``gpu_<model>`` (from the product name:
 ``NVIDIA A100-SXM4-80GB`` -> ``gpu_a100``), ``pool_<pool>``, ``fabric_<ib|roce|none>``,
-``profile_<profile>`` (validated profiles of available/allocated hosts), ``rack_<rack>``.
+``profile_<profile>`` (validated profiles of available/allocated hosts), ``rack_<rack>``
+(the inventory's, and the chassis serial a GB200/GB300 tray reports), ``nvl_domain_<uuid>``
+(its NVLink domain, issue 27).
 Accelerator groups by vendor and model (issue 15: ``npu_910b``, ``gpu_mi250``, ``gpu_h800``)
 carry as group variables what every host of the group reports alike
 (:data:`ACCELERATOR_VARS`: vendor, driver, firmware, runtime and its version: CANN, ROCm,
@@ -23,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.domain.fabric import host_fabric
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.labels import fabric_up
 from gpufleet.domain.pins import PINS
@@ -116,6 +119,11 @@ def host_groups(h: InventoryHost) -> list[str]:
         groups.add(group_name("rack", rack))
     if h.facts is not None:
         groups.add(group_name("fabric", fabric_up(h.facts, h.spec)))
+        hf = host_fabric(h.facts)  # issue 27: the physical rack and the NVLink domain
+        if hf.rack_id:
+            groups.add(group_name("rack", hf.rack_id))
+        if hf.nvl_domain:
+            groups.add(group_name("nvl_domain", hf.nvl_domain))
         for model in {gpu_model(g.product_name) for g in h.facts.gpus}:
             if model:
                 groups.add(group_name("gpu", model))

@@ -406,3 +406,34 @@ def plan(
         wanted = drain_reason(state, fault, reasons.get(node.name)) if state else None
         out.append(decide(node, state, wanted))
     return out
+
+
+# --- issue 27: topology.conf, one switch (tree) or block per NVLink domain ------------------
+
+#: The tree's top switch, and the switch of nodes in no multi-node NVLink domain.
+TOP_SWITCH, OTHER_SWITCH = "fleet", "no_nvl_domain"
+
+
+def _switch(domain: str) -> str:
+    return f"nvl_{sanitize_feature(domain)}"
+
+
+def render_topology(domains: Mapping[str, str | None], *, block: bool = False) -> str:
+    """``topology.conf`` for the nodes (``{node: NVLink domain or None}``): for
+    ``topology/tree`` (``block`` false) one leaf switch per NVLink domain holding its nodes,
+    one leaf for the nodes in none, and a top switch over them (so every node stays
+    schedulable; a job that must not span domains asks ``--switches=1``); for
+    ``topology/block`` (Slurm 23.11+) one ``BlockName=`` per NVLink domain (nodes in none
+    get no block)."""
+    by: dict[str, list[str]] = {}
+    for node, domain in sorted(domains.items()):
+        by.setdefault(_switch(domain) if domain else OTHER_SWITCH, []).append(node)
+    lines = ["# gpufleet: one " + ("block" if block else "switch") + " per NVLink domain"]
+    if block:
+        lines += [f"BlockName={name} Nodes={','.join(nodes)}"
+                  for name, nodes in sorted(by.items()) if name != OTHER_SWITCH]
+        return "\n".join(lines) + "\n"
+    lines += [f"SwitchName={name} Nodes={','.join(nodes)}" for name, nodes in sorted(by.items())]
+    if by:
+        lines.append(f"SwitchName={TOP_SWITCH} Switches={','.join(sorted(by))}")
+    return "\n".join(lines) + "\n"

@@ -33,6 +33,7 @@ from gpufleet.domain.slurm import (
     plan,
     render_gres_conf,
     render_slurm_conf,
+    render_topology,
     usable_gpus,
 )
 from gpufleet.domain.states import HostState
@@ -116,6 +117,31 @@ def write_slurm_config(
             tmp = path.with_name(f".{name}.tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)
+        except OSError as exc:
+            raise LocalIOError(path=str(path), cause=str(exc.strerror or exc)) from exc
+        written.append(path)
+    return written
+
+
+def write_topology(fleet: Fleet, out: Path, selector: str | None = None) -> list[Path]:
+    """Issue 27: ``OUT/topology.conf`` (``topology/tree``: one switch per NVLink domain) and
+    ``OUT/topology-block.conf`` (``topology/block``, Slurm 23.11+: one ``BlockName=`` per
+    domain) for the selected hosts (retired ones left out); the paths written."""
+    with fleet.db.session() as s:
+        rows = s.execute(
+            select_hosts(selector).with_only_columns(Host.name, Host.nvl_domain, Host.state)
+            .order_by(None)
+        ).all()
+    if not rows and is_explicit(selector):
+        raise nothing_matches(selector)
+    domains = {n: d for n, d, st in rows if st != HostState.RETIRED}
+    written = []
+    for name, text in (("topology.conf", render_topology(domains)),
+                       ("topology-block.conf", render_topology(domains, block=True))):
+        path = out / name
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
         except OSError as exc:
             raise LocalIOError(path=str(path), cause=str(exc.strerror or exc)) from exc
         written.append(path)
