@@ -64,6 +64,10 @@ def test_two_faulty_trays_make_one_rack_incident(c: Cli) -> None:
     again = c.json("inspect", "run")
     assert [i["alarm_id"] for i in again["incidents"]] == [inc["alarm_id"]]
     assert len([a for a in c.json("alarms", "list") if a["kind"] != "rack-manifest"]) == 1
+    cap = c.json("capacity")
+    assert sorted((d["gpus"], d["free"], d["restricted"]) for d in cap["domains"]) == [
+        (68, 68, True), (72, 72, False)]
+    assert cap["largest_domain_block"] == 72  # rack A's 68 are restricted
     # 72 GPUs in one domain: rack B, whole
     assert _alloc(c, "--gpus", "72", "--nvl-domain") == [f"nvl02-t{i:02d}" for i in range(1, 19)]
     # rack A is out of NVLink-domain placement, though its 68 GPUs are free ...

@@ -557,6 +557,9 @@ class CapacityOut(Schema):
     rows: list[CapacityRow]
     totals: dict[str, int]
     back: list[BackOut]
+    domains: list[dict[str, Any]] = Field(
+        default_factory=list, description="Per NVLink domain: hosts, gpus, free, restricted.")
+    largest_domain_block: int = Field(0, description="Most free GPUs in one NVLink domain.")
 
 
 class HeldOut(Schema):

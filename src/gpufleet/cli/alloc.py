@@ -454,7 +454,8 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
     """Print a capacity report (``capacity``)."""
     if as_json:
         print_json(
-            {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
+            {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back,
+             "domains": rep.domains, "largest_domain_block": rep.largest_domain_block}
             | (
                 {"k8s": {"rows": [r.as_json() for r in kube.rows], "missing": kube.missing}}
                 if kube is not None
@@ -488,6 +489,12 @@ def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_jso
                 )
                 for b in rep.back
             )
+        )
+    if rep.domains:
+        console.print(
+            f"NVLink domains: {len(rep.domains)}, largest free single-domain block "
+            f"{rep.largest_domain_block} GPUs; restricted: "
+            + (", ".join(lit(d["nvl_domain"]) for d in rep.domains if d["restricted"]) or "none")
         )
     if kube is not None:
         _print_k8s_capacity(kube)

@@ -240,6 +240,8 @@ def capacity(
         rows=d["rows"],
         totals=d["totals"],
         back=[b | {"eta": _dt(b["eta"])} for b in d["back"]],
+        domains=d.get("domains", []),
+        largest_domain_block=d.get("largest_domain_block", 0),
     )
     show_capacity(rep, None, as_json)
 

@@ -133,7 +133,8 @@ def capacity_report(
 ) -> CapacityOut:
     rep = capacity.capacity(fleet, selector, at)
     return CapacityOut.model_validate(
-        {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back}
+        {"at": rep.at, "rows": rep.rows, "totals": rep.totals, "back": rep.back,
+         "domains": rep.domains, "largest_domain_block": rep.largest_domain_block}
     )
 
 

@@ -44,6 +44,11 @@ class CapacityReport:
     rows: list[dict[str, Any]]
     totals: dict[str, int]
     back: list[dict[str, Any]] = field(default_factory=list)
+    #: issue 27: per multi-node NVLink domain, its hosts, GPUs and free GPUs and whether a
+    #: rack incident restricts it; and the most free GPUs one unrestricted domain holds (the
+    #: largest ``allocate --nvl-domain`` that fits).
+    domains: list[dict[str, Any]] = field(default_factory=list)
+    largest_domain_block: int = 0
 
 
 def _column(h: HostView, lease_state: str | None) -> str:
@@ -93,11 +98,19 @@ def capacity(
     vendors: dict[str, str] = {}  # displayed model -> vendor
     totals: Counter[str] = Counter()
     back: list[dict[str, Any]] = []
+    domains: dict[str, dict[str, Any]] = {}
     for h in views:
         if h.state is HostState.RETIRED:
             continue
         hid = index[h.name].id
         col = _column(h, covering.get(hid))
+        if h.nvl_domain:
+            d = domains.setdefault(h.nvl_domain, {"nvl_domain": h.nvl_domain, "hosts": 0,
+                                                  "gpus": 0, "free": 0, "restricted": False})
+            d["hosts"] += 1
+            d["gpus"] += h.gpus
+            d["free"] += h.gpus if col == "free" else 0
+            d["restricted"] = d["restricted"] or h.nvl_restricted
         groups = decoded.get(hid) or [
             ("nvidia" if h.model else "unknown", h.model or "unknown", h.gpus)
         ]
@@ -124,6 +137,9 @@ def capacity(
         ],
         totals={c: totals.get(c, 0) for c in COLUMNS},
         back=sorted(back, key=lambda b: (b["eta"], b["host"])),
+        domains=[domains[k] for k in sorted(domains)],
+        largest_domain_block=max(
+            (d["free"] for d in domains.values() if not d["restricted"]), default=0),
     )
 
 
