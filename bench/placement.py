@@ -25,6 +25,12 @@ Timed, ``--runs`` times each, after 10 warm-up runs:
 * **reference**: a plain indexed ``SELECT id, name, rack FROM hosts JOIN fact_snapshots ...
   WHERE state = 'available'`` of the same candidate rows, fetched whole, in one transaction.
 
+With ``--racks N`` (issue 27) the fleet is instead N GB200 NVL72 racks (18 trays of 4 GPUs,
+one NVLink domain each; every 10th rack has one tray allocated, the first rack restricted by a
+rack incident, every 7th rack one tray alarmed) and the request is ``allocate --gpus 72
+--nvl-domain``: placement then groups the candidates by domain (one ``GROUP BY``) and reads
+only the winning domain's trays; it must land on one whole, unrestricted domain.
+
 Prints wall p50 / p99 in milliseconds, the ratios to the reference, the client process's CPU
 milliseconds (p50 / p99; SQLite runs in it, PostgreSQL's server does not) and the load average.
 """
@@ -59,6 +65,7 @@ from gpufleet.store.tables import (
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 REQ = Request(gpus=64, model="H100", profile="training-multinode")
+REQ_NVL = Request(gpus=72, nvl_domain=True)
 
 
 def build(db: Database, n: int) -> None:
@@ -193,6 +200,72 @@ def build(db: Database, n: int) -> None:
             c.execute(text("ANALYZE"))
 
 
+def build_racks(db: Database, racks: int) -> None:
+    """``racks`` NVL72 racks (module docstring), written straight into the tables."""
+    hosts, snaps, alarms, held = [], [], [], []
+    for i in range(1, racks * 18 + 1):
+        r, t = divmod(i - 1, 18)
+        domain = f"{r:08x}-0000-0000-0000-{r:012x}"
+        allocated = r % 10 == 5 and t == 0
+        hosts.append({
+            "id": i, "name": f"nvl{r + 1:03d}-t{t + 1:02d}", "address": f"10.{r}.0.{t + 1}",
+            "port": 22, "groups": [], "vars": {}, "pool": "train", "rack": f"nvl{r + 1:03d}",
+            "expected": {}, "state": HostState.ALLOCATED if allocated else HostState.AVAILABLE,
+            "state_entered_at": NOW, "health": "ok", "state_version": 1,
+            "profiles": ["training-nvl-domain"], "created_at": NOW, "updated_at": NOW,
+            "nvl_rack": f"1820{r:09d}", "nvl_domain": domain,
+            "nvl_restricted": "rack incident (bench)" if r == 0 else None,
+        })
+        snaps.append({"id": i, "host_id": i, "collected_at": NOW, "facts": {},
+                      "driver": "580.173.02", "gpu_count": 4, "gpu_model": "NVIDIA GB200"})
+        if r % 7 == 3 and t == 5:
+            alarms.append({"host_id": i, "kind": "other", "severity": "warning",
+                           "opened_at": NOW, "message": "bench", "data": {}})
+        if allocated:
+            held.append(i)
+    with db.engine.begin() as c:
+        c.execute(insert(Host), hosts)
+        c.execute(insert(FactSnapshot), snaps)
+        c.execute(text("UPDATE hosts SET latest_snapshot_id = id"))
+        c.execute(insert(Alarm), alarms)
+        c.execute(insert(Lease), [{"id": 1, "owner": "bench", "purpose": "bench",
+                                   "actor": "bench", "state": "active", "request": {},
+                                   "created_at": NOW, "starts_at": NOW,
+                                   "ends_at": NOW + timedelta(days=1)}])
+        c.execute(insert(LeaseHost), [
+            {"lease_id": 1, "host_id": h, "host_name": hosts[h - 1]["name"], "gpus": 4,
+             "gpu_uuids": [], "starts_at": NOW, "ends_at": NOW + timedelta(days=1),
+             "holding": True} for h in held])
+    with db.session() as s:
+        rebuild(s)
+    if db.dialect == "postgresql":
+        with db.engine.begin() as c:
+            c.execute(text("ANALYZE"))
+
+
+def measure_racks(db: Database, runs: int) -> tuple[Timings, tuple[str, ...]]:
+    chosen: list[tuple[str, ...]] = []
+    window = (NOW, NOW + timedelta(hours=72))
+
+    def placement() -> None:
+        with db.session() as s:
+            p, _, _ = find_placement(s, REQ_NVL, None, *window, now=NOW)
+            assert p is not None and p.gpus == 72 and p.nvl_domain is not None
+            assert len({h.split("-")[0] for h in p.hosts}) == 1  # one rack, whole
+            chosen.append(p.hosts)
+
+    def reference() -> None:
+        with db.session() as s:
+            rows = s.execute(
+                select(Host.id, Host.name, Host.nvl_domain)
+                .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+                .where(Host.state == HostState.AVAILABLE)
+            ).all()
+            assert rows
+
+    return {"reference": timed(reference, runs), "placement": timed(placement, runs)}, chosen[-1]
+
+
 def timed(fn: Callable[[], object], runs: int) -> tuple[list[float], list[float]]:
     """Wall and this process's CPU milliseconds of each run (CPU: less sensitive to other
     load on the machine; PostgreSQL's server time is not in it)."""
@@ -248,7 +321,7 @@ def report(name: str, t: Timings, hosts: tuple[str, ...]) -> None:
     ref = t["reference"][0]
     r50, r99 = statistics.median(ref), pct(ref, 99)
     print(f"{name}: reference SELECT p50 {r50:6.2f} ms  p99 {r99:6.2f} ms")
-    for row in ("placement", "exact counts"):
+    for row in ("placement", "exact counts")[: len(t) - 1]:
         wall, cpu = t[row]
         p50, p99 = statistics.median(wall), pct(wall, 99)
         print(
@@ -263,21 +336,27 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hosts", type=int, default=10000)
     ap.add_argument("--runs", type=int, default=200)
+    ap.add_argument("--racks", type=int, default=0,
+                    help="NVL72 racks instead (issue 27): allocate --gpus 72 --nvl-domain")
     ap.add_argument(
         "--pg",
         default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres",
         help="an admin URL; a scratch database is created and dropped ('' skips)",
     )
     args = ap.parse_args()
-    print(
-        f"{args.hosts} hosts, {args.hosts * 8} GPUs; request: {REQ.describe()}; "
-        f"{args.runs} runs each"
-    )
+    racks = args.racks
+    build_fn = (lambda db: build_racks(db, racks)) if racks else (
+        lambda db: build(db, args.hosts))
+    measure_fn = measure_racks if racks else measure
+    req = REQ_NVL if racks else REQ
+    size = f"{racks} NVL72 racks, {racks * 18} trays, {racks * 72} GPUs" if racks else (
+        f"{args.hosts} hosts, {args.hosts * 8} GPUs")
+    print(f"{size}; request: {req.describe()}; {args.runs} runs each")
     with tempfile.TemporaryDirectory() as tmp:
         db = Database(f"sqlite:///{Path(tmp) / 'bench.db'}")
         db.migrate()
-        build(db, args.hosts)
-        report("sqlite", *measure(db, args.runs))
+        build_fn(db)
+        report("sqlite", *measure_fn(db, args.runs))
         db.dispose()
     if args.pg:
         name = f"gpufleet_bench_{uuid.uuid4().hex[:8]}"
@@ -287,8 +366,8 @@ def main() -> None:
         try:
             db = Database(args.pg.rsplit("/", 1)[0] + "/" + name)
             db.migrate()
-            build(db, args.hosts)
-            report("postgresql", *measure(db, args.runs))
+            build_fn(db)
+            report("postgresql", *measure_fn(db, args.runs))
             db.dispose()
         finally:
             with admin.connect() as c:

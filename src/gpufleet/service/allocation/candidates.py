@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.placement import (
     Block,
+    BlockPlan,
     HostView,
     Placement,
     Request,
@@ -280,15 +281,42 @@ def place_exact(
     s: Session, req: Request, filters: list[ColumnElement[bool]]
 ) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
     """One GROUP BY over every candidate, then the hosts of the blocks placement needs."""
-    plan = plan_blocks(req, candidate_blocks(s, filters, req))
+    blocks = candidate_blocks(s, filters, req)
+    plan = plan_blocks(req, blocks)
     if plan is None:
         return None, [], {}
+    if req.nvl_domain and len(plan.racks) > 1:
+        plan = BlockPlan(racks=_first_domain(s, filters, plan.racks, blocks))
     views, index = candidate_views(s, req, filters, racks=plan.racks, fabrics=plan.fabrics)
     placement = place(req, views)
     if placement is None:  # SQL and Python disagreed on a filter (never seen): read them all
         views, index = candidate_views(s, req, filters)
         placement = place(req, views)
     return placement, views, index
+
+
+def _first_domain(
+    s: Session,
+    filters: list[ColumnElement[bool]],
+    tied: frozenset[Block],
+    blocks: dict[Block, Counter[int]],
+) -> frozenset[Block]:
+    """Issue 27: of NVLink domains that tie on the score, the one ``place`` chooses by host
+    name, without reading their hosts: where every tied domain's trays have one GPU count,
+    ``place`` takes each domain's first trays by name, so the domain holding the smallest
+    candidate name wins (otherwise all stay tied and are read)."""
+    if any(len(+blocks[b]) != 1 for b in tied):
+        return tied
+    firsts = s.execute(
+        select(Host.nvl_domain, func.min(Host.name))
+        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
+        .where(*filters, Host.nvl_domain.in_(sorted(d for d, _ in tied)))
+        .group_by(Host.nvl_domain)
+    ).all()
+    if not firsts:
+        return tied
+    domain = min(firsts, key=lambda r: r[1])[0]
+    return frozenset(b for b in tied if b[0] == domain)
 
 
 def _place_from_summary(
