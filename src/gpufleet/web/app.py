@@ -44,6 +44,7 @@ from gpufleet.service.hosts import baselines
 from gpufleet.service.views.accelerators import host_accelerators
 from gpufleet.service.views.hosts import list_hosts, show_host
 from gpufleet.service.views.operations import fleet_heatmap, gpu_series, inspection_view
+from gpufleet.service.views.racks import list_racks, show_rack
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
 from gpufleet.web.charts import sample_charts
@@ -257,6 +258,12 @@ class Dashboard:
             "show_all": show_all,
         }
 
+    def racks(self) -> dict[str, Any]:
+        return {"racks": list_racks(self.fleet)}
+
+    def rack(self, name: str) -> dict[str, Any]:
+        return {"rack": show_rack(self.fleet, name)}
+
     def login_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
         configured = self.auth.configured()
         return self.render(
@@ -341,6 +348,14 @@ def router(dash: Dashboard) -> APIRouter:
     @r.get("/alarms", response_class=HTMLResponse)
     def alarms_page(request: Request) -> Response:
         return dash.page(request, "alarms.html", lambda: dash.alarms(request))
+
+    @r.get("/racks", response_class=HTMLResponse)
+    def racks_page(request: Request) -> Response:
+        return dash.page(request, "racks.html", dash.racks)
+
+    @r.get("/racks/{name}", response_class=HTMLResponse)
+    def rack_page(request: Request, name: str) -> Response:
+        return dash.page(request, "rack.html", lambda: dash.rack(name))
 
     @r.get("/login", response_class=HTMLResponse)
     def login(request: Request) -> Response:
