@@ -101,6 +101,11 @@ def test_under_the_host_count_each_tray_keeps_its_own_finding(c: Cli) -> None:
     assert sorted(a["host"] for a in health) == ["nvl01-t03", "nvl01-t07"]
     assert not any(t["restricted"] for t in c.json("racks", "show", "nvl01-t01")["tray_rows"])
     c.env["GPUFLEET_RACK_INCIDENT_HOSTS"] = "2"
-    c.json("inspect", "run")  # the next sweep: both open findings fall in the window
+    c.env["GPUFLEET_RACK_DRAIN_SHARE"] = "0.1"  # 2 of 18 trays is past 10%: drain the rack
+    swept = c.json("inspect", "run")  # the next sweep: both findings fall in the window
+    assert [i["drain"] for i in swept["incidents"]] == [True]
     kinds = [a["kind"] for a in c.json("alarms", "list")]
     assert kinds == ["rack-incident"]
+    (inc,) = c.json("racks", "incidents")
+    assert inc["drain_recommended"] is True
+    assert inc["drain_command"].startswith("gpufleet maintenance on 'nvl01-t01,")
