@@ -230,7 +230,8 @@ def test_remote_collect_and_validate_run_on_the_server(
     sweep = operator.json("inspect", "gpu-05,gpu-06")
     assert [h["host"] for h in sweep["hosts"]] == ["gpu-05", "gpu-06"]
     assert {h["outcome"] for h in sweep["hosts"]} == {"ok"} and not sweep["guard_tripped"]
-    assert set(sweep) == {"at", "policy_version", "guard_tripped", "guard_message", "busy", "hosts"}
+    assert set(sweep) == {"at", "policy_version", "guard_tripped", "guard_message", "busy", "hosts",
+                          "incidents"}
     assert "gpu-05" in operator.run("inspect", "gpu-05").stdout
     r = operator.run("inspect", "gpu-05", "--every", "1m", code=2)
     assert "--every is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
