@@ -13,11 +13,13 @@ from gpufleet import errors
 from gpufleet.errors import (
     ConfigError,
     Conflict,
+    DrainBlocked,
     Forbidden,
     GpufleetError,
     IdentityMismatch,
     InvalidTransition,
     InventoryError,
+    KubeApiError,
     LocalIOError,
     NotFound,
     ParseError,
@@ -96,6 +98,14 @@ EXAMPLES: dict[type[GpufleetError], tuple[GpufleetError, str]] = {
         Conflict(what="host gpu-01"),
         "host gpu-01 was changed or is held by someone else; retry",
     ),
+    DrainBlocked: (
+        DrainBlocked(what="host gpu-01"),
+        "host gpu-01 was changed or is held by someone else; retry",
+    ),
+    KubeApiError: (
+        KubeApiError(setting="k8s", cause="evict ml/train-0: HTTP 429", status=429, body="{}"),
+        "k8s: evict ml/train-0: HTTP 429",
+    ),
 }
 
 #: What each class tells the caller to do: exit code, HTTP status, retryable.
@@ -105,6 +115,7 @@ CONTRACT: dict[type[GpufleetError], tuple[int, int, bool]] = {
     InventoryError: (2, 422, False),
     NotFound: (4, 404, False),
     ConfigError: (2, 422, False),
+    KubeApiError: (2, 422, False),
     InvalidTransition: (5, 409, False),
     IdentityMismatch: (5, 409, False),
     StoreError: (2, 503, False),
@@ -115,6 +126,7 @@ CONTRACT: dict[type[GpufleetError], tuple[int, int, bool]] = {
     Forbidden: (2, 403, False),
     UsageError: (2, 400, False),
     Conflict: (6, 409, True),
+    DrainBlocked: (6, 409, True),
 }
 
 
@@ -173,6 +185,6 @@ def test_template_fields_are_required_and_reserved_names_refused() -> None:
 
 def test_retryable_tells_conflicts_and_outages_from_permanent_errors() -> None:
     retryable = {c for c in every_error_class() if c.retryable}
-    assert retryable == {Conflict, StoreUnavailable, ServerUnavailable}
+    assert retryable == {Conflict, DrainBlocked, StoreUnavailable, ServerUnavailable}
     assert issubclass(StoreUnavailable, StoreError)  # callers catching StoreError get both
     assert errors.Conflict.exit_code == 6

@@ -169,6 +169,15 @@ class ConfigError(GpufleetError):
     template = "{setting}: {cause}"
 
 
+class KubeApiError(ConfigError):
+    """An HTTP error answer of the Kubernetes API (``status``: its code, ``body``: its text).
+    ``KubeApiError(setting="k8s", cause=..., status=429, body=...)``, or free text."""
+
+    code = "kube_api"
+    status: int = 0
+    body: str = ""
+
+
 class UsageError(GpufleetError):
     """A command line that does not parse: unknown option, bad value for a flag, missing
     argument. ``UsageError(command="gpufleet collect", cause="...")``."""
@@ -292,3 +301,14 @@ class Conflict(GpufleetError):
     code = "conflict"
     retryable = True
     template = N_("{what} was changed or is held by someone else; retry")
+
+
+
+class DrainBlocked(Conflict):
+    """Issue 26: a host's pods could not all be evicted in time (a PodDisruptionBudget held
+    them), so the action on the host did not run; a later try may find the budget allows it.
+    ``DrainBlocked(text, report=DrainReport)``, or free text."""
+
+    code = "drain_blocked"
+    #: what was evicted and what blocked (:class:`gpufleet.service.hosts.drain.DrainReport`)
+    report: Any = None

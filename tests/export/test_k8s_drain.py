@@ -18,9 +18,10 @@ from tests.export.conftest import slurm_lab_fleet
 from tests.export.kmock_eviction import serve_evictions
 from tests.export.test_k8s_sync import Kmock
 
+from gpufleet.errors import DrainBlocked
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
-from gpufleet.service.hosts.drain import DrainBlocked, KubeDrain, drain_configured
+from gpufleet.service.hosts.drain import KubeDrain, drain_configured
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import Event
 

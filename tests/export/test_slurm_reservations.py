@@ -125,6 +125,7 @@ def test_lease_reservation_blocks_another_user_renew_moves_it_release_removes_it
     assert slurm_sync(fleet, client).done == [f"update {name}"]
     assert abs((reservations(slurm)[name].end - renewed.ends_at).total_seconds()) <= 1
 
+    job(slurm, mine, ("GONE",))  # the lessee's job has ended: nothing runs in it now
     release(fleet, lease.id)
     rep = slurm_sync(fleet, client)
     assert rep.ok and f"delete {name}" in rep.done, rep.done

@@ -46,9 +46,10 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.k8s import node_name
 from gpufleet.domain.labels import PREFIX, sanitize_label_value
 from gpufleet.domain.states import HostState
+from gpufleet.errors import KubeApiError
 from gpufleet.service.core.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
-from gpufleet.service.hosts.kube import KubeApiError, KubeClient
+from gpufleet.service.hosts.kube import KubeClient
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot, Host
 

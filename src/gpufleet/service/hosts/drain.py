@@ -31,9 +31,9 @@ from gpufleet.config import Settings
 from gpufleet.domain.k8s import OWN_PREFIX, node_name
 from gpufleet.domain.labels import sanitize_label_value
 from gpufleet.domain.sync import Target, parse_targets
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import DrainBlocked, GpufleetError, KubeApiError
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.hosts.kube import KubeApiError, KubeClient
+from gpufleet.service.hosts.kube import KubeClient
 from gpufleet.store.repo import host_by_name
 
 DRAIN_TAINT_KEY = f"{OWN_PREFIX}draining"
@@ -136,20 +136,6 @@ class DrainReport:
                 "ok": self.ok}
 
 
-class DrainBlocked(GpufleetError):
-    """The host's pods could not all be evicted in time: the action did not run (exit 6,
-    HTTP 409, retryable: a later try may find the budget allows it)."""
-
-    exit_code = 6
-    http_status = 409
-    code = "drain-blocked"
-    retryable = True
-
-    def __init__(self, report: DrainReport) -> None:
-        super().__init__(report.text() + "; the action did not run (--no-drain overrides)")
-        self.report = report
-
-
 def _key(pod: dict[str, Any]) -> str:
     meta = pod.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -235,7 +221,9 @@ def drain(
             continue  # see at once what the evictions did
         if report.waited_s >= limit:
             _set_taint(api, api.read_node(node_id) or node, None)
-            raise DrainBlocked(report)
+            raise DrainBlocked(
+                report.text() + "; the action did not run (--no-drain overrides)", report=report
+            )
         sleep(poll_s)
 
 

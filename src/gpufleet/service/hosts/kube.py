@@ -8,16 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpufleet.errors import ConfigError
-
-
-class KubeApiError(ConfigError):
-    """An HTTP error answer of the API (``status``: its code, ``body``: its text)."""
-
-    def __init__(self, cause: str, status: int, body: str) -> None:
-        super().__init__(setting="k8s", cause=cause)
-        self.status = status
-        self.body = body
+from gpufleet.errors import ConfigError, KubeApiError
 
 
 class KubeClient:
@@ -59,9 +50,10 @@ class KubeClient:
             return fn(*args, **kw)
         except ApiException as exc:
             raise KubeApiError(
-                f"{what} at {self.host}: HTTP {exc.status} {exc.reason}",
-                int(exc.status or 0),
-                str(exc.body or ""),
+                setting="k8s",
+                cause=f"{what} at {self.host}: HTTP {exc.status} {exc.reason}",
+                status=int(exc.status or 0),
+                body=str(exc.body or ""),
             ) from None
         except HTTPError as exc:
             raise ConfigError(
