@@ -254,9 +254,9 @@ def test_os_errors_become_local_io_errors(tmp_path: Path) -> None:
 def test_hostile_reason_and_inventory_values_are_shown_literally(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpufleet.cli import common
-
-    monkeypatch.setattr(common.console, "width", 400)  # no folding inside the values
+    # no folding inside the values: the console reads COLUMNS when it prints (setting its
+    # width instead would pin it for every later test of this process)
+    monkeypatch.setenv("COLUMNS", "400")
     inv = tmp_path / "inv.yaml"
     inv.write_text(
         "all:\n  children:\n    gpu:\n      hosts:\n        gpu-01:\n"
