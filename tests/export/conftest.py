@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,6 +64,11 @@ def slurm(slurm_lab: SlurmLab) -> SlurmLab:
     jobs = slurm_lab.run("squeue", "-h", "-o", "%i").split()
     if jobs:
         slurm_lab.run("scancel", *jobs, check=False)
+    deadline = time.monotonic() + 60  # a cancelled job completes first: a node that is
+    while slurm_lab.run("squeue", "-h", "-o", "%i").split():  # COMPLETING cannot resume
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     for res in slurm_lab.run("scontrol", "show", "reservation", "-o").splitlines():
         if res.startswith("ReservationName="):
             name = res.split()[0].removeprefix("ReservationName=")
