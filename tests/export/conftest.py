@@ -57,24 +57,29 @@ def slurm_lab() -> Iterator[SlurmLab]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def slurm(slurm_lab: SlurmLab) -> SlurmLab:
-    """The session's cluster with every node resumed (no drain left by an earlier test), no
-    job and no reservation left (issue 26's tests make them)."""
-    jobs = slurm_lab.run("squeue", "-h", "-o", "%i").split()
+def reset_slurm_lab(lab: SlurmLab) -> None:
+    """Every node resumed (no drain left by an earlier test), no job and no reservation left
+    (issue 26's tests make them), every node idle."""
+    jobs = lab.run("squeue", "-h", "-o", "%i").split()
     if jobs:
-        slurm_lab.run("scancel", *jobs, check=False)
+        lab.run("scancel", *jobs, check=False)
     deadline = time.monotonic() + 60  # a cancelled job completes first: a node that is
-    while slurm_lab.run("squeue", "-h", "-o", "%i").split():  # COMPLETING cannot resume
+    while lab.run("squeue", "-h", "-o", "%i").split():  # COMPLETING cannot resume
         if time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    for res in slurm_lab.run("scontrol", "show", "reservation", "-o").splitlines():
+    for res in lab.run("scontrol", "show", "reservation", "-o").splitlines():
         if res.startswith("ReservationName="):
             name = res.split()[0].removeprefix("ReservationName=")
-            slurm_lab.run("scontrol", "delete", f"reservationname={name}", check=False)
-    for node, state in slurm_lab.node_states().items():
+            lab.run("scontrol", "delete", f"reservationname={name}", check=False)
+    for node, state in lab.node_states().items():
         if state.rstrip("*~#") not in ("idle", "allocated", "mixed"):
-            slurm_lab.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-    slurm_lab.wait_idle(slurm_lab.nodes)
+            lab.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    lab.wait_idle(lab.nodes)
+
+
+@pytest.fixture
+def slurm(slurm_lab: SlurmLab) -> SlurmLab:
+    """The session's cluster reset (:func:`reset_slurm_lab`)."""
+    reset_slurm_lab(slurm_lab)
     return slurm_lab

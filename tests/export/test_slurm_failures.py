@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from tests.clitools import Cli, flat
-from tests.export.conftest import slurm_lab_fleet
+from tests.export.conftest import reset_slurm_lab, slurm_lab_fleet
 from tests.slurmlab import SlurmLab
 
 from gpufleet.collect.slurm import SlurmClient
@@ -49,10 +49,7 @@ def _sbatch(lab: SlurmLab, *args: str) -> str:
 @pytest.fixture(scope="module")
 def jobs(slurm_lab: SlurmLab) -> Jobs:
     """Run the jobs once for the module and wait until slurmdbd has recorded every one."""
-    for node, state in slurm_lab.node_states().items():  # no drain left by an earlier test
-        if state.rstrip("*~#") not in ("idle", "allocated", "mixed"):
-            slurm_lab.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-    slurm_lab.wait_idle(slurm_lab.nodes)
+    reset_slurm_lab(slurm_lab)  # no drain, job or reservation left by an earlier test
     submitted = datetime.now(UTC) - timedelta(minutes=1)
     a = _sbatch(slurm_lab, "-w", "gpu-02", "--wrap", "exit 3")
     b = _sbatch(slurm_lab, "-N", "2", "-w", "gpu-01,gpu-03", "--wrap", "exit 5")
