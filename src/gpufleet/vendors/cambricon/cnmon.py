@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.domain.accelerators import normalize_pci_address
+from gpufleet.domain.boxes import box_cells
 from gpufleet.errors import ParseError
 
 CNMON = "cnmon"
@@ -89,11 +90,7 @@ class Cnmon:
 
 
 def _cells(line: str) -> list[str] | None:
-    """The three cells of a ``| a | b | c |`` line (None: not such a line)."""
-    if not (line.startswith("|") and line.endswith("|")):
-        return None
-    parts = line[1:-1].split("|")
-    return [p.strip() for p in parts] if len(parts) == 3 else None
+    return box_cells(line, 3, collapse=False)
 
 
 def _norm(cell: str) -> str:

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.domain.accelerators import normalize_pci_address
+from gpufleet.domain.boxes import box_cells
 from gpufleet.errors import ParseError
 
 EFSMI = "efsmi"
@@ -86,10 +87,7 @@ class Efsmi:
 
 
 def _cells(line: str) -> list[str] | None:
-    if not (line.startswith("|") and line.endswith("|")):
-        return None
-    parts = line[1:-1].split("|")
-    return [" ".join(p.split()) for p in parts] if len(parts) == 3 else None
+    return box_cells(line, 3)
 
 
 def parse_efsmi(text: str, source: str = EFSMI) -> Efsmi:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.domain.accelerators import normalize_pci_address
+from gpufleet.domain.boxes import box_cells
 from gpufleet.errors import ParseError
 
 IXSMI = "ixsmi"
@@ -89,11 +90,7 @@ class IxSmi:
 
 
 def _cells(line: str) -> list[str] | None:
-    """The three cells of a ``| a | b | c |`` line, blanks collapsed (None: not such a line)."""
-    if not (line.startswith("|") and line.endswith("|")):
-        return None
-    parts = line[1:-1].split("|")
-    return [" ".join(p.split()) for p in parts] if len(parts) == 3 else None
+    return box_cells(line, 3)
 
 
 def parse_ixsmi(text: str, source: str = IXSMI) -> IxSmi:

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.domain.accelerators import normalize_pci_address
+from gpufleet.domain.boxes import box_cells
 from gpufleet.errors import ParseError
 
 XPU_SMI = "xpu_smi"
@@ -132,9 +133,7 @@ def parse_xpu_smi(text: str, source: str = XPU_SMI) -> XpuSmi:
 
 
 def _cells(line: str) -> list[str] | None:
-    if not (line.startswith("|") and line.endswith("|")) or len(line) < 2:
-        return None
-    return [c.strip() for c in line[1:-1].split("|")]
+    return box_cells(line, collapse=False)
 
 
 def _parse_v4(lines: list[tuple[int, str]], source: str) -> XpuSmi:

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 
 from gpufleet.domain.accelerators import normalize_pci_address
+from gpufleet.domain.boxes import box_cells
 from gpufleet.errors import ParseError
 
 MX_SMI = "mx-smi"
@@ -105,9 +106,7 @@ class MxSmi:
 
 
 def _cells(line: str) -> list[str] | None:
-    if not (line.startswith("|") and line.endswith("|")) or len(line) < 2:
-        return None
-    return [" ".join(c.split()) for c in line[1:-1].split("|")]
+    return box_cells(line)
 
 
 def _preamble(
