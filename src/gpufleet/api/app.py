@@ -25,14 +25,14 @@ from gpufleet.api.docs import attach_docs
 from gpufleet.api.limits import BodyLimit
 from gpufleet.api.metrics import JobQueueCollector, registry_for
 from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes import alarms as alarm_routes
+from gpufleet.api.routes import baselines as baseline_routes
 from gpufleet.api.routes import campaigns as campaign_routes
-from gpufleet.api.routes import fleet as fleet_routes
 from gpufleet.api.routes import health as health_routes
 from gpufleet.api.routes import hosts as host_routes
 from gpufleet.api.routes import leases as lease_routes
 from gpufleet.api.routes import racks as rack_routes
 from gpufleet.api.routes import runs as run_routes
-from gpufleet.api.routes import summary as summary_routes
 from gpufleet.api.routes import tokens as token_routes
 from gpufleet.api.schemas_ops import Health
 from gpufleet.api.security import add_security_headers
@@ -143,11 +143,11 @@ def create_app(
     v1.include_router(host_routes.router)
     v1.include_router(lease_routes.router)
     v1.include_router(run_routes.router)
-    v1.include_router(fleet_routes.router)
+    v1.include_router(baseline_routes.router)
+    v1.include_router(alarm_routes.router)
     v1.include_router(token_routes.router)
     v1.include_router(campaign_routes.router)
     v1.include_router(health_routes.router)
-    v1.include_router(summary_routes.router)
     v1.include_router(rack_routes.router)
     app.include_router(v1)
 

@@ -1,6 +1,6 @@
-"""``/api/v1/inspect``, ``/hosts/{name}/remediate``, ``/parts``, ``/bmc``,
-``/failures/import``: thin routers over the same service functions as ``gpufleet inspect``,
-``remediate``, ``parts``, ``bmc`` and ``failures import``."""
+"""``/api/v1/inspect``, ``/evidence``, ``/hosts/{name}/remediate``, ``/parts``, ``/bmc``,
+``/failures``: thin routers over the same service functions as ``gpufleet inspect``,
+``evidence``, ``remediate``, ``parts``, ``bmc`` and ``failures``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
-from gpufleet.api.schemas import BaselineOut, PoolOut
+from gpufleet.api.schemas import InTime
 from gpufleet.api.schemas_health import (
-    BaselineFromHostIn,
     BmcActionOut,
     BmcStatusOut,
     EvidenceRunIn,
@@ -23,26 +22,25 @@ from gpufleet.api.schemas_health import (
     InspectReportOut,
     PartHistoryOut,
     PartOut,
-    PoolBaselineIn,
     PowerIn,
     ReasonIn,
-    ReasonSelectorIn,
     RemediateIn,
     RemediationOut,
     SelAckOut,
     SweepOut,
-    UnquarantineIn,
 )
-from gpufleet.api.schemas_ops import HostOutcomeOut
+from gpufleet.api.schemas_ops import FailureIn, FailureOut, FailureReportOut
 from gpufleet.domain.bmc import PowerAction
+from gpufleet.domain.leases import parse_duration
 from gpufleet.domain.remediation import Action
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.health import failures, parts
 from gpufleet.service.health.inspect import inspect
 from gpufleet.service.health.inspect_report import build_report, parse_since
 from gpufleet.service.health.remediation import remediate
-from gpufleet.service.hosts import baselines, bmc, operations
+from gpufleet.service.hosts import bmc
 from gpufleet.service.hosts.evidence import run_active
+from gpufleet.service.views import overview
 
 router = APIRouter(responses=ERRORS)
 
@@ -175,53 +173,55 @@ def bmc_sel_ack(name: str, body: ReasonIn, fleet: Fleet = Depends(as_operator)) 
     return SelAckOut(host=name, closed=bmc.sel_ack(fleet, name, body.reason))
 
 
-@router.post("/retire", summary="Retire hosts for good (admin)", tags=["maintenance"])
-def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
-    outcomes = operations.each_change(
+@router.get("/failures", summary="Recorded job failures, newest first", tags=["failures"])
+def failures_list(
+    host: str | None = None,
+    since: InTime | None = None,
+    limit: int = Query(500, ge=1, le=5000),
+    fleet: Fleet = Depends(as_viewer),
+) -> list[FailureOut]:
+    rows = overview.list_failures(fleet, host=host, since=since, limit=limit)
+    return [
+        FailureOut(
+            job=f.job,
+            host=f.host,
+            gpu=f.gpu,
+            at=f.at,
+            category=f.category,
+            rule=f.rule,
+            message=f.message,
+            source=f.source,
+            actor=f.actor,
+        )
+        for f in rows
+    ]
+
+
+@router.post("/failures", summary="Record one job failure (classified)", tags=["failures"])
+def failures_record(body: FailureIn, fleet: Fleet = Depends(as_operator)) -> FailureOut:
+    r = failures.record_failure(
         fleet,
-        body.selector,
-        lambda n: operations.retire(fleet, n, body.reason),
-        verb="retire",
-        reason=body.reason,
-        confirm_all=body.confirm_all,
+        job=body.job,
+        host=body.host,
+        gpu=body.gpu,
+        time=body.time.isoformat(),
+        message=body.message,
     )
-    return [HostOutcomeOut.of(o) for o in outcomes]
-
-
-@router.post(
-    "/unquarantine",
-    summary="Send quarantined hosts back to validating (admin)",
-    tags=["maintenance"],
-)
-def unquarantine(body: UnquarantineIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
-    outcomes = operations.each_change(
-        fleet,
-        body.selector,
-        lambda n: operations.unquarantine(fleet, n, body.reason, force=body.force),
-        verb="unquarantine",
-        reason=body.reason,
-        confirm_all=body.confirm_all,
+    return FailureOut(
+        job=r.job,
+        host=r.host,
+        gpu=r.gpu,
+        at=r.at,
+        category=r.category,
+        rule=r.rule,
+        message=body.message,
     )
-    return [HostOutcomeOut.of(o) for o in outcomes]
 
 
-@router.post(
-    "/baselines",
-    summary="Save a baseline from a known-good host's latest facts (admin)",
-    tags=["baselines"],
-)
-def baselines_create(body: BaselineFromHostIn, fleet: Fleet = Depends(as_admin)) -> BaselineOut:
-    b = baselines.baseline_from_host(fleet, body.host, body.name, body.purpose)
-    saved = baselines.save_baseline(fleet, b, replace=body.replace)
-    for p in body.pools:
-        baselines.set_pool_baseline(fleet, p, saved.name, create=True)
-    return BaselineOut.of(saved, list(body.pools))
-
-
-@router.put("/pools/{name}", summary="Point a pool at a baseline (admin)", tags=["baselines"])
-def pools_set(name: str, body: PoolBaselineIn, fleet: Fleet = Depends(as_admin)) -> PoolOut:
-    baselines.set_pool_baseline(fleet, name, body.baseline, create=body.create)
-    p = next((x for x in baselines.list_pools(fleet) if x.name == name), None)
-    if p is None:  # a pool created here that no host names yet
-        return PoolOut(name=name, baseline=body.baseline, hosts=0)
-    return PoolOut(name=p.name, baseline=p.baseline, hosts=p.hosts)
+@router.get("/failures/report", summary="Where failures concentrate (read only)", tags=["failures"])
+def failures_report(
+    since: str = Query("7d", description="Window, e.g. 24h, 7d."),
+    fleet: Fleet = Depends(as_viewer),
+) -> FailureReportOut:
+    rep = failures.failure_report(fleet, parse_duration(since, "since"))
+    return FailureReportOut.model_validate(rep.as_json())

@@ -1,21 +1,25 @@
-"""``/api/v1/hosts``, ``/events``, ``/maintenance``."""
+"""``/api/v1/hosts``, ``/events``, ``/summary``, ``/labels``, ``/maintenance``, ``/retire``,
+``/unquarantine``: hosts and what is done to them by hand."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from gpufleet.api.deps import as_admin, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.schemas import EventOut, HostDetailOut, HostOut, HostPage, InTime
+from gpufleet.api.schemas_health import ReasonSelectorIn, UnquarantineIn
 from gpufleet.api.schemas_ops import HostOutcomeOut, MaintenanceOffIn, MaintenanceOnIn
+from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
 from gpufleet.domain.events import EventKind
 from gpufleet.errors import ConfigError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts import operations
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
+from gpufleet.service.views.summary import fleet_summary, host_labels
 
 router = APIRouter(tags=["hosts"], responses=ERRORS)
 
@@ -118,3 +122,52 @@ def maintenance_off(
         confirm_all=body.confirm_all,
     )
     return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.post("/retire", summary="Retire hosts for good (admin)", tags=["maintenance"])
+def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each_change(
+        fleet,
+        body.selector,
+        lambda n: operations.retire(fleet, n, body.reason),
+        verb="retire",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.post(
+    "/unquarantine",
+    summary="Send quarantined hosts back to validating (admin)",
+    tags=["maintenance"],
+)
+def unquarantine(body: UnquarantineIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+    outcomes = operations.each_change(
+        fleet,
+        body.selector,
+        lambda n: operations.unquarantine(fleet, n, body.reason, force=body.force),
+        verb="unquarantine",
+        reason=body.reason,
+        confirm_all=body.confirm_all,
+    )
+    return [HostOutcomeOut.of(o) for o in outcomes]
+
+
+@router.get("/summary", summary="Hosts per state, available GPUs per profile/model, drift")
+def summary(
+    selector: str | None = Query(None, description=SELECTOR),
+    fleet: Fleet = Depends(as_viewer),
+) -> SummaryOut:
+    return SummaryOut.of(fleet_summary(fleet, selector))
+
+
+@router.get(
+    "/labels", summary="Kubernetes labels and taints per host", response_model=list[LabelsOut]
+)
+def labels(
+    selector: str | None = Query(None, description=SELECTOR),
+    fleet: Fleet = Depends(as_viewer),
+) -> Response:
+    # the JSON of list[LabelsOut] written straight from the service's rows (issue 8)
+    return Response(LabelsOut.json_of(host_labels(fleet, selector)), media_type="application/json")
