@@ -64,7 +64,8 @@ def test_an_npu_in_alarm_quarantines_naming_it_and_the_check() -> None:
     decision, reasons, _ = _decide(f, NPU_SPEC)
     assert decision is Decision.QUARANTINE
     assert reasons == [
-        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]"]
+        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]: "
+        "8C03A000 RestartNPUCodes -> reset_gpu"]
 
 
 def test_an_npu_missing_from_the_tool_but_on_the_bus_is_lost() -> None:
@@ -146,3 +147,74 @@ def test_temperature_limits_follow_the_reported_model() -> None:
     assert _run("accelerator_temperature", amd, MI100_SPEC, max_c=56)[0] == "fail"
     status, msg = _run("accelerator_temperature", amd, MI100_SPEC, by_model={"mi100": "hot"})
     assert status == "fail" and "is not a temperature" in msg
+
+
+#: An operator overlay (GPUFLEET_FAULT_CATALOGUE) over the real Alarm capture's codes
+#: (A4025021 NotHandle, 8C03A000 RestartNPU, 8C084E00 FreeRestartNPU).
+RECORD_ONLY = 'huawei:\n  "8C03A000": {level: NotHandleFaultCodes}\n' \
+    '  "8C084E00": {level: NotHandleFaultCodes}\n'
+SUB_HEALTH = 'huawei:\n  "8C03A000": {level: SubHealthFaultCodes}\n' \
+    '  "8C084E00": {level: NotHandleFaultCodes}\n'
+
+
+def _health_with(facts: HostFacts, overlay: str) -> tuple[str, str, Decision]:
+    from gpufleet.domain.device_health import site_catalogues
+
+    cats = site_catalogues(overlay, "faults.yaml")
+    r = CHECKS["accelerator_health"](
+        facts, CheckContext(now=NOW, spec=NPU_SPEC, fault_catalogues=cats), {})
+    out = evaluate(facts, NPU_SPEC, None, load_profiles(), None, NOW, catalogues=cats)
+    return r.status.value, r.message, out.decision
+
+
+def test_record_only_codes_pass_validation_as_the_inspection_notes_them() -> None:
+    """Issue 28 gap: validation judges an NPU's codes by the same catalogue as the
+    inspection. The real Alarm capture with its two reset codes made record only (NotHandle)
+    by the site's overlay: the inspection notes the device (info, no action) and validation
+    passes it, noting the codes; with one sub-health code it warns; the shipped levels
+    (a RestartNPU code) quarantine."""
+    from gpufleet.domain.accelerators import inventories_of
+    from gpufleet.domain.device_health import device_faults, device_findings, site_catalogues
+    from gpufleet.domain.rules import RulePolicy
+
+    f = _facts("ascend-910b3-8x", ["npu-alarm:5"])
+    status, message, decision = _health_with(f, RECORD_ONLY)
+    assert (status, decision) == ("pass", Decision.AVAILABLE)
+    assert message == (
+        "7 accelerators report health OK; record only: huawei #5 (0000:02:00.0) alarm "
+        "[A4025021 8C03A000 8C084E00]: A4025021 NotHandleFaultCodes -> none")
+    (inv,) = inventories_of(f)
+    (found,) = device_findings(RulePolicy.load_default(), device_faults(inv),
+                               site_catalogues(RECORD_ONLY, "faults.yaml"))
+    assert (found.severity.value, found.action.value) == ("info", "none")
+
+    status, message, decision = _health_with(f, SUB_HEALTH)
+    assert (status, decision) == ("warn", Decision.AVAILABLE)
+    assert message.endswith(": 8C03A000 SubHealthFaultCodes -> none")
+    status, message, decision = _health_with(f, "")
+    assert (status, decision) == ("fail", Decision.QUARANTINE)
+    assert message.endswith(": 8C03A000 RestartNPUCodes -> reset_gpu")
+
+
+def test_a_code_the_catalogue_does_not_know_counts_as_the_devices_health() -> None:
+    """Fail closed: beside record-only codes, an unknown code leaves the Alarm quarantining
+    (hand-built records: no capture prints an unknown code)."""
+    from tests.vendors.accelerator_judge import judge
+
+    from dataclasses import replace
+
+    from gpufleet.domain.accelerators import Accelerator, Health, Vendor
+
+    npu = Accelerator(vendor=Vendor("huawei"), index=2, model="910B3", health=Health.ALARM,
+                      error_codes=("A4025021", "DEADBEEF"))
+    assert judge("accelerator_health", [npu]) == (
+        "fail", "huawei #2 alarm [A4025021 DEADBEEF]: DEADBEEF not in the huawei fault "
+        "catalogue")
+    noted = replace(npu, error_codes=("A4025021",))
+    assert judge("accelerator_health", [noted]) == (
+        "pass", "0 accelerators report health OK; record only: huawei #2 alarm [A4025021]: "
+        "A4025021 NotHandleFaultCodes -> none")
+    # a vendor without a catalogue: the health alone decides
+    mlu = Accelerator(vendor=Vendor("cambricon"), index=0, model="MLU370-X8",
+                      health=Health.ALARM, error_codes=("42",))
+    assert judge("accelerator_health", [mlu]) == ("fail", "cambricon #0 alarm [42]")

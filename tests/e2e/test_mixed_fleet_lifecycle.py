@@ -57,7 +57,8 @@ def test_mixed_fleet_enrolls_collects_validates_drifts_and_labels(
         "gpu-04": "available", "gpu-05": "quarantined",
     }
     assert verdicts["gpu-03"].reasons == [
-        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]"]
+        "accelerator_health: huawei #5 (0000:02:00.0) alarm [A4025021 8C03A000 8C084E00]: "
+        "8C03A000 RestartNPUCodes -> reset_gpu"]
     assert verdicts["gpu-05"].reasons == [
         "gpu_count: huawei tool sees 7 of 8 accelerators on the PCI bus "
         "(missing from the tool: 0000:82:00.0)"]

@@ -111,3 +111,31 @@ def test_the_overlay_changes_the_action_and_a_bad_one_refuses_the_sweep(
     assert "8C03A000 (RestartNPUCodes -> reboot)" in alarm.message
     codes = {c["code"]: c for c in alarm.data["fault_codes"]}
     assert codes["8C03A000"]["source"] == f"{good}:2"
+
+
+def test_validation_judges_the_codes_by_the_same_catalogue_as_the_inspection(
+    fleet: Fleet, clock: FakeClock, tmp_path: Path
+) -> None:
+    """Issue 28 gap: the real Alarm capture's reset codes made record only (NotHandle) by the
+    site's overlay: the inspection notes the NPU (info, no alarm) and the next validation
+    keeps the host available, noting the codes (on main it quarantined it); the shipped
+    levels quarantine it, naming the deciding code and level."""
+    overlay = tmp_path / "faults.yaml"
+    overlay.write_text('huawei:\n  "8C03A000": {level: NotHandleFaultCodes}\n'
+                       '  "8C084E00": {level: NotHandleFaultCodes}\n')
+    fleet.settings.fault_catalogue_file = overlay
+    _npu_alarm(fleet, clock, tmp_path)
+    report = inspect(fleet)
+    (f,) = next(h for h in report.hosts if h.host == "gpu-01").findings
+    assert (f.severity.value, f.action.value) == ("info", "none")
+    assert health_alarms(fleet) == {}
+    by = {v.host: v for v in validate(fleet).verdicts}
+    assert by["gpu-01"].state == "available", by["gpu-01"].reasons
+    assert states(fleet) == {"gpu-01": "available", "gpu-02": "available"}
+
+    fleet.settings.fault_catalogue_file = None
+    by = {v.host: v for v in validate(fleet, collect_first=False).verdicts}
+    assert by["gpu-01"].state == "quarantined"
+    assert by["gpu-01"].reasons == [
+        "accelerator_health: huawei #3 (0000:82:00.0) alarm [A4025021 8C03A000 8C084E00]: "
+        "8C03A000 RestartNPUCodes -> reset_gpu"]

@@ -121,7 +121,8 @@ def test_health_check_alarm_with_error_codes_and_warnings() -> None:
     assert inv.accelerators[0].health is Health.ALARM
     status, message = judge("accelerator_health", inv.accelerators)
     assert status == "fail"
-    assert message == "huawei #0 (0000:c1:00.0) alarm [A4025021 8C03A000 8C084E00]"
+    assert message == ("huawei #0 (0000:c1:00.0) alarm [A4025021 8C03A000 8C084E00]: "
+                       "8C03A000 RestartNPUCodes -> reset_gpu")
     assert judge("accelerator_health", ascend.to_inventory(info).accelerators)[0] == "pass"
     warn = ascend.to_inventory(parse_npu_smi_info(tool_output(RC2))).accelerators
     assert judge("accelerator_health", warn) == (

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.domain.accelerators import Accelerator, AcceleratorInventory, Health, LinkState
-from gpufleet.domain.fault_catalogue import FaultCatalogue, FaultEntry, rank, with_overlay
+from gpufleet.domain.fault_catalogue import FaultCatalogue, judge_codes, with_overlay
 from gpufleet.domain.rules import Action, Finding, Rule, RulePolicy, Severity
 from gpufleet.domain.samples import GpuSample, PortSample
 
@@ -216,26 +216,15 @@ def _by_catalogue(
 ) -> tuple[Severity, Action, str, dict[str, Any]]:
     """Severity, action, message and alarm data of a fault whose codes the catalogue judges:
     the worst code decides; an unknown code counts as the rule's own verdict."""
-    found: list[FaultEntry] = []
-    unknown: list[str] = []
-    for code in dict.fromkeys(f.codes):
-        entry = catalogue.lookup(code)
-        if entry is None:
-            unknown.append(code)
-        else:
-            found.append(entry)
-    verdicts = [(e.severity, e.action) for e in found]
-    if unknown or not found:
-        verdicts.append((rule.severity, rule.action or Action.NONE))
-    severity, action = max(verdicts, key=lambda v: rank(*v))
-    found.sort(key=lambda e: rank(e.severity, e.action), reverse=True)
-    parts = [f"{rule.id}: {f.message}"] + [e.describe() for e in found]
+    v = judge_codes(catalogue, f.codes, (rule.severity, rule.action or Action.NONE))
+    unknown = list(v.unknown)
+    parts = [f"{rule.id}: {f.message}"] + [e.describe() for e in v.found]
     if unknown:
         parts.append(
             f"not in the {f.vendor} fault catalogue: {' '.join(unknown)} "
             f"(judged as {rule.id}: {rule.severity.value}, {(rule.action or Action.NONE).value})"
         )
-    data: dict[str, Any] = {"fault_codes": [e.as_data() for e in found]}
+    data: dict[str, Any] = {"fault_codes": [e.as_data() for e in v.found]}
     if unknown:
         data["unknown_codes"] = unknown
-    return severity, action, " | ".join(parts), data
+    return v.severity, v.action, " | ".join(parts), data

@@ -286,3 +286,38 @@ def _choice(
 def worst(entries: Sequence[FaultEntry]) -> FaultEntry | None:
     """The entry that decides for several codes of one device (None for none)."""
     return max(entries, key=lambda e: rank(e.severity, e.action), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class CodesVerdict:
+    """What a device's error codes come to: the worst severity and action (the catalogue's
+    entries, and ``fallback`` when a code is unknown or none is known), the known entries
+    worst first, the codes the catalogue does not know."""
+
+    severity: Severity
+    action: Action
+    found: tuple[FaultEntry, ...]
+    unknown: tuple[str, ...]
+
+
+def judge_codes(
+    catalogue: FaultCatalogue, codes: Sequence[str], fallback: tuple[Severity, Action]
+) -> CodesVerdict:
+    """The verdict on one device's ``codes`` (the inspection's device findings and the
+    validation's ``accelerator_health`` both judge by it): the worst code decides; an unknown
+    code counts as ``fallback`` (the device's health as its tool states it), so an unknown
+    code never makes a device look better than its tool says it is."""
+    found: list[FaultEntry] = []
+    unknown: list[str] = []
+    for code in dict.fromkeys(codes):
+        entry = catalogue.lookup(code)
+        if entry is None:
+            unknown.append(code)
+        else:
+            found.append(entry)
+    verdicts = [(e.severity, e.action) for e in found]
+    if unknown or not found:
+        verdicts.append(fallback)
+    severity, action = max(verdicts, key=lambda v: rank(*v))
+    found.sort(key=lambda e: rank(e.severity, e.action), reverse=True)
+    return CodesVerdict(severity, action, tuple(found), tuple(unknown))

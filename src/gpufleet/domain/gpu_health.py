@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.domain.checks import ActiveEvidence
 from gpufleet.domain.checks.base import pci_addr
@@ -27,6 +27,9 @@ from gpufleet.domain.profiles import Decision, Profile, ValidationOutcome, evalu
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
+
+if TYPE_CHECKING:  # device_health -> rules -> preflight -> profiles: a type only
+    from gpufleet.domain.device_health import Catalogues
 
 
 class GpuFaultPolicy(StrEnum):
@@ -206,6 +209,7 @@ def evaluate_gpus(
     evidence: ActiveEvidence | None = None,
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
     role: str = "gpu",
+    catalogues: Catalogues | None = None,
 ) -> GpuVerdict:
     """Judge the host as :func:`~gpufleet.domain.profiles.evaluate` does; under the
     ``partial`` policy, a quarantine caused by GPUs that can be named is judged again without
@@ -220,6 +224,7 @@ def evaluate_gpus(
         evidence=evidence,
         hardware_faults=hardware_faults,
         role=role,
+        catalogues=catalogues,
     )
     if outcome.decision is not Decision.QUARANTINE or gpu_fault is not GpuFaultPolicy.PARTIAL:
         return GpuVerdict(outcome)
@@ -248,6 +253,7 @@ def evaluate_gpus(
         hardware_faults=hardware_faults,
         unusable=described,
         role=role,
+        catalogues=catalogues,
     )
     if again.decision is Decision.QUARANTINE:
         return GpuVerdict(outcome)

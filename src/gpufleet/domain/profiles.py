@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict
@@ -42,6 +42,9 @@ from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.states import Event
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError
+
+if TYPE_CHECKING:  # device_health -> rules -> preflight -> profiles: a type only
+    from gpufleet.domain.device_health import Catalogues
 
 #: Parameter every check accepts: report the failure, don't fail the profile for it.
 ADVISORY = "advisory"
@@ -291,6 +294,7 @@ def evaluate(
     hardware_faults: frozenset[Fault] = HARDWARE_FAULTS,
     unusable: Sequence[str] = (),
     role: str = DEFAULT_ROLE.value,
+    catalogues: Catalogues | None = None,
 ) -> ValidationOutcome:
     """Run the checks of every profile of the host's ``role`` on ``facts`` and decide (see
     the module docstring): a GPU host is never made available by a cpu/storage profile, a
@@ -298,7 +302,8 @@ def evaluate(
 
     ``results`` is keyed by check name; when profiles give one check different parameters,
     the later parameter sets are keyed ``"<check>[<profile>]"``. ``unusable``: the GPUs
-    left out of ``facts`` (a partial host), one description each.
+    left out of ``facts`` (a partial host), one description each; ``catalogues``: the
+    vendors' fault catalogues with the site overlay (None: the shipped ones).
     """
     context = CheckContext(
         now=now,
@@ -307,6 +312,7 @@ def evaluate(
         evidence=evidence or ActiveEvidence(),
         xid_policy=policy or default_xid_policy(),  # None: the packaged default
         unusable=tuple(unusable),
+        fault_catalogues=catalogues,
     )
     results: dict[str, CheckResult] = {}
     run_keys: dict[tuple[str, str], str] = {}  # (check, params repr) -> result key

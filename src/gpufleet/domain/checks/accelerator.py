@@ -178,31 +178,58 @@ def memory(
 def accelerator_health(
     facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]
 ) -> CheckResult:
-    """Every accelerator whose tool states a health (Ascend ``npu-smi``) reports OK: an Alarm
-    quarantines (``accelerator_alarm``) naming the device and its error codes; a Warning warns.
-    Tools without a health verdict (rocm-smi) skip."""
+    """Every accelerator whose tool states a health (Ascend ``npu-smi``) reports OK. A device
+    in Alarm or Warning whose tool gives error codes is judged by its vendor's fault catalogue
+    as the inspection judges it (:func:`gpufleet.domain.fault_catalogue.judge_codes`, with the
+    site overlay of ``ctx.fault_catalogues``): a code whose handling level is critical (an NPU
+    reset, isolation) quarantines (``accelerator_alarm``) naming the device, its codes and
+    the deciding level; a warning level warns; record-only codes (Ascend ``NotHandle``) are
+    noted and pass. A code the catalogue does not know, a device without codes or a vendor
+    without a catalogue counts as its health: an Alarm quarantines, a Warning warns. Tools
+    without a health verdict (rocm-smi) skip."""
+    # device_health -> rules -> preflight -> checks: imported here, not at module level
+    from gpufleet.domain.device_health import shipped_catalogue
+    from gpufleet.domain.fault_catalogue import judge_codes
+    from gpufleet.domain.preflight import Action
+    from gpufleet.domain.rules import Severity
+
     name = "accelerator_health"
     judged = [a for a in facts.accelerators if a.health is not Health.UNKNOWN]
     if not judged:
         return res(name, CheckStatus.SKIP, "no accelerator health reported")
+    catalogues = ctx.fault_catalogues or shipped_catalogue
+    levels: dict[str, dict[str, str]] = {}
 
-    def describe(a: Accelerator) -> str:
+    def verdict(a: Accelerator) -> tuple[Severity, str]:
+        own = Severity.CRITICAL if a.health is Health.ALARM else Severity.WARNING
         codes = f" [{' '.join(a.error_codes)}]" if a.error_codes else ""
-        return f"{_name(a)} {a.health}{codes}"
+        text = f"{_name(a)} {a.health}{codes}"
+        catalogue = catalogues(str(a.vendor)) if a.error_codes else None
+        if catalogue is None:
+            return own, text
+        v = judge_codes(catalogue, a.error_codes, (own, Action.NONE))
+        levels[f"{a.vendor}:{a.index}"] = {e.code: e.level for e in v.found}
+        if v.unknown and v.severity is own:
+            return own, f"{text}: {' '.join(v.unknown)} not in the {a.vendor} fault catalogue"
+        worst = v.found[0]
+        return v.severity, f"{text}: {worst.code} {worst.level} -> {worst.action.value}"
 
-    alarms = [a for a in judged if a.health is Health.ALARM]
-    warnings = [a for a in judged if a.health is Health.WARNING]
+    unwell = [verdict(a) for a in judged if a.health is not Health.OK]
     ev: dict[str, Any] = {
         "health": {f"{a.vendor}:{a.index}": a.health.value for a in judged},
         "error_codes": {f"{a.vendor}:{a.index}": list(a.error_codes) for a in judged
                         if a.error_codes},
+        "fault_levels": levels,
     }
-    if alarms:
-        msg = "; ".join(describe(a) for a in alarms + warnings)
+    by = {sev: [text for s, text in unwell if s is sev] for sev in Severity}
+    if by[Severity.CRITICAL]:
+        msg = "; ".join(by[Severity.CRITICAL] + by[Severity.WARNING])
         return res(name, CheckStatus.FAIL, msg, Fault.ACCELERATOR_ALARM, **ev)
-    if warnings:
-        return res(name, CheckStatus.WARN, "; ".join(describe(a) for a in warnings), **ev)
-    return res(name, CheckStatus.PASS, f"{len(judged)} accelerators report health OK", **ev)
+    if by[Severity.WARNING]:
+        return res(name, CheckStatus.WARN, "; ".join(by[Severity.WARNING]), **ev)
+    ok = sum(1 for a in judged if a.health is Health.OK)
+    noted = f"; record only: {'; '.join(by[Severity.INFO])}" if by[Severity.INFO] else ""
+    return res(name, CheckStatus.PASS, f"{ok} accelerators report health OK{noted}", **ev)
 
 
 @check("accelerator_links")

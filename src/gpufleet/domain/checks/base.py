@@ -2,8 +2,9 @@
 
 A check is ``(facts, ctx, params) -> CheckResult``: ``facts`` is what was collected, ``ctx``
 (:class:`CheckContext`) what validation knows besides (time, expected spec, baseline, Xid
-policy, active-test evidence), and ``params`` the plain values the profile gives the check
-(validated against :data:`CHECK_PARAMS` when profiles load). Unset expectations and
+policy, the vendors' fault catalogues, active-test evidence), and ``params`` the plain
+values the profile gives the check (validated against :data:`CHECK_PARAMS` when profiles
+load). Unset expectations and
 uncollected facts give ``skip``, never a guess.
 """
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from functools import cache
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +24,9 @@ from gpufleet.domain.facts import Gpu, HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.xid import XidPolicy
+
+if TYPE_CHECKING:  # device_health -> rules -> preflight -> checks: a type only
+    from gpufleet.domain.device_health import Catalogues
 
 
 class CheckStatus(StrEnum):
@@ -93,6 +97,9 @@ class CheckContext:
     xid_policy: XidPolicy = field(default_factory=default_xid_policy)
     #: GPUs left out of ``facts`` as unusable (a partial host), one description each.
     unusable: tuple[str, ...] = ()
+    #: The vendors' fault catalogues with the site overlay (None: the shipped ones), as the
+    #: inspection judges with them (``accelerator_health``).
+    fault_catalogues: Catalogues | None = None
 
 
 CheckFn = Callable[[HostFacts, CheckContext, Mapping[str, Any]], CheckResult]

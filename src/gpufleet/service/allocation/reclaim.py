@@ -363,6 +363,7 @@ def _apply(
                 policies.xid,
                 now,
                 role=role_of(host.role).value,
+                catalogues=policies.catalogues,
                 evidence=ActiveEvidence.from_kinds(
                     evidence_kinds(s, host, now - fleet.settings.validation_ttl)
                 ),

@@ -1,4 +1,5 @@
-"""Profiles and Xid policy of a run, loaded once (operator files from the settings).
+"""Profiles, Xid policy and fault catalogues of a run, loaded once (operator files from the
+settings).
 
 Shared by validation and by collection, which acts on new critical faults at once.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from gpufleet.domain.device_health import Catalogues, shipped_catalogue, site_catalogues
 from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.profiles import Profile, load_profiles
 from gpufleet.domain.xid import XidPolicy
@@ -17,7 +19,8 @@ from gpufleet.service.core.fleet import Fleet
 
 @dataclass
 class Policies:
-    """Profiles and Xid policy, loaded once per run (user files from settings)."""
+    """Profiles, Xid policy and the vendors' fault catalogues, loaded once per run (user
+    files from settings)."""
 
     fleet: Fleet
 
@@ -32,6 +35,13 @@ class Policies:
         base = XidPolicy.load_default()
         return XidPolicy.from_yaml(f.read_text(), source=str(f)) if f else base
 
+    @cached_property
+    def catalogues(self) -> Catalogues:
+        """The vendors' fault catalogues with the site overlay (``GPUFLEET_FAULT_CATALOGUE``):
+        the inspection's and the validation's (``accelerator_health``) one judgement."""
+        f = self.fleet.settings.fault_catalogue_file
+        return site_catalogues(f.read_text(), str(f)) if f else shipped_catalogue
+
     def check_profile(self, name: str | None) -> None:
         """NotFound (exit 4) for a profile the site does not define, with the nearest
         known names (``allocate --profile``, ``capacity check --profile``)."""
@@ -39,6 +49,6 @@ class Policies:
             raise NotFound(f"no profile named '{name}'{did_you_mean(name, self.profiles)}")
 
     def load(self) -> Policies:
-        """Read and check both now (before a run claims anything); returns self."""
-        _ = self.profiles, self.xid
+        """Read and check them now (before a run claims anything); returns self."""
+        _ = self.profiles, self.xid, self.catalogues
         return self

@@ -48,12 +48,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.collect.inspect import ProbeResult, parse_probe, probe_script
 from gpufleet.collect.transport import Outcome, RawResult, Transport, TransportKey
-from gpufleet.domain.device_health import (
-    Catalogues,
-    device_findings,
-    shipped_catalogue,
-    site_catalogues,
-)
+from gpufleet.domain.device_health import Catalogues, device_findings, shipped_catalogue
 from gpufleet.domain.rules import (
     Finding,
     HostSample,
@@ -124,8 +119,7 @@ def load_policy(fleet: Fleet) -> RulePolicy:
 
 def load_catalogues(fleet: Fleet) -> Catalogues:
     """The vendors' fault catalogues with the site overlay (``GPUFLEET_FAULT_CATALOGUE``)."""
-    f = fleet.settings.fault_catalogue_file
-    return site_catalogues(f.read_text(), str(f)) if f else shipped_catalogue
+    return Policies(fleet).catalogues
 
 
 # ------------------------------------------------------------------------------ results

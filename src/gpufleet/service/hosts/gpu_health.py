@@ -105,6 +105,7 @@ def judge(
         # a cpu/storage host is judged by its role's profiles only (no GPU check)
         role=role_of(host.role).value,
         evidence=evidence,
+        catalogues=policies.catalogues,
     )
 
 
