@@ -15,9 +15,16 @@ not hold). Summing the records' power counts each card once (absent is not zero)
 
 Not shipped, for want of a real capture: ``ixsmi -q`` (serials, UUIDs, VBIOS, ECC), process
 rows (only ``No running processes found`` is captured: the box is not read), lspci lines of an
-Iluvatar GPU (so no ``pci_classes``; the PCI vendor id ``1e3e`` is ``PCI_VENDOR_ID_ILUVATAR``
-of the openEuler kernel's pswiotlb pass-through list, the lspci name pci.ids' "Iluvatar
-CoreX", neither attested by a capture).
+Iluvatar GPU (so no ``pci_classes``).
+
+PCI: the vendor id ``1e3e`` comes from kernel source, not from pci.ids or a capture: the
+openEuler kernel's Phytium pswiotlb header (``include/linux/pswiotlb.h``) defines
+``BL_PCI_VENDOR_ID_ILUVATAR 0x1E3E`` for its DMA pass-through list, beside NVIDIA's ``0x10de``
+and MetaX's ``0x9999``. The plain-lspci name ``Iluvatar CoreX`` (``lspci_name``) is the
+vendor's brand, an assumption no capture attests (no pci.ids entry was looked up); the id
+decides wherever lspci prints it (``lspci -nn``'s ``[1e3e:...]``, or a plain ``Device
+1e3e:...`` from a database without the vendor): only a plain lspci naming the vendor
+otherwise would miss the GPUs.
 
 Exports follow Iluvatar's own Kubernetes components (Deep-Spark, Apache-2.0):
 
