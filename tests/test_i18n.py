@@ -142,7 +142,8 @@ def test_the_demo_speaks_chinese_and_json_never_changes(tmp_path: Path) -> None:
                     "后续步骤：将以下命令粘贴到 shell 中执行", "各状态主机数"):
         assert heading in demo.stdout, heading
     assert "2. enroll" not in demo.stdout and "fleet summary" not in demo.stdout
-    assert "8 台主机，60 张加速卡（44 GPU, 16 NPU），52 张可用" in demo.stdout
+    assert ("8 台主机，60 张加速卡（40 NVIDIA GPU, 16 Ascend NPU, 4 AMD Instinct GPU），"
+            "52 张可用") in demo.stdout
     assert "采集批次 1" in demo.stdout
     assert "unknown setting" not in demo.stderr
     listed = _gpufleet(tmp_path, "zh_CN", "hosts", "list")

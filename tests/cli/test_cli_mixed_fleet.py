@@ -78,7 +78,9 @@ def test_summary_capacity_drift_labels_of_a_mixed_fleet_fit_80_columns(tmp_path:
         ["huawei", "910B3", "1", "8", "8"],
         ["nvidia", "H100 80GB HBM3", "1", "8", "8"],
     ]
-    assert "3 hosts, 20 accelerators (12 GPUs, 8 NPUs), 20 available" in out
+    # each vendor's accelerators (issue 28), wrapped at 80 columns
+    assert ("3 hosts, 20 accelerators (8 Ascend NPUs, 8 NVIDIA GPUs, 4 AMD Instinct GPUs), "
+            "20 available") in " ".join(out.split())
     per_profile = {r[0]: r[1:] for r in _rows(out, "available accelerators per profile and model")}
     assert per_profile["huawei 910B3"][0] == "8" and per_profile["amd Instinct MI100"][0] == "4"
     summary = json.loads(run("summary", "--json"))

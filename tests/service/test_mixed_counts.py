@@ -138,8 +138,10 @@ def test_a_host_with_nvidia_gpus_and_ascend_npus_counts_both(
     ]
     assert sm.per_state == {"available": 3} and sm.gpus_total == sm.gpus_available == 32
     assert sm.per_vendor == [
-        {"vendor": "huawei", "noun": "NPUs", "accelerators": 16, "available": 16},
-        {"vendor": "nvidia", "noun": "GPUs", "accelerators": 16, "available": 16},
+        {"vendor": "huawei", "noun": "NPUs", "brand": "Ascend", "accelerators": 16,
+         "available": 16},
+        {"vendor": "nvidia", "noun": "GPUs", "brand": "NVIDIA", "accelerators": 16,
+         "available": 16},
     ]
     # gpu-03 is validated for the H100 pool's profiles: its NPUs show beside its GPUs
     assert sm.gpus_per_profile_model["training-multinode"] == {
@@ -169,7 +171,8 @@ def test_a_host_with_nvidia_gpus_and_ascend_npus_counts_both(
 def test_the_counts_line_of_a_mixed_fleet_says_accelerators(dual: Fleet, tmp_path: Path) -> None:
     sm = fleet_summary(dual)
     assert sm.noun == "accelerators" and not sm.gpus_only
-    assert sm.counts_line() == "3 hosts, 32 accelerators (16 NPUs, 16 GPUs), 32 available"
+    assert sm.counts_line() == (
+        "3 hosts, 32 accelerators (16 Ascend NPUs, 16 NVIDIA GPUs), 32 available")
     out = summary_json(sm)
     assert (out["hosts"], out["gpus_total"], out["gpus_available"]) == (3, 32, 32)
     assert out["per_vendor"] == sm.per_vendor and out["accelerators"] == sm.accelerators
@@ -215,9 +218,24 @@ def test_one_kind_reads_as_that_kind() -> None:
     ]
     assert line(2, 12, 8, gpus) == "2 hosts, 12 GPUs, 8 GPUs available"
     assert line(0, 0, 0, []) == "0 hosts, 0 GPUs, 0 GPUs available"
-    assert line(3, 28, 8, [*gpus, *npus]) == (
-        "3 hosts, 28 accelerators (16 NPUs, 12 GPUs), 8 available"
+    # a mixed fleet counts each vendor's (issue 28), by its brand (a row without one, from
+    # an older server's JSON: the vendor's name)
+    assert line(3, 28, 8, [*npus, *gpus]) == (
+        "3 hosts, 28 accelerators (16 huawei NPUs, 8 nvidia GPUs, 4 amd GPUs), 8 available"
     )
+    branded = [{**v, "brand": b} for v, b in zip([*npus, *gpus],
+                                                  ["Ascend", "NVIDIA", "AMD Instinct"],
+                                                  strict=True)]
+    assert line(3, 28, 8, branded) == (
+        "3 hosts, 28 accelerators (16 Ascend NPUs, 8 NVIDIA GPUs, 4 AMD Instinct GPUs), "
+        "8 available"
+    )
+    brands = [accelerator_counts.accelerator_brand(v, n) for v, n in
+              (("nvidia", "GPUs"), ("huawei", "NPUs"), ("amd", "GPUs"), ("hygon", "DCUs"),
+               ("cambricon", "MLUs"), ("kunlunxin", "XPUs"), ("metax", "GPUs"),
+               ("iluvatar", "GPUs"), ("enflame", "GCUs"), ("x", "accelerators"))]
+    assert brands == ["NVIDIA", "Ascend", "AMD Instinct", "Hygon", "Cambricon", "Kunlunxin",
+                      "MetaX", "Iluvatar CoreX", "Enflame", "x"]
     nouns = [accelerator_counts.accelerator_noun(v) for v in ("nvidia", "huawei", "amd", "x")]
     assert nouns == ["GPUs", "NPUs", "GPUs", "accelerators"]
 

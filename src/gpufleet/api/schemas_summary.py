@@ -52,7 +52,8 @@ class SummaryOut(Schema):
     per_vendor: list[dict[str, Any]] = Field(
         default_factory=list,
         description="Per vendor (issue 15), the most first: vendor, noun (GPUs, NPUs), "
-        "accelerators, available (on available hosts); gpus_total is their sum.",
+        "brand (NVIDIA, Ascend, Hygon), accelerators, available (on available hosts); "
+        "gpus_total is their sum.",
     )
     nodes_by_role: dict[str, dict[str, int]] = Field(
         default_factory=dict,

@@ -46,11 +46,9 @@ def counts_line(sm: FleetSummary) -> str:
         return _("{hosts} hosts, {total} {noun}, {available} {noun} available").format(
             hosts=sm.hosts, total=sm.gpus_total, available=sm.gpus_available, noun=_(sm.noun)
         )
-    by_noun: dict[str, int] = {}
-    for v in sm.per_vendor:
-        n = v["accelerators"]
-        by_noun[str(v["noun"])] = by_noun.get(str(v["noun"]), 0) + (n if isinstance(n, int) else 0)
-    parts = ", ".join(f"{n} {_(kind)}" for kind, n in sorted(by_noun.items(), key=lambda x: -x[1]))
+    from gpufleet.service.hosts.accelerator_counts import vendor_parts
+
+    parts = ", ".join(f"{n} {brand} {_(kind)}" for brand, kind, n in vendor_parts(sm.per_vendor))
     return _("{hosts} hosts, {total} accelerators ({parts}), {available} available").format(
         hosts=sm.hosts, total=sm.gpus_total, parts=parts, available=sm.gpus_available
     )

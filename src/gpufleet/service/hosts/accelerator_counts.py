@@ -12,7 +12,6 @@ NVIDIA fleet costs nothing more and the decoding is bounded by the other vendors
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from sqlalchemy import func, select
@@ -125,21 +124,36 @@ def accelerator_noun(vendor: str) -> str:
     return f"{export.gres_name.upper()}s"
 
 
+def accelerator_brand(vendor: str, noun: str) -> str:
+    """The name a vendor's accelerators go by before their noun (``Ascend`` NPUs, ``Hygon``
+    DCUs, ``AMD Instinct`` GPUs): its plugin's ``description`` without the noun; the vendor's
+    name where no installed plugin describes it."""
+    from gpufleet.domain.vendors import plugin
+
+    try:
+        described = plugin(vendor).description
+    except (ValueError, KeyError):  # no installed plugin names it
+        return vendor
+    return described.removesuffix(f" {noun}") if described.endswith(f" {noun}") else vendor
+
+
 def vendor_totals(
     counts: Sequence[tuple[str, str, int, bool]],
 ) -> list[dict[str, object]]:
-    """Per vendor: its noun (:func:`accelerator_noun`), accelerators and those on available
-    hosts, from the same ``(vendor, model, count, available)`` as :func:`vendor_rows`; the
-    most accelerators first, then vendor order."""
+    """Per vendor: its noun (:func:`accelerator_noun`) and brand (:func:`accelerator_brand`),
+    accelerators and those on available hosts, from the same ``(vendor, model, count,
+    available)`` as :func:`vendor_rows`; the most accelerators first, then vendor order."""
     totals: dict[str, list[int]] = {}
     for vendor, _model, n, available in counts:
         t = totals.setdefault(vendor, [0, 0])
         t[0] += n
         t[1] += n if available else 0
-    return [
-        {"vendor": v, "noun": accelerator_noun(v), "accelerators": n, "available": a}
-        for v, (n, a) in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    ]
+    out: list[dict[str, object]] = []
+    for v, (n, a) in sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0])):
+        noun = accelerator_noun(v)
+        out.append({"vendor": v, "noun": noun, "brand": accelerator_brand(v, noun),
+                    "accelerators": n, "available": a})
+    return out
 
 
 def fleet_noun(per_vendor: Sequence[Mapping[str, object]]) -> str:
@@ -157,14 +171,21 @@ def fleet_counts_line(
 ) -> str:
     """The summary's first line. A fleet of one kind reads as an NVIDIA fleet always did:
     ``32 hosts, 256 GPUs, 200 GPUs available`` (``NPUs`` for an Ascend fleet). A fleet mixing
-    kinds counts accelerators, then each kind, the most first: ``32 hosts, 214 accelerators
-    (198 GPUs, 16 NPUs), 200 available`` (per vendor: the summary's table)."""
+    kinds counts accelerators, then each vendor's, the most first (issue 28): ``32 hosts, 214
+    accelerators (184 NVIDIA GPUs, 16 Ascend NPUs, 8 Hygon DCUs, ...), 200 available``."""
     noun = fleet_noun(per_vendor)
     if noun != "accelerators":
         return f"{hosts} hosts, {total} {noun}, {available} {noun} available"
-    by_noun: Counter[str] = Counter()
+    parts = ", ".join(f"{n} {brand} {kind}" for brand, kind, n in vendor_parts(per_vendor))
+    return f"{hosts} hosts, {total} accelerators ({parts}), {available} available"
+
+
+def vendor_parts(per_vendor: Sequence[Mapping[str, object]]) -> list[tuple[str, str, int]]:
+    """(brand, noun, accelerators) per vendor of :func:`vendor_totals`, in its order (a row
+    without a brand, from an older server's JSON: the vendor's name)."""
+    out = []
     for v in per_vendor:
         n = v["accelerators"]
-        by_noun[str(v["noun"])] += n if isinstance(n, int) else 0
-    parts = ", ".join(f"{n} {kind}" for kind, n in by_noun.most_common())
-    return f"{hosts} hosts, {total} accelerators ({parts}), {available} available"
+        brand = v.get("brand") or v["vendor"]
+        out.append((str(brand), str(v["noun"]), n if isinstance(n, int) else 0))
+    return out
