@@ -82,10 +82,42 @@ def test_lab_demo_cli_prints_each_step(cli: Cli) -> None:
 
 def test_the_demo_fleet_is_mixed_from_eight_hosts(tmp_path: Path) -> None:
     """``make demo`` (32 hosts) shows Ascend and AMD hosts beside the NVIDIA pools, one NPU in
-    Alarm; a small demo stays NVIDIA only."""
+    Alarm, and one healthy host of each of issue 28's vendors; from 8 hosts on Ascend and AMD
+    only; a small demo stays NVIDIA only."""
     lab = build_lab(tmp_path / "lab", 32)
-    assert [h.model for h in lab.hosts[-3:]] == ["ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x"]
-    assert lab.hosts[-2].faults == ["npu-alarm"] and lab.hosts[-3].faults == []
-    assert reference_hosts(lab)["train-910b"] == lab.hosts[-3].name
+    assert [h.model for h in lab.hosts[-9:]] == [
+        "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x", "k100ai-4x", "mlu370-x8-2x",
+        "p800-8x", "c500-8x", "bi-v150-16x", "s60-2x"]
+    assert lab.hosts[-8].faults == ["npu-alarm"] and lab.hosts[-9].faults == []
+    assert all(h.faults == [] for h in lab.hosts[-6:])
+    assert reference_hosts(lab)["train-910b"] == lab.hosts[-9].name
+    eight = build_lab(tmp_path / "eight", 8)
+    assert [h.model for h in eight.hosts[-3:]] == [
+        "ascend-910b3-8x", "ascend-910b3-8x", "mi100-4x"]
+    assert all(h.spec.vendor in ("nvidia", "huawei", "amd") for h in eight.hosts)
     small = build_lab(tmp_path / "small", 6)
     assert all(h.spec.vendor == "nvidia" for h in small.hosts)
+
+
+#: Issue 28 item 5: ``make demo``'s summary line counts each vendor's accelerators.
+DEMO_LINE = (
+    "32 hosts, 220 accelerators (160 NVIDIA GPUs, 16 Ascend NPUs, 16 Iluvatar CoreX GPUs, "
+    "8 Kunlunxin XPUs, 8 MetaX GPUs, 4 AMD Instinct GPUs, 4 Hygon DCUs, 2 Cambricon MLUs, "
+    "2 Enflame GCUs), 189 available"
+)
+
+
+def test_make_demo_counts_accelerators_per_vendor(fleet: Fleet, tmp_path: Path) -> None:
+    """The 32-host demo: every vendor's host collected and validated from its real
+    captures (each of issue 28's vendors available, the Enflame S60 host for ``test`` only:
+    its second card runs ECC on, memory short of the model's), and the summary line counts
+    each vendor's accelerators by the vendor's own name for them."""
+    rep = run_demo(fleet, tmp_path / "lab", 32)
+    assert rep.summary is not None and rep.summary.counts_line() == DEMO_LINE
+    assert rep.validation is not None
+    by = {v.host: v for v in rep.validation.verdicts}
+    new = {h.spec.vendor: h.name for h in rep.lab.hosts[-6:]}
+    assert list(new) == ["hygon", "cambricon", "kunlunxin", "metax", "iluvatar", "enflame"]
+    assert {v: by[n].state for v, n in new.items()} == dict.fromkeys(new, "available")
+    assert by[new["enflame"]].profiles == ["test"]
+    assert all(by[n].profiles == ["inference", "test"] for v, n in new.items() if v != "enflame")

@@ -88,7 +88,7 @@ def build_lab(
     fl = create_fleet(n, models=models or None, faults=faults, seed=seed, now=datetime.now(UTC))
     if mixed and faults is None:
         # the vendors' demo hosts carry their demo faults (an Ascend NPU in Alarm: quarantined)
-        vendor_hosts = _vendor_hosts()
+        vendor_hosts = _vendor_hosts(n)
         last = fl.hosts[n - len(vendor_hosts) :]
         for host, (_, demo_faults) in zip(last, vendor_hosts, strict=True):
             if demo_faults:
@@ -120,19 +120,23 @@ def enroll_lab(
 
 #: From this many hosts on the demo fleet is mixed (issue 15): the last hosts are the other
 #: vendors' demo hosts (their lab models' ``demo``: two Ascend 910B3 hosts, the second with an
-#: NPU in Alarm, and one AMD MI100 host) beside the NVIDIA pools.
+#: NPU in Alarm, and one AMD MI100 host) beside the NVIDIA pools; from 16 hosts on
+#: (``DEMO_FROM`` of lab/vendors) one healthy host of each of issue 28's vendors too (a
+#: Hygon K100_AI, a Cambricon MLU370-X8, a Kunlunxin P800, a MetaX C500, an Iluvatar BI-V150
+#: and an Enflame S60 host), so ``make demo``'s 32 hosts show every vendor.
 MIXED_FROM = 8
 
 
-def _vendor_hosts() -> list[tuple[str, tuple[str, ...]]]:
-    """(model, faults) of the vendors' demo hosts, in their lab models' order."""
-    return [host for lab in lab_vendors() for host in lab.demo]
+def _vendor_hosts(n: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(model, faults) of the vendors' demo hosts of an ``n``-host demo fleet (those whose
+    ``demo_from`` it reaches), in their lab models' order."""
+    return [host for lab in lab_vendors() if n >= lab.demo_from for host in lab.demo]
 
 
 def mixed_models(n: int) -> list[str]:
     """The model of each of ``n`` demo hosts: the lab's default NVIDIA mix, then the
     other vendors' hosts."""
-    vendor = [model for model, _ in _vendor_hosts()]
+    vendor = [model for model, _ in _vendor_hosts(n)]
     return _mix(n - len(vendor), None) + vendor
 
 

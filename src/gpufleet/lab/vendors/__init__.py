@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 #: An answer to one section: (stdout, stderr, exit status).
 Answer = tuple[str, str, int]
 ENTRY_POINT_GROUP = "gpufleet.lab.vendors"
+#: The demo fleet's size from which issue 28's vendors (Hygon ... Enflame) add their hosts: one
+#: each, so the 32-host ``make demo`` shows every vendor and the 8-host demo stays as it was.
+DEMO_FROM = 16
 
 
 def _any_argument(spec: ModelSpec, kind: str, arg: str | None) -> str | None:
@@ -43,7 +46,8 @@ class LabVendor:
     even when a fault hides one from the tool); ``faults``: fault kind -> what it does, the
     kinds its hosts show; ``check_fault``: why a fault of ``faults`` with its argument does
     not apply to a model (None: it does); ``demo``: the (model, faults) hosts it adds to the
-    end of the mixed demo fleet;
+    end of the mixed demo fleet; ``demo_from``: the demo fleet's size from which they join
+    (issue 28's vendors join the 32-host ``make demo``, not the 8-host one);
     ``rank``: where its models and demo hosts go among the vendors' (lower first, then by
     vendor name).
     """
@@ -55,6 +59,7 @@ class LabVendor:
     faults: Mapping[str, str] = field(default_factory=dict)
     check_fault: Callable[[ModelSpec, str, str | None], str | None] = _any_argument
     demo: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    demo_from: int = 8
     rank: int = 100
 
 

@@ -5,7 +5,7 @@ Captures served (tests/fixtures/captured/cambricon, PROVENANCE.md there): Paddle
 ``lspci`` line of an MLU exists, so the lab's host lists none on its PCI bus (the count check
 then compares cnmon with the spec's count only); DMI, CPUs, memory and disks are the lab's
 choice. Fault: ``mlu-missing`` drops one card (its two lines and border) from cnmon's table.
-Not yet in the mixed demo fleet (issue 28 item 5 adds every new vendor there at once).
+The mixed demo fleet gets one such host, healthy, from 16 hosts on (``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 MLU370_X8_2X = ModelSpec(
     name="mlu370-x8-2x",
@@ -67,5 +67,7 @@ LAB = LabVendor(
     bus_ids=bus_ids,
     faults={"mlu-missing": "one MLU missing from cnmon's table"},
     check_fault=check_fault,
+    demo=((MLU370_X8_2X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=40,
 )

@@ -13,7 +13,8 @@ available for ``test`` only). DMI, CPUs, memory and disks are the
 lab's choice.
 
 Fault: ``gcu-missing`` drops one card (its rule, two lines and border) from efsmi's table;
-lspci still lists it.
+lspci still lists it. The mixed demo fleet gets one such host, healthy, from 16 hosts on
+(``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 S60_2X = ModelSpec(
     name="s60-2x",
@@ -76,5 +77,7 @@ LAB = LabVendor(
     bus_ids=bus_ids,
     faults={"gcu-missing": "one GCU missing from efsmi's table (lspci still lists it)"},
     check_fault=check_fault,
+    demo=((S60_2X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=80,
 )

@@ -12,8 +12,8 @@ PCI vendor id (``1d94``, Linux ``pci_ids.h``); the first two addresses are the c
 (``37:00.0``, ``3a:00.0``), the other two assigned by the lab.
 
 Fault: ``dcu-missing`` drops one DCU's row from hy-smi's table (lspci still lists it). DMI,
-CPUs, memory and disks are the lab's choice. Not yet in the mixed demo fleet (issue 28 item 5
-adds every new vendor there at once).
+CPUs, memory and disks are the lab's choice. The mixed demo fleet gets one such host, healthy,
+from 16 hosts on (``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 K100AI_4X = ModelSpec(
     name="k100ai-4x",
@@ -77,5 +77,7 @@ LAB = LabVendor(
     bus_ids=bus_ids,
     faults={"dcu-missing": "one DCU missing from hy-smi's table (lspci still lists it)"},
     check_fault=check_fault,
+    demo=((K100AI_4X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=30,
 )

@@ -8,7 +8,8 @@ device plugin use); DMI, CPUs, memory and disks are the lab's choice.
 
 Fault: ``gpu-missing`` drops one GPU (its two lines and the border under them) from ixsmi's
 table, as a GPU the driver lost would be; the card it shares is then unpaired (the
-``boards`` of the plugin are unknown for that host).
+``boards`` of the plugin are unknown for that host). The mixed demo fleet gets one such host,
+healthy, from 16 hosts on (``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 BI_V150_16X = ModelSpec(
     name="bi-v150-16x",
@@ -71,5 +72,7 @@ LAB = LabVendor(
     bus_ids=bus_ids,
     faults={"gpu-missing": "one GPU missing from ixsmi's table"},
     check_fault=check_fault,
+    demo=((BI_V150_16X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=70,
 )

@@ -18,7 +18,8 @@ lspci line of a P800 exists, so its host lists none (the spec's count judges). I
 is the ``Volatile Uncorr. ECC`` count: the fault ``xpu-ecc`` sets one device's count from the
 captured 0 to 1 (an EDITED copy made here), which the inspection reads as
 ``ecc_volatile_uncorrectable``. ``xpu-missing`` applies to it too (its three lines and
-border dropped). Not yet in the mixed demo fleet.
+border dropped). The mixed demo fleet gets one healthy P800 host from 16 hosts on
+(``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 R300_2X = ModelSpec(
     name="r300-2x",
@@ -138,5 +139,7 @@ LAB = LabVendor(
         "xpu-ecc": "one P800 reports an uncorrectable ECC error (Volatile Uncorr. ECC 1)",
     },
     check_fault=check_fault,
+    demo=((P800_8X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=50,
 )

@@ -10,7 +10,7 @@ Fault: ``mx-gpu-missing`` drops one GPU from both answers: its two lines and bor
 mx-smi's table, its row and column from the topology matrix, and ``Attached GPUs`` counts
 one less in each (EDITED copies of the captures, made here). No capture shows a
 ``GPU-State`` other than ``Available``: a lost GPU is the error state this model can show.
-Not yet in the mixed demo fleet.
+The mixed demo fleet gets one such host, healthy, from 16 hosts on (``make demo``: 32).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpufleet.lab.captures import read_capture
 from gpufleet.lab.catalogue import _M2_1T92, _NVME_PM983, NO_NVIDIA_FABRIC, ModelSpec
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.templates import _pick
-from gpufleet.lab.vendors import Answer, LabVendor
+from gpufleet.lab.vendors import DEMO_FROM, Answer, LabVendor
 
 TOPO_FILE = "metax/ms-swift_mx-smi_topo-m_8xc500.txt"
 _CELL = 8  # the matrix's column width in the capture
@@ -96,5 +96,7 @@ LAB = LabVendor(
     bus_ids=bus_ids,
     faults={"mx-gpu-missing": "one GPU missing from mx-smi's table and topology"},
     check_fault=check_fault,
+    demo=((C500_8X.name, ()),),
+    demo_from=DEMO_FROM,
     rank=60,
 )
