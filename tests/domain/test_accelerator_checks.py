@@ -199,9 +199,9 @@ def test_record_only_codes_pass_validation_as_the_inspection_notes_them() -> Non
 def test_a_code_the_catalogue_does_not_know_counts_as_the_devices_health() -> None:
     """Fail closed: beside record-only codes, an unknown code leaves the Alarm quarantining
     (hand-built records: no capture prints an unknown code)."""
-    from tests.vendors.accelerator_judge import judge
-
     from dataclasses import replace
+
+    from tests.vendors.accelerator_judge import judge
 
     from gpufleet.domain.accelerators import Accelerator, Health, Vendor
 
