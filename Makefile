@@ -70,14 +70,13 @@ lint: env
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## Every wheel an air-gapped install needs (gpufleet and its dependencies) in ./wheelhouse;
-## on the offline machine: pip install --no-index --find-links wheelhouse gpufleet
+## Every wheel an air-gapped install needs (gpufleet, its dependencies and those of every
+## optional extra: k8s, dev) in ./wheelhouse; on the offline machine:
+##   pip install --no-index --find-links wheelhouse 'gpufleet[k8s]'
 WHEELHOUSE ?= wheelhouse
+EXTRAS = $(shell $(PY) -c 'import tomllib; print(",".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]))')
 wheelhouse: env
 	rm -rf build
-	$(BIN)/pip wheel -q -w $(WHEELHOUSE) .
+	$(BIN)/pip wheel -q -w $(WHEELHOUSE) '.[$(EXTRAS)]'
 	rm -rf build
 	@ls $(WHEELHOUSE)
-
-clean:
-	rm -rf $(VENV) .gpufleet-demo .pytest_cache .mypy_cache .import_linter_cache build wheelhouse

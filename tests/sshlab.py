@@ -602,6 +602,9 @@ class SshLab:
         return self._target(host)
 
     def _sshd_config(self, h: _Host, env: Mapping[str, str]) -> str:
+        if self.user == "root":  # a root lab configures the machine (the init role's lab):
+            # the system's tools after the fake ones
+            env = {**env, "PATH": f"{env['PATH']}:/usr/sbin:/usr/bin:/sbin:/bin"}
         lines = [
             f"ListenAddress 127.0.0.1:{h.port}",
             "AddressFamily inet",
@@ -612,7 +615,8 @@ class SshLab:
             "PubkeyAuthentication yes",
             "PasswordAuthentication " + ("yes" if h.password_auth else "no"),
             "KbdInteractiveAuthentication no",
-            "PermitRootLogin no",
+            # A root lab (the init role's accounts are the system's own): keys only.
+            "PermitRootLogin " + ("prohibit-password" if self.user == "root" else "no"),
             f"AllowUsers {self.user}",
             "UsePAM no",
             # The lab root lives in world-writable /tmp, which StrictModes would refuse.
@@ -631,6 +635,8 @@ class SshLab:
             # INFO logs "Accepted password|publickey for ...": which method logged in.
             "LogLevel " + ("INFO" if h.password_auth else "ERROR"),
         ]
+        if self.user == "root":  # Ansible copies files over sftp (the lab PATH has no dd)
+            lines.append("Subsystem sftp internal-sftp")
         if h.mode == "hang":
             # tail --pid ends by itself once the session's sshd is gone (client gave up).
             lines.append(

@@ -3,6 +3,8 @@ accepts, baseline pins as host variables, in-service profiles only, secrets neve
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gpufleet.domain.ansible import (
     InventoryHost,
     baseline_vars,
@@ -11,8 +13,10 @@ from gpufleet.domain.ansible import (
     host_groups,
     inventory,
 )
+from gpufleet.domain.ansible_site import SiteGroup, group_vars, own_vars, typed
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
+from gpufleet.inventory import load_inventory
 from gpufleet.service.exports.ansible import public_vars
 from gpufleet.testing import make_facts
 
@@ -88,3 +92,78 @@ def test_secret_names_and_sealed_values_are_dropped() -> None:
     })
     assert kept == {"ansible_python_interpreter": "/usr/bin/python3",
                     "ansible_ssh_private_key_file": "/keys/id"}
+
+
+SITE_INI = """\
+[gpu_h800]
+a gpufleet_rack=r7 rack_unit=12
+[gpu_a100]
+b
+[gpu_nodes:children]
+gpu_h800
+gpu_a100
+[gpu_nodes]
+b
+[cpu_nodes]
+c
+[gpu_nodes:vars]
+driver_branch=550
+ntp=ntp.gpu
+[gpu_h800:vars]
+driver_branch=570
+ib=True
+[all:vars]
+site_dc=bj1
+bmc_password=hunter2
+"""
+
+
+def test_site_groups_children_and_vars_beside_gpufleets(tmp_path: Path) -> None:
+    """issue 26 item 5: the enrolled inventory's own tree comes back; a host's variables are
+    those its groups do not give it alike; a gpufleet group named like a site group
+    (``gpu_h800``) is one group; values are typed as Ansible's INI parser types them."""
+    path = tmp_path / "hosts.ini"
+    path.write_text(SITE_INI)
+    parsed = load_inventory(path)
+    defs = {d.name: d for d in parsed.definitions}
+    assert list(defs) == ["all", "gpu_h800", "gpu_a100", "gpu_nodes", "cpu_nodes"]
+    assert defs["gpu_nodes"].children == ["gpu_h800", "gpu_a100"]
+    site = {d.name: SiteGroup(d.name, tuple(d.children), public_vars(d.vars))
+            for d in parsed.definitions}
+    hosts = []
+    for ih in parsed.hosts:
+        vars_ = own_vars(public_vars(ih.vars), ih.groups, site)
+        hosts.append(_host(ih.name, HostState.AVAILABLE, vars=vars_, groups=tuple(ih.groups),
+                           facts=None if ih.name == "c" else _host("x", HostState.AVAILABLE).facts))
+    inv = inventory(hosts, site)
+    # b is listed in gpu_a100 only: it is in gpu_nodes through it (as Ansible reads the file)
+    assert inv["gpu_nodes"] == {"children": ["gpu_h800", "gpu_a100"],
+                                "vars": {"driver_branch": 550, "ntp": "ntp.gpu"}}
+    # gpufleet's model group and the site's group of the same name: one group
+    assert inv["gpu_h800"]["hosts"] == ["a", "b"]  # b: gpufleet saw an H800 there too
+    assert inv["gpu_h800"]["vars"]["driver_branch"] == 570
+    assert inv["gpu_h800"]["vars"]["ib"] is True
+    assert inv["gpu_a100"]["hosts"] == ["b"]
+    assert inv["cpu_nodes"]["hosts"] == ["c"]
+    assert inv["all"]["vars"] == {"site_dc": "bj1"}  # the secret never leaves
+    top = set(inv["all"]["children"])
+    assert {"gpu_nodes", "cpu_nodes", "state_available", "ungrouped"} <= top
+    assert not top & {"gpu_h800", "gpu_a100"}  # under gpu_nodes, not beside it
+    hv = inv["_meta"]["hostvars"]
+    assert hv["a"]["rack_unit"] == 12 and "driver_branch" not in hv["a"]
+    assert "site_dc" not in hv["c"] and "ntp" not in hv["b"]
+    assert hv["a"]["gpufleet_rack"] == "r7"
+    # the groups give each host what the file gives it
+    assert group_vars(("gpu_h800", "gpu_nodes"), site)["driver_branch"] == "570"
+    assert group_vars(("gpu_a100", "gpu_nodes"), site)["driver_branch"] == "550"
+
+
+def test_a_host_whose_groups_are_not_stored_keeps_all_its_variables() -> None:
+    """Enrolled before the groups were kept (migration 0028): listed in each of its groups,
+    every variable a host variable."""
+    merged = {"driver_branch": "550", "site_dc": "bj1"}
+    assert own_vars(merged, ("gpu_nodes",), {}) == merged
+    inv = inventory([_host("a", HostState.AVAILABLE, vars=merged, groups=("gpu_nodes",))])
+    assert inv["gpu_nodes"]["hosts"] == ["a"] and "gpu_nodes" in inv["all"]["children"]
+    assert inv["_meta"]["hostvars"]["a"]["driver_branch"] == 550
+    assert typed("12.4") == 12.4 and typed("1.16.2") == "1.16.2" and typed("") == ""

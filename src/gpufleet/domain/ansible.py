@@ -3,7 +3,8 @@
 ``gpufleet inventory --list`` prints Ansible's dynamic-inventory JSON (``_meta.hostvars``)
 built from these. Groups: ``state_<state>`` (every host, quarantined and maintenance ones
 included, so a playbook can still reach them), ``gpu_<model>`` (from the product name:
-``NVIDIA A100-SXM4-80GB`` -> ``gpu_a100``), ``pool_<pool>``, ``fabric_<ib|roce|none>``,
+``NVIDIA A100-SXM4-80GB`` -> ``gpu_a100``), ``pool_<pool>``, ``baseline_<baseline>``,
+``fabric_<ib|roce|none>``,
 ``profile_<profile>`` (validated profiles of available/allocated hosts), ``rack_<rack>``
 (the inventory's, and the chassis serial a GB200/GB300 tray reports), ``nvl_domain_<uuid>``
 (its NVLink domain, issue 27).
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.domain.ansible_site import SiteGroup, add_site_groups, typed_vars
 from gpufleet.domain.fabric import host_fabric
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.labels import fabric_up
@@ -107,6 +109,8 @@ class InventoryHost:
     #: Accelerators of every vendor the tools report, and their model (None: several).
     accelerator_count: int | None = None
     accelerator_model: str | None = None
+    #: The enrolled inventory's groups the host is in, parents included (issue 26 item 5).
+    groups: tuple[str, ...] = ()
 
 
 def host_groups(h: InventoryHost) -> list[str]:
@@ -114,6 +118,8 @@ def host_groups(h: InventoryHost) -> list[str]:
     groups = {group_name("state", str(h.state))}
     if h.pool:
         groups.add(group_name("pool", h.pool))
+    if h.baseline_name:
+        groups.add(group_name("baseline", h.baseline_name))
     rack = h.rack or (h.spec.rack if h.spec else None)
     if rack:
         groups.add(group_name("rack", rack))
@@ -175,7 +181,7 @@ def baseline_vars(baseline: Baseline | None) -> dict[str, Any]:
 
 def host_vars(h: InventoryHost) -> dict[str, Any]:
     """The host variables of ``h`` (``_meta.hostvars[name]``)."""
-    out: dict[str, Any] = dict(h.vars)
+    out: dict[str, Any] = typed_vars(h.vars)
     out["ansible_host"] = h.address
     out["ansible_port"] = h.port
     if h.user:
@@ -205,9 +211,13 @@ def host_vars(h: InventoryHost) -> dict[str, Any]:
     return out
 
 
-def inventory(hosts: Iterable[InventoryHost]) -> dict[str, Any]:
+def inventory(
+    hosts: Iterable[InventoryHost], site: Mapping[str, SiteGroup] | None = None
+) -> dict[str, Any]:
     """Ansible's ``--list`` answer: one entry per group (``hosts``), ``all.children``, and
-    ``_meta.hostvars`` (so Ansible does not call ``--host`` once per host)."""
+    ``_meta.hostvars`` (so Ansible does not call ``--host`` once per host); the enrolled
+    inventory's own groups (``site``: children and vars) beside gpufleet's
+    (:mod:`gpufleet.domain.ansible_site`)."""
     groups: dict[str, list[str]] = {}
     hostvars: dict[str, dict[str, Any]] = {}
     members: dict[str, list[Mapping[str, Any]]] = {}
@@ -230,5 +240,6 @@ def inventory(hosts: Iterable[InventoryHost]) -> dict[str, Any]:
         if shared.get(g):
             out[g]["vars"] = shared[g]
     out["all"] = {"children": [*sorted(groups), "ungrouped"]}
+    add_site_groups(out, {h.name: h.groups for h in listed if h.groups}, site or {})
     out["_meta"] = {"hostvars": hostvars}
     return out

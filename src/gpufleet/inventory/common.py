@@ -22,7 +22,7 @@ from gpufleet.inventory.hostvars import (
     _first,
     known_gpufleet_vars,
 )
-from gpufleet.inventory.model import Inventory, InventoryHost
+from gpufleet.inventory.model import Inventory, InventoryGroup, InventoryHost
 
 # --------------------------------------------------------------------------------------------
 # shared accumulation and Ansible semantics
@@ -227,8 +227,17 @@ class _Builder:
                     f"host {ih.name}: gpufleet_role={ih.role.value} expects no GPU, but "
                     f"gpufleet_gpu_count={spec.gpu_count}: set gpufleet_gpu_count=0 or the role",
                 )
+        definitions = [
+            InventoryGroup(name=g.name, children=list(g.children), vars=dict(g.vars))
+            for g in self.groups.values()
+            if g.name != "ungrouped"
+        ]
         return Inventory(
-            hosts=hosts, groups=members, source=self.source, warnings=list(self.warnings)
+            hosts=hosts,
+            groups=members,
+            definitions=definitions,
+            source=self.source,
+            warnings=list(self.warnings),
         )
 
     def _port(self, host: str, merged: dict[str, str], lines: dict[str, int]) -> int:

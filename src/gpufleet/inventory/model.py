@@ -90,6 +90,17 @@ class InventoryHost(BaseModel):
             ) from None
 
 
+class InventoryGroup(BaseModel):
+    """One group as the inventory defines it: its child groups and its own variables (not
+    merged; may hold secrets), in file order. ``all`` is listed for its variables."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    children: list[str] = Field(default_factory=list)
+    vars: dict[str, str] = Field(default_factory=dict, repr=False)  # may hold secrets
+
+
 class Inventory(BaseModel):
     """Hosts in file order of first appearance; ``groups`` maps a group to all its hosts.
 
@@ -101,6 +112,8 @@ class Inventory(BaseModel):
 
     hosts: list[InventoryHost] = Field(default_factory=list)
     groups: dict[str, list[str]] = Field(default_factory=dict)
+    #: Every group's definition (children, own variables), ``all`` first; not ``ungrouped``.
+    definitions: list[InventoryGroup] = Field(default_factory=list)
     source: str = ""
     #: Problems that do not stop the load (a duplicate YAML key), each naming file:line;
     #: the CLI prints them on stderr as ``[WARNING]: ...``.

@@ -307,6 +307,20 @@ class BaselineRow(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime)
 
 
+class InventoryGroup(Base):
+    """A group of an enrolled inventory (``all`` too): its child groups and its own
+    non-secret variables (issue 26 item 5, migration 0028). Hosts list their groups in
+    ``Host.groups``; the last enroll naming a group writes its row."""
+
+    __tablename__ = "inventory_groups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    children: Mapped[list[str]] = mapped_column(JsonType, default=list)
+    vars: Mapped[dict[str, str]] = mapped_column(JsonType, default=dict)
+    source: Mapped[str | None] = mapped_column(Text)
+
+
 class Pool(Base):
     """A set of hosts sharing a purpose, an expected spec and a baseline."""
 

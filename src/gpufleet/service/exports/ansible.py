@@ -13,11 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
 
 from gpufleet.domain.accelerator_exports import accelerator_vars, short_model
 from gpufleet.domain.accelerators import inventories_of, inventory_group
 from gpufleet.domain.ansible import InventoryHost, host_vars, inventory
+from gpufleet.domain.ansible_site import SiteGroup, own_vars
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import HostState
@@ -32,7 +35,7 @@ from gpufleet.store.repo import (
     host_by_name,
     hosts_with_latest_facts,
 )
-from gpufleet.store.tables import Host
+from gpufleet.store.tables import Host, InventoryGroup
 
 
 def public_vars(values: dict[str, str]) -> dict[str, str]:
@@ -45,10 +48,23 @@ def public_vars(values: dict[str, str]) -> dict[str, str]:
     }
 
 
-def inventory_hosts(fleet: Fleet, selector: str | None = None) -> list[InventoryHost]:
-    """The selected hosts as the inventory sees them, by name."""
+def site_groups(s: Session) -> dict[str, SiteGroup]:
+    """The enrolled inventories' own groups (children, non-secret vars), by name."""
+    return {
+        g.name: SiteGroup(g.name, tuple(g.children), public_vars(dict(g.vars)))
+        for g in s.scalars(select(InventoryGroup))
+    }
+
+
+def _read(
+    fleet: Fleet, selector: str | None, *, merged: bool = False
+) -> tuple[list[InventoryHost], dict[str, SiteGroup]]:
+    """The hosts and the site's groups; ``merged``: each host keeps every variable it gets
+    from the inventory (its groups' too), else only those its groups do not give it."""
     out: list[InventoryHost] = []
     with fleet.db.session() as s:
+        site = site_groups(s)
+        own_of = {} if merged else site
         rows = hosts_with_latest_facts(s, select_hosts(selector))
         for h, snap in rows:
             out.append(
@@ -57,11 +73,17 @@ def inventory_hosts(fleet: Fleet, selector: str | None = None) -> list[Inventory
                     HostFacts.model_validate(snap.facts) if snap else None,
                     baseline_name_for_host(s, h),
                     baseline_for_host(s, h),
+                    own_of,
                 )
             )
     if not out and is_explicit(selector):
         raise nothing_matches(selector)
-    return out
+    return out, site
+
+
+def inventory_hosts(fleet: Fleet, selector: str | None = None) -> list[InventoryHost]:
+    """The selected hosts as the inventory sees them, by name."""
+    return _read(fleet, selector)[0]
 
 
 def _accelerators(facts: HostFacts | None) -> dict[str, Any]:
@@ -82,15 +104,21 @@ def _accelerators(facts: HostFacts | None) -> dict[str, Any]:
 
 
 def _inventory_host(
-    h: Host, facts: HostFacts | None, baseline_name: str | None, baseline: Any
+    h: Host,
+    facts: HostFacts | None,
+    baseline_name: str | None,
+    baseline: Any,
+    site: dict[str, SiteGroup],
 ) -> InventoryHost:
+    groups = tuple(h.groups or ())
     return InventoryHost(
         name=h.name,
         address=h.address,
         port=h.port,
         user=h.user,
         key_file=h.key_file,
-        vars=public_vars(dict(h.vars)),
+        vars=own_vars(public_vars(dict(h.vars)), groups, site),
+        groups=groups,
         state=HostState(h.state),
         pool=h.pool,
         rack=h.rack,
@@ -106,15 +134,17 @@ def _inventory_host(
 
 
 def inventory_list(fleet: Fleet, selector: str | None = None) -> dict[str, Any]:
-    """Ansible's ``--list`` JSON for the selected hosts (default: every host)."""
-    return inventory(inventory_hosts(fleet, selector))
+    """Ansible's ``--list`` JSON for the selected hosts (default: every host), with the
+    enrolled inventory's own groups, children and vars."""
+    return inventory(*_read(fleet, selector))
 
 
 def inventory_host(fleet: Fleet, name: str) -> dict[str, Any]:
-    """Ansible's ``--host NAME`` JSON: the host variables of one host (NotFound, exit 4)."""
+    """Ansible's ``--host NAME`` JSON: the variables of one host, its inventory groups' ones
+    included (what the host gets from the inventory; NotFound, exit 4)."""
     with fleet.db.session() as s:
         host_by_name(s, name)  # NotFound naming it
-    [h] = inventory_hosts(fleet, name)
+    [h] = _read(fleet, name, merged=True)[0]
     return host_vars(h)
 
 

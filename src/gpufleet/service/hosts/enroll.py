@@ -21,6 +21,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from gpufleet.collect.transport import Target
 from gpufleet.domain.events import EventKind
@@ -29,10 +30,10 @@ from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InventoryError
 from gpufleet.inventory import Inventory, InventoryHost
-from gpufleet.secrets import HOW_TO_KEY, SecretBox, is_secret_var, redact_vars
+from gpufleet.secrets import HOW_TO_KEY, SEALED_PREFIX, SecretBox, is_secret_var, redact_vars
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying
-from gpufleet.store.tables import BaselineRow, Host, Pool
+from gpufleet.store.tables import BaselineRow, Host, InventoryGroup, Pool
 
 __all__ = ["EnrollReport", "enroll", "is_this_machine"]
 
@@ -363,7 +364,28 @@ def _enroll_tx(fleet: Fleet, inventory: Inventory, box: SecretBox | None) -> Enr
                 pools[ih.pool] = pool
             elif ih.pool and ih.baseline and pools[ih.pool].baseline is None:
                 pools[ih.pool].baseline = ih.baseline
+        _store_groups(s, inventory)
     return report
+
+
+def _store_groups(s: Session, inventory: Inventory) -> None:
+    """Write the inventory's group definitions (children and non-secret own variables: a
+    secret never leaves gpufleet, so it is not kept here either; hosts hold theirs sealed)
+    for the Ansible dynamic inventory (issue 26 item 5). The last enroll naming a group
+    writes it."""
+    rows = {g.name: g for g in s.scalars(select(InventoryGroup))}
+    for d in inventory.definitions:
+        own = {
+            k: v
+            for k, v in d.vars.items()
+            if not is_secret_var(k) and not v.startswith(SEALED_PREFIX)
+        }
+        row = rows.get(d.name)
+        if row is None:
+            s.add(InventoryGroup(name=d.name, children=list(d.children), vars=own,
+                                 source=inventory.source))
+        elif (row.children, row.vars, row.source) != (d.children, own, inventory.source):
+            row.children, row.vars, row.source = list(d.children), own, inventory.source
 
 
 def local_target() -> Target:
