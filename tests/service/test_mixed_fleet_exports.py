@@ -54,7 +54,16 @@ def test_slurm_gres_per_vendor_from_the_store(mixed: Fleet) -> None:
 
 def test_ansible_groups_by_vendor_and_model_with_versions(mixed: Fleet) -> None:
     inv = inventory_list(mixed)
-    assert inv["npu_910b"] == {
+    # The lab inventory's groups of the same names (issue 26 item 5) add their own vars.
+    assert inv["npu_910b"]["vars"]["gpufleet_pool"] == "train-910b"
+    assert inv["lab"]["children"] == ["gpu_h100", "npu_910b", "gpu_mi100"]
+
+    def ours(group: str) -> dict[str, object]:
+        g = inv[group]
+        return {"hosts": g["hosts"],
+                "vars": {k: v for k, v in g["vars"].items() if k.startswith("accelerator_")}}
+
+    assert ours("npu_910b") == {
         "hosts": ["gpu-02"],
         "vars": {
             "accelerator_vendor": "huawei",
@@ -64,7 +73,7 @@ def test_ansible_groups_by_vendor_and_model_with_versions(mixed: Fleet) -> None:
             "accelerator_runtime_version": "7.0.T10",
         },
     }
-    assert inv["gpu_mi100"] == {
+    assert ours("gpu_mi100") == {
         "hosts": ["gpu-03"],
         "vars": {"accelerator_vendor": "amd", "accelerator_driver_version": "6.3.6"},
     }
