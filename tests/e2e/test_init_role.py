@@ -59,20 +59,21 @@ def root_lab() -> Iterator[SshLab]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _run(playbook: Path, inventory: Path, work: Path) -> tuple[dict[str, Any], str]:
+def _run(playbook: Path, inventory: Path, work: Path, *, ok: bool = True,
+         limit: str | None = None, **extra: Any) -> tuple[dict[str, Any], str]:
     import ansible_runner  # type: ignore[import-untyped]
 
     work.mkdir()
     r = ansible_runner.run(
         private_data_dir=str(work), playbook=str(playbook), inventory=str(inventory),
         quiet=True, forks=1,  # one useradd at a time: both hosts share the machine's passwd
-        extravars={"ansible_become": False},
+        limit=limit, extravars={"ansible_become": False, **extra},
         envvars={"ANSIBLE_ROLES_PATH": str(ROLES_DIR), "ANSIBLE_PIPELINING": "True",
                  "ANSIBLE_HOST_KEY_CHECKING": "False", "ANSIBLE_NOCOLOR": "True",
                  "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}"},
     )
     out: str = r.stdout.read()
-    assert r.status == "successful", out[-4000:]
+    assert (r.status == "successful") == ok, out[-4000:]
     stats: dict[str, Any] = r.stats
     return stats, out
 
@@ -154,6 +155,15 @@ def test_init_role_second_real_run_changes_nothing(root_lab: SshLab, tmp_path: P
             assert second["changed"].get(n, 0) == 0, second
             assert re.search(rf"^{n}\s+: ok=\d+\s+changed=0\s", recap, re.M), recap[-2000:]
         assert not second["failures"]
+
+        # A sudo rule visudo refuses is not written: the run fails, the drop-in stays.
+        sudoers = roots["init-1"] / "etc" / "sudoers.d" / "90-gpufleet"
+        before = sudoers.read_text()
+        broken = [{**hosts["init-1"]["system_init_accounts"][0], "sudo": "ALL=(ALL NOPASSWD"}]
+        _, out = _run(playbook, inventory, tmp_path / "run3", ok=False, limit="init-1",
+                      system_init_accounts=broken)
+        assert "failed to validate" in out, out[-3000:]
+        assert sudoers.read_text() == before
     finally:
         for n in names:
             subprocess.run(["userdel", f"{tag}-{n[-1]}"], capture_output=True, check=False)
