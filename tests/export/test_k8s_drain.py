@@ -45,6 +45,25 @@ def _pod(name: str, node: str, app: str, owner: str | None = None) -> dict[str, 
             "status": {"phase": "Running"}}
 
 
+def train_under_budget(api: KubeDrain, node: str = "gpu-01") -> client.PolicyV1Api:
+    """``train-0`` runs on ``node`` under ``train-pdb``, a budget that allows no disruption
+    (the API returned lets a test allow one: :func:`allow_one`)."""
+    api.api.create_namespaced_pod("ml", _pod("train-0", node, "train"))
+    pdb = client.PolicyV1Api(api.api_client)
+    pdb.create_namespaced_pod_disruption_budget("ml", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train-pdb", "namespace": "ml"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
+        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+    return pdb
+
+
+def allow_one(pdb: client.PolicyV1Api) -> None:
+    """``train-pdb`` allows one disruption now (a replica came up elsewhere)."""
+    pdb.patch_namespaced_pod_disruption_budget("train-pdb", "ml",
+                                               {"status": {"disruptionsAllowed": 1}})
+
+
 @pytest.fixture
 def cluster() -> Iterator[Kmock]:
     km = Kmock([_node("gpu-01"), _node("gpu-02")], setup=serve_evictions)
@@ -76,16 +95,11 @@ def test_maintenance_evicts_pods_pdb_blocks_then_allows(
         update={"k8s_kubeconfig": kubeconfig, "k8s_drain_timeout_s": 0.5})
     assert drain_configured(fleet.settings)
     api = KubeDrain(kubeconfig)
-    for pod in (_pod("train-0", "gpu-01", "train"), _pod("infer-0", "gpu-01", "infer"),
+    pdb = train_under_budget(api)
+    for pod in (_pod("infer-0", "gpu-01", "infer"),
                 _pod("dcgm-exporter-x", "gpu-01", "dcgm", owner="DaemonSet"),
                 _pod("other-0", "gpu-02", "other")):
         api.api.create_namespaced_pod("ml", pod)
-    pdb = client.PolicyV1Api(api.api_client)
-    pdb.create_namespaced_pod_disruption_budget("ml", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "train-pdb", "namespace": "ml"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
-        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
 
     with pytest.raises(DrainBlocked) as blocked:
         operations.maintenance_on(fleet, "gpu-01", "bios update")
@@ -104,8 +118,7 @@ def test_maintenance_evicts_pods_pdb_blocks_then_allows(
     assert node["spec"]["taints"] == [{"key": "team", "value": "llm", "effect": "NoSchedule"}]
 
     # the budget allows one disruption now (a replica came up elsewhere)
-    pdb.patch_namespaced_pod_disruption_budget("train-pdb", "ml",
-                                               {"status": {"disruptionsAllowed": 1}})
+    allow_one(pdb)
     assert operations.maintenance_on(fleet, "gpu-01", "bios update") == "maintenance"
     assert _pods(api, "gpu-01") == ["dcgm-exporter-x"]  # the DaemonSet's pod stays
     drain = _drain_data(fleet, "gpu-01")
@@ -182,13 +195,7 @@ def test_remediation_drains_first_no_drain_recorded(
     fleet.settings = fleet.settings.model_copy(
         update={"k8s_kubeconfig": kubeconfig, "k8s_drain_timeout_s": 0.5})
     api = KubeDrain(kubeconfig)
-    api.api.create_namespaced_pod("ml", _pod("train-0", "gpu-01", "train"))
-    pdb = client.PolicyV1Api(api.api_client)
-    pdb.create_namespaced_pod_disruption_budget("ml", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "train-pdb", "namespace": "ml"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
-        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+    pdb = train_under_budget(api)
 
     with pytest.raises(DrainBlocked, match="ml/train-0: Cannot evict pod"):
         remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5)
@@ -200,8 +207,7 @@ def test_remediation_drains_first_no_drain_recorded(
     assert ev["data"]["drain"] == {"skipped": "--no-drain", "ok": None}
     assert _pods(api, "gpu-01") == ["train-0"]
 
-    pdb.patch_namespaced_pod_disruption_budget("train-pdb", "ml",
-                                               {"status": {"disruptionsAllowed": 1}})
+    allow_one(pdb)
     validate(fleet)
     got = remediation.remediate(fleet, "gpu-01", Action.REBOOT, reboot_wait_s=5)
     assert got.ok and got.drain is not None and got.drain["evicted"] == ["ml/train-0"]
@@ -221,12 +227,7 @@ def test_cli_maintenance_on_blocked_exit_6_then_no_drain(tmp_path: Path, cluster
         fleet.db.dispose()
     kubeconfig = cluster.kubeconfig(tmp_path / "kubeconfig")
     api = KubeDrain(kubeconfig)
-    api.api.create_namespaced_pod("ml", _pod("train-0", "gpu-01", "train"))
-    client.PolicyV1Api(api.api_client).create_namespaced_pod_disruption_budget("ml", {
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "train-pdb", "namespace": "ml"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "train"}}},
-        "status": {"disruptionsAllowed": 0, "currentHealthy": 1}})
+    train_under_budget(api)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     env.update(GPUFLEET_HOME=str(tmp_path / "home"), GPUFLEET_DATABASE_URL=url,
                GPUFLEET_KUBECONFIG=str(kubeconfig), GPUFLEET_KUBE_DRAIN_TIMEOUT="0.5",

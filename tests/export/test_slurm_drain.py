@@ -135,3 +135,43 @@ def test_campaign_action_waits_for_the_drain_and_a_blocked_host_fails_unacted(
                     if n.name == "gpu-01").drained  # resumed
     (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-01")
     assert e["purpose"] == "campaign" and e["outcome"] == "timed-out"
+
+
+def test_retire_waits_for_the_job_auto_remediation_refused_while_one_runs(
+    lab_fleet: Fleet, slurm: SlurmLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drain before you touch beyond maintenance: ``retire`` drains the node and waits for
+    its job; the remediation a health rule runs by itself waits as long as for pods
+    (GPUFLEET_KUBE_DRAIN_TIMEOUT), then is refused naming the job, the node resumed."""
+    from gpufleet.errors import DrainBlocked
+    from gpufleet.service.health import remediation
+    from gpufleet.service.hosts import gpu_health, operations
+
+    fleet = lab_fleet
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))  # Slurm's own configuration variable
+    fleet.settings = fleet.settings.model_copy(
+        update={"sync_targets": "slurm", "k8s_drain_timeout_s": 2.0})
+    short = sbatch(slurm, "-w", "gpu-01", "-t", "1", "--wrap", "sleep 3")
+    job(slurm, short, ("RUNNING",))
+    assert operations.retire(fleet, "gpu-01", "end of life",
+                             drain_timeout=timedelta(seconds=60)) == "retired"
+    assert job(slurm, short, ("GONE",))  # it ended by itself before the retire
+    (d,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-01")
+    assert d["purpose"] == "retire" and d["outcome"] == "drained"
+    retired = events(fleet, EventKind.TRANSITION, "gpu-01")[-1]
+    assert retired["to"] == "retired"
+    assert retired["drain"]["slurm"]["outcome"] == "drained"  # type: ignore[index]
+
+    with fleet.db.session() as s:
+        pool = host_by_name(s, "gpu-02").pool
+    gpu_health.set_pool_health_policy(fleet, pool, auto_remediate=["xid-79"])
+    long = sbatch(slurm, "-w", "gpu-02", "-t", "5", "--wrap", "sleep 300")
+    job(slurm, long, ("RUNNING",))
+    with pytest.raises(DrainBlocked, match=f"job {long} \\(root, running"):
+        remediation.auto_remediate(fleet, "gpu-02", "xid-79")
+    assert events(fleet, EventKind.REMEDIATION, "gpu-02") == []  # the reset never ran
+    (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-02")
+    assert e["purpose"] == "remediation" and e["outcome"] == "timed-out"
+    assert not next(n for n in SlurmClient(conf=slurm.conf).nodes()
+                    if n.name == "gpu-02").drained  # resumed
+    assert job(slurm, long, ("RUNNING",))  # and the job was left alone

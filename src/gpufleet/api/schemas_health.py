@@ -99,6 +99,12 @@ class RemediateIn(Schema):
     ticket: str | None = Field(None, max_length=128, description="Vendor ticket (service-request).")
     eta: Time | None = Field(None, description="When the host is expected back (service-request).")
     reason: str | None = Field(None, max_length=512)
+    no_drain: bool = Field(
+        False, description="Act without draining first: Slurm jobs, pods (recorded; issue 26)."
+    )
+    drain_timeout_s: float | None = Field(
+        None, gt=0, le=86400, description="Slurm: seconds to wait for running jobs (30 min)."
+    )
 
 
 class StepOut(Schema):
@@ -277,6 +283,12 @@ class ReasonSelectorIn(Schema):
     reason: str = Field(min_length=1, max_length=1024, pattern=r"\S")
     confirm_all: bool = Field(
         False, description="Confirm a change reaching more than GPUFLEET_CONFIRM_SHARE."
+    )
+
+
+class RetireIn(ReasonSelectorIn):
+    no_drain: bool = Field(
+        False, description="Retire without draining first: Slurm jobs, pods (recorded)."
     )
 
 

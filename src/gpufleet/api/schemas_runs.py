@@ -187,3 +187,14 @@ class CampaignJobOut(Schema):
     campaign: str
     job: int = Field(description="The worker job's id (procrastinate).")
     status: str = Field(description="The campaign's status when it was queued.")
+
+
+class CampaignRunIn(Schema):
+    """Optional body of ``/campaigns/{name}/run`` and ``/resume`` (the CLI's options)."""
+
+    no_drain: bool = Field(
+        False, description="Act without draining first: Slurm jobs, pods (recorded; issue 26)."
+    )
+    drain_timeout_s: float | None = Field(
+        None, gt=0, le=86400, description="Slurm: seconds to wait for running jobs (30 min)."
+    )

@@ -283,8 +283,8 @@ def enforce_in_slurm() -> None:
     """Where work runs in Slurm (a sync target): bring the leases' reservations in line now
     rather than at the next sync; what Slurm refused is said on stderr (and is an alarm)."""
     from gpufleet.errors import GpufleetError
-    from gpufleet.service.exports.slurm_drain import work_runs_in_slurm
     from gpufleet.service.exports.slurm_reservations import reservation_sync
+    from gpufleet.service.hosts.slurm_drain import work_runs_in_slurm
 
     fleet = open_fleet()
     if not work_runs_in_slurm(fleet):

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from gpufleet.cli.common import boundary, console, err_console, lit, open_fleet, print_json
+from gpufleet.cli.lifecycle import DRAIN_TIMEOUT_OPTION, NO_DRAIN_OPTION
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.errors import ConfigError
@@ -171,19 +172,25 @@ def reimage_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     override_identity: bool = typer.Option(False, "--override-identity", help=OVERRIDE_HELP),
     reason: str | None = typer.Option(None, "--reason", help=REASON_HELP),
+    no_drain: bool = NO_DRAIN_OPTION,
+    drain_timeout: str = DRAIN_TIMEOUT_OPTION,
 ) -> None:
     """Reimage a host by virtual media: insert the image, one-time boot from it, power-cycle,
     record a reimage change (the host goes back to validation; accept its new SSH host key
     with 'gpufleet hosts rekey'). Refused for allocated hosts, and while its bmc-identity
-    alarm is open unless --override-identity --reason."""
+    alarm is open unless --override-identity --reason. Drained first where work runs (Slurm
+    jobs waited for, Kubernetes pods evicted): exit 6 with what blocked."""
+    from gpufleet.domain.leases import parse_duration
+
     why = override_reason(override_identity, reason)
+    timeout = parse_duration(drain_timeout, "--drain-timeout")
     if image and baseline:
         raise ConfigError("give --image or --baseline, not both")
     if not yes and not typer.confirm(f"Reimage {host} (its disk is overwritten)?",
                                      default=False):
         raise typer.Exit(1)
     res = svc.reimage(open_fleet(), host, image=image, baseline=baseline,
-                      override_identity=why)
+                      override_identity=why, no_drain=no_drain, drain_timeout=timeout)
     _report(res, as_json)
 
 

@@ -93,6 +93,13 @@ ALL_OPTION: bool = typer.Option(
     "--all",
     help="Confirm a change that reaches more than GPUFLEET_CONFIRM_SHARE of the fleet.",
 )
+#: ``--no-drain`` / ``--drain-timeout`` of the commands that act on hosts (issue 26).
+NO_DRAIN_OPTION: bool = typer.Option(
+    False, "--no-drain", help="Do not drain first: Slurm jobs, Kubernetes pods (recorded)."
+)
+DRAIN_TIMEOUT_OPTION: str = typer.Option(
+    "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
+)
 
 HOSTS_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."
 
@@ -178,13 +185,8 @@ def maintenance_on_cmd(
         help="Expected back (ISO time, local unless zoned; default --until): summary, capacity.",
     ),
     confirm_all: bool = ALL_OPTION,
-    no_drain: bool = typer.Option(
-        False, "--no-drain",
-        help="Do not drain first: Slurm jobs, Kubernetes pods (recorded).",
-    ),
-    drain_timeout: str = typer.Option(
-        "30m", "--drain-timeout", help="Slurm: how long to wait for running jobs (30m, 2h)."
-    ),
+    no_drain: bool = NO_DRAIN_OPTION,
+    drain_timeout: str = DRAIN_TIMEOUT_OPTION,
 ) -> None:
     """Put hosts in maintenance (refused while allocated). Where work runs in Slurm
     (GPUFLEET_SYNC_TARGETS has slurm) the nodes are drained first and their jobs waited for;
@@ -192,7 +194,8 @@ def maintenance_on_cmd(
     Kubernetes cluster is configured, the hosts' pods are evicted first (budgets respected)."""
     from gpufleet.cli.common import when
     from gpufleet.domain.leases import parse_duration
-    from gpufleet.service.exports.slurm_drain import maintenance_drained, work_runs_in_slurm
+    from gpufleet.service.exports.slurm_drain import maintenance_drained
+    from gpufleet.service.hosts.slurm_drain import work_runs_in_slurm
 
     until, eta = when(until_, "--until"), when(eta_, "--eta")
     fleet = open_fleet()
@@ -243,14 +246,22 @@ def retire_cmd(
     hosts: str = typer.Argument(..., help=HOSTS_HELP),
     reason: str = typer.Option("retired", "--reason", help="Why."),
     confirm_all: bool = ALL_OPTION,
+    no_drain: bool = NO_DRAIN_OPTION,
+    drain_timeout: str = DRAIN_TIMEOUT_OPTION,
 ) -> None:
-    """Retire hosts for good (refused while allocated)."""
+    """Retire hosts for good (refused while allocated). Each host is drained first where
+    work runs: its Slurm jobs waited for (GPUFLEET_SYNC_TARGETS has slurm), its Kubernetes
+    pods evicted; a host that cannot be drained is refused (exit 6) with what blocked."""
+    from gpufleet.domain.leases import parse_duration
+
+    timeout = parse_duration(drain_timeout, "--drain-timeout")
     fleet = open_fleet()
     report_each(
         operations.each_change(
             fleet,
             hosts,
-            lambda n: operations.retire(fleet, n, reason),
+            lambda n: operations.retire(fleet, n, reason, no_drain=no_drain,
+                                        drain_timeout=timeout),
             verb="retire",
             reason=reason,
             confirm_all=confirm_all,

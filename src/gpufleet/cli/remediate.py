@@ -50,25 +50,16 @@ def remediate_cmd(
     validation (service-request: to maintenance with the ticket and ETA). A reboot that
     fails in-band, or a host that does not answer, is power-cycled through its BMC when it
     has one. Where work runs in Slurm (GPUFLEET_SYNC_TARGETS has slurm) the node is
-    drained and its jobs waited for first: exit 6 with the jobs when they outlast
-    --drain-timeout. Exit 1 when the step was refused or failed."""
+    drained and its jobs waited for first, and where a Kubernetes cluster is configured its
+    pods are evicted: exit 6 with what blocked when the jobs outlast --drain-timeout or a
+    disruption budget holds a pod. Exit 1 when the step was refused or failed."""
     if override_identity and (reason is None or not reason.strip()):
         raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
-    from gpufleet.cli.common import err_console, when
+    from gpufleet.cli.common import when
     from gpufleet.domain.leases import parse_duration
-    from gpufleet.service.exports.slurm_drain import drain_and_wait, work_runs_in_slurm
     from gpufleet.service.health import remediation
 
     fleet = open_fleet()
-    if work_runs_in_slurm(fleet):
-        (d,) = drain_and_wait(
-            fleet, [host], reason or f"remediate {action.value}",
-            purpose=f"remediation ({action.value})", no_drain=no_drain,
-            timeout=parse_duration(drain_timeout, "--drain-timeout")).hosts
-        if not d.ok:
-            err_console.print(f"[bold red]error:[/] not drained, {lit(action.value)} not run: "
-                              f"{lit(d.describe())}")
-            raise typer.Exit(6)
     rep = remediation.remediate(
         fleet,
         host,
@@ -82,6 +73,7 @@ def remediate_cmd(
         service=service,
         override_identity=reason if override_identity else None,
         no_drain=no_drain,
+        drain_timeout=parse_duration(drain_timeout, "--drain-timeout"),
     )
     if as_json:
         print_json(asdict(rep))

@@ -5,6 +5,7 @@ worker jobs (202, like ``/runs``); the work is in :mod:`gpufleet.service.campaig
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Depends, Path
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
-from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut
+from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut, CampaignRunIn
 from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.campaigns import campaign
 from gpufleet.service.core.fleet import Fleet
@@ -32,8 +33,14 @@ def campaigns_show(name: Name, fleet: Fleet = Depends(as_viewer)) -> CampaignOut
     return CampaignOut.of(campaign.show_campaign(fleet, name))
 
 
-def _queued(name: str, fleet: Fleet, queue: JobQueue) -> CampaignJobOut:
-    view, job = campaign.enqueue_run(fleet, name, queue)
+def _queued(
+    name: str, fleet: Fleet, queue: JobQueue, body: CampaignRunIn | None = None
+) -> CampaignJobOut:
+    secs = body.drain_timeout_s if body is not None else None
+    view, job = campaign.enqueue_run(
+        fleet, name, queue, no_drain=body.no_drain if body is not None and (
+            body.no_drain or secs) else None,
+        drain_timeout=timedelta(seconds=secs) if secs else None)
     return CampaignJobOut(campaign=view.name, job=job, status=view.status)
 
 
@@ -43,9 +50,12 @@ def _queued(name: str, fleet: Fleet, queue: JobQueue) -> CampaignJobOut:
     summary="Run a campaign on the workers (poll GET /campaigns/{name})",
 )
 def campaigns_run(
-    name: Name, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+    name: Name,
+    body: CampaignRunIn | None = None,
+    fleet: Fleet = Depends(as_operator),
+    queue: JobQueue = Depends(job_queue),
 ) -> CampaignJobOut:
-    return _queued(name, fleet, queue)
+    return _queued(name, fleet, queue, body)
 
 
 @router.post(
@@ -54,9 +64,12 @@ def campaigns_run(
     summary="Resume a paused, approved or interrupted campaign on the workers",
 )
 def campaigns_resume(
-    name: Name, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+    name: Name,
+    body: CampaignRunIn | None = None,
+    fleet: Fleet = Depends(as_operator),
+    queue: JobQueue = Depends(job_queue),
 ) -> CampaignJobOut:
-    return _queued(name, fleet, queue)
+    return _queued(name, fleet, queue, body)
 
 
 @router.post("/campaigns/{name}/approve", summary="Approve the waves after the canary (admin)")

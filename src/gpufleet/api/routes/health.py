@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, Query
@@ -103,6 +104,8 @@ def hosts_remediate(
         reason=body.reason,
         service=body.service,
         override_identity=body.reason if body.override_identity else None,
+        no_drain=body.no_drain,
+        drain_timeout=timedelta(seconds=body.drain_timeout_s) if body.drain_timeout_s else None,
     )
     return RemediationOut.of(r)
 

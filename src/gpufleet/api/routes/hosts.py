@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Query, Response
 from gpufleet.api.deps import as_admin, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.schemas import EventOut, HostDetailOut, HostOut, HostPage, InTime
-from gpufleet.api.schemas_health import ReasonSelectorIn, UnquarantineIn
+from gpufleet.api.schemas_health import RetireIn, UnquarantineIn
 from gpufleet.api.schemas_ops import HostOutcomeOut, MaintenanceOffIn, MaintenanceOnIn
 from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
 from gpufleet.domain.events import EventKind
@@ -125,11 +125,11 @@ def maintenance_off(
 
 
 @router.post("/retire", summary="Retire hosts for good (admin)", tags=["maintenance"])
-def retire(body: ReasonSelectorIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
+def retire(body: RetireIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
     outcomes = operations.each_change(
         fleet,
         body.selector,
-        lambda n: operations.retire(fleet, n, body.reason),
+        lambda n: operations.retire(fleet, n, body.reason, no_drain=body.no_drain),
         verb="retire",
         reason=body.reason,
         confirm_all=body.confirm_all,

@@ -545,12 +545,16 @@ class CampaignDeferrer(Protocol):
         ...
 
 
-def enqueue_run(fleet: Fleet, name: str, queue: CampaignDeferrer) -> tuple[CampaignView, int]:
+def enqueue_run(
+    fleet: Fleet, name: str, queue: CampaignDeferrer, *, no_drain: bool | None = None,
+    drain_timeout: timedelta | None = None,
+) -> tuple[CampaignView, int]:
     """Queue ``run_campaign(name)`` (run or resume) as a worker job, as the caller; refused
     now (404, 409) when the campaign is unknown or cannot run from its status, the same as
-    ``campaign run`` would be."""
+    ``campaign run`` would be. ``no_drain``/``drain_timeout``: as ``run_campaign``'s, kept on
+    the campaign for the job (and its resumes), recorded on a campaign event."""
     with fleet.db.session() as s:
-        camp = campaign_row(s, name)
+        camp = campaign_row(s, name, for_update=no_drain is not None or bool(drain_timeout))
         st = camp.status
         deferred = any(r.step == HostStep.DEFERRED for r in _rows(s, camp))
         if (st in FINAL_STATUSES or st is CampaignStatus.HALTED) and not (
@@ -561,6 +565,13 @@ def enqueue_run(fleet: Fleet, name: str, queue: CampaignDeferrer) -> tuple[Campa
                                                             "completed with deferred hosts"])
         if st is CampaignStatus.RUNNING and _owner_alive(camp, fleet):
             raise Conflict(what=f"campaign {name} (driven by {camp.owner})")
+        if no_drain is not None or drain_timeout:
+            camp.options = {**camp.options, "no_drain": bool(no_drain)} | (
+                {"drain_timeout_s": drain_timeout.total_seconds()} if drain_timeout else {})
+            record_event(s, fleet, EventKind.CAMPAIGN, f"campaign {name}: "
+                         f"{'no drain' if no_drain else 'drain'} before each action",
+                         data={"campaign": name, "ticket": camp.ticket, "no_drain": bool(no_drain),
+                               "drain_timeout_s": camp.options.get("drain_timeout_s")})
         view = _view(s, camp)
     queue.check_ready()
     return view, queue.defer_campaign(name, fleet.actor)

@@ -237,7 +237,8 @@ def _reimage(fleet: Fleet, camp: CampaignRow, names: list[str]) -> dict[str, tup
     out: dict[str, tuple[bool, str]] = {}
     for name in names:
         try:
-            res = reimage(fleet, name, baseline=camp.target_baseline, ticket=camp.ticket)
+            res = reimage(fleet, name, baseline=camp.target_baseline, ticket=camp.ticket,
+                          drained={"by": f"campaign {camp.name}"})  # drained by its wave
         except GpufleetError as exc:
             out[name] = (False, str(exc))
             continue

@@ -31,10 +31,10 @@ from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaigns.campaign_actions import host_list, run_action
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import retrying, transition
-from gpufleet.service.exports.slurm_drain import drain_and_wait, work_runs_in_slurm
 from gpufleet.service.hosts.baselines import set_pool_baseline
 from gpufleet.service.hosts.collect import collect
 from gpufleet.service.hosts.drain import NO_CLUSTER, drain_each
+from gpufleet.service.hosts.slurm_drain import drain_and_wait, work_runs_in_slurm
 from gpufleet.service.hosts.validate import validate
 from gpufleet.store.repo import baseline_for_host, host_by_name, no_baseline
 from gpufleet.store.tables import BaselineRow, CampaignHost, CampaignRow, FactSnapshot, Host, Pool

@@ -21,10 +21,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from gpufleet.collect.slurm import SlurmClient
 from gpufleet.collect.transport import Outcome, RawResult, Transport, run_many
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.gpu_health import HolderPolicy
+from gpufleet.domain.lifecycle import apply_event
 from gpufleet.domain.remediation import (
     Action,
     alive_script,
@@ -51,7 +53,7 @@ from gpufleet.service.core.pipeline import (
 from gpufleet.service.health import remediation_steps as steps_
 from gpufleet.service.health.remediation_steps import Step
 from gpufleet.service.hosts import bmc_guard
-from gpufleet.service.hosts.drain import DrainApi, drain_or_skip
+from gpufleet.service.hosts.drain import DrainApi, drain_first
 from gpufleet.service.hosts.gpu_health import pool_health_policy
 from gpufleet.store.repo import host_by_name
 from gpufleet.store.tables import FactSnapshot, Host, PartEvent, Remediation
@@ -182,20 +184,32 @@ def remediate(
     service: str | None = None,
     override_identity: str | None = None,
     no_drain: bool = False,
+    drain_timeout: timedelta | None = None,
     drain_api: DrainApi | None = None,
+    slurm: SlurmClient | None = None,
 ) -> RemediationReport:
     """Run ``action`` on host ``name`` (see the module); ``rule``: the rule that ran it
     automatically (policy ``auto_remediate``); ``service``: what ``restart-service``
     restarts; ``override_identity``: the reason to power-cycle through a BMC whose identity
-    alarm is open (:mod:`gpufleet.service.hosts.bmc_guard`). Issue 26: the host's pods are
-    evicted first where a cluster is configured (:mod:`gpufleet.service.hosts.drain`; a
-    blocked drain refuses the action), unless ``no_drain`` (recorded on the events)."""
+    alarm is open (:mod:`gpufleet.service.hosts.bmc_guard`). Issue 26: the host is drained
+    first wherever work runs (:func:`gpufleet.service.hosts.drain.drain_first`: its Slurm
+    node drained and its jobs waited for up to ``drain_timeout``, its pods evicted; a blocked
+    drain refuses the action), unless ``no_drain`` (recorded on the events)."""
     if action is Action.RESTART_SERVICE:
         service = steps_.check_service(service)
     elif service:
         raise UsageError("--service belongs to --action restart-service")
+    why = reason or f"remediate {action.value}"
     if action is Action.SERVICE_REQUEST:
-        return _service_request(fleet, name, gpu=gpu, ticket=ticket, eta=eta, reason=reason)
+        if not ticket:
+            raise UsageError("--action service-request needs --ticket (e.g. RMA-123)")
+        with fleet.db.session() as s:  # a refused move is refused before any drain
+            host = host_by_name(s, name)
+            apply_event(host.name, HostState(host.state), Event.MAINTENANCE_ON)
+        drained = drain_first(fleet, name, "remediation", why=why, no_drain=no_drain,
+                              slurm_timeout=drain_timeout, api=drain_api, slurm=slurm)
+        return _service_request(fleet, name, gpu=gpu, ticket=ticket, eta=eta, reason=reason,
+                                drained=drained)
     if ticket or eta:
         raise UsageError("--ticket and --eta belong to --action service-request")
     with fleet.db.session() as s:
@@ -213,7 +227,8 @@ def remediate(
             alarm = bmc_guard.identity_alarm(s, host)
             if alarm is not None and bmc_guard.check_override(override_identity) is None:
                 raise IdentityMismatch(host.name, "power-cycle", f"#{alarm.id}: {alarm.message}")
-    drained = drain_or_skip(fleet, name, "remediation", no_drain=no_drain, api=drain_api)
+    drained = drain_first(fleet, name, "remediation", why=why, no_drain=no_drain,
+                          slurm_timeout=drain_timeout, api=drain_api, slurm=slurm)
     c = _claim(fleet, name, timeout_s)
     steps: list[Step] = []
     try:
@@ -397,9 +412,8 @@ def _service_request(
     ticket: str | None,
     eta: datetime | None,
     reason: str | None,
+    drained: dict[str, Any],
 ) -> RemediationReport:
-    if not ticket:
-        raise UsageError("--action service-request needs --ticket (e.g. RMA-123)")
     with fleet.db.session() as s:
         host = host_by_name(s, name, for_update=True)
         plan = _plan(s, host, gpu)
@@ -448,6 +462,7 @@ def _service_request(
                 "remediation": row.id,
                 "eta": eta.isoformat() if eta else None,
                 "gpus": step.gpus,
+                "drain": drained,
             },
         )
         for i in touched:
@@ -464,7 +479,8 @@ def _service_request(
                         data={"ticket": ticket, "remediation": row.id},
                     )
                 )
-        report = RemediationReport(name, step.action, True, [step], str(host.state), [row.id])
+        report = RemediationReport(name, step.action, True, [step], str(host.state), [row.id],
+                                   drain=drained)
         webhooks.enqueue(s, fleet, EventKind.REMEDIATION.value, name, _payload(report))
     return report
 
@@ -495,12 +511,19 @@ def ladder(fleet: Fleet, name: str) -> list[dict[str, Any]]:
         ]
 
 
-def auto_remediate(fleet: Fleet, name: str, rule: str) -> RemediationReport | None:
+def auto_remediate(
+    fleet: Fleet, name: str, rule: str, *, drain_api: DrainApi | None = None,
+    slurm: SlurmClient | None = None,
+) -> RemediationReport | None:
     """The hook the health rules call when ``rule`` fires on ``name``: runs the first rung
-    (reset-gpu) when the host's pool lists the rule under ``auto_remediate``; None otherwise."""
+    (reset-gpu) when the host's pool lists the rule under ``auto_remediate``; None otherwise.
+    Drained first like a manual remediation (:func:`remediate`), waiting for Slurm jobs as
+    long as for pods (``GPUFLEET_KUBE_DRAIN_TIMEOUT``): a sweep is not held for half an hour;
+    a blocked drain refuses the step (:class:`~gpufleet.errors.DrainBlocked`)."""
     with fleet.db.session() as s:
         host = host_by_name(s, name)
         policy = pool_health_policy(s, host.pool)
     if rule not in policy.auto_remediate:
         return None
-    return remediate(fleet, name, Action.RESET_GPU, rule=rule)
+    return remediate(fleet, name, Action.RESET_GPU, rule=rule, drain_api=drain_api, slurm=slurm,
+                     drain_timeout=timedelta(seconds=fleet.settings.k8s_drain_timeout_s))

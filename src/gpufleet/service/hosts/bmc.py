@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.select import select_hosts
 from gpufleet.service.hosts import bmc_guard
 from gpufleet.service.hosts.baselines import get_baseline
+from gpufleet.service.hosts.drain import DrainApi, drain_first
 from gpufleet.service.hosts.operations import REIMAGE_HINT, record_change
 from gpufleet.store.repo import baseline_for_host, host_by_name
 from gpufleet.store.tables import BmcRead, FactSnapshot, GpuRow, Host
@@ -505,14 +507,22 @@ def image_for(fleet: Fleet, name: str, image: str | None, baseline: str | None) 
 
 def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str | None = None,
             settle_s: float | None = None, ticket: str | None = None,
-            override_identity: str | None = None) -> BmcAction:
+            override_identity: str | None = None, no_drain: bool = False,
+            drain_timeout: timedelta | None = None, drained: dict[str, Any] | None = None,
+            drain_api: DrainApi | None = None) -> BmcAction:
     """Insert the image as virtual media, one-time boot from it, power-cycle, record a
     ``reimage`` change (the host goes back to validation; its SSH host key will change:
     ``hosts rekey``). Refused for allocated hosts. ``ticket`` (a campaign's) is carried by
-    the ``bmc`` event and the change."""
+    the ``bmc`` event and the change. Issue 26: the host is drained first wherever work runs
+    (:func:`~gpufleet.service.hosts.drain.drain_first`; blocked: :class:`DrainBlocked`,
+    nothing done) unless ``no_drain``, or ``drained`` says the caller drained it (a
+    campaign's wave); recorded on the ``bmc`` event (``drain``)."""
     url = image_for(fleet, name, image, baseline)
     target, host_id = _target_for(fleet, name, force=False, verb="reimage", forceable=False,
                                   override_identity=override_identity)
+    if drained is None:
+        drained = drain_first(fleet, name, "reimage", why=f"reimage: {url}", no_drain=no_drain,
+                              slurm_timeout=drain_timeout, api=drain_api)
     settle = settle_s if settle_s is not None else fleet.settings.bmc_settle_s
     target = _action_deadline(target, settle)
     try:
@@ -522,12 +532,12 @@ def reimage(fleet: Fleet, name: str, *, image: str | None = None, baseline: str 
                     extra=ids(host=name))
         _record(fleet, host_id, f"reimage failed: BMC {exc.outcome}: {exc.reason}",
                 {"action": "reimage", "ok": False, "image": url, "outcome": exc.outcome.value,
-                 "ticket": ticket})
+                 "ticket": ticket, "drain": drained})
         return BmcAction(name, "reimage", False, reason=str(exc))
     _record(fleet, host_id, f"reimage: {url} on {res.device}, one-time boot, power cycled "
             f"({res.power_state})", {"action": "reimage", "ok": True, "image": url,
                                      "device": res.device, "notes": res.notes,
-                                     "ticket": ticket})
+                                     "ticket": ticket, "drain": drained})
     state = record_change(fleet, name, DeclaredChangeKind.REIMAGE, ticket,
                           f"by virtual media: {url}")
     return BmcAction(name, "reimage", True, power_state=res.power_state,

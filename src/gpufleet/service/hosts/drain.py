@@ -25,8 +25,10 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
+from gpufleet.collect.slurm import SlurmClient
 from gpufleet.config import Settings
 from gpufleet.domain.k8s import OWN_PREFIX, node_name
 from gpufleet.domain.labels import sanitize_label_value
@@ -34,6 +36,7 @@ from gpufleet.domain.sync import Target, parse_targets
 from gpufleet.errors import DrainBlocked, GpufleetError, KubeApiError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.kube import KubeClient
+from gpufleet.service.hosts.slurm_drain import drain_and_wait, work_runs_in_slurm
 from gpufleet.store.repo import host_by_name
 
 DRAIN_TAINT_KEY = f"{OWN_PREFIX}draining"
@@ -41,6 +44,8 @@ ENDED_PHASES = ("Succeeded", "Failed")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 #: Why a drain did nothing where no cluster is configured.
 NO_CLUSTER = "no Kubernetes cluster configured"
+#: How long :func:`drain_first` waits for a host's Slurm jobs unless told (``--drain-timeout``).
+SLURM_DRAIN_TIMEOUT = timedelta(minutes=30)
 
 
 class DrainApi(Protocol):
@@ -246,6 +251,38 @@ def drain_or_skip(
     if no_drain:
         return {"skipped": "--no-drain", "ok": None}
     return drain(fleet, host, what, api=api).as_json()
+
+
+def drain_first(
+    fleet: Fleet,
+    host: str,
+    what: str,
+    *,
+    why: str | None = None,
+    no_drain: bool = False,
+    slurm_timeout: timedelta | None = None,
+    api: DrainApi | None = None,
+    slurm: SlurmClient | None = None,
+) -> dict[str, Any]:
+    """Drain before you touch, wherever work runs (issue 26), before one action on ``host``
+    (``what``: remediation, retire, reimage...; ``why``: the reason the Slurm drain keeps).
+    Where work runs in Slurm (a sync target, or ``slurm`` given) its node is drained and its
+    jobs waited for (:func:`~gpufleet.service.hosts.slurm_drain.drain_and_wait`, up to
+    ``slurm_timeout`` or the host's lease end): a job still running then refuses the action
+    (:class:`DrainBlocked`, exit 6, the node resumed). Then its pods are evicted
+    (:func:`drain_or_skip`, blocked: :class:`DrainBlocked`). ``no_drain`` skips both, recorded.
+    Returns the ``drain`` record for the action's event: the Kubernetes drain's, with the
+    Slurm drain's under ``slurm``."""
+    slurm_record: dict[str, Any] | None = None
+    if slurm is not None or work_runs_in_slurm(fleet):
+        (d,) = drain_and_wait(fleet, [host], why or what, client=slurm, no_drain=no_drain,
+                              timeout=slurm_timeout or SLURM_DRAIN_TIMEOUT, purpose=what).hosts
+        if not d.ok:
+            raise DrainBlocked(f"host {host}: not drained, the {what} did not run: "
+                               f"{d.describe()} (--no-drain overrides)")
+        slurm_record = d.as_json() | {"no_drain": no_drain}
+    record = drain_or_skip(fleet, host, what, no_drain=no_drain, api=api)
+    return record | ({"slurm": slurm_record} if slurm_record is not None else {})
 
 
 def drain_each(

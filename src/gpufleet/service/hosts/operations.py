@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
@@ -25,7 +25,7 @@ from gpufleet.errors import ConfigError, Conflict, GpufleetError, InvalidTransit
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import KEEP, reclaim_owed, retrying, transition
 from gpufleet.service.core.select import is_explicit, selected_names
-from gpufleet.service.hosts.drain import DrainApi, drain_or_skip
+from gpufleet.service.hosts.drain import DrainApi, drain_first, drain_or_skip
 from gpufleet.store.repo import no_host
 from gpufleet.store.tables import (
     CollectionResult,
@@ -58,14 +58,20 @@ def maintenance_on(
 ) -> str:
     """Take a host out for maintenance (refused while allocated); ``eta``: when it is
     expected back (default: ``until``), shown in summary, capacity and ``hosts show``;
-    ``drain``: how its Slurm node was drained first (or ``no_drain``), kept on the event.
+    ``drain``: how its Slurm node was drained first (or ``no_drain``), kept on the event;
+    None: drained here where work runs in Slurm (:func:`drain_first`, the API's way).
     Issue 26: where a cluster is configured the host's pods are evicted first
     (:mod:`gpufleet.service.hosts.drain`; a drain that is blocked refuses the maintenance);
     ``no_drain`` skips that, recorded on the event (``k8s_drain``)."""
     with fleet.db.session() as s:  # refused transitions are refused before any eviction
         h = _host(s, name)
         apply_event(h.name, HostState(h.state), Event.MAINTENANCE_ON)
-    drained = drain_or_skip(fleet, name, "maintenance", no_drain=no_drain, api=drain_api)
+    if drain is None:
+        drained = drain_first(fleet, name, "maintenance", why=reason, no_drain=no_drain,
+                              api=drain_api)
+        drain = drained.pop("slurm", None)
+    else:
+        drained = drain_or_skip(fleet, name, "maintenance", no_drain=no_drain, api=drain_api)
     return _maintenance_on(fleet, name, reason, until, eta, drained, drain)
 
 
@@ -132,12 +138,31 @@ def maintenance_off(fleet: Fleet, name: str, reason: str = "maintenance done") -
         return h.state
 
 
+def retire(
+    fleet: Fleet,
+    name: str,
+    reason: str,
+    *,
+    no_drain: bool = False,
+    drain_timeout: timedelta | None = None,
+    drain_api: DrainApi | None = None,
+) -> str:
+    """Retire a host for good (refused while allocated). Issue 26: drained first wherever
+    work runs (:func:`drain_first`: Slurm jobs waited for up to ``drain_timeout``, pods
+    evicted; blocked: refused), unless ``no_drain``; recorded on the event (``drain``)."""
+    with fleet.db.session() as s:  # refused transitions are refused before any drain
+        h = _host(s, name)
+        apply_event(h.name, HostState(h.state), Event.RETIRE)
+    drained = drain_first(fleet, name, "retire", why=reason, no_drain=no_drain,
+                          slurm_timeout=drain_timeout, api=drain_api)
+    return _retire(fleet, name, reason, drained)
+
+
 @retrying
-def retire(fleet: Fleet, name: str, reason: str) -> str:
-    """Retire a host for good (refused while allocated)."""
+def _retire(fleet: Fleet, name: str, reason: str, drained: dict[str, Any]) -> str:
     with fleet.db.session() as s:
         h = _host(s, name)
-        transition(s, fleet, h, Event.RETIRE, reason)
+        transition(s, fleet, h, Event.RETIRE, reason, data={"drain": drained})
         return h.state
 
 
