@@ -220,6 +220,13 @@ class HostSettings(BaseModel):
         group="k8s",
         doc="k8s sync cordons quarantined hosts' nodes (and uncordons only its own cordons).",
     )
+    k8s_dra: bool = _setting(
+        False,
+        env="GPUFLEET_KUBE_DRA",
+        group="k8s",
+        doc="The cluster hands GPUs out by DRA: gpufleet sync (k8s) also keeps the "
+        "DeviceTaintRules of k8s dra-sync and sync status shows their drift (issue 26).",
+    )
     k8s_drain_timeout_s: float = _setting(
         300.0,
         env="GPUFLEET_KUBE_DRAIN_TIMEOUT",
@@ -227,7 +234,8 @@ class HostSettings(BaseModel):
         gt=0,
         allow_inf_nan=False,
         doc="Seconds a drain (maintenance, remediation, campaign action) waits for the "
-        "host's pods to be evicted before it gives up and reports what blocked (issue 26).",
+        "host's pods to be evicted before it gives up and reports what blocked (issue 26); "
+        "the remediation a health rule runs by itself waits as long for Slurm jobs.",
     )
     # -- sync -----------------------------------------------------------------------------
     sync_targets: str = _setting(

@@ -154,3 +154,68 @@ def test_a_rule_the_server_does_not_keep_as_written_never_takes_effect(
     assert "not kept as written" in rep.errors[0]
     effects = {r["spec"]["taint"]["effect"] for r in api.list_rules().values()}
     assert effects == {"None"}  # never made effective
+
+
+def test_gpufleet_sync_keeps_the_rules_and_sync_status_shows_dra_drift(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Where the cluster uses DRA (GPUFLEET_KUBE_DRA), ``gpufleet sync`` (the k8s target)
+    runs the DeviceTaintRule sync too, and ``sync status`` shows its drift; without the
+    setting neither touches DeviceTaintRules."""
+    from tests.export.test_k8s_sync import _node
+
+    from gpufleet.domain.sync import Cause, Target
+    from gpufleet.service.exports.k8s import KubeNodes
+    from gpufleet.service.exports.sync import Systems, sync_round, sync_status
+
+    def setup(k: Any) -> None:
+        for node, n in (("gpu-01", 8), ("gpu-02", 8), ("gpu-03", 6)):  # gpu-03: lost 2
+            k.objects[SLICES, None, f"{node}-gpu.nvidia.com"] = _slice(node, "gpu.nvidia.com", n)
+        k.objects[RULES, None, FOREIGN["metadata"]["name"]] = FOREIGN  # kmock knows the kind
+
+    km = Kmock([_node(n, "8") for n in ("gpu-01", "gpu-02", "gpu-03")], setup=setup)
+    try:
+        slurm_lab_fleet(fleet, tmp_path / "lab")
+        kubeconfig = km.kubeconfig(tmp_path / "kubeconfig")
+        api = KubeDra(kubeconfig)
+        quarantine(fleet, "gpu-02", "Xid 79 on GPU 3")
+        names = sorted(dra_sync(fleet, api=api, dry_run=True).created)
+        assert len(names) == 8
+
+        def systems() -> Systems:
+            return Systems(k8s_api=KubeNodes(kubeconfig), kubeconfig=kubeconfig)
+
+        plain = sync_status(fleet, [Target.K8S], systems())  # DRA not configured
+        assert not [d for d in plain.disagreements if "DeviceTaintRule" in d.what]
+        assert sync_round(fleet, [Target.K8S], systems()).ok and api.list_rules() == {}
+
+        fleet.settings = fleet.settings.model_copy(update={"k8s_dra": True})
+        st = sync_status(fleet, [Target.K8S], systems())
+        dra = [(d.host, d.cause, d.next_sync) for d in st.disagreements
+               if "DeviceTaintRule" in d.what or "ResourceSlices" in d.what]
+        assert dra == sorted(
+            [("gpu-02", Cause.PENDING, f"create DeviceTaintRule {n} (effect None, read back, "
+              "then NoSchedule)") for n in names]
+            + [("gpu-03", Cause.FOREIGN,
+                "nothing: the driver's slices (alarm k8s-dra-devices-missing)")])
+        assert api.list_rules() == {}  # status writes nothing
+
+        r = sync_round(fleet, [Target.K8S], systems())
+        (res,) = r.results
+        assert sorted(c for c in res.changed if "DeviceTaintRule" in c) == [
+            f"gpu-02: + DeviceTaintRule {n}" for n in names]
+        assert res.errors == ["gpu-03: ResourceSlices list 6 of 8 GPUs"]  # not ok: the alarm
+        assert sorted(api.list_rules()) == names
+        assert AlarmKind.K8S_DRA_DEVICES_MISSING in _alarms(fleet, "gpu-03")
+        st = sync_status(fleet, [Target.K8S], systems())
+        assert [d.host for d in st.disagreements if "DeviceTaintRule" in d.what] == []
+
+        operations.unquarantine(fleet, "gpu-02", "GPU 3 reseated")
+        validate(fleet, "gpu-02")
+        st = sync_status(fleet, [Target.K8S], systems())
+        assert sorted(d.next_sync for d in st.disagreements if "DeviceTaintRule" in d.what) == [
+            f"delete DeviceTaintRule {n}" for n in names]
+        sync_round(fleet, [Target.K8S], systems())
+        assert api.list_rules() == {}
+    finally:
+        km.close()

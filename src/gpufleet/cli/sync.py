@@ -49,7 +49,9 @@ def sync_cmd(
 ) -> None:
     """Run the enabled syncs (GPUFLEET_SYNC_TARGETS, or --k8s/--slurm): once with --once,
     else in a loop until SIGTERM/SIGINT (the round in progress finishes, exit 0). A target
-    that fails is reported and never stops the other."""
+    that fails is reported and never stops the other. Kubernetes includes the DRA
+    DeviceTaintRules (k8s dra-sync) where GPUFLEET_KUBE_DRA is set; Slurm includes the
+    leases' reservations."""
     ctx.ensure_object(dict)
     ctx.obj.update(k8s=k8s, slurm=slurm, kubeconfig=kubeconfig)
     if ctx.invoked_subcommand is not None:
@@ -87,8 +89,9 @@ def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Per host, where Kubernetes or Slurm disagree with gpufleet (hand uncordon, hand
-    resume, edited labels...) and what the next sync will do. Writes nothing. Exit 1 when a
-    target could not be read."""
+    resume, edited labels, DeviceTaintRules with GPUFLEET_KUBE_DRA, lease reservations,
+    someone else's reservation...) and what the next sync will do. Writes nothing. Exit 1
+    when a target could not be read."""
     opts = ctx.obj or {}
     fleet = open_fleet()
     targets = enabled_targets(fleet, _chosen(opts.get("k8s", False), opts.get("slurm", False)))

@@ -46,6 +46,7 @@ from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.k8s import node_name
 from gpufleet.domain.labels import PREFIX, sanitize_label_value
 from gpufleet.domain.states import HostState
+from gpufleet.domain.sync import Cause, Disagreement, Target
 from gpufleet.errors import KubeApiError
 from gpufleet.service.core.alarms import close_alarms, open_alarms, raise_alarm
 from gpufleet.service.core.fleet import Fleet, record_event
@@ -286,3 +287,26 @@ def _record(fleet: Fleet, report: DraReport, hosts: dict[str, _Host]) -> None:
             elif is_open:
                 close_alarms(s, fleet, row, AlarmKind.K8S_DRA_DEVICES_MISSING,
                              f"node {h.node}: ResourceSlices agree again")
+
+
+def dra_disagreements(report: DraReport) -> list[Disagreement]:
+    """``sync status``: per host, the DeviceTaintRules the next sync creates (a GPU gpufleet
+    will not give out that DRA still hands out) or removes, and the nodes whose ResourceSlices
+    list fewer GPUs than validated (from a dry-run :func:`dra_sync`)."""
+    out: list[Disagreement] = []
+    for name in report.created:
+        out.append(Disagreement(report.hosts.get(name, "?"), Target.K8S, Cause.PENDING,
+                                f"DRA still hands out a GPU gpufleet holds back: no effective "
+                                f"DeviceTaintRule {name}",
+                                f"create DeviceTaintRule {name} (effect None, read back, then "
+                                "NoSchedule)"))
+    for name in report.removed:
+        out.append(Disagreement(report.hosts.get(name, "?"), Target.K8S, Cause.PENDING,
+                                f"DeviceTaintRule {name} outlives the GPU's fault",
+                                f"delete DeviceTaintRule {name}"))
+    for host, (n, want) in sorted(report.short.items()):
+        out.append(Disagreement(host, Target.K8S, Cause.FOREIGN,
+                                f"the ResourceSlices of {DRIVER} list {n} devices, gpufleet "
+                                f"validated {want} GPUs",
+                                "nothing: the driver's slices (alarm k8s-dra-devices-missing)"))
+    return out

@@ -1,6 +1,8 @@
 """``gpufleet sync``: run the enabled syncs (Kubernetes, Slurm) once or in a loop, and
 ``gpufleet sync status``: where those systems disagree with gpufleet, and what the next sync
-will do.
+will do. Kubernetes includes the DRA DeviceTaintRules (:mod:`gpufleet.service.exports.k8s_dra`,
+``k8s dra-sync``) where the cluster uses DRA (``GPUFLEET_KUBE_DRA``); Slurm includes the
+leases' reservations.
 
 A round runs every enabled target; a target that fails (API unreachable, ``scontrol``
 error) is reported in the round and never stops the others. The loop sleeps between rounds
@@ -34,6 +36,7 @@ from gpufleet.domain.sync import (
 from gpufleet.errors import ConfigError, GpufleetError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.exports.k8s import KubeNodes, NodeApi, desired_nodes, k8s_sync
+from gpufleet.service.exports.k8s_dra import DraApi, KubeDra, dra_disagreements, dra_sync
 from gpufleet.service.exports.slurm import slurm_hosts, slurm_sync
 from gpufleet.service.exports.slurm_reservations import (
     reservation_disagreements,
@@ -52,11 +55,18 @@ class Systems:
     k8s_api: NodeApi | None = None
     kubeconfig: Path | None = None
     slurm: SlurmClient | None = None
+    dra_api: DraApi | None = None
 
     def kube(self, fleet: Fleet) -> NodeApi:
         if self.k8s_api is None:
             self.k8s_api = KubeNodes(self.kubeconfig or fleet.settings.k8s_kubeconfig)
         return self.k8s_api
+
+    def dra(self, fleet: Fleet) -> DraApi | None:
+        """The DRA API where the cluster uses DRA (``GPUFLEET_KUBE_DRA``); else None."""
+        if self.dra_api is None and fleet.settings.k8s_dra:
+            self.dra_api = KubeDra(self.kubeconfig or fleet.settings.k8s_kubeconfig)
+        return self.dra_api
 
     def slurm_client(self) -> SlurmClient:
         return self.slurm or SlurmClient()
@@ -107,6 +117,13 @@ def _run_k8s(fleet: Fleet, systems: Systems) -> TargetResult:
         if r.patch is not None:
             res.changed.append(f"{r.host}: " + "; ".join(r.patch.diff() or ["annotation"]))
     res.errors += [f"{r.host}: {r.error}" for r in rep.results if r.error]
+    dra = systems.dra(fleet)
+    if dra is not None:  # a failure here is the round's error; the node sync above stands
+        d = dra_sync(fleet, api=dra)
+        res.changed += [f"{d.hosts.get(n, '?')}: + DeviceTaintRule {n}" for n in d.created]
+        res.changed += [f"{d.hosts.get(n, '?')}: - DeviceTaintRule {n}" for n in d.removed]
+        res.errors += d.errors + [f"{h}: ResourceSlices list {n} of {want} GPUs"
+                                  for h, (n, want) in sorted(d.short.items())]
     return res
 
 
@@ -180,6 +197,9 @@ def _k8s_status(fleet: Fleet, systems: Systems) -> list[Disagreement]:
             continue
         patch = plan_node(desired, node, own_nvidia=own_nvidia, own_vendor=own_vendor)
         out += k8s_disagreements(patch, node, str(row.state))
+    dra = systems.dra(fleet)
+    if dra is not None:
+        out += dra_disagreements(dra_sync(fleet, api=dra, dry_run=True))
     return out
 
 
