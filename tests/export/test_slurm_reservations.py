@@ -5,6 +5,7 @@ in the reservation; release removes it; someone else's reservation holds the hos
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -220,3 +221,54 @@ def test_reservation_slurm_refuses_is_an_error_and_a_critical_alarm(
     with fleet.db.session() as s:
         alarm = s.scalar(select(Alarm).where(Alarm.kind == AlarmKind.SLURM_RESERVATION))
         assert alarm is not None and alarm.closed_at is not None
+
+
+def test_lease_reservation_carries_its_users_and_account(
+    lab_fleet: Fleet, slurm: SlurmLab
+) -> None:
+    """A lease naming a Slurm account (``allocate --account``, an account of slurmdbd made
+    with sacctmgr here) reserves for its users AND that account (``Accounts=``: Slurm admits
+    a job only when both match); a hand edit of the accounts is drift the next sync undoes."""
+    fleet, client = lab_fleet, SlurmClient(conf=slurm.conf)
+    tag = secrets.token_hex(3)  # the lab's slurmdbd outlives a test: accounts of this run
+    proj, ops = f"proj-{tag}", f"ops-{tag}"
+    slurm.run("sacctmgr", "-i", "add", "account", f"{proj},{ops}", "description=issue 26",
+              "organization=gpufleet")
+    try:
+        slurm.run("sacctmgr", "-i", "add", "user", LESSEE, f"account={proj},{ops}")
+        slurm.run("sacctmgr", "-i", "add", "user", "root", f"account={proj}")
+        lease = allocate(fleet, Request(hosts=1), owner="team-26", purpose="train",
+                         duration=timedelta(hours=2), selector="gpu-01", users=[LESSEE],
+                         account=proj).lease
+        assert lease is not None and lease.request["account"] == proj
+        name = f"gpufleet-lease-{lease.id}"
+        assert slurm_sync(fleet, client).done == [f"create {name}"]
+        res = reservations(slurm)[name]
+        assert res.users == (LESSEE,) and res.accounts == (proj,), res
+
+        # the lessee under the lease's account runs in it
+        mine = sbatch(slurm, f"--reservation={name}", f"--account={proj}", "-w", "gpu-01",
+                      "-t", "1", "--wrap", "sleep 1", user=LESSEE)
+        job(slurm, mine, ("RUNNING", "COMPLETING", "GONE"))
+        # the account alone does not let another user in
+        r = subprocess.run(["sbatch", "--parsable", "-o", "/dev/null", "-D", "/tmp",
+                            f"--reservation={name}", f"--account={proj}", "-w", "gpu-01",
+                            "-t", "1", "--wrap", "sleep 1"], env=slurm.env,
+                           capture_output=True, text=True, timeout=30, check=False)
+        assert r.returncode != 0 and "reservation" in r.stderr.lower(), r.stdout + r.stderr
+
+        slurm.run("scontrol", "update", f"reservationname={name}", f"accounts={ops}")
+        st = sync_status(fleet, [Target.SLURM], Systems(slurm=client))
+        assert [(d.host, d.cause, d.what) for d in st.disagreements] == [
+            ("gpu-01", Cause.PENDING,
+             f"reservation {name} differs from lease {lease.id}: accounts {ops} -> {proj}")]
+        assert slurm_sync(fleet, client).done == [f"update {name}"]
+        assert reservations(slurm)[name].accounts == (proj,)
+        job(slurm, mine, ("GONE",))
+        release(fleet, lease.id)
+        assert slurm_sync(fleet, client).done == [f"delete {name}"]
+    finally:
+        for user in (LESSEE, "root"):
+            slurm.run("sacctmgr", "-i", "delete", "user", user, f"account={proj},{ops}",
+                      check=False)
+        slurm.run("sacctmgr", "-i", "delete", "account", f"{proj},{ops}", check=False)

@@ -20,6 +20,7 @@ from gpufleet.domain.slurm_reservations import (
     plan_reservations,
 )
 from gpufleet.errors import ParseError
+from gpufleet.service.core.fleet import Fleet
 
 CAPTURED = Path(__file__).parent.parent / "fixtures" / "captured" / "slurm"
 
@@ -114,9 +115,36 @@ def test_plan_creates_updates_deletes_only_gpufleets() -> None:
     assert foreign_holds(existing, ["gpu-05"], NOW + timedelta(hours=3)) == {}
 
 
+def test_plan_carries_the_leases_account_and_corrects_a_hand_edit() -> None:
+    end = NOW + timedelta(hours=2)
+    wanted = [WantedReservation(1, ("gpu-01",), ("alice",), NOW, end, ("proj-a",)),
+              WantedReservation(2, ("gpu-02",), ("bob",), NOW, end)]
+    (create, _) = plan_reservations(wanted, [], NOW)
+    assert create.fields["Accounts"] == "proj-a" and create.fields["Users"] == "alice"
+    existing = [Reservation("gpufleet-lease-1", NOW, end, ("gpu-01",), ("alice",), ("ops",)),
+                Reservation("gpufleet-lease-2", NOW, end, ("gpu-02",), ("bob",), ("ops",))]
+    a, b = plan_reservations(wanted, existing, NOW)
+    assert (a.action, dict(a.fields), a.why) == (
+        ResAction.UPDATE, {"Accounts": "proj-a"}, "accounts ops -> proj-a")
+    assert (b.action, dict(b.fields)) == (ResAction.UPDATE, {"Accounts-": "ops"})  # taken off
+    same = Reservation("gpufleet-lease-1", NOW, end, ("gpu-01",), ("alice",), ("proj-a",))
+    assert plan_reservations(wanted[:1], [same], NOW) == []
+
+
 def test_gres_values_of_the_wrong_type_are_parse_errors() -> None:
     with pytest.raises(ParseError, match="gres is not a string"):
         parse_node_gres('{"nodes": [{"name": "a", "gres": 8, "gres_used": "", "state": "idle"}]}')
     with pytest.raises(ParseError, match="state_flags is not a list"):
         parse_node_gres('{"nodes": [{"name": "a", "gres": "", "gres_used": "", '
                         '"state": "idle", "state_flags": 3}]}')
+
+
+def test_an_account_scontrol_cannot_take_is_refused_before_placement(fleet: Fleet) -> None:
+    from gpufleet.domain.placement import Request
+    from gpufleet.errors import ConfigError
+    from gpufleet.service.allocation.allocation import allocate
+
+    for bad in ("a b", "a,b", "a=b", ""):
+        with pytest.raises(ConfigError, match="--account"):
+            allocate(fleet, Request(hosts=1), owner="o", purpose="p",
+                     duration=timedelta(hours=1), account=bad)

@@ -489,6 +489,10 @@ class AllocateIn(Schema):
     users: list[str] | None = Field(
         None, description="The lessee's login users; reclaim checks their processes, crontabs."
     )
+    account: str | None = Field(
+        None, max_length=64, description="Slurm account (project): its reservation admits "
+        "that account's jobs (Accounts=)."
+    )
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 

@@ -108,6 +108,10 @@ def allocate_cmd(
         help="A login user of the lessee (repeat for several); reclaim checks that none of "
         "their processes or crontabs are left. Without it, every user with UID >= 1000.",
     ),
+    account: str | None = typer.Option(
+        None, "--account", help="Slurm account (project) of the lease: its reservation "
+        "admits that account's jobs (Accounts=) as well as the users'.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the lease (or refusal) as JSON."),
 ) -> None:
     """Lease whole hosts to an owner for a purpose and a time (or reserve them from --start).
@@ -132,6 +136,7 @@ def allocate_cmd(
         start=_time(start, "--start"),
         selector=selector,
         users=users,
+        account=account,
     )
     show_allocation(got, as_json)
     if got.ok:

@@ -136,6 +136,7 @@ def allocate(
     until: str | None,
     start: str | None,
     users: list[str] | None,
+    account: str | None,
     as_json: bool,
 ) -> None:
     from gpufleet.cli.alloc import show_allocation
@@ -158,6 +159,7 @@ def allocate(
         "until": _when(until, "--until"),
         "start": _when(start, "--start"),
         "users": users or None,
+        "account": account,
     }
     out = api.post("leases", {k: v for k, v in body.items() if v is not None})
     r = out.get("refusal")

@@ -7,7 +7,9 @@ says what to create, update or delete. gpufleet owns exactly the reservations na
 never changed, and a host it covers is held (:func:`foreign_holds`).
 
 A lease's reservation covers its hosts for its window and admits its users (``allocate
---user``, else the owner): another user's job on those nodes stays pending. A lease that has
+--user``, else the owner) and, when the lease names one, its Slurm account (``allocate
+--account``: ``Accounts=``; Slurm then admits a job only when both its user and its account
+match): another user's job on those nodes stays pending. A lease that has
 started is reserved from now (Slurm refuses a start in the past); a future lease from its
 start. Flag ``IGNORE_JOBS``: jobs already running on the nodes do not stop the lease being
 enforced (Slurm adds ``SPEC_NODES`` itself: the nodes named, never others it picks).
@@ -158,6 +160,7 @@ class WantedReservation:
     users: tuple[str, ...]
     start: datetime
     end: datetime
+    accounts: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -201,8 +204,8 @@ def plan_reservations(
     wanted: Iterable[WantedReservation], existing: Iterable[Reservation], now: datetime
 ) -> list[ResChange]:
     """Create the wanted reservations Slurm lacks, update those that differ (nodes, users,
-    end, a future start), delete gpufleet's reservations no lease wants (released, expired,
-    cancelled). A reservation that ended already is only deleted (never recreated)."""
+    accounts, end, a future start), delete gpufleet's reservations no lease wants (released,
+    expired, cancelled). A reservation that ended already is only deleted (never recreated)."""
     have = {r.name: r for r in existing if r.lease_id is not None}
     out: list[ResChange] = []
     want = {w.name: w for w in wanted if w.end > now and w.nodes}
@@ -213,6 +216,8 @@ def plan_reservations(
             fields = {"StartTime": start, "EndTime": _local(w.end),
                       "Nodes": ",".join(w.nodes), "Users": ",".join(w.users),
                       "Flags": RESERVATION_FLAGS}
+            if w.accounts:
+                fields["Accounts"] = ",".join(w.accounts)
             out.append(ResChange(ResAction.CREATE, name, w.lease_id,
                                  f"lease {w.lease_id} has no reservation", w.nodes, fields))
             continue
@@ -224,6 +229,13 @@ def plan_reservations(
         if set(r.users) != set(w.users):
             diff["Users"] = ",".join(w.users)
             whys.append(f"users {','.join(r.users) or '-'} -> {','.join(w.users)}")
+        if set(r.accounts) != set(w.accounts):
+            if w.accounts:
+                diff["Accounts"] = ",".join(w.accounts)
+            else:  # scontrol takes no empty list: the accounts set by hand are taken off
+                diff["Accounts-"] = ",".join(r.accounts)
+            whys.append(f"accounts {','.join(r.accounts) or '-'} -> "
+                        f"{','.join(w.accounts) or '-'}")
         if abs((r.end - w.end).total_seconds()) > _SLACK_S:
             diff["EndTime"] = _local(w.end)
             whys.append(f"end {r.end.isoformat()} -> {w.end.isoformat()}")

@@ -74,6 +74,7 @@ def leases_allocate(body: AllocateIn, fleet: Fleet = Depends(as_operator)) -> Al
         start=body.start,
         selector=body.selector,
         users=body.users,
+        account=body.account,
     )
     r = got.refusal
     return AllocationOut(

@@ -82,6 +82,8 @@ def _check_request(req: Request) -> None:
         parse_cuda(req.cuda)  # issue 26: a malformed --cuda is a usage error, not a refusal
 
 
+#: A Slurm account (``sacctmgr add account``): no blanks, commas or ``=`` (scontrol's syntax).
+_ACCOUNT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
 #: A login name as useradd accepts it (portable set, at most 32 characters).
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,30}\$?")
 
@@ -121,19 +123,25 @@ def allocate(
     start: datetime | None = None,
     selector: str | None = None,
     users: list[str] | None = None,
+    account: str | None = None,
 ) -> Allocation:
     """Place ``req`` and lease the hosts to ``owner`` (or reserve them when ``start`` is in
-    the future). ``users``: the lessee's login users, recorded on the lease for reclaim. A
-    request that cannot be met returns the refusal with its counts."""
+    the future). ``users``: the lessee's login users, recorded on the lease for reclaim (and
+    admitted by its Slurm reservation); ``account``: the Slurm account (project) whose jobs
+    the lease's reservation admits, kept in the lease's ``request``. A request that cannot
+    be met returns the refusal with its counts."""
     _check_request(req)
     Policies(fleet).check_profile(req.profile)  # a typo is not "no host validated for it"
     lessees = check_users(users)
+    if account is not None and not _ACCOUNT.fullmatch(account):
+        raise ConfigError(f"--account '{account}': not a Slurm account name (letters, "
+                          "digits, _ . -; at most 64)")
     if not owner.strip() or not purpose.strip():
         raise ConfigError("--owner and --purpose must not be empty")
     for attempt in range(ATTEMPTS):
         try:
             result = _allocate_once(
-                fleet, req, owner, purpose, duration, until, start, selector, lessees
+                fleet, req, owner, purpose, duration, until, start, selector, lessees, account
             )
             break
         except Conflict:
@@ -153,6 +161,7 @@ def _allocate_once(
     start: datetime | None,
     selector: str | None,
     users: list[str] | None = None,
+    account: str | None = None,
 ) -> Allocation:
     now = fleet.now()
     loose = LeasePolicy(max_duration=timedelta(days=36500))
@@ -186,7 +195,8 @@ def _allocate_once(
             purpose=purpose,
             actor=fleet.actor,
             state=LeaseState.ACTIVE if active else LeaseState.RESERVED,
-            request={**_fields(req), "selector": selector},
+            request={**_fields(req), "selector": selector}
+            | ({"account": account} if account else {}),
             created_at=now,
             starts_at=begin,
             ends_at=end,

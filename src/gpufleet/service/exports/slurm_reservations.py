@@ -1,6 +1,7 @@
 """Leases enforced in Slurm (issue 26): one reservation ``gpufleet-lease-<id>`` per lease
-holding hosts (now or in the future), for its hosts, window and users; removed when the lease
-is released, expires or is cancelled; updated when it is renewed. Someone else's reservation
+holding hosts (now or in the future), for its hosts, window, users and account (``Accounts=``
+when the lease names one); removed when the lease is released, expires or is cancelled;
+updated when it is renewed. Someone else's reservation
 on a gpufleet host is respected: the host is held (a ``slurm-foreign-reservation`` alarm keeps
 it out of placement and free capacity; an ``external-hold`` event makes campaigns skip it).
 
@@ -75,6 +76,7 @@ def wanted_reservations(fleet: Fleet) -> tuple[list[WantedReservation], list[str
                 tuple(sorted(set(lease.users or [lease.owner]))),
                 lease.starts_at,
                 lease.ends_at,
+                (str(lease.request["account"]),) if (lease.request or {}).get("account") else (),
             )
             for lease in leases
         ]

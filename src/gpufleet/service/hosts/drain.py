@@ -17,6 +17,10 @@ of the action records what the drain did (``data["drain"]``).
 Only where a cluster is configured (:func:`drain_configured`: ``GPUFLEET_KUBECONFIG`` set
 or ``k8s`` among ``GPUFLEET_SYNC_TARGETS``, as the k8s sync); a host whose node is not in
 the cluster has nothing to drain.
+
+:func:`drain_first` is the one entry point of an action on one host (remediation, by hand or
+by a health rule; retire; reimage; maintenance through the API): the Slurm drain
+(:mod:`gpufleet.service.hosts.slurm_drain`) where work runs in Slurm, then this one.
 """
 
 from __future__ import annotations
