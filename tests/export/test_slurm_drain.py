@@ -137,12 +137,14 @@ def test_campaign_action_waits_for_the_drain_and_a_blocked_host_fails_unacted(
     assert e["purpose"] == "campaign" and e["outcome"] == "timed-out"
 
 
+@pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")  # kmock
 def test_retire_waits_for_the_job_auto_remediation_refused_while_one_runs(
-    lab_fleet: Fleet, slurm: SlurmLab, monkeypatch: pytest.MonkeyPatch
+    lab_fleet: Fleet, slurm: SlurmLab, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Drain before you touch beyond maintenance: ``retire`` drains the node and waits for
     its job; the remediation a health rule runs by itself waits as long as for pods
-    (GPUFLEET_KUBE_DRAIN_TIMEOUT), then is refused naming the job, the node resumed."""
+    (GPUFLEET_KUBE_DRAIN_TIMEOUT), then is refused naming the job, the node resumed; a node
+    drained for an action the pods' budget then refuses (kmock) is resumed too."""
     from gpufleet.errors import DrainBlocked
     from gpufleet.service.health import remediation
     from gpufleet.service.hosts import gpu_health, operations
@@ -175,3 +177,26 @@ def test_retire_waits_for_the_job_auto_remediation_refused_while_one_runs(
     assert not next(n for n in SlurmClient(conf=slurm.conf).nodes()
                     if n.name == "gpu-02").drained  # resumed
     assert job(slurm, long, ("RUNNING",))  # and the job was left alone
+
+    # Slurm drained, then the pods' budget blocks: the node is resumed, nothing retired
+    from tests.export.kmock_eviction import serve_evictions
+    from tests.export.test_k8s_drain import _node, train_under_budget
+    from tests.export.test_k8s_sync import Kmock
+
+    from gpufleet.service.hosts.drain import KubeDrain
+
+    km = Kmock([_node("gpu-03")], setup=serve_evictions)
+    try:
+        kubeconfig = km.kubeconfig(tmp_path / "kubeconfig")
+        train_under_budget(KubeDrain(kubeconfig), "gpu-03")
+        fleet.settings = fleet.settings.model_copy(
+            update={"k8s_kubeconfig": kubeconfig, "k8s_drain_timeout_s": 0.5})
+        with pytest.raises(DrainBlocked, match="train-pdb"):
+            operations.retire(fleet, "gpu-03", "end of life")
+    finally:
+        km.close()
+    assert state(fleet, "gpu-03") is HostState.AVAILABLE
+    assert not next(n for n in SlurmClient(conf=slurm.conf).nodes()
+                    if n.name == "gpu-03").drained  # resumed: the retire did not happen
+    (e,) = events(fleet, EventKind.SLURM_DRAIN, "gpu-03")
+    assert e["purpose"] == "retire" and e["outcome"] == "drained"

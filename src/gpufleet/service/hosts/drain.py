@@ -25,6 +25,7 @@ by a health rule; retire; reimage; maintenance through the API): the Slurm drain
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -37,7 +38,7 @@ from gpufleet.config import Settings
 from gpufleet.domain.k8s import OWN_PREFIX, node_name
 from gpufleet.domain.labels import sanitize_label_value
 from gpufleet.domain.sync import Target, parse_targets
-from gpufleet.errors import DrainBlocked, GpufleetError, KubeApiError
+from gpufleet.errors import DrainBlocked, GpufleetError, KubeApiError, LocalIOError
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.kube import KubeClient
 from gpufleet.service.hosts.slurm_drain import drain_and_wait, work_runs_in_slurm
@@ -278,14 +279,23 @@ def drain_first(
     Returns the ``drain`` record for the action's event: the Kubernetes drain's, with the
     Slurm drain's under ``slurm``."""
     slurm_record: dict[str, Any] | None = None
+    resume: SlurmClient | None = None  # the node this drain set DRAIN on
     if slurm is not None or work_runs_in_slurm(fleet):
-        (d,) = drain_and_wait(fleet, [host], why or what, client=slurm, no_drain=no_drain,
+        client = slurm or SlurmClient()
+        (d,) = drain_and_wait(fleet, [host], why or what, client=client, no_drain=no_drain,
                               timeout=slurm_timeout or SLURM_DRAIN_TIMEOUT, purpose=what).hosts
         if not d.ok:
             raise DrainBlocked(f"host {host}: not drained, the {what} did not run: "
                                f"{d.describe()} (--no-drain overrides)")
         slurm_record = d.as_json() | {"no_drain": no_drain}
-    record = drain_or_skip(fleet, host, what, no_drain=no_drain, api=api)
+        resume = client if d.drained_here else None
+    try:
+        record = drain_or_skip(fleet, host, what, no_drain=no_drain, api=api)
+    except GpufleetError:
+        if resume is not None:  # the action will not happen: leave the node as it was
+            with contextlib.suppress(LocalIOError):
+                resume.resume(host)
+        raise
     return record | ({"slurm": slurm_record} if slurm_record is not None else {})
 
 
