@@ -174,6 +174,9 @@ class CampaignOut(Schema):
     waves: list[CampaignWaveOut]
     skipped: list[CampaignSkipOut]
     notes: list[str]
+    racks: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="--unit rack: each rack's trays in slot order (empty for host units).")
 
     @classmethod
     def of(cls, v: CampaignView) -> CampaignOut:

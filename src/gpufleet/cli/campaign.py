@@ -13,11 +13,13 @@ from gpufleet.domain.campaign import (
     ActionKind,
     AllocatedPolicy,
     CampaignStatus,
+    CampaignUnit,
     HostStep,
     progress_bar,
 )
 from gpufleet.domain.changes import DeclaredChangeKind
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.service.campaigns.campaign import (
     CampaignSpec,
     CampaignView,
@@ -55,6 +57,10 @@ def show_plan(v: CampaignView) -> None:
             f"  {label:<8} {escape(progress_bar(done, len(wave)))} {done}/{len(wave)}"
             + (f" [red]{failed} failed[/]" if failed else "")
         )
+        racks = [r for r, trays in v.racks.items() if {h.host for h in wave} & set(trays)]
+        if racks:
+            console.print("    " + _("racks: {racks} (one maintenance window each)").format(
+                racks=lit(", ".join(racks))))
         for h in wave:
             why = f" ({lit(h.reason)})" if h.reason else ""
             runs = f" runs={h.action_runs}" if h.action_runs > 1 else ""
@@ -111,6 +117,11 @@ def create_cmd(
         False, "--advance-baseline",
         help="On completion, make the target baseline the baseline of the moved hosts' pools.",
     ),
+    unit: CampaignUnit = typer.Option(
+        CampaignUnit.HOST, "--unit",
+        help="rack: waves of whole racks, each rack's trays one by one in one maintenance "
+        "window of the rack, ending on the same versions.",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the plan, store nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
 ) -> None:
@@ -128,7 +139,7 @@ def create_cmd(
         canary=canary, waves=waves, max_failures=max_failures,
         require_approval=require_approval, auto_rollback=auto_rollback, allocated=allocated,
         max_rack_share=max_rack_share, pool_floor=pool_floor, change_kind=change_kind,
-        forks=forks, timeout_s=timeout, advance_baseline=advance_baseline,
+        forks=forks, timeout_s=timeout, advance_baseline=advance_baseline, unit=unit,
     )
     v = create_campaign(open_fleet(), spec, dry_run=dry_run)
     if as_json:

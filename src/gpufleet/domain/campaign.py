@@ -103,6 +103,15 @@ class ActionKind(StrEnum):
     REIMAGE = "reimage"
 
 
+class CampaignUnit(StrEnum):
+    """What a wave is made of (issue 27): hosts, or whole racks (``--unit rack``: an NVL72
+    rack's trays go one by one inside one maintenance window of the rack,
+    :mod:`gpufleet.domain.campaign_racks`)."""
+
+    HOST = "host"
+    RACK = "rack"
+
+
 class AllocatedPolicy(StrEnum):
     """What happens to allocated hosts."""
 
@@ -189,6 +198,8 @@ class Plan:
     skipped: list[Skip] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)  # allocated, in the last wave
     notes: list[str] = field(default_factory=list)
+    #: ``--unit rack``: each rack's trays in slot order (the waves hold the trays)
+    racks: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def hosts(self) -> list[str]:
@@ -203,7 +214,7 @@ class Limits:
     pool_floor: float = 0.5
 
 
-def _skip_reason(c: Candidate, policy: AllocatedPolicy, marker: str) -> str | None:
+def skip_reason(c: Candidate, policy: AllocatedPolicy, marker: str) -> str | None:
     st = c.state
     if c.held and st in (HostState.AVAILABLE, HostState.ALLOCATED):
         return f"{c.held}: skipped, not taken over"
@@ -246,7 +257,7 @@ def plan_campaign(
     plan = Plan()
     ready: list[Candidate] = []
     for c in sorted(candidates, key=lambda c: c.name):
-        why = _skip_reason(c, policy, marker or "\0")
+        why = skip_reason(c, policy, marker or "\0")
         if why is not None:
             plan.skipped.append(Skip(c.name, why))
         elif c.state is HostState.ALLOCATED:

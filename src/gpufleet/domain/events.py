@@ -273,6 +273,12 @@ class AlarmKind(StrEnum):
     """The hosts of one rack report different NVLink domains (clusterUuid); on the rack's
     first tray in slot order, closed when they agree again. A warning, like RACK_MANIFEST."""
 
+    RACK_DRIFT = "rack-drift"
+    """The trays of one rack (one NVLink domain) run different driver or GPU firmware
+    versions (issue 27 item 7: a rack's trays must end a change on the same versions); on the
+    rack's first tray, closed when they agree again. Not judged while a tray of the rack is in
+    maintenance (a change window). A warning, like RACK_MANIFEST."""
+
     RACK_INCIDENT = "rack-incident"
     """Rack-scoped fabric findings from several hosts of one NVLink domain within the window
     (issue 27, ``GPUFLEET_RACK_INCIDENT_*``): one incident for the rack instead of one alarm

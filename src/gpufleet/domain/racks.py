@@ -8,7 +8,9 @@ model (``data/rack_manifests.yaml``: GB200/GB300 NVL72, 18 compute trays of 4 GP
 a rack must hold; :func:`rack_findings` names a missing tray (a tray index the manifest expects
 and no reporting host fills), an extra tray (an index outside the manifest, two hosts on one
 position, more trays than expected, a tray with another GPU count) and a rack whose hosts report
-different NVLink domains.
+different NVLink domains. A rack whose reporting trays run different drivers or GPU firmware
+(VBIOS) is a ``version_drift`` finding (:func:`version_drift`), except while a tray of it is
+in maintenance (a change window is open: a campaign moves the trays one by one).
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class TrayMember:
     state: str = ""
     health: str = ""
     reporting: bool = True  # its latest collection answered
+    #: issue 27 item 7: the loaded driver and the GPUs' firmware (VBIOS) versions
+    driver: str | None = None
+    firmware: tuple[str, ...] = ()
 
     @property
     def position(self) -> TrayPosition:
@@ -103,7 +108,8 @@ class TrayMember:
 
 @dataclass(frozen=True, slots=True)
 class RackFinding:
-    """A manifest finding: ``kind`` missing_tray / extra_tray / domain_split."""
+    """A manifest finding: ``kind`` missing_tray / extra_tray / domain_split /
+    version_drift."""
 
     kind: str
     message: str
@@ -154,6 +160,9 @@ def rack_findings(
         text = "; ".join(f"{d}: {', '.join(h)}" for d, h in by.items())
         out.append(RackFinding("domain_split", f"hosts report {len(domains)} NVLink domains "
                                f"({text})", {"domains": by}))
+    drift = version_drift(ms)
+    if drift is not None:
+        out.append(drift)
     if manifest is None:
         return out
     reporting = [m for m in ms if m.reporting]
@@ -191,6 +200,31 @@ def rack_findings(
              "gpu_count": odd, "trays": len(reporting)},
         ))
     return out
+
+
+def version_drift(members: Iterable[TrayMember]) -> RackFinding | None:
+    """Trays of one rack (one NVLink domain) on different driver or firmware versions; None
+    when they agree, or while one is in maintenance (its change window is open)."""
+    ms = [m for m in members if m.reporting]
+    if any(m.state == "maintenance" for m in ms):
+        return None
+    parts: list[str] = []
+    found: dict[str, dict[str, list[str]]] = {}
+    for what, values in (("driver", {m.host: m.driver for m in ms}),
+                         ("firmware", {m.host: ",".join(m.firmware) or None for m in ms})):
+        by: dict[str, list[str]] = {}
+        for host, v in sorted(values.items()):
+            if v:
+                by.setdefault(v, []).append(host)
+        if len(by) > 1:
+            found[what] = by
+            parts.append(f"{what} " + "; ".join(
+                f"{v} on {len(hs)} ({', '.join(hs[:4])}{', ...' if len(hs) > 4 else ''})"
+                for v, hs in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0]))))
+    if not parts:
+        return None
+    return RackFinding("version_drift", "trays on different versions: " + " | ".join(parts),
+                       found)
 
 
 def assemble_racks(

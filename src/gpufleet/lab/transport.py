@@ -33,7 +33,7 @@ from gpufleet.collect.transport import (
 from gpufleet.domain.remediation import MARK as REMEDY_MARK
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.fleet import LabFleet, LabHost
+from gpufleet.lab.fleet import LabFleet, LabHost, apply_change
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.remedy import render_remedy
 from gpufleet.lab.renderers import render_output
@@ -48,6 +48,12 @@ ACTIVE_CAPTURES = {
 #: bandwidth is an 8x A100-SXM4 host's (active/PROVENANCE.md), not what an H100 would reach.
 ACTIVE_CAPTURE_MODELS = {"all_reduce_perf": "A100"}
 
+
+#: The lab's driver installer (a campaign ``--command``): ``lab-install-driver VERSION``
+#: installs that driver on the lab host (``gpufleet lab change --driver``), as a driver
+#: playbook would on a real host; the script's ``echo "MARK$?"`` lines answer exit status 0.
+_INSTALL = re.compile(r"^lab-install-driver\s+([\w.\-]+)\s*$", re.MULTILINE)
+_STATUS_ECHO = re.compile(r'^echo "([\w=\-]+)\$\?"$', re.MULTILINE)
 
 #: One ``sec NAME COMMAND`` line of the collection script (collect/script.py): a section.
 _SEC_LINE = re.compile(r"^sec (\S+) ", re.MULTILINE)
@@ -120,6 +126,8 @@ class SimTransport:
             # Answer the sections the script asks for (reclaim adds its own after the
             # collection's), as the real-sshd lab's fake tools do; none named: the collection.
             output = render_output(host, _SEC_LINE.findall(script) or None)
+        elif (install := _INSTALL.match(script.lstrip())) is not None:
+            output = self.install_driver(host, install.group(1), script)
         else:
             found = next(
                 (rel for cmd, rel in ACTIVE_CAPTURES.items() if script.lstrip().startswith(cmd)),
@@ -138,6 +146,16 @@ class SimTransport:
             host_key=key,
             duration_s=time.monotonic() - start,
         )
+
+
+    def install_driver(self, host: LabHost, version: str, script: str) -> str:
+        """``lab-install-driver VERSION``: the lab host now runs that driver (saved in the lab
+        directory, so the next collection sees it)."""
+        fl = apply_change(LabFleet.load(self.lab_dir), host.name, driver=version)
+        fl.save(self.lab_dir)
+        self.hosts[host.name] = fl.host(host.name)
+        marks = "".join(f"{m}0\n" for m in _STATUS_ECHO.findall(script))
+        return f"driver {version} installed on {host.name}\n{marks}"
 
 
 def _open(options: TransportOptions) -> Transport:

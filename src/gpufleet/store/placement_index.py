@@ -67,7 +67,8 @@ WATCHED = frozenset(
 #: Alarm columns whose change can change whether it keeps its host out of placement.
 ALARM_WATCHED = frozenset({"closed_at", "host_id", "kind", "severity"})
 #: Alarm kinds whose warnings leave their host allocatable.
-WARNING_KINDS = (AlarmKind.HEALTH, AlarmKind.RACK_MANIFEST, AlarmKind.RACK_DOMAIN)
+WARNING_KINDS = (AlarmKind.HEALTH, AlarmKind.RACK_MANIFEST, AlarmKind.RACK_DOMAIN,
+                 AlarmKind.RACK_DRIFT)
 #: Execution option of an UPDATE on ``hosts`` naming the host ids it changes.
 HOSTS_OPTION = "gpufleet_hosts"
 _INFO = "gpufleet.placement_index"

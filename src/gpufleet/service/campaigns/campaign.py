@@ -44,6 +44,7 @@ from gpufleet.domain.campaign import (
     ActionKind,
     AllocatedPolicy,
     CampaignStatus,
+    CampaignUnit,
     Candidate,
     HostStep,
     Limits,
@@ -57,6 +58,7 @@ from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition
 from gpufleet.service.allocation.holds import held
 from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
+from gpufleet.service.campaigns.campaign_racks import RackRunner, plan_rack_campaign
 from gpufleet.service.campaigns.campaign_run import (
     Progress,
     Runner,
@@ -98,6 +100,8 @@ class CampaignSpec:
     #: issue 26: on completion, make the target baseline the baseline of the pools of the
     #: hosts it moved (else the command that would is printed)
     advance_baseline: bool = False
+    #: issue 27: ``rack``: waves of whole racks, one maintenance window per rack
+    unit: CampaignUnit = CampaignUnit.HOST
 
 
 @dataclass
@@ -138,6 +142,7 @@ class CampaignView:
     hosts: list[HostView] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    racks: dict[str, list[str]] = field(default_factory=dict)  # --unit rack: trays
 
     @property
     def waves(self) -> list[list[HostView]]:
@@ -170,6 +175,7 @@ class CampaignView:
             ],
             "skipped": self.skipped,
             "notes": self.notes,
+            "racks": self.racks,
         }
 
 
@@ -211,6 +217,7 @@ def _view(s: Session, camp: CampaignRow) -> CampaignView:
         ],
         skipped=[{"host": r.host_name, "reason": r.reason or ""} for r in rows if r.wave < 0],
         notes=list(camp.plan.get("notes", [])),
+        racks=dict(camp.plan.get("racks", {})),
     )
 
 
@@ -263,25 +270,15 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
         names = selected_names(s, spec.selector)
         hosts = list(s.scalars(select(Host).where(Host.name.in_(names))))
         holds = held(s, [h.id for h in hosts])
-        plan = plan_campaign(
-            [
-                Candidate(
-                    h.name,
-                    HostState(h.state),
-                    h.rack or h.vars.get("gpufleet_rack"),
-                    h.pool,
-                    h.status_reason,
-                    str(h.fault) if h.fault else None,
-                    holds.get(h.id),
-                )
-                for h in hosts
-            ],
-            canary=spec.canary,
-            waves=waves,
-            policy=spec.allocated,
-            limits=limits,
-            marker=marker,
-        )
+        candidates = [
+            Candidate(h.name, HostState(h.state), h.rack or h.vars.get("gpufleet_rack"), h.pool,
+                      h.status_reason, str(h.fault) if h.fault else None, holds.get(h.id))
+            for h in hosts
+        ]
+        kw: dict[str, Any] = {"canary": spec.canary, "waves": waves, "policy": spec.allocated,
+                              "limits": limits, "marker": marker}
+        plan = (plan_campaign(candidates, **kw) if spec.unit is CampaignUnit.HOST
+                else plan_rack_campaign(s, fleet, candidates, **kw))
         if not plan.hosts:
             raise ConfigError(
                 f"campaign {spec.name}: no host of '{spec.selector}' can be changed ("
@@ -311,8 +308,10 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
                 "forks": spec.forks,
                 "timeout_s": spec.timeout_s,
                 "advance_baseline": spec.advance_baseline,
+                "unit": spec.unit.value,
             },
-            plan={"waves": plan.waves, "notes": plan.notes},
+            plan={"waves": plan.waves, "notes": plan.notes}
+            | ({"racks": plan.racks} if spec.unit is CampaignUnit.RACK else {}),
             current_wave=0,
             created_by=fleet.actor,
             created_at=now,
@@ -336,7 +335,8 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
             fleet,
             EventKind.CAMPAIGN,
             f"campaign {spec.name} created ({spec.ticket}): {len(plan.hosts)} hosts in "
-            f"{len(plan.waves)} waves to baseline {spec.target_baseline}",
+            f"{len(plan.waves)} waves to baseline {spec.target_baseline}"
+            + (f" ({len(plan.racks)} racks)" if spec.unit is CampaignUnit.RACK else ""),
             data={"campaign": spec.name, "ticket": spec.ticket, "plan": plan.waves},
         )
         return view
@@ -418,6 +418,10 @@ def _owner_alive(camp: CampaignRow, fleet: Fleet) -> bool:
 
 
 
+def _runner(camp: CampaignRow) -> type[Runner]:
+    return RackRunner if camp.options.get("unit") == CampaignUnit.RACK else Runner
+
+
 def approve_campaign(fleet: Fleet, name: str) -> CampaignView:
     """Let the waves after the canary go; who approved is recorded."""
     with fleet.db.session() as s:
@@ -461,10 +465,10 @@ def abort_campaign(fleet: Fleet, name: str, progress: Progress | None = None) ->
         alive = camp.status is CampaignStatus.RUNNING and _owner_alive(
             camp, fleet
         )
-        ticket = camp.ticket
+        ticket, runner = camp.ticket, _runner(camp)
     set_status(fleet, name, CampaignStatus.ABORTED, "aborted")
     if not alive:
-        Runner(_tagged(fleet, name, ticket), name,
+        runner(_tagged(fleet, name, ticket), name,
                progress or (lambda _m: None)).settle_held(release=True)
     return show_campaign(fleet, name)
 
@@ -525,9 +529,10 @@ def run_campaign(
             data={"campaign": name, "ticket": camp.ticket, "from": st.value},
         )
         ticket = camp.ticket
+        runner = _runner(camp)
     _DRIVING.add(name)
     try:
-        Runner(_tagged(fleet, name, ticket), name, progress or (lambda _m: None)).run()
+        runner(_tagged(fleet, name, ticket), name, progress or (lambda _m: None)).run()
     finally:
         _DRIVING.discard(name)
     return show_campaign(fleet, name)

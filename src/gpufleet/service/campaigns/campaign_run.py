@@ -219,18 +219,8 @@ class Runner:
     def run_wave(self, wave: int) -> str | None:
         """One wave; returns why the campaign halts, or None."""
         camp = self.camp()
-        label = "canary" if wave == 0 else f"wave {wave}"
-        rows = self.rows(wave, [HostStep.PENDING, HostStep.DEFERRED])
-        self.say(f"{label}: {len(self.rows(wave))} host(s)")
-        for r in rows:
-            self.enter(r.host_name, camp)
-        if self.camp().status is CampaignStatus.ABORTED:
-            self.settle_held(release=True)
+        if not self.move_wave(wave, camp):
             return None
-        todo = [r.host_name for r in self.rows(wave, [HostStep.MAINTENANCE])]
-        if todo:
-            self.act(todo, camp)
-        self.settle_held(release=False)
         failed_here = [r.host_name for r in self.rows(wave, [HostStep.FAILED])]
         if failed_here and camp.options.get("auto_rollback") and camp.rollback:
             self.rollback(failed_here, camp)
@@ -245,6 +235,22 @@ class Runner:
             reasons = "; ".join(f"{r.host_name}: {r.reason}" for r in failed[:5])
             return f"{what} ({reasons})"
         return None
+
+    def move_wave(self, wave: int, camp: CampaignRow) -> bool:
+        """The wave's hosts through maintenance, the action and validation; False when the
+        campaign was aborted meanwhile (its hosts released). ``--unit rack``: overridden."""
+        rows = self.rows(wave, [HostStep.PENDING, HostStep.DEFERRED])
+        self.say(f"{'canary' if wave == 0 else f'wave {wave}'}: {len(self.rows(wave))} host(s)")
+        for r in rows:
+            self.enter(r.host_name, camp)
+        if self.camp().status is CampaignStatus.ABORTED:
+            self.settle_held(release=True)
+            return False
+        todo = [r.host_name for r in self.rows(wave, [HostStep.MAINTENANCE])]
+        if todo:
+            self.act(todo, camp)
+        self.settle_held(release=False)
+        return True
 
     # -- steps ----------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
 """Racks read from the hosts' latest fact snapshots (issue 27 item 2), and the manifest
 alarms: a missing or extra tray (``rack-manifest``) and a rack whose hosts report different
-NVLink domains (``rack-domain``), one alarm per rack on its first tray in slot order.
+NVLink domains (``rack-domain``) and trays on different driver/firmware versions
+(``rack-drift``), one alarm per rack on its first tray in slot order.
 
 Nothing is stored for a rack: it is derived from the latest facts of the hosts whose GPU model
 a rack manifest names (:mod:`gpufleet.domain.racks`), each host's fabric by the decision table
@@ -58,13 +59,15 @@ def read_racks(
             state=str(state),
             health=str(health),
             reporting=outcome in (None, CollectionOutcome.OK),
+            driver=facts.driver_version,
+            firmware=tuple(sorted({g.vbios_version for g in facts.gpus if g.vbios_version})),
         ))
         ids[name] = hid
     return assemble_racks(members, known), ids
 
 
 _KINDS = {"missing_tray": AlarmKind.RACK_MANIFEST, "extra_tray": AlarmKind.RACK_MANIFEST,
-          "domain_split": AlarmKind.RACK_DOMAIN}
+          "domain_split": AlarmKind.RACK_DOMAIN, "version_drift": AlarmKind.RACK_DRIFT}
 
 
 def check_racks(s: Session, fleet: Fleet) -> dict[str, list[str]]:
@@ -80,7 +83,7 @@ def check_racks(s: Session, fleet: Fleet) -> dict[str, list[str]]:
         wanted: dict[AlarmKind, list[str]] = {}
         for f in rack.findings:
             wanted.setdefault(_KINDS[f.kind], []).append(f.message)
-        for kind in (AlarmKind.RACK_MANIFEST, AlarmKind.RACK_DOMAIN):
+        for kind in (AlarmKind.RACK_MANIFEST, AlarmKind.RACK_DOMAIN, AlarmKind.RACK_DRIFT):
             # one alarm per rack: close those of this kind on other trays (a moved anchor)
             for a in s.scalars(select(Alarm).where(
                 Alarm.host_id.in_(member_ids), Alarm.kind == kind, Alarm.closed_at.is_(None)
