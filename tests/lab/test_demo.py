@@ -8,15 +8,20 @@ from pathlib import Path
 import pytest
 from tests.clitools import Cli, cli_for_backend, flat
 
+from gpufleet.domain.events import AlarmKind
 from gpufleet.lab.demo import (
+    DEMO_RACK_FAULTY,
+    RACK_FROM,
     STEPS,
     DemoReport,
     build_lab,
     evidence_hosts,
     reference_hosts,
     run_demo,
+    run_rack,
 )
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.views.racks import show_rack
 
 
 def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> None:
@@ -27,7 +32,8 @@ def test_demo_runs_every_step_and_reports_it(fleet: Fleet, tmp_path: Path) -> No
 
     rep = run_demo(fleet, tmp_path / "lab", 6, on_step=on_step)
     assert [s for s, _ in seen] == list(STEPS)
-    assert [done for _, done in seen] == [False] * 6 + [True]
+    assert [done for _, done in seen] == [False] * 6 + [True, True]
+    assert rep.rack is None  # the rack comes from RACK_FROM hosts on
     assert (tmp_path / "lab" / "inventory.ini").is_file()
     assert rep.enrolled is not None and len(rep.enrolled.added) == 6
     assert rep.collection is not None and len(rep.collection.results) == 6
@@ -121,3 +127,21 @@ def test_make_demo_counts_accelerators_per_vendor(fleet: Fleet, tmp_path: Path) 
     assert {v: by[n].state for v, n in new.items()} == dict.fromkeys(new, "available")
     assert by[new["enflame"]].profiles == ["test"]
     assert all(by[n].profiles == ["inference", "test"] for v, n in new.items() if v != "enflame")
+
+
+def test_the_demo_rack_makes_one_rack_incident(fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 27 item 8: ``make demo`` (32 hosts, from RACK_FROM on) shows one GB200 NVL72 rack
+    of 18 trays, validated, then a switch fault two trays see: one rack incident with one
+    alarm, the rack's trays restricted, none quarantined."""
+    assert RACK_FROM <= 8  # make demo has it, and so does the 8-host demo
+    rack = run_rack(fleet, tmp_path / "rack")
+    assert len(rack.lab.hosts) == 18 and rack.anchor == "nvl01-t01"
+    assert {v.state for v in rack.validation.verdicts} == {"available"}
+    assert rack.sweep.guard_tripped is False
+    (inc,) = rack.sweep.incidents
+    assert inc["hosts"] == list(DEMO_RACK_FAULTY) and inc["trays"] == 18
+    shown = show_rack(fleet, rack.anchor)
+    assert [t.state for t in shown.tray_rows] == ["available"] * 18
+    assert all(t.restricted for t in shown.tray_rows)
+    alarms = [a["kind"] for t in shown.tray_rows for a in t.alarms]
+    assert alarms == [AlarmKind.RACK_INCIDENT]

@@ -29,11 +29,16 @@ def test_next_steps_as_make_demo_prints_them() -> None:
     # no virtual environment, no home given: nothing to activate or export
     bare = next_steps(None, db_url=None, host="gpu 1", cwd=ROOT, venv=None)
     assert bare[:2] == ["gpufleet hosts list", "gpufleet hosts show 'gpu 1'"]
+    # make demo (32 hosts) has a rack: its page and its incident, before the wrapper line
+    racked = next_steps(Path(".gpufleet-demo"), db_url=None, host="gpu-04", cwd=ROOT,
+                        venv=ROOT / ".venv", rack="nvl01-t01")
+    assert racked[-3:-1] == ["gpufleet racks show nvl01-t01", "gpufleet racks incidents"]
 
 
 def test_the_demo_next_steps_work_when_pasted(tmp_path: Path) -> None:
     """The demo as `make demo` runs it (a relative --home, SQLite), in a directory of its
-    own; then its printed next steps in a fresh shell whose PATH has no gpufleet."""
+    own; then its printed next steps in a fresh shell whose PATH has no gpufleet: the rack's
+    page shows its one incident (issue 27 item 8; the demo has its rack from 8 hosts on)."""
     demo = subprocess.run(
         [sys.executable, "-m", "gpufleet.cli.main", "--home", ".gpufleet-demo", "lab", "demo",
          "--hosts", "8"],
@@ -50,8 +55,14 @@ def test_the_demo_next_steps_work_when_pasted(tmp_path: Path) -> None:
         text=True,
     )
     assert shell.returncode == 0, (steps, shell.stdout, shell.stderr)
-    assert "8 hosts" in shell.stdout and "gpu-08" in shell.stdout
+    assert "26 hosts" in shell.stdout and "gpu-08" in shell.stdout  # 8 and the rack's 18
     assert "no hosts yet" not in shell.stdout
+    assert "one rack incident (alarm 1): fabric findings on 2 of 18 trays" in " ".join(
+        demo.split()), demo
+    assert "gpufleet racks show nvl01-t01" in steps
+    out = " ".join(shell.stdout.split())
+    assert "restricted: 18 trays by rack incident (alarm 1)" in out, out
+    assert "rack-scoped fabric findings on 2 of 18 trays (nvl01-t03, nvl01-t07)" in out, out
 
 
 def test_the_gpufleet_wrapper_runs_the_checkouts_environment(tmp_path: Path) -> None:

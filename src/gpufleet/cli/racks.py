@@ -64,6 +64,10 @@ def show_cmd(
                   lit(", ".join(tr.profiles) or "-"), lit(lease),
                   lit(", ".join(a["kind"] for a in tr.alarms) or "-"))
     console.print(t)
+    for why in sorted({tr.restricted for tr in r.tray_rows if tr.restricted}):
+        n = sum(1 for tr in r.tray_rows if tr.restricted == why)
+        console.print(f"[red]restricted[/red]: {n} trays by {lit(why)}: out of NVLink-domain "
+                      "placement (gpufleet racks incidents)")
     for f in r.findings:
         console.print(f"[yellow]{lit(f['kind'])}[/yellow]: {lit(f['message'])}")
 

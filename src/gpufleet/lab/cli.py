@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -30,6 +31,9 @@ from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
 from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
 from gpufleet.lab.racks import RACK_MODELS, create_racks
+
+if TYPE_CHECKING:
+    from gpufleet.lab.demo import DemoRack
 
 app = typer.Typer(
     name="lab",
@@ -231,6 +235,8 @@ def demo_cmd(
             print_verdicts(rep.validation, only_problems=True)
         elif step == "summary" and rep.summary is not None:
             render_summary(rep.summary)
+        elif step == "rack" and rep.rack is not None:
+            print_rack(rep.rack)
 
     rep = run_demo(
         open_fleet(),
@@ -248,18 +254,42 @@ def demo_cmd(
         host=next(iter(look_at), None) or rep.lab.hosts[0].name,
         cwd=Path.cwd(),
         venv=None if sys.prefix == sys.base_prefix else Path(sys.prefix),
+        rack=rep.rack.anchor if rep.rack else None,
     )
     console.rule(_("next steps: paste these into your shell"))
     for line in steps:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
+def print_rack(rack: DemoRack) -> None:
+    """The demo's rack step (issue 27 item 8): the rack validated, the switch fault two trays
+    see, the one rack incident it makes."""
+    from collections import Counter
+
+    from gpufleet.i18n import state_name
+    from gpufleet.lab.demo import DEMO_RACK
+
+    console.rule(_("5. a rack: {model}, {n} trays in one NVLink domain").format(
+        model=DEMO_RACK, n=len(rack.lab.hosts)))
+    states = Counter(v.state for v in rack.validation.verdicts)
+    console.print(", ".join(f"{n} {state_name(st)}" for st, n in sorted(states.items())))
+    console.print(_("a switch tray fault, seen by {trays}: inspect").format(
+        trays=", ".join(rack.faulty)))
+    for inc in rack.sweep.incidents:
+        console.print(_(
+            "one rack incident (alarm {alarm}): fabric findings on {k} of {n} trays; the "
+            "rack's hosts are restricted (out of NVLink-domain placement), none quarantined"
+        ).format(alarm=inc["alarm_id"], k=len(inc["hosts"]), n=inc["trays"]))
+
+
 def next_steps(
-    home: Path | None, *, db_url: str | None, host: str, cwd: Path, venv: Path | None
+    home: Path | None, *, db_url: str | None, host: str, cwd: Path, venv: Path | None,
+    rack: str | None = None,
 ) -> list[str]:
     """What goes on from the demo, as lines that work when pasted into a shell in ``cwd``:
     gpufleet on PATH (the activate script of ``venv``, the virtual environment gpufleet runs
     from, if any), the demo's fleet (``home`` or ``db_url``, when given on the command
-    line), then a short tour that starts at ``host``."""
+    line), then a short tour that starts at ``host`` (and the demo's ``rack``, one of its
+    hosts, when it has one)."""
     import shlex
 
     def shown(path: Path) -> str:
@@ -282,6 +312,8 @@ def next_steps(
         "gpufleet capacity",
         "gpufleet events --limit 10",
     ]
+    if rack is not None:
+        lines += [f"gpufleet racks show {shlex.quote(rack)}", "gpufleet racks incidents"]
     if venv is not None and (cwd / "gpufleet").is_file():  # the checkout's wrapper
         lines.append(_("# or, without activating: ./gpufleet hosts list"))
     return lines

@@ -1,7 +1,8 @@
 """``gpufleet lab demo`` as a use case: the whole onboarding on a fresh lab fleet (create,
 enroll, collect, one validated reference baseline per pool, the active tests the training
-profiles ask for, validate, summarise). The lab's CLI only
-prints the report this returns, step by step as ``on_step`` hands it over."""
+profiles ask for, validate, summarise; from :data:`RACK_FROM` hosts on, one GB200 NVL72 rack
+and its one incident). The lab's CLI only prints the report this returns, step by step as
+``on_step`` hands it over."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from gpufleet.collect.transport import RawResult
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import LabFleet, _mix, apply_change, create_fleet, write_inventory
+from gpufleet.lab.racks import create_racks
 from gpufleet.lab.transport import ACTIVE_CAPTURE_MODELS
 from gpufleet.lab.vendors import lab_vendors
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.health.inspect import SweepReport, inspect
 from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline, set_pool_baseline
 from gpufleet.service.hosts.collect import RunReport, collect
 from gpufleet.service.hosts.enroll import EnrollReport, enroll
@@ -51,6 +54,22 @@ class DemoBaseline:
 
 
 @dataclass
+class DemoRack:
+    """Issue 27 item 8: the demo's rack, validated, then a switch fault two trays see."""
+
+    lab_dir: Path
+    lab: LabFleet
+    validation: ValidateReport
+    faulty: list[str]  # the trays that see the switch fault
+    sweep: SweepReport  # the inspection that found it: one rack incident
+
+    @property
+    def anchor(self) -> str:
+        """The rack's first tray (``gpufleet racks show`` takes any of its hosts)."""
+        return self.lab.hosts[0].name
+
+
+@dataclass
 class DemoReport:
     """What the demo did so far (filled step by step)."""
 
@@ -62,13 +81,15 @@ class DemoReport:
     evidence: list[ActiveRun] = field(default_factory=list)
     validation: ValidateReport | None = None
     summary: FleetSummary | None = None
+    rack: DemoRack | None = None  # from RACK_FROM hosts on
 
 
 #: The DCGM diag level the demo runs: what training-multinode asks for.
 DEMO_DCGM_LEVEL = 2
 
-#: The steps, in order, as ``on_step`` names them.
-STEPS = ("lab", "enroll", "collect", "baselines", "evidence", "validate", "summary")
+#: The steps, in order, as ``on_step`` names them (``rack``: ``DemoReport.rack`` is None below
+#: :data:`RACK_FROM` hosts).
+STEPS = ("lab", "enroll", "collect", "baselines", "evidence", "validate", "summary", "rack")
 
 
 def build_lab(
@@ -200,6 +221,38 @@ def _no_progress(_label: str) -> AbstractContextManager[Progress | None]:
     return nullcontext(None)
 
 
+# --------------------------------------------------------------------------- the rack
+
+#: From this many hosts on (the mixed fleet's threshold; ``make demo``: 32) the demo adds one
+#: rack (issue 27 item 8).
+RACK_FROM = MIXED_FROM
+#: The demo's rack model: 18 compute trays (the manifest's count), one NVLink domain.
+DEMO_RACK = "gb200-nvl72"
+#: The trays that see the demo's switch fault (a route_unhealthy fabric).
+DEMO_RACK_FAULTY = ("nvl01-t03", "nvl01-t07")
+
+
+def run_rack(fleet: Fleet, directory: Path, progress: ProgressFactory = _no_progress) -> DemoRack:
+    """One NVL72 rack in ``directory`` (its own lab and inventory), enrolled and validated;
+    then a switch fault that two trays see (``fabric-route-unhealthy``) and one inspection
+    sweep of the rack: one rack incident with one alarm, the rack's trays restricted (out of
+    NVLink-domain placement), none quarantined."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fl = create_racks(DEMO_RACK, 1)
+    fl.save(directory)
+    write_inventory(fl, directory / "inventory.ini", transport="sim", lab_dir=directory)
+    enroll(fleet, load_inventory(directory / "inventory.ini"))
+    trays = ",".join(h.name for h in fl.hosts)
+    with progress("validating the rack") as p:
+        validation = validate(fleet, trays, on_start=p.on_start if p else None,
+                              on_result=p.on_result if p else None)
+    for tray in DEMO_RACK_FAULTY:
+        fl = apply_change(fl, tray, add_faults=["fabric-route-unhealthy"])
+    fl.save(directory)
+    sweep = inspect(fleet, trays)
+    return DemoRack(directory, fl, validation, list(DEMO_RACK_FAULTY), sweep)
+
+
 def run_demo(
     fleet: Fleet,
     directory: Path,
@@ -208,9 +261,11 @@ def run_demo(
     seed: int = 0,
     on_step: Callable[[str, DemoReport], None] | None = None,
     progress: ProgressFactory = _no_progress,
+    rack: bool | None = None,
 ) -> DemoReport:
     """Run every demo step on a fresh lab in ``directory``; ``on_step(step, report)`` after
-    each of :data:`STEPS`."""
+    each of :data:`STEPS`. ``rack`` (default: from :data:`RACK_FROM` hosts on): add the rack
+    (:func:`run_rack`, its lab in ``directory/rack``)."""
 
     def done(step: str) -> None:
         if on_step:
@@ -241,4 +296,7 @@ def run_demo(
     done("validate")
     report.summary = fleet_summary(fleet)
     done("summary")
+    if hosts >= RACK_FROM if rack is None else rack:
+        report.rack = run_rack(fleet, directory / "rack", progress)
+    done("rack")
     return report
