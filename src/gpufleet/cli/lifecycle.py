@@ -167,6 +167,11 @@ def validate_cmd(
         for v in rep.verdicts:
             states[v.state] = states.get(v.state, 0) + 1
         console.print(", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+        for alarm in sorted({v.rack_incident for v in rep.verdicts if v.rack_incident}):
+            hosts = ", ".join(v.host for v in rep.verdicts if v.rack_incident == alarm)
+            console.print(_("rack incident (alarm {alarm}): NVLink fabric failures on {hosts}; "
+                            "their rack's hosts are restricted (gpufleet racks incidents)")
+                          .format(alarm=alarm, hosts=lit(hosts)))
     if not rep.ok:
         raise typer.Exit(1)
 

@@ -33,6 +33,7 @@ from gpufleet.service.core.select import select_hosts
 from gpufleet.service.hosts import gpu_health
 from gpufleet.service.hosts.collect import RunReport, collect, flag_duplicate
 from gpufleet.service.hosts.deadlines import sweep_deadlines
+from gpufleet.service.hosts.rack_fold import fold_validations
 from gpufleet.store.repo import (
     baseline_for_host,
     host_by_name,
@@ -69,6 +70,8 @@ class HostVerdict:
     skipped: str | None = None
     #: Profiles an available host is held out of, with why (domain.profiles.held_out).
     held_out: dict[str, list[str]] = field(default_factory=dict)
+    #: Issue 27: the rack incident (alarm id) its NVLink fabric failure was folded into.
+    rack_incident: int | None = None
 
 
 @dataclass
@@ -283,7 +286,29 @@ def validate(
             verdict = HostVerdict(name, "?", "?", None, skipped=str(exc))
         if verdict is not None:
             verdicts.append(verdict)
+    _fold_fabric(fleet, verdicts)
     return ValidateReport(verdicts, run)
+
+
+#: The faults of a failed NVLink fabric (domain/checks/nvl_fabric.py).
+_FABRIC = frozenset({Fault.NVL_FABRIC_RACK.value, Fault.NVL_FABRIC_FAILED.value})
+
+
+def _fold_fabric(fleet: Fleet, verdicts: list[HostVerdict]) -> None:
+    """Issue 27: fabric failures found by validation on several hosts of one NVLink domain
+    within the window make one rack incident, as the inspection's findings do
+    (:func:`gpufleet.service.hosts.rack_fold.fold_validations`); each folded verdict names
+    it."""
+    failing = [v.host for v in verdicts if v.decision is not None and _FABRIC & set(v.faults)]
+    if not failing:
+        return
+    with fleet.db.session() as s:
+        ids = {n: i for n, i in s.execute(select(Host.name, Host.id)
+                                          .where(Host.name.in_(failing)))}
+    folded = fold_validations(fleet, fleet.now(), list(ids.values()))
+    for v in verdicts:
+        if v.host in ids and ids[v.host] in folded:
+            v.rack_incident = folded[ids[v.host]]
 
 
 @retrying
