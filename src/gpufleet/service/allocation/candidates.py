@@ -162,20 +162,26 @@ def _block_columns(req: Request | None) -> tuple[Any, Any]:
 
 
 def candidate_blocks(
-    s: Session, filters: list[ColumnElement[bool]], req: Request | None = None
+    s: Session, filters: list[ColumnElement[bool]], req: Request | None = None,
+    firsts: dict[Block, str] | None = None,
 ) -> dict[Block, Counter[int]]:
     """How many candidate hosts of each GPU count every (rack, fabric) block has (every
-    NVLink domain for an ``nvl_domain`` request)."""
+    NVLink domain for an ``nvl_domain`` request). ``firsts``: filled with each block's
+    smallest candidate host name, read by the same scan (:func:`_first_domain`)."""
     rack, fabric = _block_columns(req)
+    first = func.min(Host.name) if firsts is not None else null()
     stmt = (
-        select(rack, fabric, _gpus(), func.count())
+        select(rack, fabric, _gpus(), func.count(), first)
         .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
         .where(*filters)
         .group_by(rack, fabric, _gpus())
     )
     out: dict[Block, Counter[int]] = {}
-    for rack, fab, gpus, n in s.execute(stmt):
-        out.setdefault((rack or "", fab or ""), Counter())[gpus or 0] += n
+    for rack, fab, gpus, n, name in s.execute(stmt):
+        block = (rack or "", fab or "")
+        out.setdefault(block, Counter())[gpus or 0] += n
+        if firsts is not None and (block not in firsts or name < firsts[block]):
+            firsts[block] = name
     return out
 
 
@@ -281,12 +287,13 @@ def place_exact(
     s: Session, req: Request, filters: list[ColumnElement[bool]]
 ) -> tuple[Placement | None, list[HostView], dict[str, CandidateRow]]:
     """One GROUP BY over every candidate, then the hosts of the blocks placement needs."""
-    blocks = candidate_blocks(s, filters, req)
+    firsts: dict[Block, str] | None = {} if req.nvl_domain else None
+    blocks = candidate_blocks(s, filters, req, firsts)
     plan = plan_blocks(req, blocks)
     if plan is None:
         return None, [], {}
     if req.nvl_domain and len(plan.racks) > 1:
-        plan = BlockPlan(racks=_first_domain(s, filters, plan.racks, blocks))
+        plan = BlockPlan(racks=_first_domain(plan.racks, blocks, firsts or {}))
     views, index = candidate_views(s, req, filters, racks=plan.racks, fabrics=plan.fabrics)
     placement = place(req, views)
     if placement is None:  # SQL and Python disagreed on a filter (never seen): read them all
@@ -296,27 +303,16 @@ def place_exact(
 
 
 def _first_domain(
-    s: Session,
-    filters: list[ColumnElement[bool]],
-    tied: frozenset[Block],
-    blocks: dict[Block, Counter[int]],
+    tied: frozenset[Block], blocks: dict[Block, Counter[int]], firsts: dict[Block, str]
 ) -> frozenset[Block]:
     """Issue 27: of NVLink domains that tie on the score, the one ``place`` chooses by host
     name, without reading their hosts: where every tied domain's trays have one GPU count,
     ``place`` takes each domain's first trays by name, so the domain holding the smallest
-    candidate name wins (otherwise all stay tied and are read)."""
-    if any(len(+blocks[b]) != 1 for b in tied):
+    candidate name (``firsts``, read with the blocks) wins (otherwise all stay tied and are
+    read)."""
+    if any(len(+blocks[b]) != 1 for b in tied) or not all(b in firsts for b in tied):
         return tied
-    firsts = s.execute(
-        select(Host.nvl_domain, func.min(Host.name))
-        .join(FactSnapshot, FactSnapshot.id == Host.latest_snapshot_id)
-        .where(*filters, Host.nvl_domain.in_(sorted(d for d, _ in tied)))
-        .group_by(Host.nvl_domain)
-    ).all()
-    if not firsts:
-        return tied
-    domain = min(firsts, key=lambda r: r[1])[0]
-    return frozenset(b for b in tied if b[0] == domain)
+    return frozenset({min(tied, key=lambda b: firsts[b])})
 
 
 def _place_from_summary(
