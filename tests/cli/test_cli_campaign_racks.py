@@ -115,4 +115,11 @@ def test_a_leased_tray_defers_its_whole_rack(c: Cli) -> None:
     # --allocated skip: the rack with a leased tray is left out whole
     r = c.run(*base[:2], "d2", *base[2:], "--allocated", "skip", code=2)
     assert "tray nvl01-t09 allocated: the rack is skipped by policy" in flat(r.stdout + r.stderr)
+    # the lease ends: running the campaign again moves the whole rack
     c.run("leases", "release", str(got["lease"]["id"]))
+    assert {h["state"] for h in c.json("hosts", "list")} == {"available"}
+    c.run("campaign", "run", "d1")
+    st = c.json("campaign", "status", "d1")
+    assert st["status"] == "completed"
+    assert {h["step"] for h in st["waves"][0]["hosts"]} == {"done"}
+    assert _drivers(c, "nvl01") == {NEW}

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.campaign import (
+    HELD_STEPS,
     AllocatedPolicy,
     CampaignStatus,
     Candidate,
@@ -64,7 +65,10 @@ class RackRunner(Runner):
     def move_wave(self, wave: int, camp: CampaignRow) -> bool:
         layout: dict[str, list[str]] = camp.plan.get("racks", {})
         here = {r.host_name for r in self.rows(wave)}
-        racks = [rack for rack, trays in layout.items() if here & set(trays)]
+        # racks with a tray still to move (a run again for deferred racks skips the rest)
+        open_ = {r.host_name for r in self.rows(wave, [HostStep.PENDING, HostStep.DEFERRED,
+                                                       *HELD_STEPS])}
+        racks = [rack for rack, trays in layout.items() if open_ & set(trays)]
         label = "canary" if wave == 0 else f"wave {wave}"
         self.say(f"{label}: {len(racks)} rack(s), {len(here)} tray(s)")
         for rack in racks:
@@ -100,8 +104,9 @@ class RackRunner(Runner):
                 self.enter(t, camp)
         held = [t for t, st in self.steps(trays).items() if st is HostStep.MAINTENANCE]
         self.say(f"  rack {rack}: maintenance window of {len(held)} tray(s)")
-        stop: str | None = None
-        for t in trays:
+        # a resumed rack whose interrupted tray failed its re-check stops there too
+        stop = next((t for t in trays if self.steps([t]).get(t) is HostStep.FAILED), None)
+        for t in trays if stop is None else ():
             if self.steps([t]).get(t) is not HostStep.MAINTENANCE:
                 continue
             if self.camp().status is CampaignStatus.ABORTED:
