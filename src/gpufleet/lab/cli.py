@@ -29,7 +29,7 @@ from gpufleet.i18n import _
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
-from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, write_inventory
+from gpufleet.lab.fleet import LabFleet, apply_change, create_fleet, update_lab, write_inventory
 from gpufleet.lab.racks import RACK_MODELS, create_racks
 
 if TYPE_CHECKING:
@@ -69,9 +69,12 @@ def create_lab(
     models: list[str] | None = None,
     rack: str | None = None,
     racks: int = 1,
+    bmc: bool = False,
 ) -> tuple[Path, LabFleet]:
     """Build, save and write the inventory of a lab fleet (``rack``: ``racks`` whole racks of
-    that rack model instead of ``n`` hosts)."""
+    that rack model instead of ``n`` hosts; ``bmc``: start the lab BMC, lab/bmc.py)."""
+    from gpufleet.lab.bmc import host_vars, start_bmc, stop_bmc
+
     d = lab_dir(directory)
     d.mkdir(parents=True, exist_ok=True)
     wanted = parse_faults(faults) if faults else ({} if no_default_faults else None)
@@ -83,8 +86,10 @@ def create_lab(
         fl = create_fleet(
             n, models=models or None, faults=wanted, seed=seed, now=datetime.now(UTC)
         )
+    stop_bmc(d)  # a lab made again: its old BMC goes
     fl.save(d)
-    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d)
+    extra = host_vars(fl, start_bmc(d, fl)) if bmc else None
+    write_inventory(fl, d / "inventory.ini", transport="sim", lab_dir=d, host_vars=extra)
     return d, fl
 
 
@@ -114,10 +119,14 @@ def create_cmd(
         + "; --hosts is then ignored)."
     ),
     racks: int = typer.Option(1, "--racks", min=1, max=1000, help="How many racks (--rack)."),
+    bmc: bool = typer.Option(
+        False, "--bmc", help="Also start a Redfish BMC emulator (sushy-tools) for every host, "
+        "wired into the inventory (`gpufleet lab destroy` stops it)."
+    ),
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Create a simulated fleet and its Ansible inventory (enroll it with `gpufleet enroll`)."""
-    d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model, rack, racks)
+    d, fl = create_lab(hosts, fault, no_default_faults, seed, directory, model, rack, racks, bmc)
     if as_json:
         print_json(
             {
@@ -132,7 +141,30 @@ def create_cmd(
         for h in fl.hosts
         if h.faults or len(fl.hosts) <= 40
     ], title=f"lab fleet in {lit(str(d))}")
+    if bmc:
+        console.print(_("BMC: a Redfish emulator for every host, password in {file}").format(
+            file=d / "bmc" / "password"), highlight=False)
     console.print(f"inventory: {d / 'inventory.ini'}  (gpufleet enroll -i {d / 'inventory.ini'})")
+
+
+@app.command("destroy")
+@boundary
+def destroy_cmd(
+    directory: Path | None = typer.Option(None, "--dir", help="Lab directory (<home>/lab)."),
+) -> None:
+    """Stop the lab's BMC emulator and remove the lab directory (enrolled hosts stay)."""
+    import shutil
+
+    from gpufleet.lab.bmc import stop_bmc
+    from gpufleet.lab.fleet import LAB_FILE
+
+    d = lab_dir(directory)
+    if not (d / LAB_FILE).is_file():
+        raise ConfigError(f"no lab in {d} ({LAB_FILE} missing)")
+    stopped = stop_bmc(d)
+    shutil.rmtree(d)
+    console.print(_("lab in {dir} removed").format(dir=d)
+                  + (_("; its BMC emulator stopped") if stopped else ""), highlight=False)
 
 
 @app.command("change")
@@ -147,20 +179,22 @@ def change_cmd(
 ) -> None:
     """Change a lab host as a technician would: driver, repair, fault, GPU swap."""
     d = lab_dir(directory)
-    fl = LabFleet.load(d)
-    current = next((h for h in fl.hosts if h.name == host), None)
-    if current is None:
-        raise ConfigError(f"no lab host '{host}' in {d}")
-    fl = apply_change(
-        fl,
-        host,
-        driver=driver,
-        clear_faults=list(current.faults) if repair else None,
-        add_faults=add_fault or None,
-        gpu_swap=gpu_swap,
-        now=datetime.now(UTC),  # an injected Xid happens now, as with ``lab create``
-    )
-    fl.save(d)
+
+    def change(fl: LabFleet) -> LabFleet:
+        current = next((h for h in fl.hosts if h.name == host), None)
+        if current is None:
+            raise ConfigError(f"no lab host '{host}' in {d}")
+        return apply_change(
+            fl,
+            host,
+            driver=driver,
+            clear_faults=list(current.faults) if repair else None,
+            add_faults=add_fault or None,
+            gpu_swap=gpu_swap,
+            now=datetime.now(UTC),  # an injected Xid happens now, as with ``lab create``
+        )
+
+    update_lab(d, change)
     console.print(f"{host}: changed")
 
 

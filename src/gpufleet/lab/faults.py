@@ -15,8 +15,11 @@ _ALT_DRIFT_DRIVER = "550.90.07"  # used when a host already runs DEFAULT_DRIFT_D
 
 #: Faults the SSH lab / sim transport act on; the section renderer ignores them.
 TRANSPORT_FAULTS: frozenset[str] = frozenset(
-    {"unreachable", "hang", "wrong-key", "host-key-changed", "tray-missing"}
+    {"unreachable", "hang", "wrong-key", "host-key-changed", "tray-missing", "sshd-down"}
 )
+#: Faults a boot ends (issue 29 item 7): ``sshd-down`` refuses SSH like ``unreachable`` until
+#: the machine is power-cycled through its lab BMC (``lab create --bmc``, lab/bmc.py).
+BOOT_FAULTS: frozenset[str] = frozenset({"sshd-down"})
 #: Faults of a rack's compute tray (lab/racks.py; issue 27): the tray's fabric not started,
 #: completed with Insufficient Resources, a route unhealthy. ``tray-missing`` (the tray is
 #: not there) is a transport fault above.

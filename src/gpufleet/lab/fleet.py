@@ -3,10 +3,12 @@ saving it (``lab.json``) and writing its inventory."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from gpufleet.lab.catalogue import (
     all_models,
     model_spec,
 )
-from gpufleet.lab.faults import _split_fault, validate_faults
+from gpufleet.lab.faults import BOOT_FAULTS, _split_fault, validate_faults
 
 LAB_FILE = "lab.json"
 
@@ -56,6 +58,8 @@ class LabHost(BaseModel):
     # Rounds the readings moved (issue 8, lab/readings.py): a real host's temperatures, power
     # and utilization differ between any two reads; 0: as the captures have them.
     readings: int = Field(default=0, ge=0)
+    # Powered off through its lab BMC (issue 29 item 7, lab/bmc.py): SSH gets no route.
+    powered_off: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> LabHost:
@@ -116,6 +120,41 @@ class LabFleet(BaseModel):
         except FileNotFoundError:
             raise NotFound(f"no lab in {directory} ({LAB_FILE} missing)") from None
         return cls.model_validate(data)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """An exclusive lock on the lab directory: the lab BMC and ``lab change`` are separate
+    processes that both rewrite ``lab.json``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lab.lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def update_lab(directory: Path | str, change: Callable[[LabFleet], LabFleet]) -> LabFleet:
+    """Load, change and save the lab in ``directory`` under its lock; the saved fleet."""
+    d = Path(directory)
+    with _locked(d):
+        fleet = change(LabFleet.load(d))
+        fleet.save(d)
+    return fleet
+
+
+def set_power(fleet: LabFleet, host: str, on: bool) -> LabFleet:
+    """The machine of lab host ``host`` powered off, or on from off (by its lab BMC): that is
+    a boot, the boot count moves (a new boot id, a kernel log without the old Xids) and the
+    faults a boot ends (``sshd-down``) are gone."""
+    current = fleet.host(host)
+    changes: dict[str, object] = {"powered_off": not on}
+    if on:
+        changes["boot"] = current.boot + 1
+        changes["faults"] = [f for f in current.faults if f not in BOOT_FAULTS]
+    changed = current.model_copy(update=changes)
+    return LabFleet(hosts=[changed if h.name == host else h for h in fleet.hosts], seed=fleet.seed)
 
 
 # --------------------------------------------------------------------------- building fleets
@@ -273,11 +312,12 @@ def write_inventory(
     *,
     transport: str = "sim",
     lab_dir: Path | str | None = None,
+    host_vars: Mapping[str, Mapping[str, str]] | None = None,
 ) -> Path:
     """Write an Ansible INI inventory: one group per model with the expected spec as vars.
 
     Hosts carry ``gpufleet_transport``, ``gpufleet_lab_dir`` (absolute; default: the
-    inventory's directory) and ``gpufleet_rack``.
+    inventory's directory), ``gpufleet_rack`` and their ``host_vars`` (the lab BMC's).
     """
     out = Path(path)
     labd = Path(lab_dir if lab_dir is not None else out.parent).resolve()
@@ -295,6 +335,7 @@ def write_inventory(
         lines += [
             f"{h.name} gpufleet_transport={transport} gpufleet_lab_dir={labd} "
             f"gpufleet_rack={h.rack}"
+            + "".join(f" {k}={v}" for k, v in (host_vars or {}).get(h.name, {}).items())
             for h in by_model[model]
         ]
         lines += ["", f"[{spec.group}:vars]"]

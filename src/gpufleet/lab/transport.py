@@ -5,22 +5,33 @@ entry point (``sim = "gpufleet.lab.transport:SIM"``, see pyproject.toml), and a 
 with the inventory variables ``gpufleet_transport=sim gpufleet_lab_dir=DIR``.
 
 Transport-level faults recorded on a lab host (``unreachable``, ``hang``, ``wrong-key``,
-``host-key-changed``) are reported exactly as the SSH transport reports the real thing. A
-hang is reported at once rather than by sleeping through the timeout, so a demo of hundreds
-of hosts stays fast. The sections answered are those the script runs (its ``sec`` lines): the
-collection's, and for ``gpufleet reclaim`` the reclaim sections too (clean unless the host
-carries a reclaim fault: gpu-process, stale-mount, lessee-process, lessee-crontab).
+``host-key-changed``, ``sshd-down``; a machine its lab BMC powered off) are reported exactly as
+the SSH transport reports the real thing. A hang is reported at once rather than by sleeping
+through the timeout, so a demo of hundreds of hosts stays fast. ``lab.json`` is read again
+when it changed (``lab change``, the lab BMC's power actions), so a long run sees a host go
+down and come back.
+
+A script the lab does not answer from captures (a campaign's ``--command``, issue 29 item 7)
+runs in ``sh`` on this machine, in the host's own directory ``<lab>/hosts/<name>`` (its
+``HOME``), as a real-sshd lab host runs it; the active tests of NVIDIA's tools are answered
+with captures, and refused on hosts without NVIDIA GPUs. The sections answered are those the
+script runs (its ``sec`` lines): the collection's, and for ``gpufleet reclaim`` the reclaim
+sections too (clean unless the host carries a reclaim fault: gpu-process, stale-mount,
+lessee-process, lessee-crontab).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
+import shlex
 import time
 from pathlib import Path
 
 from gpufleet.collect.hostkeys import pin_accepts, pin_fingerprint
+from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.transport import (
     Outcome,
     RawResult,
@@ -33,7 +44,7 @@ from gpufleet.collect.transport import (
 from gpufleet.domain.remediation import MARK as REMEDY_MARK
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
-from gpufleet.lab.fleet import LabFleet, LabHost, apply_change
+from gpufleet.lab.fleet import LAB_FILE, LabFleet, LabHost, apply_change
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.remedy import render_remedy
 from gpufleet.lab.renderers import render_output
@@ -74,24 +85,38 @@ class SimTransport:
 
     def __init__(self, lab_dir: Path) -> None:
         self.lab_dir = lab_dir
-        self.hosts = {h.name: h for h in LabFleet.load(lab_dir).hosts}
+        self._stamp: int | None = None
+        self.hosts: dict[str, LabHost] = {}
+        self._reload()
+
+    def _reload(self) -> None:
+        """Read ``lab.json`` again when it changed since the last read."""
+        try:
+            stamp = (self.lab_dir / LAB_FILE).stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        if stamp is None or stamp != self._stamp:
+            self.hosts = {h.name: h for h in LabFleet.load(self.lab_dir).hosts}
+            self._stamp = stamp
 
     async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
-        """Answer as the lab host would; the script itself is not interpreted."""
+        """Answer as the lab host would (see the module)."""
         start = time.monotonic()
+        self._reload()
         host = self.hosts.get(target.name)
         if host is None:
             return RawResult(
                 target.name, Outcome.UNREACHABLE, f"{target.address}: no such lab host"
             )
         faults = set(host.faults)
-        if "tray-missing" in faults:  # a rack tray pulled out or powered off (lab/racks.py)
+        # a rack tray pulled out or powered off (lab/racks.py), a machine its lab BMC turned off
+        if "tray-missing" in faults or host.powered_off:
             return RawResult(
                 target.name,
                 Outcome.UNREACHABLE,
                 f"connect to {target.address}:{target.port}: No route to host",
             )
-        if "unreachable" in faults:
+        if "unreachable" in faults or "sshd-down" in faults:
             return RawResult(
                 target.name,
                 Outcome.UNREACHABLE,
@@ -133,7 +158,9 @@ class SimTransport:
                 (rel for cmd, rel in ACTIVE_CAPTURES.items() if script.lstrip().startswith(cmd)),
                 None,
             )
-            if found is None or host.spec.vendor != "nvidia":  # NVIDIA's tools, on NVIDIA hosts
+            if found is None:  # a command of its own: run in the host's directory
+                return await self._shell(host, target, script, timeout_s, key)
+            if host.spec.vendor != "nvidia":  # NVIDIA's tools, on NVIDIA hosts
                 return RawResult(
                     target.name, Outcome.ERROR, f"lab host cannot run {script.split()[0]!r}"
                 )
@@ -156,6 +183,17 @@ class SimTransport:
         self.hosts[host.name] = fl.host(host.name)
         marks = "".join(f"{m}0\n" for m in _STATUS_ECHO.findall(script))
         return f"driver {version} installed on {host.name}\n{marks}"
+
+    async def _shell(
+        self, host: LabHost, target: Target, script: str, timeout_s: float, key: str
+    ) -> RawResult:
+        """``script`` in ``sh`` in the host's directory ``<lab>/hosts/<name>`` (its HOME)."""
+        home = self.lab_dir / "hosts" / host.name
+        home.mkdir(parents=True, exist_ok=True)
+        env = {"HOME": str(home), "GPUFLEET_LAB_HOST": host.name}
+        raw = await LocalTransport(env).run(target, f"cd {shlex.quote(str(home))}\n{script}",
+                                            timeout_s)
+        return dataclasses.replace(raw, host_key=key)
 
 
 def _open(options: TransportOptions) -> Transport:
