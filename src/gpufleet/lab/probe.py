@@ -16,6 +16,7 @@
 ``fabric`` (rack trays only, issue 27) the fabric fields of the tray's rendered GB200 capture,
           as the ``gpu`` part derives its rows; other lab models leave the part out (no
           capture of their nvidia-smi's answer to those fields)
+``driver`` (NVIDIA hosts) seconds since the driver module was loaded: a minute after boot
 ``boot``  a boot id derived from the host and its ``boot`` count (a reboot changes it; the
           kernel log of the new boot holds only the Xid faults the host has now)
 
@@ -287,8 +288,11 @@ def render_probe(host: LabHost, script: str | None = None) -> str:
         whole = _xids(host.model_copy(update={"faults": ["xid:79"]}), _template(host.model))
         kmsg += whole[: whole.index("(PCI:") + len("(PCI:0000:")] + "\n"
     boot = uuid.uuid5(uuid.NAMESPACE_URL, _boot_key(host))
+    loaded = nvidia and not any(_split_fault(f)[0] == "driver-not-loaded" for f in host.faults)
     asked = None if script is None else set(re.findall(r"(?m)^echo '@@probe (\S+)'$", script))
-    own = {"gpu": _gpu_part(host)} if nvidia else _vendor_parts(host)
+    # a CPU or storage node has no accelerator part of its own (lab/catalogue.py cpu-node)
+    own = {"gpu": _gpu_part(host)} if nvidia else (
+        _vendor_parts(host) if host.spec.role == "gpu" else {})
     if host.model in RACK_TRAY_MODELS:  # the only lab models whose capture has a fabric
         own["fabric"] = _fabric_part(host)
     if asked is not None:
@@ -302,6 +306,7 @@ def render_probe(host: LabHost, script: str | None = None) -> str:
         "disk": "Filesystem 1024-blocks Used Available Capacity Mounted on\n"
         f"/dev/nvme0n1p2 {size} {used} {size - used} {used * 100 // size}% /",
         "uptime": "864000.00 1700000.00",
+        **({"driver": "863940"} if loaded and (asked is None or "driver" in asked) else {}),
         "boot": str(boot),
         "end": "",
     }

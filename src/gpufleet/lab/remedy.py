@@ -19,6 +19,8 @@ from gpufleet.lab.templates import _identity, fault_gpu_index
 def render_remedy(host: LabHost, script: str) -> str:
     """The output of one remediation script (see the module)."""
     kinds = {_split_fault(f)[0] for f in host.faults}
+    if host.spec.gpu_count == 0:  # a CPU or storage node: no GPU, no holder, nothing reset
+        return _no_gpu(script)
     suspect = fault_gpu_index(host)
     present = [
         i for i in range(host.spec.gpu_count) if not ("gpu-missing" in kinds and i == suspect)
@@ -48,6 +50,21 @@ def render_remedy(host: LabHost, script: str) -> str:
     if f"{MARK} restart" in script:  # issue 24: a service restarted (systemctl, crictl)
         if "crictl" in script:
             return "@@restart\n3f2a9c1b7d4e\n@@rc 0\n"
+        return "@@restart\n@@rc 0\n@@active\nactive\n@@rc 0\n"
+    if f"{MARK} reboot" in script:
+        return "@@rc 0\n"
+    return "@@alive\n"
+
+
+def _no_gpu(script: str) -> str:
+    """A node without GPUs: the probe finds no holder, the reset and its verification find
+    no GPU (nvidia-smi is not installed), services restart and the host reboots as any."""
+    if f"{MARK} probe" in script:
+        return "@@apps\n@@rc 0\n@@daemons\n@@rc 0\n@@open\n\n@@rc 0\n"
+    if f"{MARK} reset" in script:
+        return ("@@stop\n@@rc 0\n@@reset\nsh: 1: nvidia-smi: not found\n@@rc 127\n@@verify\n"
+                "@@rc 127\n")
+    if f"{MARK} restart" in script:
         return "@@restart\n@@rc 0\n@@active\nactive\n@@rc 0\n"
     if f"{MARK} reboot" in script:
         return "@@rc 0\n"
