@@ -128,7 +128,7 @@ def test_every_model_answers_remediation_campaign_and_active_tests(
         assert raw.outcome is Outcome.OK and "not found" not in (raw.output or ""), (
             f"{model}: {script.splitlines()[0]}: {raw}")
     # a campaign's own command runs, in the host's own directory
-    raw = _run(tr, name, 'echo "on $GPUFLEET_LAB_HOST in $PWD"; true\necho "rc=$?"\n')
+    raw = _run(tr, name, 'echo "on $LAB_HOST in $PWD"; true\necho "rc=$?"\n')
     assert raw.outcome is Outcome.OK, raw.reason
     assert (raw.output or "").splitlines() == [f"on {name} in {d / 'hosts' / name}", "rc=0"]
     # NVIDIA's active tests: answered with captures on NVIDIA hosts, refused elsewhere
@@ -138,3 +138,16 @@ def test_every_model_answers_remediation_campaign_and_active_tests(
             assert raw.outcome is Outcome.OK and raw.output, f"{model}: {cmd}: {raw.reason}"
         else:
             assert raw.outcome is Outcome.ERROR and "cannot run" in raw.reason
+
+
+def test_a_lab_host_shell_has_a_login_environment_not_gpufleets(
+    lab: tuple[Path, SimTransport, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A campaign command on a lab host does not see this process's settings (a secret key)."""
+    _, tr, names = lab
+    monkeypatch.setenv("GPUFLEET_SECRET_KEY", "not-for-the-lab-host")
+    raw = _run(tr, names["a100-8x"], "env")
+    assert raw.outcome is Outcome.OK
+    names_seen = {line.split("=", 1)[0] for line in (raw.output or "").splitlines()}
+    assert "LAB_HOST" in names_seen and "HOME" in names_seen
+    assert not {n for n in names_seen if n.startswith("GPUFLEET_")}

@@ -190,10 +190,20 @@ class SimTransport:
         """``script`` in ``sh`` in the host's directory ``<lab>/hosts/<name>`` (its HOME)."""
         home = self.lab_dir / "hosts" / host.name
         home.mkdir(parents=True, exist_ok=True)
-        env = {"HOME": str(home), "GPUFLEET_LAB_HOST": host.name}
-        raw = await LocalTransport(env).run(target, f"cd {shlex.quote(str(home))}\n{script}",
-                                            timeout_s)
+        env = {"HOME": str(home), "LAB_HOST": host.name}
+        raw = await LocalTransport(env).run(
+            target, f"{_LOGIN_ENV}\ncd {shlex.quote(str(home))}\n{script}", timeout_s
+        )
         return dataclasses.replace(raw, host_key=key)
+
+
+#: What a login shell on a host has, and no more: this process's environment (its
+#: ``GPUFLEET_*`` settings, a secret key among them) is not the lab host's.
+_LOGIN_ENV = (
+    "for v in $(env | sed -n 's/^\\([A-Za-z_][A-Za-z0-9_]*\\)=.*/\\1/p'); do case $v in "
+    "PATH|HOME|LAB_HOST|USER|LOGNAME|SHELL|LANG|LC_*|TZ|TERM) ;; *) unset \"$v\" 2>/dev/null;; "
+    "esac; done"
+)
 
 
 def _open(options: TransportOptions) -> Transport:
