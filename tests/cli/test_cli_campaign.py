@@ -94,14 +94,14 @@ def test_status_shows_a_progress_bar_per_wave_and_every_command_has_json(gf: Cli
     """Progress bars per wave in ``status``/``report`` (empty at plan time, the canary's full
     after it ran), and ``--json`` on run, status, report, pause and abort."""
     args = ["campaign", "create", "c3", "--target-baseline", "b-new", "--selector", "gpu-*",
-            "--command", "true", "--ticket", "BUILD-9", "--waves", "50%,100%"]
+            "--command", "false", "--ticket", "BUILD-9", "--waves", "50%,100%"]
     plan = gf.json(*args)
     sizes = [len(w["hosts"]) for w in plan["waves"]]
     assert sizes[0] == 1 and sum(sizes) == 8 and len(sizes) >= 3
     lines = flat(gf.run("campaign", "status", "c3").stdout)
     assert f"canary [{'.' * 20}] 0/1" in lines, lines
     assert f"wave 1 [{'.' * 20}] 0/{sizes[1]}" in lines, lines
-    # the lab's simulated hosts cannot run a command: the canary fails, the campaign halts
+    # the command fails on the lab host (false exits 1): the canary fails, the campaign halts
     run = gf.run("campaign", "run", "c3", "--json", code=1)
     assert '"status": "halted"' in run.stdout
     out = flat(gf.run("campaign", "status", "c3").stdout)

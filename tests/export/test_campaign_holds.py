@@ -72,7 +72,7 @@ def test_hosts_cordoned_by_someone_else_are_skipped_not_taken_over(
     assert sorted(h.host for w in plan.waves for h in w) == ["gpu-02", "gpu-03"]
 
     # a person's cordon after the plan skips the host when its wave comes (one wave, no
-    # canary: the lab's simulated hosts cannot run the command, the others fail it)
+    # canary)
     v = create_campaign(fleet, _spec("c1", canary=0))
     later = v.waves[-1][-1].host
     api.patch_node(later, {"spec": {"unschedulable": True}})

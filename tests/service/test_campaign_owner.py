@@ -26,7 +26,7 @@ def test_a_later_attempt_of_the_same_job_takes_over_a_silent_remote_runner(
     save_baseline(fleet, baseline_from_host(fleet, "gpu-01", "b-new"))
     create_campaign(fleet, CampaignSpec(
         name="c1", target_baseline="b-new", selector="gpu-*", action_kind=ActionKind.COMMAND,
-        action="true", ticket="T-1", waves="100%"))
+        action="false", ticket="T-1", waves="100%"))
     with fleet.db.session() as s:  # as a worker job on another machine left it, just now
         camp = s.query(CampaignRow).one()
         camp.status = CampaignStatus.RUNNING
@@ -37,7 +37,7 @@ def test_a_later_attempt_of_the_same_job_takes_over_a_silent_remote_runner(
     with pytest.raises(Conflict):
         run_campaign(fleet, "c1", job=8)  # another job
     v = run_campaign(fleet, "c1", job=7)  # the same job, attempt 2
-    # it drove the campaign (the lab's simulated hosts cannot run a command: halted)
+    # it drove the campaign (the command fails on the lab hosts: halted)
     assert v.status == CampaignStatus.HALTED and "canary failed" in (v.halt_reason or "")
     resumed = [e for e in list_events(fleet, kind="campaign") if "resumed" in e["message"]]
     assert len(resumed) == 1 and resumed[0]["data"]["from"] == "running"
