@@ -91,6 +91,12 @@ def test_lab_bmc_power_remediation_and_a_campaign(gf: Cli) -> None:
     for n in ("gpu-01", "gpu-02", "gpu-03"):
         assert (lab / "hosts" / n / "campaign-ran").read_text() == "ok\n"
 
+    # a playbook cannot reach a lab host: each fails at once, saying why (no Ansible run)
+    gf.run("campaign", "create", "pb", "--target-baseline", "a100-lab", "--selector", "gpu-01",
+           "--playbook", "system-init.yml", "--ticket", "T-29", "--canary", "0")  # fmt: skip
+    r = gf.run("campaign", "run", "pb")  # one failure is within --max-failures 1
+    assert "transport 'sim': Ansible reaches hosts over SSH only" in flat(r.stdout), r.stdout
+
     everything = "".join(gf.run(*c).stdout for c in (
         ("events", "--limit", "500", "--json"), ("hosts", "show", "gpu-02", "--json"),
         ("bmc", "status", "gpu-02", "--json")))

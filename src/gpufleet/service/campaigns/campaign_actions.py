@@ -108,6 +108,15 @@ def run_playbook(
 
     from gpufleet.service.exports.ansible import inventory_list
 
+    with fleet.db.session() as s:
+        other = {h.name: t for h in s.scalars(select(Host).where(Host.name.in_(names)))
+                 if (t := h.vars.get("gpufleet_transport") or "ssh") != "ssh"}
+    refused = {n: (False, f"transport {t!r}: Ansible reaches hosts over SSH only, not this one "
+                   "(a --command campaign runs through the host's own transport)")
+               for n, t in other.items()}
+    names = [n for n in names if n not in other]
+    if not names:
+        return refused
     target = _target(fleet, camp.target_baseline)
     with tempfile.TemporaryDirectory(prefix="gpufleet-campaign-") as tmp:
         d = Path(tmp)
@@ -165,7 +174,7 @@ def run_playbook(
             else:
                 out[name] = (False, f"not processed by the playbook ({r.status}, rc {r.rc}): "
                              f"{_tail(r)}")
-        return out
+        return refused | out
 
 
 def _tail(r: Any) -> str:
