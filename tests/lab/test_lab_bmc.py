@@ -19,8 +19,6 @@ from tests.clitools import Cli, cli_for_backend, flat
 
 from gpufleet.lab.bmc import PID_FILE, stop_bmc
 
-pytestmark = pytest.mark.xdist_group("redfish")
-
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def gf(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cli]:
