@@ -80,6 +80,10 @@ def create_cmd(**options: Any) -> None:
     svc.check_pools(fleet, pool, create=options["create"])  # a typo creates nothing
     meta = {"status": status, "os_image_url": options["os_image_url"]}
     pinned = {p.field: _pin_value(p, options[p.field]) for p in PINS}
+    if options["mig_config"]:  # issue 26 item 7: a mig-parted config, in place of --mig
+        if pinned["mig"]:
+            raise ConfigError("give --mig or --mig-config, not both")
+        pinned["mig"] = svc.mig_config_pin(options["mig_config"])
     changes: list[PinChange] = []
     if options["from_host"]:
         # issue 26: the pins given go on top of the host's values ("copy and bump the driver")
@@ -156,6 +160,16 @@ vars(create_cmd)["__signature__"] = inspect.Signature(
             annotation=str | None,
         ),
         *(_pin_option(p) for p in PINS),
+        inspect.Parameter(
+            "mig_config",
+            _KW,
+            default=typer.Option(
+                None,
+                "--mig-config",
+                help="FILE:NAME: pin the MIG layout of config NAME of a mig-parted config file.",
+            ),
+            annotation=str | None,
+        ),
         inspect.Parameter(
             "os_image_url",
             _KW,

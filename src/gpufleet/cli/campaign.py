@@ -92,6 +92,8 @@ def create_cmd(
     playbook: str | None = typer.Option(None, "--playbook", help="Ansible playbook to run."),
     command: str | None = typer.Option(None, "--command", help="Shell command over SSH."),
     reimage: bool = typer.Option(False, "--reimage", help="Reimage through the BMC."),
+    mig: bool = typer.Option(False, "--mig", help="Apply the target baseline's MIG layout "
+                             "(nvidia-smi; the commands are shown)."),
     rollback_playbook: str | None = typer.Option(None, "--rollback-playbook"),
     canary: int = typer.Option(1, "--canary", help="Hosts in the canary wave."),
     waves: str = typer.Option("10%,25%,100%", "--waves", help="Cumulative shares or counts."),
@@ -127,15 +129,17 @@ def create_cmd(
 ) -> None:
     """Plan a change campaign and show the plan (nothing runs until 'campaign run')."""
     given = [x for x in (playbook, command) if x is not None] + (["reimage"] if reimage else [])
+    given += ["mig"] if mig else []
     if len(given) != 1:
-        raise ConfigError("give exactly one of --playbook, --command or --reimage")
+        raise ConfigError("give exactly one of --playbook, --command, --reimage or --mig")
     kind = (ActionKind.PLAYBOOK if playbook is not None
-            else ActionKind.COMMAND if command is not None else ActionKind.REIMAGE)
+            else ActionKind.COMMAND if command is not None
+            else ActionKind.MIG if mig else ActionKind.REIMAGE)
     if forks < 1 or timeout <= 0:
         raise ConfigError("--forks must be >= 1 and --timeout > 0")
     spec = CampaignSpec(
         name=name, target_baseline=target_baseline, selector=selector, action_kind=kind,
-        action=playbook or command or "reimage", ticket=ticket, rollback=rollback_playbook,
+        action=playbook or command or given[0], ticket=ticket, rollback=rollback_playbook,
         canary=canary, waves=waves, max_failures=max_failures,
         require_approval=require_approval, auto_rollback=auto_rollback, allocated=allocated,
         max_rack_share=max_rack_share, pool_floor=pool_floor, change_kind=change_kind,

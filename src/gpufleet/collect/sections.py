@@ -37,11 +37,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from gpufleet.collect import shell_functions as sh
 from gpufleet.collect.bundle import Section
 from gpufleet.collect.dmi import DMI_FILES, parse_dmi
 from gpufleet.collect.ib import parse_ibstat
 from gpufleet.collect.kernel_log import parse_xids
 from gpufleet.collect.nvidia_smi import parse_nvidia_smi_text, parse_nvidia_smi_xml
+from gpufleet.collect.nvidia_smi.listing import LIST_SECTION, name_mig_devices
 from gpufleet.collect.pci import parse_lspci
 from gpufleet.collect.system import (
     parse_lsblk_pairs,
@@ -52,7 +54,7 @@ from gpufleet.collect.system import (
     parse_tool_version,
 )
 from gpufleet.collect.topology import parse_nvlink_status, parse_topo_matrix
-from gpufleet.domain.facts import UnreadableXid
+from gpufleet.domain.facts import NvidiaSmiReport, UnreadableXid
 
 __all__ = [
     "NOT_FOUND_RC",
@@ -235,11 +237,11 @@ def _gpu_report(r: Read) -> dict[str, Any]:
     xml = r.sections.get("nvidia-smi-xml")
     if xml is not None and xml.rc == 0 and xml.stdout.strip():
         report = parse_nvidia_smi_xml(xml.stdout, f"{r.host}:nvidia-smi -q -x")
-        return {"nvidia_smi": report, "nvidia_smi_error": None}
+        return {"nvidia_smi": _named(r, report), "nvidia_smi_error": None}
     text = r.sections.get("nvidia-smi-q")
     if text is not None and text.rc == 0 and text.stdout.strip():
         report = parse_nvidia_smi_text(text.stdout, f"{r.host}:nvidia-smi -q")
-        return {"nvidia_smi": report, "nvidia_smi_error": None}
+        return {"nvidia_smi": _named(r, report), "nvidia_smi_error": None}
     if xml is None:
         error = "nvidia-smi was not run"
     elif xml.rc == NOT_FOUND_RC:
@@ -248,6 +250,12 @@ def _gpu_report(r: Read) -> dict[str, Any]:
         detail = first_line(xml.stderr) or first_line(xml.stdout) or "no output"
         error = f"nvidia-smi failed (rc={xml.rc}): {detail}"
     return {"nvidia_smi": None, "nvidia_smi_error": error}
+
+
+def _named(r: Read, report: NvidiaSmiReport) -> NvidiaSmiReport:
+    """Issue 26: the MIG devices' profiles, from ``nvidia-smi -L`` (listing.py)."""
+    listed = r.sections.get(LIST_SECTION)
+    return name_mig_devices(report, listed, f"{r.host}:nvidia-smi -L", r.problems)
 
 
 def _xids(r: Read) -> dict[str, Any]:
@@ -265,48 +273,6 @@ def _fabricmanager(r: Read) -> dict[str, Any]:
     fm = r.sections.get("fabricmanager")
     text = fm.stdout.strip().splitlines()[-1] if fm and fm.stdout.strip() else ""
     return {"fabricmanager_active": (text == "active") if text else None}
-
-
-# --------------------------------------------------------------------------- shell helpers
-
-_NVSMI_Q = """\
-nvsmi_q() {
-  # XML is the machine format; only when it is refused do we fall back to the text report.
-  if [ "$nvx_rc" = 0 ]; then return 0; fi
-  $TO nvidia-smi -q
-}"""
-_XIDS = """\
-xids() {
-  # No readable kernel log (dmesg_restrict, no journal) is a failure, not "no Xid".
-  out=$({ dmesg --time-format=iso 2>/dev/null || dmesg 2>/dev/null || journalctl -k -q --no-pager -o short-iso 2>/dev/null || echo GPUFLEET_NO_KERNEL_LOG; } \\
-    | grep -E 'NVRM: Xid|^GPUFLEET_NO_KERNEL_LOG$' | tail -n 500)
-  case "$out" in *GPUFLEET_NO_KERNEL_LOG*) echo "cannot read the kernel log (dmesg, journalctl -k)" >&2; return 1;; esac
-  [ -z "$out" ] || printf '%s\\n' "$out"
-  return 0
-}"""
-_DMI = """\
-dmi() {
-  # name=value per readable file (builtins only); product_serial/uuid are root-only: an
-  # unreadable file is skipped ("not collected"), never an error.
-  for f in @FILES@; do
-    p="$R/sys/class/dmi/id/$f"
-    [ -r "$p" ] || continue
-    v=; { IFS= read -r v < "$p"; } 2>/dev/null
-    printf '%s=%s\\n' "$f" "$v"
-  done
-  return 0
-}""".replace("@FILES@", " ".join(DMI_FILES))
-_CTK = """\
-ctk() {
-  # nvidia-ctk (toolkit >= 1.12); older installs only have nvidia-container-cli.
-  if command -v nvidia-ctk >/dev/null 2>&1; then nvidia-ctk --version; else nvidia-container-cli --version; fi
-}"""
-_FM = """\
-fm() {
-  if command -v systemctl >/dev/null 2>&1 && systemctl --quiet is-active nvidia-fabricmanager 2>/dev/null; then echo active; return 0; fi
-  if pgrep -x nv-fabricmanager >/dev/null 2>&1; then echo active; return 0; fi
-  echo inactive
-}"""
 
 
 # --------------------------------------------------------------------------- the registry
@@ -346,7 +312,7 @@ REGISTRY: tuple[SectionSpec, ...] = (
         _dmi,
         on_failure=OnFailure.SILENT,
         files=tuple(f"sys/class/dmi/id/{f}" for f in DMI_FILES),
-        functions=_DMI,
+        functions=sh.DMI,
     ),
     file_section(
         "modules",
@@ -384,8 +350,9 @@ REGISTRY: tuple[SectionSpec, ...] = (
         args="-q",
         timed=True,
         read_with=_GPU,
-        functions=_NVSMI_Q,
+        functions=sh.NVSMI_Q,
     ),
+    tool_section(LIST_SECTION, "nvidia-smi", "-L", (), None, read_with=_GPU, needs_gpu=True),
     tool_section(
         "topo-m",
         "nvidia-smi",
@@ -421,7 +388,7 @@ REGISTRY: tuple[SectionSpec, ...] = (
         ("xids", "xid_unreadable"),
         _xids,
         tool="dmesg",
-        functions=_XIDS,
+        functions=sh.XIDS,
         when_missing=lambda: {"xid_unreadable": []},
     ),
     tool_section(
@@ -440,7 +407,7 @@ REGISTRY: tuple[SectionSpec, ...] = (
         raw=True,
         tool="systemctl",
         args="--quiet is-active nvidia-fabricmanager",
-        functions=_FM,
+        functions=sh.FM,
     ),
     tool_section(
         "fabricmanager-version",
@@ -458,7 +425,7 @@ REGISTRY: tuple[SectionSpec, ...] = (
         quiet_missing=True,
         tool="nvidia-ctk",
         args="--version",
-        functions=_CTK,
+        functions=sh.CTK,
     ),
 )
 

@@ -101,6 +101,8 @@ class ActionKind(StrEnum):
     PLAYBOOK = "playbook"
     COMMAND = "command"
     REIMAGE = "reimage"
+    #: issue 26 item 7: the target baseline's MIG layout, by nvidia-smi (domain/mig.py).
+    MIG = "mig"
 
 
 class CampaignUnit(StrEnum):

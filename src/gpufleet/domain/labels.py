@@ -21,6 +21,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.domain.health import Fault
+from gpufleet.domain.mig import label_digest, mig_labels
 from gpufleet.domain.states import HostState
 
 if TYPE_CHECKING:  # not imported at run time: ``labels HOST`` starts without them (issue 8)
@@ -205,7 +206,8 @@ def _fabric(active: Iterable[Iterable[Any]], spec: ExpectedSpec | None) -> str:
 #: The version of what :func:`fact_labels` stores: bump it whenever the labels take something
 #: new from the facts; a stored value of another version is not used (the reader decodes the
 #: facts instead), so a stale one can never give wrong labels.
-FACT_LABELS_VERSION = 3  # 2: issue 26, gpufleet.io/cuda.max; 3: issue 27, NVLink domain
+FACT_LABELS_VERSION = 4  # 2: issue 26, gpufleet.io/cuda.max; 3: issue 27, NVLink domain;
+# 4: issue 26 item 7, the MIG layout ("mig", for GFD's nvidia.com/mig* labels)
 
 
 def fact_labels(facts: HostFacts) -> dict[str, Any]:
@@ -246,7 +248,13 @@ def fact_labels(facts: HostFacts) -> dict[str, Any]:
         # issue 15: what the accelerator labels read (the vendors' labels are applied by the
         # service, which knows the plugins: service/vendor_exports.digest_accelerator_labels)
         "accelerators": inventory_digest(inventories),
+        "mig": label_digest(facts, _gfd_labels_product(facts)),
     }
+
+
+def _gfd_labels_product(facts: HostFacts) -> str | None:
+    first = facts.gpus[0] if facts.gpus else None
+    return gfd_product(first.product_name) if first and first.product_name else None
 
 
 def usable_fact_labels(value: object) -> dict[str, Any] | None:
@@ -362,6 +370,8 @@ def fact_tail(
         labels["nvidia.com/gpu.count"] = str(usable_gpus)
         labels[f"{PREFIX}/gpus.unusable"] = str(unusable_gpus)
     labels[f"{PREFIX}/fabric"] = _fabric(fl["ports"], spec)
+    if spec is not None and spec.mig_strategy:  # issue 26 item 7: GFD's, the group's strategy
+        labels.update(mig_labels(fl.get("mig") or {}, spec.mig_strategy))
     labels.update(fl["after"])
     defaults = tuple(
         (k, sanitize_label_value(v))

@@ -28,6 +28,7 @@ from enum import StrEnum
 
 from gpufleet.domain.accelerators import SoftwareVersions, Vendor
 from gpufleet.domain.facts import HostFacts, OsRelease
+from gpufleet.domain.mig import host_layout
 from gpufleet.domain.spec import Baseline
 
 #: A pinned value as a baseline holds it: text, accepted versions, or key -> value.
@@ -114,6 +115,9 @@ class Pin:
     #: ``baseline create`` flag and help (ONE_OF and MAP flags repeat; MAP takes KEY=VALUE).
     flag: str = ""
     help: str = ""
+    #: MAP: a pin given on top of the host's (``--from-host``) is merged key by key; False:
+    #: it replaces the host's map (a MIG layout on ``all`` replaces the per-GPU keys).
+    merge: bool = True
 
     def expected(self, baseline: Baseline) -> PinValue:
         value: PinValue = getattr(baseline, self.field)
@@ -350,6 +354,19 @@ PINS: tuple[Pin, ...] = (
         flag="--sysctl",
         help="KEY=VALUE; repeatable.",
     ),
+    Pin(
+        field="mig",
+        check="mig_layout",
+        label="MIG layout",
+        drift_field="mig",
+        fact=host_layout,
+        compare=Compare.MAP,
+        doc="The GPUs' MIG layout (nvidia-smi -L profiles) is the baseline's (mig-parted).",
+        flag="--mig",
+        help="MIG layout: all=LAYOUT or GPU=LAYOUT, LAYOUT 'disabled' or e.g. "
+        "'1g.10gb:2,3g.40gb:1'; repeatable (or --mig-config FILE:NAME).",
+        merge=False,
+    ),
 )
 
 PINS_BY_FIELD: dict[str, Pin] = {p.field: p for p in PINS}
@@ -390,7 +407,7 @@ def overlay_pins(
         if pin.field not in given:
             continue
         current, new = values.get(pin.field), given[pin.field]
-        if isinstance(new, dict) and isinstance(current, dict):
+        if isinstance(new, dict) and isinstance(current, dict) and pin.merge:
             new = {**current, **new}
         out[pin.field] = new
         if new != current:

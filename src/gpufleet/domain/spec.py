@@ -30,6 +30,16 @@ class ExpectedSpec(BaseModel):
     pcie_gen: int | None = None
     pcie_width: int | None = None
     rack: str | None = None
+    #: issue 26 item 7: the MIG strategy of the cluster's GPU Feature Discovery (``none``,
+    #: ``single``, ``mixed``), which decides the ``nvidia.com/mig*`` labels (domain/mig.py).
+    mig_strategy: str | None = None
+
+    @field_validator("mig_strategy")
+    @classmethod
+    def _strategy(cls, v: str | None) -> str | None:
+        if v is not None and v not in ("none", "single", "mixed"):
+            raise ValueError(f"mig_strategy {v!r}: none, single or mixed (GFD's)")
+        return v
 
 
 class BaselineStatus(StrEnum):
@@ -65,9 +75,20 @@ class Baseline(BaseModel):
     fabric_manager: str | None = None
     hca_firmware: list[str] = Field(default_factory=list)  # accepted, as ibstat shows them
     sysctls: dict[str, str] = Field(default_factory=dict)
+    #: issue 26 item 7: the MIG layout, ``all`` or GPU index -> layout (domain/mig.py), as
+    #: ``baseline create --mig-config FILE:NAME`` reads a mig-parted config.
+    mig: dict[str, str] = Field(default_factory=dict)
     #: Not a pin: the OS image (an http(s) URL) ``gpufleet reimage --baseline`` inserts as
     #: virtual media.
     os_image_url: str | None = None
+
+    @field_validator("mig")
+    @classmethod
+    def _mig(cls, v: dict[str, str]) -> dict[str, str]:
+        """``all`` or GPU indices -> a MIG layout (:func:`gpufleet.domain.mig.check_pin`)."""
+        from gpufleet.domain.mig import check_pin
+
+        return check_pin(v)
 
     @field_validator("os_image_url")
     @classmethod

@@ -14,6 +14,9 @@ h100-8x    the ``idle :: query (-q)`` text of the H100 nvidia_gpu_exporter bundl
            its ``nvlink -s`` (18 links) per GPU; ``gpud_ibstat.47.0.h100.all.active.2``.
 a10g-1x    ``telegraf_a10g.xml`` (515.105.01), no RDMA, no NVLink.
 l40s-1x    ``-q`` text, ``topo -m`` and ``nvlink -s`` of the L40S exporter bundle (595.80).
+h100-mig-8x  h100-8x in MIG mode (issue 26 item 7): the ``-q`` text of the H100 *MIG* bundle
+           (590.48.01: 3g.40gb, 2g.20gb, 2x 1g.10gb) replicated to 8, its ``nvlink -s`` ("not
+           supported for Devices in MIG mode"), its ``nvidia-smi -L`` MIG lines under each GPU.
 cpu-node   no accelerator (``gpufleet_role=cpu``): the ``lspci -nn`` of gpud's A10 VM with the
            NVIDIA line taken out (EDITED); nvidia-smi, ibstat, vendor tools not found.
 gb200-4x   ``k8s-test-infra_hw-qx-gb200.xml`` (one GB200 NVL72 compute tray, 580.173.02);
@@ -44,7 +47,7 @@ literal pieces and identity slots, so rendering 1000 hosts takes about a second.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -379,6 +382,16 @@ _SPECS: dict[str, ModelSpec] = {
         disks=(("nvme0n1", _U2_3T84, "SAMSUNG MZQL23T8HCLS-00A07"),),
     ),
 }
+
+# An h100-8x host in MIG mode (issue 26 item 7), the layout of the real H100 MIG bundle: the
+# same pool and group, so a campaign applying that layout turns an h100-8x host into this one
+# (lab/mig.py) and back.
+_SPECS["h100-mig-8x"] = replace(
+    _SPECS["h100-8x"],
+    name="h100-mig-8x",
+    smi_file="nvidia-smi-csv/nvidia_gpu_exporter_linux-x86_64__nvidia-h100-mig__590.48.01.txt",
+    nvlink_file="bundle",
+)
 
 #: Lab models, in the order create_fleet lays them out.
 MODELS: tuple[str, ...] = tuple(_SPECS)

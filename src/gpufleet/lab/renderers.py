@@ -171,6 +171,16 @@ def _gpu_sections(host: LabHost, tpl: _Template) -> tuple[list[int], str, str]:
     return present, "", body
 
 
+def _list(r: _Render) -> str:
+    """``nvidia-smi -L``: each GPU's line (the layout of the exporter bundles' ``-L``, the
+    host's identity) and, in MIG mode, the captured MIG lines under it (issue 26 item 7)."""
+    mig = "".join(f"{line}\n" for line in r.tpl.mig_list)
+    return "".join(
+        f"GPU {pos}: {r.tpl.product} (UUID: {_identity(r.host, i)['uuid']})\n{mig}"
+        for pos, i in enumerate(r.present)
+    )
+
+
 def _nvlink(host: LabHost, tpl: _Template, present: list[int]) -> str:
     if not tpl.nvlink:
         # A GPU without NVLink: the per-GPU header line and no links (generated, see module doc)
@@ -321,6 +331,7 @@ RENDERERS: dict[str, Callable[[_Render], tuple[str, str, int]]] = {
     "sysctl": lambda r: _ok(_sysctl(r.spec)),
     "nvidia-smi-xml": _xml_out,
     "nvidia-smi-q": _q_out,
+    "nvidia-smi-L": lambda r: _ok(_list(r)),
     "topo-m": lambda r: _ok(_topo(r.tpl, r.present, r.driver)),
     "nvlink-s": lambda r: _ok(_nvlink(r.host, r.tpl, r.present)),
     "ibstat": lambda r: (
@@ -353,7 +364,7 @@ def _vendor_not_installed(name: str) -> Callable[[_Render], tuple[str, str, int]
 RENDERERS.update({name: _vendor_not_installed(name) for name in vendor_answers_names()})
 RENDERERS[ACCELERATORS] = lambda r: _ok("")
 
-_NVIDIA_SECTIONS = ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s")
+_NVIDIA_SECTIONS = ("nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-L", "topo-m", "nvlink-s")
 
 
 def _render_vendor_host(host: LabHost) -> dict[str, Section]:
@@ -440,7 +451,7 @@ def _render_sections(host: LabHost) -> dict[str, Section]:
         s[name] = Section(name, *render(ctx))
 
     if "nvidia-smi-missing" in kinds:
-        for name in ("nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"):
+        for name in _NVIDIA_SECTIONS:
             s[name] = _not_found(name, "nvidia-smi")
     else:
         if "garbage" in kinds:

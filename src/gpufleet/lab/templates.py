@@ -56,6 +56,9 @@ class _Template:
     nvlink: tuple[_Pieces, ...]  # per captured GPU; slots idx/uuid; () = no NVLink
     ibstat: str | None
     topo: str | None  # real topo -m served as is (with the slot-free capture)
+    #: The ``MIG <profile> Device N: ...`` lines ``nvidia-smi -L`` prints under each GPU (the
+    #: bundle's, as captured; issue 26 item 7); () = MIG off.
+    mig_list: tuple[str, ...] = ()
 
 
 def _path(rel: str) -> Path:
@@ -232,7 +235,16 @@ def _template(model: str) -> _Template:
         nvlink=_nvlink_template(spec),
         ibstat=ibstat,
         topo=topo,
+        mig_list=_mig_list(spec),
     )
+
+
+def _mig_list(spec: ModelSpec) -> tuple[str, ...]:
+    """The MIG lines of the model's ``nvidia-smi -L`` capture (text models only)."""
+    if spec.smi_format != "text":
+        return ()
+    listing = _exporter_bundle(spec.smi_file).get("capabilities :: list (-L)", "")
+    return tuple(line for line in listing.splitlines() if line.startswith("  MIG "))
 
 
 # --------------------------------------------------------------------------- identities

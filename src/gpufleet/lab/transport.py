@@ -45,6 +45,7 @@ from gpufleet.domain.remediation import MARK as REMEDY_MARK
 from gpufleet.errors import ConfigError
 from gpufleet.lab.captures import captures_dir
 from gpufleet.lab.fleet import LAB_FILE, LabFleet, LabHost, apply_change
+from gpufleet.lab.mig import is_mig_script, render_mig
 from gpufleet.lab.probe import render_probe
 from gpufleet.lab.remedy import render_remedy
 from gpufleet.lab.renderers import render_output
@@ -147,6 +148,8 @@ class SimTransport:
             output = render_probe(host, script)
         elif REMEDY_MARK in script:  # gpufleet remediate (lab/remedy.py)
             output = render_remedy(host, script)
+        elif is_mig_script(script):  # a campaign applying a MIG layout (lab/mig.py)
+            output = render_mig(self.lab_dir, host, script)
         elif "@@gpufleet:script" in script:
             # Answer the sections the script asks for (reclaim adds its own after the
             # collection's), as the real-sshd lab's fake tools do; none named: the collection.

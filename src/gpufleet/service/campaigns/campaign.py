@@ -57,7 +57,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, Conflict, InvalidTransition
 from gpufleet.service.allocation.holds import held
-from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ansible_playbook
+from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ansible_playbook, mig_action
 from gpufleet.service.campaigns.campaign_racks import RackRunner, plan_rack_campaign
 from gpufleet.service.campaigns.campaign_run import (
     Progress,
@@ -256,6 +256,8 @@ def create_campaign(fleet: Fleet, spec: CampaignSpec, *, dry_run: bool = False) 
     rollback = spec.rollback
     if spec.action_kind is ActionKind.PLAYBOOK:
         action = str(_playbook(action, "--playbook"))
+    if spec.action_kind is ActionKind.MIG:
+        action = mig_action(fleet, spec.target_baseline)
     if rollback is not None:
         rollback = str(_playbook(rollback, "--rollback-playbook"))
     if spec.auto_rollback and rollback is None:

@@ -1,5 +1,6 @@
 """The actions a campaign runs on a wave's hosts: an Ansible playbook through ansible-runner,
-a shell command over the SSH transport, or a BMC reimage. Each returns host -> (ok, note) and
+a shell command over the SSH transport (or the nvidia-smi commands of a MIG layout), or a BMC
+reimage. Each returns host -> (ok, note) and
 never raises for one host's failure (:mod:`gpufleet.service.campaigns.campaign` records it)."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sqlalchemy import select
 from gpufleet.collect.hostkeys import known_hosts_line, openssh_pin_options
 from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.campaign import ActionKind
+from gpufleet.domain.mig import apply_script
 from gpufleet.domain.spec import Baseline
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError
@@ -69,6 +71,20 @@ def _target(fleet: Fleet, name: str) -> dict[str, Any]:
         return b.model_dump(mode="json")
 
 
+def mig_action(fleet: Fleet, baseline: str) -> str:
+    """Issue 26 item 7: the script a ``--mig`` campaign runs on each host, the nvidia-smi
+    commands giving the GPUs the MIG layout ``baseline`` pins
+    (:func:`gpufleet.domain.mig.apply_script`); stored as the campaign's action, so ``campaign
+    show`` prints what will run. A :class:`ConfigError` when the baseline pins no layout."""
+    pin = _target(fleet, baseline).get("mig") or {}
+    if not pin:
+        raise ConfigError(
+            setting="--mig",
+            cause=f"baseline {baseline} pins no MIG layout (baseline create --mig-config)",
+        )
+    return apply_script(pin)
+
+
 def run_action(
     fleet: Fleet, camp: CampaignRow, names: list[str], action: str, *, rollback: bool
 ) -> dict[str, tuple[bool, str]]:
@@ -78,7 +94,7 @@ def run_action(
     try:
         if kind is ActionKind.PLAYBOOK:
             return run_playbook(fleet, camp, names, Path(action))
-        if kind is ActionKind.COMMAND:
+        if kind in (ActionKind.COMMAND, ActionKind.MIG):  # MIG: the script mig_action wrote
             return _run_command(fleet, camp, names, action)
         return _reimage(fleet, camp, names)
     except GpufleetError as exc:

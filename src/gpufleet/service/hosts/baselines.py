@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -19,6 +20,7 @@ from gpufleet.domain.drift import (
 )
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.mig import pin_from_file
 from gpufleet.domain.pins import baseline_values
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError, NotFound
@@ -83,6 +85,20 @@ def baseline_from_host(fleet: Fleet, host_name: str, name: str, purpose: str = "
         {"name": name, "purpose": purpose, "status": BaselineStatus.CANDIDATE}
         | baseline_values(facts)
     )
+
+
+def mig_config_pin(spec: str) -> dict[str, str]:
+    """Issue 26 item 7: the MIG pin of ``FILE:NAME``, config ``NAME`` of the mig-parted file
+    ``FILE`` (:func:`gpufleet.domain.mig.pin_from_file`); a :class:`ConfigError` naming the
+    file when it cannot be read or has no such config."""
+    path, sep, name = spec.rpartition(":")
+    if not sep or not path or not name:
+        raise ConfigError(setting="--mig-config", cause=f"{spec!r}: expected FILE:NAME")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(setting="--mig-config", cause=f"{path}: {exc.strerror}") from None
+    return pin_from_file(text, path, name)
 
 
 def get_baseline(fleet: Fleet, name: str) -> Baseline:

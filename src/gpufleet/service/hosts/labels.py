@@ -212,7 +212,8 @@ class FleetLabels:
         if fl is None or fact_labels is None or h.role != HostRole.GPU.value:
             return _labels(h, spec, fl, accelerators, baseline)
         unusable = len(h.unusable_gpus or [])
-        key = (fact_labels, spec.ib_rate_gbps, spec.ib_ports, h.usable_gpus, unusable)
+        key = (fact_labels, spec.ib_rate_gbps, spec.ib_ports, spec.mig_strategy, h.usable_gpus,
+               unusable)
         tail = self._tails.get(key)
         if tail is None:
             tail = fact_tail(fl, spec, h.usable_gpus, unusable, accelerators)
