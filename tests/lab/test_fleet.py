@@ -28,6 +28,7 @@ EXPECTED = {  # model -> (GPU count, product substring, driver of the capture)
     "v100s-8x": (8, "Tesla V100S-PCIE-32GB", "460.73.01"),
     "a100-8x": (8, "NVIDIA A100-SXM4-80GB", "535.54.03"),
     "h100-8x": (8, "NVIDIA H100 80GB HBM3", "590.48.01"),
+    "h100-mig-8x": (8, "NVIDIA H100 80GB HBM3", "590.48.01"),
     "a10g-1x": (1, "NVIDIA A10G", "515.105.01"),
     "l40s-1x": (1, "NVIDIA L40S", "595.80"),
     "gb200-4x": (4, "NVIDIA GB200", "580.173.02"),

@@ -23,7 +23,8 @@ under ``single`` ``nvidia.com/gpu.product`` is ``<product>-MIG-<profile>`` and
 the node has MIG-disabled GPUs beside enabled ones, an enabled GPU with no MIG device, or more
 than one profile); under ``mixed`` ``nvidia.com/mig-<profile>.count`` and ``.product`` per
 profile. GFD takes the strategy from its own configuration: here it is the host group's
-``gpufleet_mig_strategy`` (:attr:`gpufleet.domain.spec.ExpectedSpec.mig_strategy`).
+``gpufleet_mig_strategy`` (``mig_strategy`` of
+:class:`gpufleet.domain.spec.ExpectedSpec`).
 """
 
 from __future__ import annotations

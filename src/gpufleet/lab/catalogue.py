@@ -391,6 +391,7 @@ _SPECS["h100-mig-8x"] = replace(
     name="h100-mig-8x",
     smi_file="nvidia-smi-csv/nvidia_gpu_exporter_linux-x86_64__nvidia-h100-mig__590.48.01.txt",
     nvlink_file="bundle",
+    nvlink_per_gpu=None,  # "Nvlink queries are not supported for Devices in MIG mode"
 )
 
 #: Lab models, in the order create_fleet lays them out.
