@@ -21,7 +21,7 @@ from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
 from gpufleet.collect.dmi import DMI_FILES, parse_dmi
 from gpufleet.collect.script import remote_script
-from gpufleet.collect.sections import _DMI
+from gpufleet.collect.shell_functions import DMI as _DMI
 from gpufleet.domain.facts import DmiIdentity, HostFacts
 from gpufleet.lab.fleet import LabHost
 from gpufleet.lab.renderers import render_sections

@@ -52,6 +52,7 @@ from gpufleet.collect import (
 from gpufleet.collect.assemble import assemble_facts
 from gpufleet.collect.bundle import Section
 from gpufleet.collect.nvidia_smi import csv as smi_csv
+from gpufleet.collect.nvidia_smi import listing as smi_listing
 from gpufleet.collect.nvidia_smi import text as smi_text
 from gpufleet.collect.nvidia_smi import xml as smi_xml
 from gpufleet.domain.facts import UnreadableXid
@@ -332,6 +333,19 @@ def _query_gpu_csvs() -> list[str]:
 
 
 @cache
+def _mig_lists() -> list[str]:
+    """Every bundle's ``nvidia-smi -L`` (the MIG ones name their MIG devices' profiles)."""
+    return [
+        load_exporter_bundle(path)["capabilities :: list (-L)"]
+        for path in sorted((CAPTURED / "nvidia-smi-csv").glob("nvidia_gpu_exporter_*.txt"))
+    ]
+
+
+def _mig_list(text: str) -> object:
+    return smi_listing.parse_mig_list(text, "nvidia-smi -L")
+
+
+@cache
 def _probes() -> list[str]:
     hosts = [*_HOSTS, LabHost(name="gpu-04", model="h100-8x", serial_salt=4, faults=["hot"])]
     return [render_probe(h) for h in hosts]
@@ -507,6 +521,7 @@ CASES = [
         (smi_xml.parse_nvidia_smi_xml,),
         lambda: [t for t in _glob("nvidia-smi-xml", "*.xml") if len(t) < 100_000],
     ),
+    Case("nvidia-smi-L", (_mig_list,), _mig_lists),  # issue 26 item 7: MIG profiles
     Case("topo-m", (topology.parse_topo_matrix,), lambda: _glob("nvidia-smi-topo", "*topo-m*")),
     Case(
         "nvlink-s",
@@ -650,6 +665,7 @@ def test_the_cases_cover_every_public_parser() -> None:
         "text.parse_nvidia_smi_text",
         "xml.parse_nvidia_smi_xml",
         "topology.parse_topo_matrix",
+        "listing.parse_mig_list",
         "topology.parse_nvlink_status",
         "pci.parse_lspci",
         "kernel_log.parse_xids",
