@@ -17,7 +17,7 @@ from gpufleet.collect.nvidia_smi.listing import (
     parse_mig_list,
     with_mig_profiles,
 )
-from gpufleet.domain.mig import gpu_layout, host_layout
+from gpufleet.domain.mig import gpu_layout, host_layout, pinned_layout
 from gpufleet.errors import ParseError
 from gpufleet.lab.captures import captures_dir, load_exporter_bundle
 from gpufleet.lab.fleet import LabHost
@@ -92,4 +92,5 @@ def test_lab_hosts_collect_their_layout(model: str, layout: str) -> None:
     )
     got = host_layout(facts)
     assert got["all"] == layout and {got[str(i)] for i in range(8)} == {layout}
+    assert pinned_layout(facts) == {"all": layout}  # what --from-host pins
     assert facts.problems == []

@@ -2,7 +2,8 @@
 mig-parted config file), ``drift`` shows the hosts whose layout differs, and a ``--mig``
 campaign shows and runs the nvidia-smi commands on the lab, which records and simulates them
 (lab/mig.py; the lab has the real capture of one H100 MIG layout), after which the hosts'
-collected layout matches the pool's baseline."""
+collected layout matches the pool's baseline; GFD's MIG labels follow the group's
+``gpufleet_mig_strategy``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from tests.labproof import prove_lab
 from gpufleet.domain.campaign import ActionKind, CampaignStatus
 from gpufleet.domain.pins import overlay_pins
 from gpufleet.domain.spec import Baseline
+from gpufleet.inventory import load_inventory
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.lab.fleet import LabFleet
 from gpufleet.lab.mig import LOG
@@ -26,7 +28,11 @@ from gpufleet.service.hosts.baselines import (
     save_baseline,
     set_pool_baseline,
 )
+from gpufleet.service.hosts.collect import collect
+from gpufleet.service.hosts.enroll import enroll
+from gpufleet.service.hosts.labels import lean_host_labels
 from gpufleet.service.hosts.validate import validate
+from gpufleet.service.views.summary import host_labels
 
 CONFIG = """\
 version: v1
@@ -123,3 +129,30 @@ def test_a_layout_the_lab_has_no_capture_of_fails_the_host(fleet: Fleet, tmp_pat
     assert LabFleet.load(lab).host("gpu-01").model == "h100-8x"
     assert "gpu-01: nvidia-smi mig -cgi " + ",".join(["1g.10gb"] * 7) + " -C" in (
         lab / LOG).read_text().splitlines()
+
+
+def test_gfd_mig_labels_follow_the_groups_strategy(fleet: Fleet, tmp_path: Path) -> None:
+    """``gpufleet_mig_strategy=mixed`` on the group: GFD's mixed-strategy labels from the
+    collected layout, the same by the lean ``labels HOST`` read and the full path; single:
+    the INVALID labels GFD gives a node with several profiles."""
+    lab = tmp_path / "lab"
+    enroll_lab(fleet, lab, 2, models=["h100-mig-8x"], faults={})
+    inv = lab / "inventory.ini"
+    text = inv.read_text()
+    inv.write_text(text.replace("gpufleet_nvswitch=true\n",
+                                "gpufleet_nvswitch=true\ngpufleet_mig_strategy=mixed\n"))
+    enroll(fleet, load_inventory(inv))
+    collect(fleet)
+    (full,) = host_labels(fleet, "gpu-01")
+    mig = {k: v for k, v in full.labels.items() if k.startswith("nvidia.com/mig")}
+    assert mig["nvidia.com/mig.strategy"] == "mixed"
+    assert mig["nvidia.com/mig-1g.10gb.count"] == "16"
+    assert mig["nvidia.com/mig-3g.40gb.product"] == "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb"
+    assert lean_host_labels(fleet.db.url, "gpu-01") == [full]
+    inv.write_text(text.replace("gpufleet_nvswitch=true\n",
+                                "gpufleet_nvswitch=true\ngpufleet_mig_strategy=single\n"))
+    enroll(fleet, load_inventory(inv))
+    (single,) = host_labels(fleet, "gpu-02")
+    assert single.labels["nvidia.com/mig.strategy"] == "single"
+    assert single.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-INVALID"
+    assert single.labels["nvidia.com/gpu.count"] == "0"

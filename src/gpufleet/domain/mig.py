@@ -83,6 +83,17 @@ def host_layout(facts: HostFacts) -> dict[str, str]:
     return {"all": whole, **values}
 
 
+def pinned_layout(facts: HostFacts) -> dict[str, str]:
+    """What ``baseline create --from-host`` pins: ``{"all": layout}`` when every GPU has the
+    same one (a pool's hosts may miss a GPU: no per-GPU key to drift on), else one key per
+    GPU; ``{}`` when unknown."""
+    layout = host_layout(facts)
+    if not layout:
+        return {}
+    per = {k: v for k, v in layout.items() if k != "all"}
+    return {"all": layout["all"]} if len(set(per.values())) == 1 else per
+
+
 # ---------------------------------------------------------------------- mig-parted
 
 

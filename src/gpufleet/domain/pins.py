@@ -28,7 +28,7 @@ from enum import StrEnum
 
 from gpufleet.domain.accelerators import SoftwareVersions, Vendor
 from gpufleet.domain.facts import HostFacts, OsRelease
-from gpufleet.domain.mig import host_layout
+from gpufleet.domain.mig import host_layout, pinned_layout
 from gpufleet.domain.spec import Baseline
 
 #: A pinned value as a baseline holds it: text, accepted versions, or key -> value.
@@ -118,6 +118,8 @@ class Pin:
     #: MAP: a pin given on top of the host's (``--from-host``) is merged key by key; False:
     #: it replaces the host's map (a MIG layout on ``all`` replaces the per-GPU keys).
     merge: bool = True
+    #: What ``--from-host`` pins (default: the host's value as :meth:`captured` reads it).
+    capture: Callable[[HostFacts], PinValue] | None = None
 
     def expected(self, baseline: Baseline) -> PinValue:
         value: PinValue = getattr(baseline, self.field)
@@ -164,6 +166,8 @@ class Pin:
 
     def captured(self, facts: HostFacts) -> PinValue:
         """The value ``baseline create --from-host`` pins from a known-good host."""
+        if self.capture is not None:
+            return self.capture(facts)
         actual = self.actual(facts)
         if self.compare is Compare.ONE_OF:
             return sorted(set(actual)) if isinstance(actual, list) else []
@@ -366,6 +370,7 @@ PINS: tuple[Pin, ...] = (
         help="MIG layout: all=LAYOUT or GPU=LAYOUT, LAYOUT 'disabled' or e.g. "
         "'1g.10gb:2,3g.40gb:1'; repeatable (or --mig-config FILE:NAME).",
         merge=False,
+        capture=pinned_layout,
     ),
 )
 
