@@ -59,7 +59,7 @@ def test_refusals_name_what_is_wrong(gf: Cli) -> None:
     up = str(gf.tmp / "up.yml")
     base = ["campaign", "create", "x", "--selector", "gpu-*", "--ticket", "T-1"]
     r = gf.run(*base, "--target-baseline", "b-new", code=2)
-    assert "exactly one of --playbook, --command or --reimage" in flat(r.stderr + r.stdout)
+    assert "exactly one of --playbook, --command, --reimage or --mig" in flat(r.stderr + r.stdout)
     r = gf.run(*base, "--target-baseline", "nope", "--playbook", up, code=4)
     assert "no baseline named 'nope'" in flat(r.stderr + r.stdout)
     r = gf.run(*base, "--target-baseline", "b-new", "--playbook", up, "--waves", "50%,20%",
