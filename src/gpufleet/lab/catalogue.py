@@ -32,7 +32,9 @@ the injected faults. Edits are textual so every untouched byte is exactly as cap
 Generated, because no permitted real capture exists (formats copied from real output):
 ``topo -m`` of the 8-GPU hosts and of the A10G (layout of the exporter's ``topo -m``
 capture: tab separated, ANSI-underlined header, "NIC Legend" on newer drivers), and
-``lspci -nn -D`` lines (layout of ``gpud_lspci.nn.a100.txt``; device names from pci.ids;
+``nvidia-smi -L`` (each GPU's line in the layout of the exporter bundles' ``-L``; under
+each GPU of ``h100-mig-8x`` the bundle's MIG lines as captured, identifiers masked as
+captured), ``lspci -nn -D`` lines (layout of ``gpud_lspci.nn.a100.txt``; device names from pci.ids;
 the H100 addresses are those of the real 8x H100 host in ``gpud_lspci-vvv.txt``), and
 ``nvlink -s`` of the V100S/A10G PCIe cards on their older drivers: the captured per-GPU
 header line (``GPU 0: <name> (UUID: ...)``) with no link lines under it. Xid lines
