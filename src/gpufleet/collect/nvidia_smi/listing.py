@@ -23,8 +23,8 @@ class _Answer(Protocol):
     @property
     def rc(self) -> int: ...
 
-_GPU = re.compile(r"^GPU (\d+): ")
-_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): ")
+_GPU = re.compile(r"^GPU (\d{1,5}): ")
+_MIG = re.compile(r"^\s+MIG (\S{1,64})\s+Device\s+(\d{1,5}): ")
 
 
 def parse_mig_list(text: str, source: str) -> dict[int, dict[int, str]]:
@@ -43,6 +43,8 @@ def parse_mig_list(text: str, source: str) -> dict[int, dict[int, str]]:
                     source, f"MIG device line out of place: {line.strip()!r}", line=n
                 )
             out[gpu][dev] = m.group(1)
+        elif line.startswith("GPU ") or line.lstrip().startswith("MIG "):
+            raise ParseError(source, f"unreadable line: {line.strip()[:80]!r}", line=n)
     return out
 
 
