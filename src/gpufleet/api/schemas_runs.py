@@ -131,7 +131,7 @@ class QueueDepthOut(Schema):
 
 
 class CampaignActionOut(Schema):
-    kind: str = Field(description="playbook, command or reimage")
+    kind: str = Field(description="playbook, command, reimage or mig")
     value: str
     rollback: str | None
 
