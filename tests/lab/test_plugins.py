@@ -22,6 +22,7 @@ from gpufleet.collect.transport import (
     open_transport,
     register_transport,
     transport_key,
+    unregister_transport,
 )
 from gpufleet.errors import ConfigError
 from gpufleet.lab.fleet import create_fleet, write_inventory
@@ -77,10 +78,7 @@ class _Echo:
         return RawResult(target.name, Outcome.OK, output=f"{self.prefix}:{target.name}")
 
 
-def test_a_registered_transport_is_built_with_its_declared_host_vars(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(tr, "_REGISTRY", dict(tr._REGISTRY))  # undone after the test
+def test_a_registered_transport_is_built_with_its_declared_host_vars() -> None:
     seen: list[TransportOptions] = []
 
     def factory(options: TransportOptions) -> Transport:
@@ -88,14 +86,20 @@ def test_a_registered_transport_is_built_with_its_declared_host_vars(
         return _Echo(options.host_vars.get("echo_prefix", "-"))
 
     register_transport("echo", TransportPlugin(factory, host_vars=("echo_prefix",)))
-    key = transport_key("echo", {"echo_prefix": "hi", "other": "x"})
-    t = open_transport(key, connect_timeout_s=3)
-    assert seen == [TransportOptions(host_vars={"echo_prefix": "hi"}, connect_timeout_s=3)]
-    res = asyncio.run(tr.run_many(t, [Target("h1", "h1")], "true"))
-    assert res[0].output == "hi:h1"
-    assert "echo" in known_transports()
-    with pytest.raises(ConfigError, match="transport name"):
-        register_transport("bad name", TransportPlugin(factory))
+    try:
+        key = transport_key("echo", {"echo_prefix": "hi", "other": "x"})
+        t = open_transport(key, connect_timeout_s=3)
+        assert seen == [TransportOptions(host_vars={"echo_prefix": "hi"}, connect_timeout_s=3)]
+        res = asyncio.run(tr.run_many(t, [Target("h1", "h1")], "true"))
+        assert res[0].output == "hi:h1"
+        assert "echo" in known_transports()
+        with pytest.raises(ConfigError, match="transport name"):
+            register_transport("bad name", TransportPlugin(factory))
+    finally:
+        unregister_transport("echo")
+    assert "echo" not in known_transports()
+    with pytest.raises(ConfigError, match="unknown transport 'echo'"):
+        transport_key("echo", {})
 
 
 def test_gpufleet_help_lists_the_lab_plugin_and_runs_it(tmp_path: Path) -> None:

@@ -146,6 +146,12 @@ def register_transport(name: str, plugin: TransportPlugin) -> None:
     _REGISTRY[name] = plugin
 
 
+def unregister_transport(name: str) -> None:
+    """Forget the transport called ``name`` (a plugin that is removed again, or a test's
+    own transport once it is done); a name not registered is no error."""
+    _REGISTRY.pop(name, None)
+
+
 def _load_entry_points() -> None:
     global _entry_points_loaded
     if _entry_points_loaded:
