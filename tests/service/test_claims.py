@@ -232,7 +232,7 @@ def test_sigterm_releases_claims(
     enroll(fleet, load_inventory(inv))
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from gpufleet.cli.main import app; app()",
+        [sys.executable, "-c", "from gpufleet.cli.entry import main; main()",
          "--home", str(tmp_path / "home"), "--db", fleet.db.url,
          "collect", "--timeout", "120", "--json"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -111,9 +111,13 @@ def imports_done() -> None:
     this once its modules are imported, before it reads (the lean starts; the Typer application
     once it has loaded the command: ``LazyGroup.get_command`` in :mod:`gpufleet.cli.main`): what
     exists now is frozen out of later collections, and the command's own work is collected as
-    usual. Nothing to do when the collector is on (any other caller)."""
+    usual, with young collections less often (:func:`gpufleet.cli.process.tune_gc`: the
+    process-wide tuning a pipeline run once made for itself). Nothing to do when the
+    collector is on (any other caller)."""
     if not gc.isenabled():
-        gc.freeze()
+        from gpufleet.cli.process import tune_gc
+
+        tune_gc()
         gc.enable()
 
 
@@ -160,6 +164,9 @@ def main() -> None:
     # string to have pydantic load installed plugins anyway.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     gc.disable()  # until the imports are done (cli.common.imports_done)
+    from gpufleet.cli.process import sigterm_exits
+
+    sigterm_exits()  # a run in flight releases its claims on SIGTERM (serve, worker: their own)
     try:
         code = _lean(sys.argv[1:])
         if code is not None:

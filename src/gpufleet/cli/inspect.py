@@ -123,10 +123,12 @@ def run_cmd(
         seconds = parse_every(every)
     except ValueError as exc:
         raise UsageError(command="gpufleet inspect", cause=f"--every {exc}") from None
-    stop = threading.Event()
+    stop, sweeping = threading.Event(), threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
+        if signum == signal.SIGTERM and sweeping.is_set():
+            raise SystemExit(128 + signum)  # mid-sweep: the run releases its claims, exit 143
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -149,6 +151,7 @@ def run_cmd(
         forks=forks,
         timeout_s=timeout,
         on_sweep=shown,
+        sweeping=sweeping,
     )
     console.print(f"stopped after {n} sweep(s)")
 

@@ -54,7 +54,9 @@ def serve_cmd(
     import uvicorn
 
     from gpufleet.api.app import create_app
+    from gpufleet.cli.process import sigterm_default
 
+    sigterm_default()  # uvicorn handles SIGTERM (running requests finish) and re-raises it
     configure(current_settings(), debug=OPTIONS.debug, default=logging.INFO)
     fleet = open_fleet()
     from gpufleet.service.core.webhooks import resume

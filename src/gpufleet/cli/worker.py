@@ -64,4 +64,7 @@ def worker_cmd(
         f"{concurrency or fleet.settings.worker_concurrency})",
         soft_wrap=True,
     )
+    from gpufleet.cli.process import sigterm_default
+
+    sigterm_default()  # procrastinate handles SIGTERM: running jobs finish, then exit 0
     asyncio.run(jq.work(concurrency=concurrency, queues=queue or None))

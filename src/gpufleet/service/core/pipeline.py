@@ -12,7 +12,8 @@
    by another worker is discarded; the apply step releases the host's claim.
 
 Ctrl-C, SIGTERM and a database error release every claim the run still holds before the error
-goes on; a crashed worker's claims run out.
+goes on (SIGTERM is ``SystemExit`` where the process's entry point made it so:
+:func:`gpufleet.cli.process.sigterm_exits`); a crashed worker's claims run out.
 """
 
 from __future__ import annotations
@@ -21,14 +22,12 @@ import asyncio
 import logging
 import math
 import queue
-import signal
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import or_, select, update
@@ -46,8 +45,6 @@ from gpufleet.collect.transport import (
 )
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
-from gpufleet.gc_tuning import GC_YOUNG_THRESHOLD as GC_YOUNG_THRESHOLD
-from gpufleet.gc_tuning import gc_tuned
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import ssh_password
 from gpufleet.service.core import background_errors as background
@@ -320,24 +317,6 @@ class _Renewer(threading.Thread):
         self.join()
 
 
-@contextmanager
-def sigterm_as_exit() -> Iterator[None]:
-    """Turn SIGTERM into ``SystemExit(143)`` while a run is in flight, so its ``finally``
-    blocks (releasing claims) run; only in the main thread, where signals are delivered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def terminated(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
     """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`."""
     return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
@@ -429,10 +408,6 @@ class Pipeline(Generic[R]):
 
     def run(self) -> list[R]:
         """Run every claimed host, apply results as they arrive, release what is left."""
-        with gc_tuned():
-            return self._run()
-
-    def _run(self) -> list[R]:
         claimed = self.claim.hosts
         token = self.claim.token
         results: list[R] = []
@@ -453,70 +428,69 @@ class Pipeline(Generic[R]):
         free_slot: list[Callable[[], None]] = []
         by_name = {c.target.name: c for c in claimed}
         try:
-            with sigterm_as_exit():
-                renewer.start()
-                if self.on_start:  # with `more`: the hosts not claimed yet may come too
-                    self.on_start(len(claimed) + (len(self.claim.busy) if self.more else 0))
-                by_key, broken = _transports(claimed, self.fleet, self.open_transport)
+            renewer.start()
+            if self.on_start:  # with `more`: the hosts not claimed yet may come too
+                self.on_start(len(claimed) + (len(self.claim.busy) if self.more else 0))
+            by_key, broken = _transports(claimed, self.fleet, self.open_transport)
 
-                # Results are stored by a second thread while slower hosts are still
-                # answering, so the controller's CPU work overlaps the network wait.
-                def applier() -> None:
-                    while (item := pending.get()) is not None:
-                        group = [item]
-                        last = False
-                        while self.apply_many is not None and len(group) < APPLY_GROUP:
-                            try:  # the results already waiting: stored together
-                                more = pending.get_nowait()
-                            except queue.Empty:
-                                break
-                            if more is None:
-                                last = True
-                                break
-                            group.append(more)
-                        try:
-                            self._apply(group, by_name, results, done, failure)
-                        finally:
-                            slots = sum(1 for _r, slot in group if slot)
-                            del item, group  # the raw outputs go now, not at the next result
-                            for _ in range(slots if free_slot else 0):
-                                free_slot[0]()
-                        if last:
-                            return
+            # Results are stored by a second thread while slower hosts are still
+            # answering, so the controller's CPU work overlaps the network wait.
+            def applier() -> None:
+                while (item := pending.get()) is not None:
+                    group = [item]
+                    last = False
+                    while self.apply_many is not None and len(group) < APPLY_GROUP:
+                        try:  # the results already waiting: stored together
+                            more = pending.get_nowait()
+                        except queue.Empty:
+                            break
+                        if more is None:
+                            last = True
+                            break
+                        group.append(more)
+                    try:
+                        self._apply(group, by_name, results, done, failure)
+                    finally:
+                        slots = sum(1 for _r, slot in group if slot)
+                        del item, group  # the raw outputs go now, not at the next result
+                        for _ in range(slots if free_slot else 0):
+                            free_slot[0]()
+                    if last:
+                        return
 
-                def arrived(r: RawResult, slot: bool = False) -> None:
-                    pending.put((r, slot))
-                    if self.on_result:
-                        self.on_result(r)
+            def arrived(r: RawResult, slot: bool = False) -> None:
+                pending.put((r, slot))
+                if self.on_result:
+                    self.on_result(r)
 
-                worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
-                worker.start()
-                for c in claimed:
-                    if c.key in broken:
-                        arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
-                first = [
-                    (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
-                ]
-                jobs: Iterable[tuple[Transport, Target, str]] = first
-                if self.more is not None:
-                    jobs = self._batches(first, by_key, broken, by_name, arrived)
+            worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
+            worker.start()
+            for c in claimed:
+                if c.key in broken:
+                    arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
+            first = [
+                (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
+            ]
+            jobs: Iterable[tuple[Transport, Target, str]] = first
+            if self.more is not None:
+                jobs = self._batches(first, by_key, broken, by_name, arrived)
 
-                async def run_jobs() -> None:
-                    loop = asyncio.get_running_loop()
-                    room = asyncio.Semaphore(max(1, self.forks) * BACKLOG_PER_FORK)
+            async def run_jobs() -> None:
+                loop = asyncio.get_running_loop()
+                room = asyncio.Semaphore(max(1, self.forks) * BACKLOG_PER_FORK)
 
-                    def release() -> None:
-                        # After the last job the loop is closed while the backlog is still
-                        # being stored: nothing waits for a slot any more.
-                        with suppress(RuntimeError):
-                            loop.call_soon_threadsafe(room.release)
+                def release() -> None:
+                    # After the last job the loop is closed while the backlog is still
+                    # being stored: nothing waits for a slot any more.
+                    with suppress(RuntimeError):
+                        loop.call_soon_threadsafe(room.release)
 
-                    free_slot.append(release)
-                    await _run_all(
-                        jobs, self.forks, self.timeout_s, lambda r: arrived(r, True), room
-                    )
+                free_slot.append(release)
+                await _run_all(
+                    jobs, self.forks, self.timeout_s, lambda r: arrived(r, True), room
+                )
 
-                asyncio.run(run_jobs())
+            asyncio.run(run_jobs())
         finally:
             if worker is not None:
                 pending.put(None)

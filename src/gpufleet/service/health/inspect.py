@@ -422,9 +422,11 @@ def inspect_loop(
     forks: int = 50,
     timeout_s: float = 30.0,
     on_sweep: Callable[[SweepReport | None, str | None], None] | None = None,
+    sweeping: threading.Event | None = None,
 ) -> int:
-    """Sweeps every ``every`` until ``stop`` is set (the sweep in progress finishes; SIGTERM
-    during a sweep releases its claims, see the pipeline), keeping SSH connections open
+    """Sweeps every ``every`` until ``stop`` is set (the sweep in progress finishes; the
+    caller's SIGTERM handler may end it at once, ``sweeping`` set while one runs: the
+    pipeline then releases its claims), keeping SSH connections open
     between sweeps (:class:`TransportCache`). A failed sweep (the database away) is reported
     and the loop goes on. Raw samples past the retention are rolled up after each sweep.
     Returns the number of sweeps."""
@@ -437,6 +439,8 @@ def inspect_loop(
             report: SweepReport | None = None
             error: str | None = None
             try:
+                if sweeping is not None:
+                    sweeping.set()
                 report = inspect(
                     fleet,
                     selector,
@@ -450,6 +454,9 @@ def inspect_loop(
                 error = str(exc)
             except SQLAlchemyError as exc:  # the database went away: try again next sweep
                 error = f"database error ({type(exc).__name__}); the next sweep tries again"
+            finally:
+                if sweeping is not None:
+                    sweeping.clear()
             sweeps += 1
             if on_sweep is not None:
                 on_sweep(report, error)

@@ -52,7 +52,6 @@ from gpufleet.service.core.pipeline import (
 )
 from gpufleet.service.core.pipeline import release_claims as release_claims
 from gpufleet.service.core.pipeline import renew_claims as renew_claims
-from gpufleet.service.core.pipeline import sigterm_as_exit as sigterm_as_exit
 from gpufleet.service.core.pipeline import transport_for_host as transport_for_host
 from gpufleet.service.core.policies import Policies
 from gpufleet.service.hosts import gpu_health, reachability
