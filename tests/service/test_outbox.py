@@ -15,6 +15,7 @@ real HTTP receiver on 127.0.0.1 and real processes:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -41,7 +42,7 @@ from gpufleet.service.core import background_errors as background
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import raise_alarm
 from gpufleet.service.core.fleet import Fleet
-from gpufleet.service.core.pipeline import _Renewer
+from gpufleet.service.core.pipeline import keep_renewing
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.store.db import Database
 from gpufleet.store.repo import host_by_name
@@ -228,15 +229,21 @@ def test_a_failed_claim_renewal_is_logged_and_counted(
     caplog.set_level(logging.WARNING, logger="gpufleet.service.core.pipeline")
     gone = Database("postgresql+psycopg://nobody@127.0.0.1:1/gone")  # nothing listens there
     broken = Fleet(db=gone, home=fleet.home, settings=fleet.settings, clock=fleet.clock)
-    renewer = _Renewer(broken, "tok", lambda: timedelta(minutes=5), interval_s=0.05)
-    renewer.start()
+
+    async def until_reported() -> None:
+        renewer = asyncio.create_task(
+            keep_renewing(broken, "tok", lambda: timedelta(minutes=5), interval_s=0.05))
+        try:
+            end = time.monotonic() + 20
+            while background.counts()[background.CLAIM_RENEWAL] == before:
+                assert time.monotonic() < end, "no renewal failure reported"
+                await asyncio.sleep(0.05)
+        finally:
+            renewer.cancel()
+
     try:
-        end = time.monotonic() + 20
-        while background.counts()[background.CLAIM_RENEWAL] == before:
-            assert time.monotonic() < end, "no renewal failure reported"
-            time.sleep(0.05)
+        asyncio.run(until_reported())
     finally:
-        renewer.stop()
         broken.db.dispose()
     (rec, *_) = [r for r in caplog.records if r.name == "gpufleet.service.core.pipeline"]
     assert rec.levelno == logging.WARNING

@@ -7,13 +7,18 @@
    so several collector processes split a collection.
 2. *run* (no transaction open): one command per host over its transport, at most ``forks``
    at once, each within ``timeout_s``; the claims are renewed while it runs.
-3. *apply* (the caller's short transaction per host, in a second thread while slower hosts
-   still answer): guarded by the claim token, so a result whose claim ran out and was taken
+3. *apply* (the caller's short transaction per host, while slower hosts still answer):
+   guarded by the claim token, so a result whose claim ran out and was taken
    by another worker is discarded; the apply step releases the host's claim.
 
 Ctrl-C, SIGTERM and a database error release every claim the run still holds before the error
 goes on (SIGTERM is ``SystemExit`` where the process's entry point made it so:
 :func:`gpufleet.cli.process.sigterm_exits`); a crashed worker's claims run out.
+
+A run is a coroutine (:meth:`Pipeline.run_async`; :meth:`Pipeline.run` is its synchronous
+face): the hosts are talked to on its event loop, and every database call of steps 1-3
+(claiming more, renewing, storing, releasing) is awaited in the engine's bounded executor
+(:mod:`gpufleet.service.core.engine`), never run on the loop.
 """
 
 from __future__ import annotations
@@ -21,10 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -49,6 +52,7 @@ from gpufleet.logs import hide, ids
 from gpufleet.secrets import ssh_password
 from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.claim_owner import local_prefix, owner_gone, this_owner
+from gpufleet.service.core.engine import engine, run_all
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import select_hosts
 from gpufleet.store.tables import Host
@@ -287,34 +291,23 @@ def drop_claim(host: Host, now: datetime) -> None:
     host.updated_at = now
 
 
-class _Renewer(threading.Thread):
-    """Renews a run's claims every ``interval_s`` to the work still left (see claim_lease)."""
-
-    def __init__(
-        self,
-        fleet: Fleet,
-        token: str,
-        lease: Callable[[], timedelta],
-        interval_s: float,
-        run: int | None = None,
-    ) -> None:
-        super().__init__(name="gpufleet-claims", daemon=True)
-        self.fleet, self.token, self.lease, self.interval_s = fleet, token, lease, interval_s
-        self.run_id = run  # the collection run's id, for the log lines
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval_s):
-            try:
-                renew_claims(self.fleet, self.token, self.lease())
-            except Exception as exc:  # only shortens the claim: logged and counted, go on
-                background.report(
-                    log, background.CLAIM_RENEWAL, "cannot renew claims", exc, run=self.run_id
-                )
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join()
+async def keep_renewing(
+    fleet: Fleet,
+    token: str,
+    lease: Callable[[], timedelta],
+    interval_s: float,
+    run: int | None = None,
+) -> None:
+    """Renew a run's claims every ``interval_s`` to the work still left (see claim_lease),
+    until cancelled; the database call goes to the engine's executor. A renewal that fails
+    only shortens the claims: logged and counted (``run``: the run's id, for the log)."""
+    eng = engine()
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await eng.db(renew_claims, fleet, token, lease())
+        except Exception as exc:
+            background.report(log, background.CLAIM_RENEWAL, "cannot renew claims", exc, run=run)
 
 
 def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
@@ -348,29 +341,6 @@ def _transports(
 BACKLOG_PER_FORK = 2
 #: Results stored in one transaction at most (:attr:`Pipeline.apply_many`): those waiting.
 APPLY_GROUP = 64
-
-
-async def _run_all(
-    jobs: Iterable[tuple[Transport, Target, str]],
-    forks: int,
-    timeout_s: float,
-    on_result: Callable[[RawResult], None],
-    room: asyncio.Semaphore | None = None,
-) -> None:
-    """Every job, at most ``forks`` at once across all transports: ``forks`` workers take
-    the next job in turn (no task per host). ``room``: a job starts only once a slot is free
-    (the caller frees one per result stored), so memory does not grow with the hosts."""
-    queue = iter(jobs)
-
-    async def worker() -> None:
-        for tr, target, command in queue:  # one shared iterator: each job is taken once
-            if room is not None:
-                await room.acquire()
-            res = (await run_many(tr, [target], command, forks=1, timeout_s=timeout_s))[0]
-            on_result(res)
-
-    n = forks if not isinstance(jobs, list) else min(forks, len(jobs))
-    await asyncio.gather(*(worker() for _ in range(max(1, n))))
 
 
 @dataclass
@@ -407,100 +377,75 @@ class Pipeline(Generic[R]):
         return claim_lease(hosts, self.forks, self.timeout_s, self.fleet.settings.connect_timeout_s)
 
     def run(self) -> list[R]:
-        """Run every claimed host, apply results as they arrive, release what is left."""
+        """Run every claimed host, apply results as they arrive, release what is left (the
+        synchronous face of :meth:`run_async`)."""
+        return engine().run(self.run_async())
+
+    async def run_async(self) -> list[R]:
+        """:meth:`run` as a coroutine: the hosts on this loop, the database in the engine's
+        executor (claiming more, renewing, storing, releasing), never on the loop."""
+        eng = engine()
         claimed = self.claim.hosts
         token = self.claim.token
         results: list[R] = []
         done: set[str] = set()
         failure: list[BaseException] = []
         connect_s = self.fleet.settings.connect_timeout_s
-        renewer = _Renewer(
+        # (result, whether it holds a backlog slot); None ends the applier
+        pending: asyncio.Queue[tuple[RawResult, bool] | None] = asyncio.Queue()
+        room = asyncio.Semaphore(max(1, self.forks) * BACKLOG_PER_FORK)
+        by_name = {c.target.name: c for c in claimed}
+        renewer = asyncio.create_task(keep_renewing(
             self.fleet,
             token,
             lambda: self.lease(len(claimed) - len(done)),
             interval_s=max(1.0, min(60.0, (self.timeout_s + connect_s) / 3)),
             run=self.claim.run_id,
-        )
-        worker: threading.Thread | None = None
-        # (result, whether it holds a backlog slot); None ends the applier
-        pending: queue.Queue[tuple[RawResult, bool] | None] = queue.Queue()
-        # Set once the event loop runs: frees one backlog slot (from the applier's thread).
-        free_slot: list[Callable[[], None]] = []
-        by_name = {c.target.name: c for c in claimed}
+        ))
+        applier: asyncio.Task[None] | None = None
         try:
-            renewer.start()
             if self.on_start:  # with `more`: the hosts not claimed yet may come too
                 self.on_start(len(claimed) + (len(self.claim.busy) if self.more else 0))
             by_key, broken = _transports(claimed, self.fleet, self.open_transport)
-
-            # Results are stored by a second thread while slower hosts are still
-            # answering, so the controller's CPU work overlaps the network wait.
-            def applier() -> None:
-                while (item := pending.get()) is not None:
-                    group = [item]
-                    last = False
-                    while self.apply_many is not None and len(group) < APPLY_GROUP:
-                        try:  # the results already waiting: stored together
-                            more = pending.get_nowait()
-                        except queue.Empty:
-                            break
-                        if more is None:
-                            last = True
-                            break
-                        group.append(more)
-                    try:
-                        self._apply(group, by_name, results, done, failure)
-                    finally:
-                        slots = sum(1 for _r, slot in group if slot)
-                        del item, group  # the raw outputs go now, not at the next result
-                        for _ in range(slots if free_slot else 0):
-                            free_slot[0]()
-                    if last:
-                        return
+            # Results are stored (in the executor) while slower hosts are still answering,
+            # so the controller's CPU work overlaps the network wait.
+            applier = asyncio.create_task(
+                self._applier(pending, room, by_name, results, done, failure)
+            )
 
             def arrived(r: RawResult, slot: bool = False) -> None:
-                pending.put((r, slot))
+                pending.put_nowait((r, slot))
                 if self.on_result:
                     self.on_result(r)
 
-            worker = threading.Thread(target=applier, name="gpufleet-apply", daemon=True)
-            worker.start()
             for c in claimed:
                 if c.key in broken:
                     arrived(RawResult(c.target.name, Outcome.ERROR, broken[c.key]))
             first = [
                 (by_key[c.key], c.target, self.command(c)) for c in claimed if c.key in by_key
             ]
-            jobs: Iterable[tuple[Transport, Target, str]] = first
-            if self.more is not None:
-                jobs = self._batches(first, by_key, broken, by_name, arrived)
+            jobs = self._batches(first, by_key, broken, by_name, arrived)
 
-            async def run_jobs() -> None:
-                loop = asyncio.get_running_loop()
-                room = asyncio.Semaphore(max(1, self.forks) * BACKLOG_PER_FORK)
+            async def one(job: tuple[Transport, Target, str]) -> None:
+                tr, target, command = job
+                res = (await run_many(tr, [target], command, forks=1, timeout_s=self.timeout_s))
+                arrived(res[0], True)
 
-                def release() -> None:
-                    # After the last job the loop is closed while the backlog is still
-                    # being stored: nothing waits for a slot any more.
-                    with suppress(RuntimeError):
-                        loop.call_soon_threadsafe(room.release)
-
-                free_slot.append(release)
-                await _run_all(
-                    jobs, self.forks, self.timeout_s, lambda r: arrived(r, True), room
-                )
-
-            asyncio.run(run_jobs())
+            workers = self.forks if self.more is not None else min(self.forks, len(first))
+            await run_all(jobs, workers, one, room)
         finally:
-            if worker is not None:
-                pending.put(None)
-                worker.join()
-            renewer.stop()
+            if applier is not None:
+                pending.put_nowait(None)
+                with suppress(asyncio.CancelledError):  # cancelled alone: no more stored
+                    await applier
+            renewer.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewer
             if len(done) < len(claimed):
                 # Interrupted (Ctrl-C, SIGTERM), or a result could not be stored: nothing of
                 # this run may keep a host claimed. If the database is gone, the lease runs out.
                 try:
-                    release_claims(self.fleet, token)
+                    await eng.db(release_claims, self.fleet, token)
                 except Exception as exc:
                     background.report(
                         log,
@@ -512,6 +457,40 @@ class Pipeline(Generic[R]):
         if failure:
             raise failure[0]
         return results
+
+    async def _applier(
+        self,
+        pending: asyncio.Queue[tuple[RawResult, bool] | None],
+        room: asyncio.Semaphore,
+        by_name: dict[str, Claimed],
+        results: list[R],
+        done: set[str],
+        failure: list[BaseException],
+    ) -> None:
+        """Store the results as they arrive (with :attr:`apply_many`, those waiting together),
+        one group at a time in the engine's executor, freeing a backlog slot per result."""
+        eng = engine()
+        while (item := await pending.get()) is not None:
+            group = [item]
+            last = False
+            while self.apply_many is not None and len(group) < APPLY_GROUP:
+                try:  # the results already waiting: stored together
+                    more = pending.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if more is None:
+                    last = True
+                    break
+                group.append(more)
+            try:
+                await eng.db(self._apply, group, by_name, results, done, failure)
+            finally:
+                slots = sum(1 for _r, slot in group if slot)
+                del item, group  # the raw outputs go now, not at the next result
+                for _ in range(slots):
+                    room.release()
+            if last:
+                return
 
     def _apply(
         self,
@@ -541,22 +520,24 @@ class Pipeline(Generic[R]):
                 results.append(out)
                 done.add(r.host)
 
-    def _batches(
+    async def _batches(
         self,
         first: list[tuple[Transport, Target, str]],
         by_key: dict[TransportKey, Transport],
         broken: dict[TransportKey, str],
         by_name: dict[str, Claimed],
         arrived: Callable[[RawResult], None],
-    ) -> Iterator[tuple[Transport, Target, str]]:
-        """The jobs of the first claim, then of each further batch :attr:`more` claims once
-        every job so far has started (the workers pull from this one iterator), until a batch
-        gets nothing: the hosts left are held by another worker (or there are none)."""
-        assert self.more is not None
-        yield from first
-        after = self.claim.last
+    ) -> AsyncIterator[tuple[Transport, Target, str]]:
+        """The jobs of the first claim, then (with :attr:`more`) of each further batch
+        claimed, in the engine's executor, once every job so far has started (the workers
+        take from this one iterator), until a batch gets nothing: the hosts left are held by
+        another worker (or there are none)."""
+        for job in first:
+            yield job
+        after = self.claim.last if self.more is not None else None
         while after is not None:  # None: the last batch got nothing, the rest is held
-            got = self.more(max(1, self.batch or self.forks), after)
+            assert self.more is not None
+            got = await engine().db(self.more, max(1, self.batch or self.forks), after)
             names = {c.target.name for c in got.hosts} | {n for n, _ in got.refused}
             after = got.last
             self.claim.busy = [n for n in self.claim.busy if n not in names]
