@@ -69,3 +69,45 @@ def test_the_engine_is_one_per_process_and_bounded() -> None:
 
 async def _one() -> int:
     return await engine().db(lambda: 1)
+
+
+def test_one_loop_for_every_run_and_an_interrupt_cancels_only_its_run() -> None:
+    e = Engine(db_threads=2)
+
+    async def where() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    first = e.run(where())
+    assert e.run(where()) is first  # one long-lived loop: kept connections stay usable
+    closed: list[str] = []
+
+    async def interrupted() -> None:
+        async def boom() -> None:  # a callback's Ctrl-C in another task of the run
+            raise KeyboardInterrupt
+
+        try:
+            await asyncio.gather(boom(), asyncio.sleep(30))
+        finally:
+            closed.append(await e.db(lambda: "released"))  # the run's finally still runs
+
+    try:
+        e.run(interrupted())
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt was lost")
+    assert closed == ["released"]
+    assert e.run(where()) is first  # the loop goes on for the next run
+
+
+def test_a_run_started_inside_database_work_runs_there() -> None:
+    e = Engine(db_threads=1)
+
+    async def outer() -> int:
+        return await e.db(lambda: e.run(_inner(e)))  # the only database thread is held
+
+    assert e.run(outer()) == 2
+
+
+async def _inner(e: Engine) -> int:
+    return await e.db(lambda: 2)

@@ -1,8 +1,9 @@
 """SSH with connections kept open between sweeps (``gpufleet inspect run --every``).
 
-:class:`KeptOpenSsh` holds one authenticated connection per host on its own event loop (a
-daemon thread), so successive sweeps, each run by the pipeline in a fresh ``asyncio.run``,
-send one command per host over a connection that is already there: no TCP, key exchange or
+:class:`KeptOpenSsh` holds one authenticated connection per host on the event loop its runs
+share (the process's engine loop, :mod:`gpufleet.service.core.engine`: one per process, for
+its life), so successive sweeps send one command per host over a connection that is already
+there: no TCP, key exchange or
 authentication per sweep. A connection is opened as :class:`~gpufleet.collect.ssh.SshTransport`
 opens one (same pinned-key check, algorithms and authentication); when opening fails, the
 plain transport runs the command instead, so every failure is named in one place. A command
@@ -13,8 +14,6 @@ connection the server closed is reopened once within the same sweep.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -47,36 +46,20 @@ class KeptOpenSsh:
         self._plain = SshTransport(connect_timeout_s=self.connect_timeout_s)
         self._conns: dict[_Key, asyncssh.SSHClientConnection] = {}
         self._keys: dict[_Key, str | None] = {}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="gpufleet-ssh-kept", daemon=True
-        )
-        self._thread.start()
-
-    async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
-        """Run ``script`` on ``target`` over its kept connection (opened when missing)."""
-        fut = asyncio.run_coroutine_threadsafe(self._run(target, script, timeout_s), self._loop)
-        return await asyncio.wrap_future(fut)
 
     @property
     def open_connections(self) -> int:
         return len(self._conns)
 
-    def shutdown(self) -> None:
-        """Close every connection and stop the loop thread."""
+    async def close(self) -> None:
+        """Close every connection (on the loop they were opened on)."""
+        for conn in list(self._conns.values()):
+            conn.abort()
+        self._conns.clear()
 
-        async def close_all() -> None:
-            for conn in list(self._conns.values()):
-                conn.abort()
-            self._conns.clear()
-
-        if self._loop.is_running():
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(close_all(), self._loop).result(10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)
-
-    async def _run(self, target: Target, script: str, timeout_s: float) -> RawResult:
+    async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
+        """Run ``script`` on ``target`` over its kept connection (opened when missing); every
+        call must come from one event loop (the engine's), where the connections live."""
         start = time.monotonic()
         key: _Key = (
             target.address,

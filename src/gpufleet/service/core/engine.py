@@ -4,13 +4,16 @@ bounded executor for the database.
 A run (:class:`gpufleet.service.core.pipeline.Pipeline`) is a coroutine: it talks to hosts on
 an event loop and hands every database call (claim, renew, store, release) to the engine's
 executor, :meth:`Engine.db`, so no transaction ever blocks the loop while other hosts answer.
+The loop is one per process, long-lived, in a daemon thread (``gpufleet-engine``): runs from
+any thread share it, and what a transport keeps open between runs (SSH connections) stays
+usable.
 The executor is one per process and bounded (:data:`DB_THREADS`): runs that overlap in one
 process (the worker's jobs, ``serve --with-worker``) share it, and the database sees at most
 that many of the process's sessions at once from runs. A process made by ``fork`` gets its
 own (threads do not survive a fork).
 
-:meth:`Engine.run` is the thin synchronous face: it runs one coroutine to its end on a loop
-of its own, in the calling thread. Ctrl-C or SIGTERM (``SystemExit``, see
+:meth:`Engine.run` is the thin synchronous face: it runs one coroutine to its end on the
+process's loop while the calling thread waits. Ctrl-C or SIGTERM (``SystemExit``, see
 :mod:`gpufleet.cli.process`) in that thread cancels the coroutine, whose ``finally`` blocks
 (releasing claims) still run before the error goes on.
 """
@@ -20,11 +23,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 J = TypeVar("J")
@@ -48,6 +54,11 @@ class Engine:
         self._pool = ThreadPoolExecutor(
             max_workers=db_threads, thread_name_prefix="gpufleet-db", initializer=_mark_db_thread
         )
+        #: The process's event loop: every run's hosts, and the connections kept open between
+        #: runs (:class:`gpufleet.collect.inspect_ssh.KeptOpenSsh`), live on it.
+        self.loop = asyncio.new_event_loop()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` (database work: it blocks) in the executor, awaited. Called
@@ -59,34 +70,102 @@ class Engine:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
-        """Run ``work`` to its end on a loop of its own and return what it returns (the
-        synchronous face). An error that leaves the loop (Ctrl-C, SIGTERM's ``SystemExit``,
-        one raised by a callback) cancels ``work`` alone, and the loop runs on until its
-        ``finally`` blocks are done (results still waiting are stored, claims released);
-        then the error goes on."""
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        main = loop.create_task(work)
+        """Run ``work`` to its end on the process's loop and return what it returns (the
+        synchronous face; the calling thread waits). Ctrl-C or SIGTERM's ``SystemExit`` in
+        the waiting thread cancels ``work``, whose ``finally`` blocks run (results still
+        waiting are stored, claims released, within :data:`CANCEL_WAIT_S`); then the error
+        goes on. Called from database work (a run started inside another's apply), it runs
+        on a loop of its own in that thread, its database calls right there."""
+        if getattr(_in_db_thread, "yes", False):
+            return _run_here(work)
+        if threading.current_thread() is self._thread:
+            work.close()
+            raise RuntimeError("Engine.run called on the engine's own loop: await the work")
+        loop = self._started()
+        done = threading.Event()
+        box: list[asyncio.Task[tuple[bool, Any]]] = []
+        cancelled = False
+
+        def start() -> None:
+            task = loop.create_task(_carried(work))
+            box.append(task)
+            task.add_done_callback(lambda _t: done.set())
+            if cancelled:
+                task.cancel()
+
+        loop.call_soon_threadsafe(start)
         try:
-            return loop.run_until_complete(main)
+            done.wait()
         except BaseException:
-            if not main.done():
-                main.cancel()
-                with contextlib.suppress(BaseException):
-                    loop.run_until_complete(main)
+            cancelled = True
+            loop.call_soon_threadsafe(lambda: box[0].cancel() if box else None)
+            done.wait(CANCEL_WAIT_S)
             raise
+        ok, value = box[0].result()
+        if not ok:
+            raise value
+        return cast(T, value)
+
+    def _started(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=_serve, args=(self.loop,), name="gpufleet-engine", daemon=True
+                )
+                self._thread.start()
+        return self.loop
+
+
+#: How long an interrupted run's ``finally`` blocks may take before the error goes on anyway
+#: (the claims they did not release run out).
+CANCEL_WAIT_S = 60.0
+
+
+async def _carried(work: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
+    """``work``'s value or error as a value: nothing a run raises (a callback's
+    ``KeyboardInterrupt`` included) leaves the process's loop; the waiting thread raises it."""
+    try:
+        return True, await work
+    except BaseException as exc:
+        return False, exc
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """The engine's thread: the loop runs for the life of the process. An error that escapes
+    one of its tasks (a callback's ``KeyboardInterrupt`` in a run's worker task) reaches the
+    run that awaits that task; the loop goes on for the others."""
+    asyncio.set_event_loop(loop)
+    while True:
+        try:
+            loop.run_forever()
+            return
+        except BaseException as exc:
+            log.debug("engine loop: %s escaped a task; the loop goes on", type(exc).__name__)
+
+
+def _run_here(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` on a loop of its own in this thread (a run nested in database work)."""
+    loop = asyncio.new_event_loop()
+    main = loop.create_task(work)
+    try:
+        return loop.run_until_complete(main)
+    except BaseException:
+        if not main.done():
+            main.cancel()
+            with contextlib.suppress(BaseException):
+                loop.run_until_complete(main)
+        raise
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            if left:
+                loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
         finally:
-            try:
-                left = asyncio.all_tasks(loop)
-                for task in left:
-                    task.cancel()
-                if left:
-                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.run_until_complete(loop.shutdown_default_executor())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+            loop.close()
 
 
 _engine: Engine | None = None
@@ -125,4 +204,17 @@ async def run_all(
                 await room.acquire()
             await work(job)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, workers))))
+    await together(*(worker() for _ in range(max(1, workers))))
+
+
+async def together(*work: Coroutine[Any, Any, None]) -> None:
+    """Await every one of ``work`` at once; on the first error (or a cancel) the others are
+    cancelled and awaited before it goes on: nothing of a run outlives it on the process's
+    loop, which other runs share."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -58,6 +58,7 @@ from gpufleet.domain.rules import (
     fleet_medians,
 )
 from gpufleet.errors import GpufleetError
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import (
     Claimed,
@@ -170,7 +171,7 @@ class TransportCache:
         from gpufleet.collect.inspect_ssh import KeptOpenSsh
 
         if isinstance(self._ssh, KeptOpenSsh):
-            self._ssh.shutdown()
+            engine().run(self._ssh.close())  # on the loop its connections live on
         self._ssh = None
 
 

@@ -11,7 +11,6 @@ Notifications are queued in the same transaction (the outbox, service/core/webho
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from gpufleet.domain.spec import ExpectedSpec
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, IdentityMismatch, InvalidTransition, UsageError
 from gpufleet.service.core import webhooks
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.pipeline import (
@@ -118,7 +118,7 @@ def _plan(s: Session, host: Host, gpu: int | None) -> _Plan:
 
 
 def _run(fleet: Fleet, c: Claimed, tr: Transport, script: str, timeout_s: float) -> RawResult:
-    return asyncio.run(run_many(tr, [c.target], script, forks=1, timeout_s=timeout_s))[0]
+    return engine().run(run_many(tr, [c.target], script, forks=1, timeout_s=timeout_s))[0]
 
 
 def _claim(fleet: Fleet, name: str, timeout_s: float) -> Claimed:

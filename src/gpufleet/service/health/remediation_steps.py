@@ -11,7 +11,6 @@ unless overridden) and then waits for SSH to answer again.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from gpufleet.collect.transport import Outcome, RawResult, Transport, run_many
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.remediation import SERVICES, Action, alive_script, read_restart, restart_script
 from gpufleet.errors import ConfigError, IdentityMismatch, UsageError
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.pipeline import Claimed
 
@@ -51,7 +51,7 @@ def check_service(service: str | None) -> str:
 
 
 def _run(c: Claimed, tr: Transport, script: str, timeout_s: float) -> RawResult:
-    return asyncio.run(run_many(tr, [c.target], script, forks=1, timeout_s=timeout_s))[0]
+    return engine().run(run_many(tr, [c.target], script, forks=1, timeout_s=timeout_s))[0]
 
 
 def restart_service(c: Claimed, tr: Transport, service: str, timeout_s: float) -> Step:

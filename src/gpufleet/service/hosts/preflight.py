@@ -9,7 +9,6 @@ that exits non-zero already drains the node.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import time
@@ -35,6 +34,7 @@ from gpufleet.domain.preflight import PreflightReport, judge, local_spec, unknow
 from gpufleet.domain.profiles import Profile, evaluate, load_profiles, without_proof
 from gpufleet.domain.xid import XidPolicy
 from gpufleet.errors import ConfigError, GpufleetError, NotFound, ParseError
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet, record_event, utcnow
 from gpufleet.store.tables import Host
 
@@ -64,7 +64,7 @@ def _dcgm(
     """DCGM level 1 on this node; (None, why) when it is not run or gave nothing usable."""
     if any(g.mig_mode_current for g in facts.gpus):
         return None, "dcgm level 1 not run: MIG is enabled"
-    res = asyncio.run(_run(transport, target, DCGM_COMMAND + " 2>/dev/null", DCGM_TIMEOUT_S))
+    res = engine().run(_run(transport, target, DCGM_COMMAND + " 2>/dev/null", DCGM_TIMEOUT_S))
     if res.outcome is not Outcome.OK or not (res.output or "").strip():
         return None, f"dcgm level 1 gave no result ({res.reason or res.outcome.value})"
     try:
@@ -95,7 +95,7 @@ def run_preflight(
     target = Target(host, "localhost")
     transport = LocalTransport(env)
     script = remote_script(tool_timeout_s=TOOL_TIMEOUT_S)
-    res = asyncio.run(_run(transport, target, script, COLLECT_TIMEOUT_S))
+    res = engine().run(_run(transport, target, script, COLLECT_TIMEOUT_S))
     when = now or utcnow()
 
     def done(report: PreflightReport) -> PreflightReport:
