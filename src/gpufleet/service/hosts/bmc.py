@@ -16,9 +16,10 @@ only with the operator's key), a file named by ``gpufleet_bmc_password_file``, o
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -57,6 +58,7 @@ from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
+from gpufleet.service.core.engine import engine, together
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.select import select_hosts
@@ -383,14 +385,32 @@ def bmc_status(
     for j in jobs:
         if j.target is None:
             done(BmcStatus(j.name, BmcOutcome.NOT_CONFIGURED.value, j.refused, ssh=_ssh(j)))
-    with ThreadPoolExecutor(max_workers=max(1, min(forks, len(runnable) or 1))) as pool:
-        futures = {pool.submit(_read_one, j): j for j in runnable}
-        for fut in as_completed(futures):
-            job = futures[fut]
-            reading, failure = fut.result()
-            done(_apply(fleet, job, reading, failure))
+    engine().run(_read_all(fleet, runnable, forks, done))
     out.sort(key=lambda st: st.host)
     return out
+
+
+async def _read_all(
+    fleet: Fleet, jobs: list[_Job], forks: int, done: Callable[[BmcStatus], None]
+) -> None:
+    """Every BMC on the engine (issue 25, item 3): the Redfish reads (blocking HTTP) in
+    ``forks`` threads of their own, each read stored, as it finishes, one at a time in the
+    engine's database executor."""
+    eng = engine()
+    loop = asyncio.get_running_loop()
+    storing = asyncio.Lock()  # one read stored at a time, as before
+    pool = ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs) or 1)),
+                              thread_name_prefix="gpufleet-bmc")
+
+    async def one(job: _Job) -> None:
+        reading, failure = await loop.run_in_executor(pool, _read_one, job)
+        async with storing:
+            done(await eng.db(_apply, fleet, job, reading, failure))
+
+    try:
+        await together(*(one(j) for j in jobs))
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # never hold the loop for a BMC
 
 
 def _read_one(job: _Job) -> tuple[BmcReading | None, BmcFailure | None]:
