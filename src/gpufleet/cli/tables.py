@@ -208,13 +208,16 @@ def fit(
     for i in shown:
         c = cols[i]
         keep = c.ident or c.words
+        # a text column keeps room for the widest identifier in its text (Rich would give
+        # the other columns their natural widths first and fold a fingerprint otherwise)
+        ident_room = max((w for r in data for w in _ident_words(r[i])), default=0)
         table.add_column(
             c.header,
             justify=c.justify,
             style=c.style,
             no_wrap=c.ident and not c.words,
             overflow="fold",
-            min_width=needs[i] if keep else None,
+            min_width=needs[i] if keep else (ident_room or None),
         )
     for r in data:
         table.add_row(*(r[i] for i in shown))
