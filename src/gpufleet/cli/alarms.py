@@ -153,7 +153,11 @@ def resolve_cmd(
 ) -> None:
     """Close an alarm by hand: an audited admin act with a reason. The host's state is not
     changed (a quarantined host still needs unquarantine and validation)."""
-    rec = resolve_alarm(open_fleet(), alarm_id, reason)
+    show_resolved(resolve_alarm(open_fleet(), alarm_id, reason), as_json)
+
+
+def show_resolved(rec: AlarmRecord, as_json: bool) -> None:
+    """Print a resolved alarm (``alarms resolve``, local and remote mode)."""
     if as_json:
         print_json(asdict(rec))
     else:

@@ -212,7 +212,11 @@ def approve_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
 ) -> None:
     """Approve the waves after the canary (who approved is recorded: GPUFLEET_ACTOR)."""
-    v = approve_campaign(open_fleet(), name)
+    show_approved(approve_campaign(open_fleet(), name), as_json)
+
+
+def show_approved(v: CampaignView, as_json: bool) -> None:
+    """Print ``campaign approve`` (local and remote mode)."""
     if as_json:
         print_json(_json(v))
     else:
@@ -226,7 +230,11 @@ def status_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
 ) -> None:
     """Where a campaign is: progress per wave, every host's step."""
-    v = show_campaign(open_fleet(), name)
+    show_status(show_campaign(open_fleet(), name), as_json)
+
+
+def show_status(v: CampaignView, as_json: bool) -> None:
+    """Print ``campaign status`` (local and remote mode)."""
     print_json(_json(v)) if as_json else show_plan(v)
 
 
@@ -236,7 +244,11 @@ def report_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Outcome per host (done, failed with reason, rolled back, skipped and why), counts."""
-    v = show_campaign(open_fleet(), name)
+    show_report(show_campaign(open_fleet(), name), as_json)
+
+
+def show_report(v: CampaignView, as_json: bool) -> None:
+    """Print ``campaign report`` (local and remote mode)."""
     if as_json:
         print_json(_json(v))
         return
@@ -251,11 +263,7 @@ def pause_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
 ) -> None:
     """Pause after the wave in progress."""
-    v = pause_campaign(open_fleet(), name)
-    if as_json:
-        print_json(_json(v))
-        return
-    console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
+    show_changed(pause_campaign(open_fleet(), name), as_json)
 
 
 @boundary
@@ -264,7 +272,11 @@ def abort_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the campaign as JSON."),
 ) -> None:
     """Stop for good; hosts the campaign holds and has not acted on are released."""
-    v = abort_campaign(open_fleet(), name, None if as_json else _say)
+    show_changed(abort_campaign(open_fleet(), name, None if as_json else _say), as_json)
+
+
+def show_changed(v: CampaignView, as_json: bool) -> None:
+    """Print ``campaign pause`` and ``abort`` (local and remote mode)."""
     if as_json:
         print_json(_json(v))
         return
@@ -277,7 +289,11 @@ def list_cmd(
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every campaign, newest first."""
-    vs = list_campaigns(open_fleet())
+    show_campaigns(list_campaigns(open_fleet()), as_json)
+
+
+def show_campaigns(vs: list[CampaignView], as_json: bool) -> None:
+    """Print ``campaign list`` (local and remote mode)."""
     if as_json:
         print_json([_json(v) for v in vs])
         return

@@ -112,9 +112,7 @@ def server_error(status: int, body: bytes, url: str) -> GpufleetError:
     text = message or f"HTTP {status}"
     if cls in (Unauthorized, Forbidden):
         text += f" (server {url}; check GPUFLEET_TOKEN)"
-    exc = cls.__new__(cls)  # the server's message as it is, whatever the class's fields
-    GpufleetError.__init__(exc, text)
-    return exc
+    return _made(cls, text)
 
 
 @dataclass
@@ -179,15 +177,18 @@ def client() -> Client:
 
 Handler = Callable[..., None]
 HANDLERS: dict[str, Handler] = {}
+#: The API routes (``"METHOD path"``) each hand-written handler calls, by command.
+HANDLER_ROUTES: dict[str, tuple[str, ...]] = {}
 
 
-def remote(*keys: str) -> Callable[[Handler], Handler]:
+def remote(*keys: str, routes: tuple[str, ...]) -> Callable[[Handler], Handler]:
     """Register the remote implementation of commands (``module.function`` of the command
-    under ``gpufleet.cli``)."""
+    under ``gpufleet.cli``) and the API routes (``"METHOD path"``) it calls."""
 
     def register(fn: Handler) -> Handler:
         for key in keys:
             HANDLERS[f"gpufleet.cli.{key}"] = fn
+            HANDLER_ROUTES[key] = routes
         return fn
 
     return register
@@ -223,6 +224,27 @@ def refuse_options(**given: object) -> None:
     for flag, value in given.items():
         if value not in (None, False):
             raise not_available(f"{command_name()} {flag}")
+
+
+def error_of(code: str, message: str) -> GpufleetError:
+    """The gpufleet error of the server's ``code`` with its message as it is."""
+    return _made(_error_classes().get(code, GpufleetError), message)
+
+
+def _made(cls: type[GpufleetError], message: str) -> GpufleetError:
+    exc = cls.__new__(cls)  # the server's message as it is, whatever the class's fields
+    GpufleetError.__init__(exc, message)
+    return exc
+
+
+def host_outcome(d: Mapping[str, Any]) -> Any:
+    """One host's outcome of a change through a selector (``HostOutcomeOut``) as the
+    service's ``HostOutcome``: the error is the class the server named."""
+    from gpufleet.service.hosts.operations import HostOutcome
+
+    err = d.get("error")
+    error = None if err is None else error_of(str(err["code"]), str(err["message"]))
+    return HostOutcome(host=d["host"], state=d.get("state"), error=error)
 
 
 def _dt(value: str | None) -> datetime | None:

@@ -28,7 +28,7 @@ from gpufleet.errors import (
 # --- hosts, events, summary, labels ---------------------------------------------------------
 
 
-@remote("hosts.show_cmd")
+@remote("hosts.show_cmd", routes=("GET hosts/{name}",))
 def hosts_show(api: Client, name: str, as_json: bool) -> None:
     from types import SimpleNamespace
 
@@ -59,7 +59,7 @@ def hosts_show(api: Client, name: str, as_json: bool) -> None:
     render_host(detail)
 
 
-@remote("summary.summary_cmd")
+@remote("summary.summary_cmd", routes=("GET summary",))
 def summary(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.summary import render_summary
     from gpufleet.domain.drift import DriftItem, DriftSummary
@@ -81,7 +81,7 @@ def summary(api: Client, selector: str | None, as_json: bool) -> None:
     render_summary(FleetSummary(**(d | {"drift": report})))
 
 
-@remote("summary.labels_cmd")
+@remote("summary.labels_cmd", routes=("GET labels",))
 def labels(api: Client, selector: str | None, as_json: bool) -> None:
     from types import SimpleNamespace
 
@@ -118,7 +118,7 @@ def _when(value: str | None, flag: str) -> str | None:
     return None if t is None else t.isoformat()
 
 
-@remote("alloc.allocate_cmd")
+@remote("alloc.allocate_cmd", routes=("POST leases",))
 def allocate(
     api: Client,
     gpus: int | None,
@@ -180,7 +180,7 @@ def allocate(
     )
 
 
-@remote("alloc.leases_renew_cmd")
+@remote("alloc.leases_renew_cmd", routes=("POST leases/{lease_id}/renew",))
 def leases_renew(
     api: Client,
     lease_id: int,
@@ -198,7 +198,7 @@ def leases_renew(
     show_renewed(_lease(out), as_json)
 
 
-@remote("alloc.leases_release_cmd")
+@remote("alloc.leases_release_cmd", routes=("POST leases/{lease_id}/release",))
 def leases_release(
     api: Client, lease_id: int, reason: str, owner: str | None, as_json: bool
 ) -> None:
@@ -219,7 +219,7 @@ def leases_release(
     )
 
 
-@remote("alloc.capacity_cmd")
+@remote("alloc.capacity_cmd", routes=("GET capacity",))
 def capacity(
     api: Client,
     ctx: typer.Context,
@@ -251,21 +251,7 @@ def capacity(
 # --- alarms, failures, drift, baselines, pools ----------------------------------------------
 
 
-def _alarm(d: dict[str, Any]) -> Any:
-    from gpufleet.api.schemas_ops import AlarmRecordOut
-    from gpufleet.service.core.alarms import AlarmRecord
-
-    return AlarmRecord(**dict(AlarmRecordOut.model_validate(d)))
-
-
-@remote("alarms.ack_cmd")
-def alarms_ack(api: Client, alarm_id: int, reason: str | None, as_json: bool) -> None:
-    from gpufleet.cli.alarms import show_acked
-
-    show_acked(_alarm(api.post(f"alarms/{alarm_id}/ack", {"reason": reason})), as_json)
-
-
-@remote("failures.record_cmd")
+@remote("failures.record_cmd", routes=("POST failures",))
 def failures_record(
     api: Client,
     job: str,
@@ -293,7 +279,7 @@ def failures_record(
     )
 
 
-@remote("failures.import_cmd")
+@remote("failures.import_cmd", routes=("POST failures/import",))
 def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, since: str) -> None:
     from gpufleet.cli.failures import show_import
     from gpufleet.errors import LocalIOError
@@ -313,7 +299,7 @@ def failures_import(api: Client, file: Path | None, as_json: bool, slurm: bool, 
     show_import(ImportReport(recorded=d["recorded"], errors=errors), as_json)
 
 
-@remote("baseline.drift_cmd")
+@remote("baseline.drift_cmd", routes=("GET drift",))
 def drift(api: Client, selector: str | None, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_drift
     from gpufleet.domain.drift import DriftItem, DriftSummary, PoolDrift, PoolField
@@ -338,7 +324,7 @@ def drift(api: Client, selector: str | None, as_json: bool) -> None:
     )
 
 
-@remote("baseline.list_cmd")
+@remote("baseline.list_cmd", routes=("GET baselines",))
 def baselines_list(api: Client, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_baselines
     from gpufleet.domain.spec import Baseline

@@ -21,7 +21,7 @@ from gpufleet.cli.remote import (
 # --- inspect: one sweep, answered when it ends ------------------------------------------------
 
 
-@remote("inspect.run_cmd")
+@remote("inspect.run_cmd", routes=("POST inspect",))
 def inspect_run(
     api: Client,
     selector: str | None,
@@ -111,7 +111,7 @@ def _run(
         raise typer.Exit(1)
 
 
-@remote("collect.collect_cmd")
+@remote("collect.collect_cmd", routes=("POST runs", "GET runs/{run_id}"))
 def collect(
     api: Client,
     selector: str | None,
@@ -128,7 +128,7 @@ def collect(
     _run(api, "collect", selector, as_json)
 
 
-@remote("lifecycle.validate_cmd")
+@remote("lifecycle.validate_cmd", routes=("POST runs", "GET runs/{run_id}"))
 def validate(
     api: Client,
     selector: str | None,

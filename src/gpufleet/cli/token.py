@@ -94,7 +94,11 @@ def revoke_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print as JSON."),
 ) -> None:
     """Revoke a token: its next call is refused (401)."""
-    info = revoke_token(open_fleet(), name)
+    show_revoked(revoke_token(open_fleet(), name), as_json)
+
+
+def show_revoked(info: TokenInfo, as_json: bool) -> None:
+    """Print ``token revoke`` (local and remote mode)."""
     if as_json:
         print_json(TokenOut.of(info).json_dict())
         return

@@ -178,6 +178,19 @@ class CampaignView:
             "racks": self.racks,
         }
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CampaignView:
+        """The inverse of :meth:`as_json` (remote mode rebuilds the view from the API)."""
+        a, same = d["action"], ("name", "ticket", "target_baseline", "selector", "options",
+                                "current_wave", "halt_reason", "approved_by", "created_by")
+        return cls(
+            **{k: d[k] for k in same}, status=CampaignStatus(d["status"]),
+            action_kind=ActionKind(a["kind"]), action=a["value"], rollback=a["rollback"],
+            hosts=[HostView(**(h | {"step": HostStep(h["step"])}))
+                   for w in d["waves"] for h in w["hosts"]],
+            skipped=list(d["skipped"]), notes=list(d["notes"]),
+        )
+
 
 # --------------------------------------------------------------------------- reading
 
