@@ -5,24 +5,58 @@ role, 403 for the wrong one, 404/422 in the one error shape."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 
+from gpufleet.api.app import create_app
+from gpufleet.api.auth import TokenStore
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 from tests.api.test_api import V1, error
+from tests.service.test_jobs_api import empty_queue, wait_finished
 
 
-def test_inspect_sweep_is_operator_and_reports_every_selected_host(client: TestClient) -> None:
+@pytest.fixture
+def worked(lab_fleet: Fleet, tokens_file: Path) -> Iterator[TestClient]:
+    """The API with its job queue worked in the process (``serve --with-worker``)."""
+    empty_queue(lab_fleet)
+    lab_fleet.settings.schedule_sweep = ""  # only the runs of the test
+    q = JobQueue(lab_fleet)
+    q.start_in_process()
+    try:
+        with TestClient(create_app(lab_fleet, TokenStore(tokens_file), jobs=q)) as c:
+            yield c
+    finally:
+        q.stop_in_process()
+
+
+def finished(c: TestClient, started: Response) -> list[dict[str, Any]]:
+    """Each host's result of the run a 202 answer started, once the run has ended."""
+    assert started.status_code == 202, started.text
+    run = wait_finished(c, started.json()["id"])
+    assert run["state"] == "succeeded", run
+    hosts: list[dict[str, Any]] = c.get(
+        f"{V1}/runs/{run['id']}/hosts", headers=auth("viewer")).json()
+    return hosts
+
+
+def test_inspect_is_a_run_queued_by_operators(worked: TestClient) -> None:
+    """Issue 25 item 2: long work is job-only; POST /inspect answers 202 with the run."""
+    client = worked
     error(client.post(f"{V1}/inspect", json={}, headers=auth("viewer")), 403, "forbidden")
     r = client.post(f"{V1}/inspect", json={"selector": "gpu-01,gpu-02"}, headers=auth("operator"))
-    assert r.status_code == 200, r.text
-    body = r.json()
-    assert sorted(h["host"] for h in body["hosts"]) == ["gpu-01", "gpu-02"]
-    assert all(h["outcome"] for h in body["hosts"]) and body["guard_tripped"] is False
-    assert body["policy_version"]
+    assert r.json()["kind"] == "inspect" and r.json()["hosts"] == 2
+    hosts = finished(client, r)
+    assert sorted(h["host"] for h in hosts) == ["gpu-01", "gpu-02"]
+    assert all(h["outcome"] for h in hosts)
     msg = error(
-        client.post(f"{V1}/inspect", json={"forks": 0}, headers=auth("admin")), 422, "config"
+        client.post(f"{V1}/inspect", json={"forks": 2}, headers=auth("admin")), 422, "config"
     )
     assert "forks" in msg
     error(
@@ -130,19 +164,17 @@ def test_failures_import_jsonl_and_csv(client: TestClient, lab_fleet: Fleet) -> 
     )
 
 
-def test_two_sweeps_in_one_clock_tick_keep_the_first_sample(client: TestClient) -> None:
+def test_two_sweeps_in_one_clock_tick_keep_the_first_sample(worked: TestClient) -> None:
     """Regression (schemathesis): a second sweep at the same instant (frozen clock) was a
-    unique-key 500; now its result is discarded and said so."""
-    body = {"selector": "gpu-04"}
-    first = client.post(f"{V1}/inspect", json=body, headers=auth("operator"))
-    assert first.status_code == 200, first.text
-    second = client.post(f"{V1}/inspect", json=body, headers=auth("operator"))
-    assert second.status_code == 200, second.text
-    (h,) = second.json()["hosts"]
-    assert any("result discarded" in a for a in h["actions"])
+    unique-key 500; now the second run succeeds and keeps the first sample."""
+    client, body = worked, {"selector": "gpu-04"}
+    finished(client, client.post(f"{V1}/inspect", json=body, headers=auth("operator")))
+    (h,) = finished(client, client.post(f"{V1}/inspect", json=body, headers=auth("operator")))
+    assert h["outcome"] == "ok" and "earlier" in (h["detail"] or ""), h
 
 
-def test_evidence_run_is_operator_and_stores_the_result(client: TestClient) -> None:
+def test_evidence_run_is_operator_and_stores_the_result(worked: TestClient) -> None:
+    client = worked
     body = {"selector": "gpu-05", "kind": "dcgm"}
     error(client.post(f"{V1}/evidence", json=body, headers=auth("viewer")), 403, "forbidden")
     msg = error(
@@ -157,9 +189,9 @@ def test_evidence_run_is_operator_and_stores_the_result(client: TestClient) -> N
         "not_found",
     )
     r = client.post(f"{V1}/evidence", json=body, headers=auth("operator"))
-    assert r.status_code == 200, r.text
-    (run,) = r.json()
-    assert run["host"] == "gpu-05" and run["ok"] is True and run["result"]
+    assert r.json()["params"]["test"] == "dcgm"
+    (run,) = finished(client, r)
+    assert run["host"] == "gpu-05" and run["outcome"] == "passed", run
     page = client.get(f"{V1}/hosts/gpu-05", headers=auth("viewer")).json()
     assert any(e["kind"] == "dcgm" for e in page["evidence"]), page["evidence"]
 
@@ -219,9 +251,10 @@ def test_bmc_sel_ack_is_operator(client: TestClient) -> None:
     assert r.json() == {"host": "gpu-01", "closed": 0}, r.text
 
 
-def test_inspect_report_for_viewers(client: TestClient, lab_fleet: Fleet) -> None:
+def test_inspect_report_for_viewers(worked: TestClient, lab_fleet: Fleet) -> None:
+    client = worked
     r = client.post(f"{V1}/inspect", json={"selector": "gpu-01,gpu-02"}, headers=auth("operator"))
-    assert r.status_code == 200, r.text
+    finished(client, r)
     rep = client.get(f"{V1}/inspect/report", params={"since": "1h"}, headers=auth("viewer")).json()
     sampled = {h["host"]: h for h in rep["hosts"] if h["samples"]}
     assert set(sampled) == {"gpu-01", "gpu-02"}

@@ -23,8 +23,6 @@ if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at r
 
 class InspectIn(Schema):
     selector: str | None = Field(None, description="Hosts to inspect (the CLI's selectors).")
-    forks: int = Field(50, ge=1, le=1000)
-    timeout_s: float = Field(30.0, gt=0, le=3600)
 
 
 class FindingOut(Schema):
@@ -267,8 +265,6 @@ class EvidenceRunIn(Schema):
     kind: Literal["dcgm", "nccl", "gpu-burn"]
     level: int = Field(1, ge=1, le=4, description="DCGM diag level.")
     seconds: int = Field(60, ge=1, le=86400, description="gpu-burn duration.")
-    timeout_s: float | None = Field(None, gt=0, le=86400, description="Per host.")
-    forks: int | None = Field(None, ge=1, le=1000)
 
 
 class EvidenceRunOut(Schema):

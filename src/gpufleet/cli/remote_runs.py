@@ -1,11 +1,11 @@
-"""Remote mode's long work: an inspection sweep answered when it ends, and collect and
-validate as background runs the CLI follows to their end (registered with
+"""Remote mode's long work: inspect, collect and validate as background runs on the
+server's workers that the CLI follows to their end (registered with
 :func:`gpufleet.cli.remote.remote`; moved out of :mod:`gpufleet.cli.remote`)."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from typing import Any
 
 import typer
 
@@ -13,15 +13,18 @@ from gpufleet.cli.common import err_console, lit, print_json
 from gpufleet.cli.remote import (
     POLL_S,
     Client,
-    _dt,
     refuse_options,
     remote,
 )
 
-# --- inspect: one sweep, answered when it ends ------------------------------------------------
+# --- inspect: one sweep, a run on the server's workers --------------------------------------
 
 
-@remote("inspect.run_cmd", routes=("POST inspect",))
+#: Following a run: its progress, then each host's result.
+_RUN = ("POST runs", "GET runs/{run_id}", "GET runs/{run_id}/hosts")
+
+
+@remote("inspect.run_cmd", routes=("POST inspect", *_RUN[1:]))
 def inspect_run(
     api: Client,
     selector: str | None,
@@ -31,46 +34,15 @@ def inspect_run(
     timeout: float,
     as_json: bool,
 ) -> None:
-    from gpufleet.cli.inspect import _as_json, _print_sweep
-    from gpufleet.domain.rules import Action, Finding, Severity
-    from gpufleet.service.health.inspect import HostInspection, SweepReport
-
     refuse_options(**{"--every": every, "--transport": transport})
-    d = api.post("inspect", {"selector": selector, "forks": forks, "timeout_s": timeout})
-    report = SweepReport(
-        at=_dt(d["at"]) or datetime.now().astimezone(),
-        policy_version=d["policy_version"],
-        hosts=[
-            HostInspection(
-                host=h["host"],
-                outcome=h["outcome"],
-                reason=h["reason"],
-                findings=[
-                    Finding(
-                        **(f | {"severity": Severity(f["severity"]), "action": Action(f["action"])})
-                    )
-                    for f in h["findings"]
-                ],
-                actions=h["actions"],
-                problems=h["problems"],
-            )
-            for h in d["hosts"]
-        ],
-        busy=d["busy"],
-        guard_tripped=d["guard_tripped"],
-        guard_message=d["guard_message"],
-    )
-    if as_json:
-        print_json(_as_json(report))
-    else:
-        _print_sweep(report)
+    _follow(api, api.post("inspect", {"selector": selector}), as_json)
 
 
 # --- collect and validate: background runs ----------------------------------------------------
 
 #: Outcomes (collect) and decisions (validate) that do not fail a run; a validate run's
 #: "skipped" are hosts held out on purpose (allocated, maintenance), as locally.
-_FINE = frozenset({"ok", "available", "skipped"})
+_FINE = frozenset({"ok", "available", "skipped", "passed"})
 
 
 def _run(
@@ -79,10 +51,15 @@ def _run(
     selector: str | None,
     as_json: bool,
 ) -> None:
-    """Start a run (``POST runs``), follow it until it ends, print it; exit 1 when a host
-    was not collected / did not end available, or the run failed."""
-    run = api.post("runs", {"kind": kind, "selector": selector})
-    run_id = run["id"]
+    """Start a run (``POST runs``) and follow it (:func:`_follow`)."""
+    _follow(api, api.post("runs", {"kind": kind, "selector": selector}), as_json)
+
+
+def _follow(api: Client, run: dict[str, Any], as_json: bool) -> None:
+    """Follow a started run until it ends, print it and each host's result; exit 1 when a
+    host was not collected / did not end available / was not inspected ok, or the run
+    failed."""
+    run_id, kind = run["id"], run["kind"]
     if not as_json:
         err_console.print(f"run {run_id}: {kind} of {run['hosts']} hosts queued", soft_wrap=True)
     shown = -1
@@ -102,6 +79,10 @@ def _run(
         show([Col("outcome", ident=True), Col("hosts", ident=True, justify="right")],
              [[lit(name), str(n)] for name, n in sorted(counts.items())],
              title=f"run {run_id} ({kind}) {lit(run['state'])}")
+        hosts = api.get(f"runs/{run_id}/hosts")
+        show([Col("host", ident=True), Col("outcome", ident=True), Col("result", 2)],
+             [[lit(h["host"]), lit(h["outcome"]), lit(h["detail"] or "")] for h in hosts],
+             title=f"run {run_id} hosts")
         for host in run["skipped"]:
             console.print(f"skipped (held by another run): {lit(host)}")
         if run.get("error"):
@@ -111,7 +92,7 @@ def _run(
         raise typer.Exit(1)
 
 
-@remote("collect.collect_cmd", routes=("POST runs", "GET runs/{run_id}"))
+@remote("collect.collect_cmd", routes=_RUN)
 def collect(
     api: Client,
     selector: str | None,
@@ -128,7 +109,7 @@ def collect(
     _run(api, "collect", selector, as_json)
 
 
-@remote("lifecycle.validate_cmd", routes=("POST runs", "GET runs/{run_id}"))
+@remote("lifecycle.validate_cmd", routes=_RUN)
 def validate(
     api: Client,
     selector: str | None,
@@ -148,3 +129,20 @@ def validate(
         }
     )
     _run(api, "validate", selector, as_json)
+
+
+@remote("lifecycle.evidence_run_cmd", routes=("POST evidence", *_RUN[1:]))
+def evidence_run(
+    api: Client,
+    selector: str,
+    kind: str,
+    level: int,
+    seconds: int,
+    command: str | None,
+    timeout: float | None,
+    forks: int | None,
+    as_json: bool,
+) -> None:
+    refuse_options(**{"--command": command, "--timeout": timeout, "--forks": forks})
+    body = {"selector": selector, "kind": kind, "level": level, "seconds": seconds}
+    _follow(api, api.post("evidence", body), as_json)

@@ -4,19 +4,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, Depends, Query
 
 from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
+from gpufleet.api.routes.runs import job_queue
 from gpufleet.api.schemas import InTime
 from gpufleet.api.schemas_health import (
     BmcActionOut,
     BmcStatusOut,
     EvidenceRunIn,
-    EvidenceRunOut,
     FailureImportIn,
     FailureImportOut,
     InspectIn,
@@ -28,31 +30,36 @@ from gpufleet.api.schemas_health import (
     RemediateIn,
     RemediationOut,
     SelAckOut,
-    SweepOut,
 )
 from gpufleet.api.schemas_ops import FailureIn, FailureOut, FailureReportOut
+from gpufleet.api.schemas_runs import RunOut
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.domain.leases import parse_duration
 from gpufleet.domain.remediation import Action
+from gpufleet.domain.runs import RunKind
+from gpufleet.service.background import jobs
+from gpufleet.service.background.tasks import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.health import failures, parts
-from gpufleet.service.health.inspect import inspect
 from gpufleet.service.health.inspect_report import build_report, parse_since
 from gpufleet.service.health.remediation import remediate
 from gpufleet.service.hosts import bmc
-from gpufleet.service.hosts.evidence import run_active
 from gpufleet.service.views import overview
+from gpufleet.service.views.run_views import RunView
 
 router = APIRouter(responses=ERRORS)
 
 
 @router.post(
     "/inspect",
-    summary="Inspect the selected hosts now (one sweep; waits for it)",
+    status_code=202,
+    summary="Queue one inspection sweep of the selected hosts (a run: poll GET /runs/{id})",
     tags=["inspect"],
 )
-def inspect_now(body: InspectIn, fleet: Fleet = Depends(as_operator)) -> SweepOut:
-    return SweepOut.of(inspect(fleet, body.selector, forks=body.forks, timeout_s=body.timeout_s))
+def inspect_now(
+    body: InspectIn, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+) -> RunOut:
+    return RunOut.of(start_run(fleet, RunKind.INSPECT, body.selector, queue))
 
 
 @router.get(
@@ -70,20 +77,26 @@ def inspect_report(
 
 @router.post(
     "/evidence",
-    summary="Run an active test (dcgm, nccl, gpu-burn) on the selected hosts; waits for it",
+    status_code=202,
+    summary="Queue an active test (dcgm, nccl, gpu-burn) of the selected hosts (a run: poll "
+    "GET /runs/{id}, each host's result at GET /runs/{id}/hosts)",
     tags=["evidence"],
 )
-def evidence_run(body: EvidenceRunIn, fleet: Fleet = Depends(as_operator)) -> list[EvidenceRunOut]:
-    runs = run_active(
-        fleet,
-        body.selector,
-        body.kind,
-        level=body.level,
-        seconds=body.seconds,
-        timeout_s=body.timeout_s,
-        forks=body.forks,
-    )
-    return [EvidenceRunOut(host=r.host, ok=r.ok, summary=r.summary, result=r.result) for r in runs]
+def evidence_run(
+    body: EvidenceRunIn, fleet: Fleet = Depends(as_operator), queue: JobQueue = Depends(job_queue)
+) -> RunOut:
+    params = {"test": body.kind, "level": body.level, "seconds": body.seconds}
+    return RunOut.of(start_run(fleet, RunKind.EVIDENCE, body.selector, queue, params=params))
+
+
+def start_run(
+    fleet: Fleet, kind: RunKind, selector: str | None, queue: JobQueue,
+    params: Mapping[str, Any] | None = None,
+) -> RunView:
+    """Long work is a run on the workers (issue 25 item 2), never the request's."""
+    run = jobs.start_run(fleet, kind, selector, queue, params=params)
+    assert run is not None  # only a scheduled start returns None
+    return run
 
 
 @router.post(
