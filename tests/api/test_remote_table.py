@@ -202,8 +202,8 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
     lab_fleet: Fleet, server: str, tmp_path: Path  # noqa: F811
 ) -> None:
     """The rows with a body (maintenance on/off, retire, unquarantine, alarms ack/resolve,
-    token revoke) and the campaign rows print over the API what the local CLI prints: the
-    same change on a twin host, the same reads on the same campaign."""
+    failures record, token revoke) and the campaign rows print over the API what the local
+    CLI prints: the same change on a twin host, the same reads on the same campaign."""
     from tests.api.test_api_campaigns import _campaign
 
     fleet, tmp = lab_fleet, tmp_path
@@ -241,6 +241,16 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
     want = local.json("alarms", "resolve", str(b), "--reason", "done")
     assert set(got) == set(want) and got["closed_at"] and want["closed_at"]
     assert got["reason"].replace("api:admin-bot", "pytest") == want["reason"]
+
+    # a job failure, recorded and classified ("--time" local unless zoned: sent zoned)
+    rec = ["failures", "record", "--host", "gpu-02", "--gpu", "3", "--time",
+           "2026-01-01T00:00:00", "--message", "Xid 79: GPU has fallen off the bus"]
+    got = admin.run(*rec, "--job", "j-remote")
+    want = local.run(*rec, "--job", "j-local")
+    assert got.stdout.replace("j-remote", "J") == want.stdout.replace("j-local", "J")
+    got_j = admin.json(*rec, "--job", "j-remote-2")
+    want_j = local.json(*rec, "--job", "j-local-2")
+    assert got_j | {"job": "J"} == want_j | {"job": "J"}
 
     _campaign(fleet, "c1")
     for argv in (["campaign", "list"], ["campaign", "status", "c1"],

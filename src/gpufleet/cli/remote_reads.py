@@ -1,7 +1,7 @@
 """Remote mode's commands that one row of :data:`gpufleet.cli.remote_table.READS` cannot
-say (a body, several calls, a refused option, an answer rebuilt into nested read models):
-host page, summary, labels, allocation, lease renew and release, capacity, alarm ack,
-failures, drift and baselines (registered with :func:`gpufleet.cli.remote.remote`)."""
+say yet (an answer whose API shape is not the read model's: host page, summary, drift,
+capacity, baselines; several calls or a file: allocation, failures import), registered with
+:func:`gpufleet.cli.remote.remote`."""
 
 from __future__ import annotations
 
@@ -79,26 +79,6 @@ def summary(api: Client, selector: str | None, as_json: bool) -> None:
         no_facts=[],
     )
     render_summary(FleetSummary(**(d | {"drift": report})))
-
-
-@remote("summary.labels_cmd", routes=("GET labels",))
-def labels(api: Client, selector: str | None, as_json: bool) -> None:
-    from types import SimpleNamespace
-
-    from gpufleet.cli.labels import render_labels
-    from gpufleet.domain.labels import Taint
-
-    rows = api.get("labels", selector=selector)
-    if as_json:
-        print_json(rows)
-        return
-    hosts: list[Any] = [
-        SimpleNamespace(
-            host=r["host"], labels=r["labels"], taints=[Taint(**t) for t in r["taints"]]
-        )
-        for r in rows
-    ]
-    render_labels(hosts)
 
 
 # --- leases, allocation, capacity ---------------------------------------------------------
@@ -180,45 +160,6 @@ def allocate(
     )
 
 
-@remote("alloc.leases_renew_cmd", routes=("POST leases/{lease_id}/renew",))
-def leases_renew(
-    api: Client,
-    lease_id: int,
-    for_: str | None,
-    until: str | None,
-    shorten: bool,
-    owner: str | None,
-    as_json: bool,
-) -> None:
-    from gpufleet.cli.alloc import show_renewed
-
-    until_at, short = _when(until, "--until"), shorten or None
-    body = {"for": for_, "until": until_at, "shorten": short, "owner": owner}
-    out = api.post(f"leases/{lease_id}/renew", {k: v for k, v in body.items() if v is not None})
-    show_renewed(_lease(out), as_json)
-
-
-@remote("alloc.leases_release_cmd", routes=("POST leases/{lease_id}/release",))
-def leases_release(
-    api: Client, lease_id: int, reason: str, owner: str | None, as_json: bool
-) -> None:
-    from gpufleet.cli.alloc import show_released
-    from gpufleet.service.allocation.leases import Released
-
-    body: dict[str, Any] = {"reason": reason} | ({"owner": owner} if owner else {})
-    out = api.post(f"leases/{lease_id}/release", body)
-    show_released(
-        Released(
-            lease=_lease(out["lease"]),
-            reclaiming=out["reclaiming"],
-            reclaim=out["reclaim"],
-            note=out["note"],
-            warnings=out["warnings"],
-        ),
-        as_json,
-    )
-
-
 @remote("alloc.capacity_cmd", routes=("GET capacity",))
 def capacity(
     api: Client,
@@ -249,34 +190,6 @@ def capacity(
 
 
 # --- alarms, failures, drift, baselines, pools ----------------------------------------------
-
-
-@remote("failures.record_cmd", routes=("POST failures",))
-def failures_record(
-    api: Client,
-    job: str,
-    host: str,
-    gpu: str | None,
-    time: str,
-    message: str,
-    as_json: bool,
-) -> None:
-    from gpufleet.cli.failures import show_recorded
-    from gpufleet.service.health.failures import Recorded
-
-    at = _when(time, "--time")
-    d = api.post("failures", {"job": job, "host": host, "gpu": gpu, "time": at, "message": message})
-    show_recorded(
-        Recorded(
-            job=d["job"],
-            host=d["host"],
-            gpu=d["gpu"],
-            at=_dt(d["at"]) or datetime.now().astimezone(),
-            category=d["category"],
-            rule=d["rule"],
-        ),
-        as_json,
-    )
 
 
 @remote("failures.import_cmd", routes=("POST failures/import",))

@@ -17,6 +17,7 @@ following a run) keep a hand-written handler in :mod:`~gpufleet.cli.remote_reads
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -29,11 +30,13 @@ from gpufleet.api.schemas import (
     HostOut,
     LeaseOut,
     PoolOut,
+    ReleasedOut,
     Schema,
 )
 from gpufleet.api.schemas_health import DeadLetterOut
-from gpufleet.api.schemas_ops import AlarmRecordOut, HostOutcomeOut
+from gpufleet.api.schemas_ops import AlarmRecordOut, FailureOut, HostOutcomeOut
 from gpufleet.api.schemas_runs import CampaignOut
+from gpufleet.api.schemas_summary import LabelsOut
 from gpufleet.api.schemas_tokens import TokenOut
 from gpufleet.cli.remote import Client, refuse_options
 
@@ -220,6 +223,25 @@ READS |= {
         "alarms/{alarm_id}/ack", AlarmRecordOut, "gpufleet.cli.alarms:show_acked",
         method="POST", body=("reason",), view="gpufleet.service.core.alarms:AlarmRecord",
     ),
+    "summary.labels_cmd": Read(
+        "labels", LabelsOut, "gpufleet.cli.labels:print_labels", params=("selector",),
+        view="gpufleet.service.hosts.labels:HostLabels", many=True,
+    ),
+    "alloc.leases_renew_cmd": Read(
+        "leases/{lease_id}/renew", LeaseOut, "gpufleet.cli.alloc:show_renewed", method="POST",
+        body=("for=for_", "until", "shorten", "owner"), times=("until",),
+        view="gpufleet.service.allocation.leases:LeaseView",
+    ),
+    "alloc.leases_release_cmd": Read(
+        "leases/{lease_id}/release", ReleasedOut, "gpufleet.cli.alloc:show_released",
+        method="POST", body=("reason", "owner"),
+        view="gpufleet.service.allocation.leases:Released",
+    ),
+    "failures.record_cmd": Read(
+        "failures", FailureOut, "gpufleet.cli.failures:show_recorded", method="POST",
+        body=("job", "host", "gpu", "time", "message"), times=("time",),
+        view="gpufleet.service.health.failures:Recorded",
+    ),
     "campaign.list_cmd": Read(
         "campaigns", CampaignOut, "gpufleet.cli.campaign:show_campaigns", view=_CAMPAIGN,
         many=True,
@@ -276,6 +298,11 @@ def viewer(view: View) -> Callable[[Schema], Any]:
     if view == "dict":
         return lambda m: m.model_dump()
     make = _named(view)
+    if dataclasses.is_dataclass(make):  # nested read models, times and enums: pydantic's
+        from pydantic import TypeAdapter
+
+        adapter = TypeAdapter(make)
+        return lambda m: adapter.validate_python(m.model_dump(), from_attributes=True)
     if isinstance(make, type):
         return lambda m: make(**m.model_dump())
     return lambda m: make(m.model_dump())
