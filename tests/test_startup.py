@@ -74,6 +74,7 @@ _SERVER = (
     "from gpufleet.cli.main import app\n"
     "import gpufleet.cli.drift, gpufleet.cli.hosts, gpufleet.cli.hosts_list\n"
     "import gpufleet.cli.hosts_show, gpufleet.cli.labels, gpufleet.cli.summary_view\n"
+    "import gpufleet.cli.leases_view, gpufleet.cli.alloc\n"
     "assert threading.active_count() == 1\n"
     "print('READY', flush=True)\n"
     "for line in sys.stdin:\n"
@@ -240,6 +241,40 @@ def test_hosts_show_starts_without_typer_and_prints_what_the_command_prints(
         assert "typer" not in loaded and "click" not in loaded, loaded
         assert _run("typer", env, *argv)[:3] == (0, body, "")
     assert json.loads(body)["host"]["name"] == "gpu-03"
+
+
+def test_leases_show_starts_without_typer_and_prints_what_the_command_prints(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 3: ``leases show ID`` is a lean read too, through the command's own
+    read and presenter (:mod:`gpufleet.cli.leases_view`); errors are the command's."""
+    from datetime import timedelta
+
+    from gpufleet.domain.placement import Request
+    from gpufleet.service.allocation.allocation import allocate
+    from gpufleet.service.hosts.validate import validate
+
+    fleet = Fleet.open(home=tmp_path / "home", actor="pytest")
+    try:
+        enroll_lab(fleet, tmp_path / "lab", 2, models=["h100-8x"], faults={})
+        validate(fleet)
+        got = allocate(fleet, Request(gpus=8), owner="team-a", purpose="llm",
+                       until=fleet.clock() + timedelta(hours=20), users=["alice"])
+        assert got.lease is not None
+    finally:
+        fleet.db.dispose()
+    env = _env(tmp_path / "home")
+    for argv in (["leases", "show", "1"], ["leases", "show", "1", "--json"]):
+        code, body, err, loaded = _run("entry", env, *argv)
+        assert (code, err) == (0, ""), err
+        assert "typer" not in loaded and "click" not in loaded, loaded
+        assert _run("typer", env, *argv)[:3] == (0, body, "")
+    assert json.loads(body)["owner"] == "team-a"
+    for argv in (["leases", "show", "9"], ["leases", "show", "x"]):  # exit 4; exit 2
+        code, body, err, loaded = _run("entry", env, *argv)
+        assert "typer" in loaded
+        assert (code, body, err) == _run("typer", env, *argv)[:3]
+        assert code == (4 if argv[-1] == "9" else 2)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import typer
 from gpufleet.api.schemas import CapacityCheckOut
 from gpufleet.cli.common import (
     boundary,
-    cell,
     console,
     err_console,
     lit,
@@ -20,6 +19,8 @@ from gpufleet.cli.common import (
     print_json,
     when,
 )
+from gpufleet.cli.leases_view import lease_table as _lease_table
+from gpufleet.cli.leases_view import show_lease as show_lease
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import OnExpiry, parse_duration, parse_gpu_memory, parse_percent
 from gpufleet.domain.placement import Request
@@ -50,29 +51,6 @@ def register(app: typer.Typer) -> None:
     app.command("allocate")(allocate_cmd)
     app.add_typer(leases_app, name="leases", help="Leases and reservations: list, renew, release.")
     app.add_typer(capacity_app, name="capacity", help="GPU capacity, and the CI capacity gate.")
-
-
-def _lease_json(v: LeaseView) -> dict[str, Any]:
-    return v.as_dict()
-
-
-def _lease_table(rows: list[LeaseView], title: str) -> None:
-    cols = [Col("id", ident=True), Col("owner", 2, ident=True), Col("state", ident=True),
-            Col("hosts", words=True), Col("GPUs", 3, ident=True, justify="right"),
-            Col("from", 4, words=True), Col("until", 1, words=True), Col("purpose", 5)]
-    show(cols, [
-        [
-            str(v.id),
-            lit(v.owner),
-            _(v.state),
-            lit(", ".join(v.hosts)),
-            str(v.gpus),
-            local_time(v.starts_at),
-            local_time(v.ends_at),
-            lit(v.purpose),
-        ]
-        for v in rows
-    ], title=title)
 
 
 @boundary
@@ -148,7 +126,7 @@ def show_allocation(got: allocation.Allocation, as_json: bool) -> None:
     exit 1 when refused."""
     if as_json:
         if got.lease is not None:
-            print_json({"granted": True, "lease": _lease_json(got.lease), "warnings": got.warnings})
+            print_json({"granted": True, "lease": got.lease.as_dict(), "warnings": got.warnings})
         else:
             assert got.refusal is not None
             r = got.refusal
@@ -194,7 +172,7 @@ def leases_list_cmd(
 def show_leases(rows: list[LeaseView], as_json: bool, title: str = N_("leases")) -> None:
     """Print leases (``leases list``)."""
     if as_json:
-        print_json([_lease_json(v) for v in rows])
+        print_json([v.as_dict() for v in rows])
     else:
         _lease_table(rows, _(title))
 
@@ -208,23 +186,6 @@ def leases_show_cmd(
 ) -> None:
     """One lease with its hosts and GPU UUIDs."""
     show_lease(leases.show_lease(open_fleet(), lease_id), as_json)
-
-
-def show_lease(v: LeaseView, as_json: bool) -> None:
-    """Print one lease (``leases show``)."""
-    if as_json:
-        print_json(_lease_json(v))
-        return
-    _lease_table([v], _("lease {id}").format(id=v.id))
-    console.print(
-        f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
-    )
-    users = ", ".join(v.users) if v.users else "none recorded (reclaim: any UID >= 1000)"
-    console.print(f"lessee users: {lit(users)}")
-    for host, uuids in v.gpu_uuids.items():
-        console.print(f"  {lit(host)}: {lit(', '.join(uuids))}")
-    if v.reason:
-        console.print(f"  why: {lit(v.reason)}")
 
 
 @leases_app.command("renew")
@@ -263,7 +224,7 @@ def leases_renew_cmd(
 def show_renewed(v: LeaseView, as_json: bool) -> None:
     """Print a renewed lease (``leases renew``)."""
     if as_json:
-        print_json(_lease_json(v))
+        print_json(v.as_dict())
     else:
         console.print(f"lease {v.id} renewed until {local_time(v.ends_at)}")
 
@@ -311,7 +272,7 @@ def show_released(out: leases.Released, as_json: bool) -> None:
     if as_json:
         print_json(
             {
-                "lease": _lease_json(out.lease),
+                "lease": out.lease.as_dict(),
                 "reclaiming": out.reclaiming,
                 "reclaim": str(out.reclaim) if out.reclaim is not None else None,
                 "note": out.note,

@@ -5,10 +5,12 @@ cost more than a whole ``gpufleet labels HOST``. So the entry point looks at the
 first: the plain shapes of the read commands, ``gpufleet [--home DIR] [--db URL] [--debug]
 [--utc]``
 then ``labels [SELECTOR] [--json]``, ``hosts show NAME [--json]``, ``hosts list [SELECTOR]
-[--json]``, ``summary [SELECTOR] [--json]`` or ``drift [SELECTOR] [--json]`` (:data:`_LEAN`),
+[--json]``, ``summary [SELECTOR] [--json]``, ``drift [SELECTOR] [--json]`` or ``leases show
+ID [--json]`` (:data:`_LEAN`),
 are answered by the commands' lean starts (``lean_*`` in :mod:`gpufleet.cli.labels`,
 :mod:`~gpufleet.cli.hosts_show`, :mod:`~gpufleet.cli.hosts_list`,
-:mod:`~gpufleet.cli.summary_view`, :mod:`~gpufleet.cli.drift`) without importing Typer when
+:mod:`~gpufleet.cli.summary_view`, :mod:`~gpufleet.cli.drift`,
+:mod:`~gpufleet.cli.leases_view`) without importing Typer when
 they can answer exactly what the command would print; every other command line, and every
 case the lean start declines (an error to report, a warning to print, remote mode), runs the
 Typer application (:data:`gpufleet.cli.main.app`), which parses and reports as usual. Only
@@ -38,6 +40,7 @@ _LEAN: dict[tuple[str, ...], bool] = {
     ("hosts", "list"): False,
     ("summary",): False,
     ("drift",): False,
+    ("leases", "show"): True,
 }
 
 
@@ -145,6 +148,11 @@ def _lean(argv: Sequence[str]) -> int | None:
         from gpufleet.cli.hosts_list import lean_hosts_list
 
         done = lean_hosts_list(arg, as_json=as_json)
+    elif parsed.command == ("leases", "show"):
+        from gpufleet.cli.leases_view import lean_leases_show
+
+        assert arg is not None  # required (lean_argv)
+        done = lean_leases_show(arg, as_json=as_json)
     elif parsed.command == ("summary",):
         from gpufleet.cli.summary_view import lean_summary
 

@@ -1,0 +1,83 @@
+"""``gpufleet leases show``' output, and its lean start (issue 30 item 3, start-up).
+
+Importing this module imports no Typer: :func:`lean_leases_show` prints the lease straight
+from the entry point (:mod:`gpufleet.cli.entry`), and the command itself
+(:func:`gpufleet.cli.alloc.leases_show_cmd`) and remote mode print through
+:func:`show_lease` too: one read (:func:`gpufleet.service.allocation.leases.show_lease`),
+one presenter, two start-ups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpufleet.cli.common import (
+    cell,
+    console,
+    lean_read,
+    lean_shown,
+    lit,
+    local_time,
+    print_json,
+)
+from gpufleet.i18n import _
+
+if TYPE_CHECKING:
+    from gpufleet.service.allocation.leases import LeaseView
+    from gpufleet.service.core.fleet import Fleet
+
+
+def lease_table(rows: list[LeaseView], title: str) -> None:
+    """The leases as one table (``leases list``, ``leases show``)."""
+    from gpufleet.cli.tables import Col, show
+
+    cols = [Col("id", ident=True), Col("owner", 2, ident=True), Col("state", ident=True),
+            Col("hosts", words=True), Col("GPUs", 3, ident=True, justify="right"),
+            Col("from", 4, words=True), Col("until", 1, words=True), Col("purpose", 5)]
+    show(cols, [
+        [
+            str(v.id),
+            lit(v.owner),
+            _(v.state),
+            lit(", ".join(v.hosts)),
+            str(v.gpus),
+            local_time(v.starts_at),
+            local_time(v.ends_at),
+            lit(v.purpose),
+        ]
+        for v in rows
+    ], title=title)
+
+
+def show_lease(v: LeaseView, as_json: bool) -> None:
+    """Print one lease (``leases show``)."""
+    if as_json:
+        print_json(v.as_dict())
+        return
+    lease_table([v], _("lease {id}").format(id=v.id))
+    console.print(
+        f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
+    )
+    users = ", ".join(v.users) if v.users else "none recorded (reclaim: any UID >= 1000)"
+    console.print(f"lessee users: {lit(users)}")
+    for host, uuids in v.gpu_uuids.items():
+        console.print(f"  {lit(host)}: {lit(', '.join(uuids))}")
+    if v.reason:
+        console.print(f"  why: {lit(v.reason)}")
+
+
+def lean_leases_show(lease_id: str, *, as_json: bool) -> int | None:
+    """Print ``gpufleet leases show ID [--json]`` and return its exit code (0), or None
+    when the command must run instead (:func:`~gpufleet.cli.common.lean_read`; an ID that
+    is not a number is the command's to refuse)."""
+    from gpufleet.service.allocation.leases import show_lease as read_lease
+
+    if not lease_id.isdigit():
+        return None
+
+    def read(fleet: Fleet) -> Callable[[], int]:
+        v = read_lease(fleet, int(lease_id))
+        return lean_shown(lambda x: show_lease(x, as_json), v)
+
+    return lean_read(read)
