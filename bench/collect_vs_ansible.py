@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collect.script import remote_script
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 
@@ -235,6 +236,40 @@ def run_gpufleet_same_work(inv: Path, n: int) -> Measured:
     return clock.result()
 
 
+#: The floor of the whole collection: gpufleet's own script over gpufleet's SSH transport
+#: (the same bytes ``collect`` sends), no parse and no store; every host must end with the
+#: script's ``done`` line and 8 GPUs in its XML section.
+_SAME_SCRIPT = """
+import asyncio, json, sys
+from pathlib import Path
+from gpufleet.inventory import load_inventory
+from gpufleet.collect.script import remote_script
+from gpufleet.collect.ssh import SshTransport
+from gpufleet.collect.transport import Target, run_many
+inv = load_inventory(Path(sys.argv[1]))
+targets = [Target(h.name, h.address, h.port, h.user, h.key_file) for h in inv.hosts]
+res = asyncio.run(run_many(SshTransport(), targets, remote_script(), forks=200))
+ok = [r.outcome.value == "ok" and (r.output or "").rstrip().endswith("@@gpufleet:done@@")
+      and (r.output or "").count("<gpu id=") == 8 for r in res]
+print(json.dumps(ok))
+"""
+
+
+def run_same_script(inv: Path, n: int) -> Measured:
+    """Time raw asyncssh (gpufleet's transport) running the whole collection script."""
+    with _Clock() as clock:
+        res = subprocess.run([sys.executable, "-c", _SAME_SCRIPT, str(inv)],
+                             capture_output=True, text=True, check=False)
+    try:
+        ok: list[bool] = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise BenchError(f"same-script run (rc {res.returncode}) printed no JSON: "
+                         f"{_tail(res.stderr or res.stdout)}") from None
+    if len(ok) != n or not all(ok):
+        raise BenchError(f"same-script run: {sum(ok)}/{n} hosts complete")
+    return clock.result()
+
+
 # --------------------------------------------------------------------------- ansible
 
 
@@ -269,12 +304,17 @@ def close_mux_masters(control_dir: Path) -> int:
     return len(sockets)
 
 
-def run_ansible(inv: Path, work: Path, n: int, forks: int, attempt: int) -> Measured:
-    """Time one out-of-the-box ``ansible all -m command -a 'nvidia-smi -q -x'``."""
+def run_ansible(
+    inv: Path, work: Path, n: int, forks: int, attempt: int, script: Path | None = None
+) -> Measured:
+    """Time one out-of-the-box ``ansible all -m command -a 'nvidia-smi -q -x'``; with
+    ``script``, ``-m command -a 'sh SCRIPT'``: gpufleet's whole collection script (a file the
+    lab hosts share), every host's output ending with its ``done`` line."""
     ansible = _tool("ansible")
-    control_dir = work / f"ansible-cp-{attempt}"
+    tag = "script-" if script is not None else ""
+    control_dir = work / f"ansible-cp-{tag}{attempt}"
     control_dir.mkdir()
-    out_path = work / f"ansible-out-{attempt}.txt"
+    out_path = work / f"ansible-out-{tag}{attempt}.txt"
     env = {**os.environ,
            "LC_ALL": "C.UTF-8",
            "ANSIBLE_CONFIG": str(ANSIBLE_CFG),
@@ -282,8 +322,8 @@ def run_ansible(inv: Path, work: Path, n: int, forks: int, attempt: int) -> Meas
            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control_dir),
            "ANSIBLE_LOCAL_TEMP": str(work / "ansible-local-tmp"),
            "ANSIBLE_NOCOLOR": "1"}
-    cmd = [ansible, "all", "-i", str(inv), "-m", "command", "-a", "nvidia-smi -q -x",
-           "-f", str(forks)]
+    command = "nvidia-smi -q -x" if script is None else f"sh {script}"
+    cmd = [ansible, "all", "-i", str(inv), "-m", "command", "-a", command, "-f", str(forks)]
     try:
         with out_path.open("w", encoding="utf-8") as out, _Clock() as clock:
             res = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=env,
@@ -302,6 +342,10 @@ def run_ansible(inv: Path, work: Path, n: int, forks: int, attempt: int) -> Meas
         end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
         gpus[m.group(1)] = len(_GPU_TAG.findall(text, m.end(), end))
     short = {h: g for h, g in gpus.items() if g != GPUS_PER_HOST}
+    if script is not None:
+        done = len(re.findall(r"^@@gpufleet:done@@$", text, re.M))
+        if done != n:
+            short["(done lines)"] = done
     if res.returncode != 0 or len(statuses) != n or bad or short:
         raise BenchError(f"ansible: rc {res.returncode}, {len(statuses)}/{n} results, "
                          f"not CHANGED rc=0: {dict(list(bad.items())[:5])}, "
@@ -320,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool; the median is shown")
     ap.add_argument("--keep", action="store_true", help="leave the lab running at the end")
     ap.add_argument("--json-out", type=Path, help="also write the results as JSON here")
+    ap.add_argument("--script-only", action="store_true",
+                    help="only the whole-script rows (skip the single-command ones)")
     args = ap.parse_args(argv)
     if args.hosts < 1 or args.repeat < 1 or args.forks_ansible < 1:
         ap.error("--hosts, --repeat and --forks-ansible must be >= 1")
@@ -339,12 +385,24 @@ def main(argv: list[str] | None = None) -> int:
         inv = write_inventory(lab, work / "inventory.ini")
         print(f"lab up in {time.perf_counter() - t0:.1f} s; inventory {inv}", flush=True)
 
+        script = work / "collect.sh"  # the same script, as a file for Ansible
+        script.write_text(remote_script(), encoding="utf-8")
+        script.chmod(0o644)
         gf = ToolResult("gpufleet collect")
+        raw = ToolResult("asyncssh, same script (floor)")
+        an_script = ToolResult(f"ansible, same script (-f {args.forks_ansible})")
         same = ToolResult("gpufleet engine, same command")
         an = ToolResult(f"ansible -m command (-f {args.forks_ansible})")
         for i in range(args.repeat):
             gf.add(run_gpufleet(inv, work, n, i))
             print(f"  run {i + 1}/{args.repeat}: gpufleet {gf.walls[-1]:.2f} s", flush=True)
+            raw.add(run_same_script(inv, n))
+            print(f"  run {i + 1}/{args.repeat}: raw scr  {raw.walls[-1]:.2f} s", flush=True)
+            an_script.add(run_ansible(inv, work, n, args.forks_ansible, i, script))
+            print(f"  run {i + 1}/{args.repeat}: ans scr  {an_script.walls[-1]:.2f} s",
+                  flush=True)
+            if args.script_only:
+                continue
             same.add(run_gpufleet_same_work(inv, n))
             print(f"  run {i + 1}/{args.repeat}: same cmd {same.walls[-1]:.2f} s", flush=True)
             an.add(run_ansible(inv, work, n, args.forks_ansible, i))
@@ -363,8 +421,19 @@ def main(argv: list[str] | None = None) -> int:
         lab.stop()
         shutil.rmtree(work, ignore_errors=True)
 
-    ratio = an.median / gf.median
     cpus = _cpus()
+    print()
+    print(f"whole script, median of {args.repeat}: gpufleet collect {gf.median:.2f} s = "
+          f"{gf.median / raw.median:.2f}x raw asyncssh with the same script "
+          f"({raw.median:.2f} s; goal <= 1.3x); Ansible with the same script "
+          f"{an_script.median:.2f} s = {an_script.median / raw.median:.1f}x the floor, "
+          f"{an_script.median / gf.median:.1f}x gpufleet (goal >= 5x)")
+    print(f"  walls: gpufleet {' '.join(f'{w:.2f}' for w in gf.walls)}; raw "
+          f"{' '.join(f'{w:.2f}' for w in raw.walls)}; ansible script "
+          f"{' '.join(f'{w:.2f}' for w in an_script.walls)}")
+    if args.script_only:
+        return 0
+    ratio = an.median / gf.median
     print()
     print(f"N = {n} hosts ({MODEL}, {GPUS_PER_HOST} GPUs each), controller and hosts share "
           f"{cpus} CPUs (nproc), median of {args.repeat} run(s)")

@@ -10,7 +10,7 @@ import pytest
 from tests.sshlab import materialize_host
 from tests.sshlab_fixtures import sample_sections
 
-from gpufleet.collect.bundle import split_bundle
+from gpufleet.collect.bundle import Section, split_bundle
 from gpufleet.collect.local import LocalTransport
 from gpufleet.collect.script import remote_script
 from gpufleet.collect.transport import Outcome, RawResult, Target
@@ -59,3 +59,18 @@ def test_runaway_output_is_bad_output() -> None:
     res = run(LocalTransport(max_output_bytes=10_000), "yes")
     assert res.outcome is Outcome.BAD_OUTPUT
     assert "10000 bytes" in res.reason
+
+
+def test_a_tool_not_installed_answers_127_at_once(tmp_path: Path) -> None:
+    """Issue 30: an absent tool (most vendor probes on any one host) is found missing by the
+    shell's ``command -v``, with no ``timeout`` process: rc 127 and "TOOL: not found", as
+    before only the wording of the message changed; a section run through a function in a
+    subshell (npu-smi's per-chip loops) says the same."""
+    env = materialize_host(tmp_path / "host", sample_sections("node-a", "no-gpu"))
+    res = run(LocalTransport(env), remote_script())
+    assert res.outcome is Outcome.OK, res.reason
+    assert res.output is not None
+    got = split_bundle(res.output)
+    for name in ("nvidia-smi-xml", "nvidia-smi-q"):
+        assert got[name] == Section(name, "", "nvidia-smi: not found", 127), got[name]
+    assert got["npu_smi_board"] == Section("npu_smi_board", "", "npu-smi: not found", 127)

@@ -27,14 +27,22 @@ TMO=__TOOL_TIMEOUT__
 E=$(mktemp 2>/dev/null) || E="${TMPDIR:-/tmp}/gpufleet.$$.err"  # mktemp honours TMPDIR
 trap 'rm -f "$E"' EXIT
 trap 'exit 143' HUP INT TERM
-if command -v timeout >/dev/null 2>&1; then TO="timeout -k 2 $TMO"; else TO=""; fi
+# $TO runs a tool under timeout; one not installed (most of the vendor probes on any one
+# host) answers rc 127 and "TOOL: not found" at once, with no process (run, NF below).
+if command -v timeout >/dev/null 2>&1; then TO=run; TK="timeout -k 2 $TMO"; else TO=""; fi
+run() {
+  command -v "$1" >/dev/null 2>&1 || { NF=$1; printf '%s: not found\n' "$1" >&2; return 127; }
+  $TK "$@"
+}
 sec() {
   name=$1; shift
   printf '\n@@gpufleet:begin %s@@\n' "$name"
+  NF=
   "$@" 2>"$E"
   rc=$?
   printf '\n@@gpufleet:stderr %s@@\n' "$name"
-  [ -s "$E" ] && head -c 2048 "$E"
+  if [ "$rc" = 127 ] && [ -n "$NF" ]; then printf '%s: not found\n' "$NF"
+  elif [ -s "$E" ]; then head -c 2048 "$E"; fi
   printf '\n@@gpufleet:end %s rc=%d@@\n' "$name" "$rc"
 }
 readf() {
