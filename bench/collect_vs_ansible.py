@@ -220,20 +220,26 @@ print(json.dumps(gpus))
 """
 
 
-def run_gpufleet_same_work(inv: Path, n: int) -> Measured:
-    """Time gpufleet's engine doing exactly Ansible's job: ``nvidia-smi -q -x``, parsed."""
+def _timed_json(code: str, inv: Path, what: str) -> tuple[list[Any], Measured]:
+    """Run ``code`` (a ``python -c`` program of this venv) on the inventory; its JSON list."""
     with _Clock() as clock:
-        res = subprocess.run([sys.executable, "-c", _SAME_WORK, str(inv)],
+        res = subprocess.run([sys.executable, "-c", code, str(inv)],
                              capture_output=True, text=True, check=False)
     try:
-        gpus: list[int] = json.loads(res.stdout)
+        got: list[Any] = json.loads(res.stdout)
     except json.JSONDecodeError:
-        raise BenchError(f"gpufleet same-work run (rc {res.returncode}) printed no JSON: "
+        raise BenchError(f"{what} run (rc {res.returncode}) printed no JSON: "
                          f"{_tail(res.stderr or res.stdout)}") from None
+    return got, clock.result()
+
+
+def run_gpufleet_same_work(inv: Path, n: int) -> Measured:
+    """Time gpufleet's engine doing exactly Ansible's job: ``nvidia-smi -q -x``, parsed."""
+    gpus, measured = _timed_json(_SAME_WORK, inv, "gpufleet same-work")
     if len(gpus) != n or any(g != GPUS_PER_HOST for g in gpus):
         raise BenchError(f"gpufleet same-work run: {gpus.count(GPUS_PER_HOST)}/{n} hosts "
                          f"with {GPUS_PER_HOST} GPUs")
-    return clock.result()
+    return measured
 
 
 #: The floor of the whole collection: gpufleet's own script over gpufleet's SSH transport
@@ -257,17 +263,10 @@ print(json.dumps(ok))
 
 def run_same_script(inv: Path, n: int) -> Measured:
     """Time raw asyncssh (gpufleet's transport) running the whole collection script."""
-    with _Clock() as clock:
-        res = subprocess.run([sys.executable, "-c", _SAME_SCRIPT, str(inv)],
-                             capture_output=True, text=True, check=False)
-    try:
-        ok: list[bool] = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise BenchError(f"same-script run (rc {res.returncode}) printed no JSON: "
-                         f"{_tail(res.stderr or res.stdout)}") from None
+    ok, measured = _timed_json(_SAME_SCRIPT, inv, "same-script")
     if len(ok) != n or not all(ok):
         raise BenchError(f"same-script run: {sum(ok)}/{n} hosts complete")
-    return clock.result()
+    return measured
 
 
 # --------------------------------------------------------------------------- ansible
