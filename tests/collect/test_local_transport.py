@@ -74,3 +74,15 @@ def test_a_tool_not_installed_answers_127_at_once(tmp_path: Path) -> None:
     for name in ("nvidia-smi-xml", "nvidia-smi-q"):
         assert got[name] == Section(name, "", "nvidia-smi: not found", 127), got[name]
     assert got["npu_smi_board"] == Section("npu_smi_board", "", "npu-smi: not found", 127)
+
+
+def test_the_gpu_sections_run_in_a_lane_of_their_own() -> None:
+    """Issue 30: nvidia-smi's sections run one after another in a background subshell while
+    the others run; the round trip above shows their output comes back whole."""
+    script = remote_script()
+    start = script.index('( E="$E.ge"\n')
+    lane = script[start : script.index(') >"$E.g" 2>/dev/null &\n', start)]
+    names = [line.split()[1] for line in lane.splitlines() if line.startswith("sec ")]
+    assert names == ["nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"]
+    assert "nvx_rc=$rc" in lane  # the text report's fallback reads it in the same lane
+    assert script.index('wait\ncat "$E.g"\n') > script.index("sec accelerators ")

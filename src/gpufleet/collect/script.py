@@ -25,7 +25,7 @@ _PREAMBLE = r"""
 R="${GPUFLEET_SYSROOT:-}"
 TMO=__TOOL_TIMEOUT__
 E=$(mktemp 2>/dev/null) || E="${TMPDIR:-/tmp}/gpufleet.$$.err"  # mktemp honours TMPDIR
-trap 'rm -f "$E"' EXIT
+trap 'rm -f "$E" "$E.g" "$E.ge"' EXIT
 trap 'exit 143' HUP INT TERM
 # $TO runs a tool under timeout; one not installed (most of the vendor probes on any one
 # host) answers rc 127 and "TOOL: not found" at once, with no process (run, NF below).
@@ -53,19 +53,35 @@ readf() {
 """
 
 
+#: The sections of the GPU driver's tool, run one after another in a lane of their own, in
+#: the background, while the other sections run (issue 30: nvidia-smi takes seconds on a
+#: big host, and its runs are kept apart from each other, not from lspci or the kernel log).
+#: Their framed output follows the others'; the order of sections carries no meaning.
+GPU_LANE = frozenset({"nvidia-smi-xml", "nvidia-smi-q", "topo-m", "nvlink-s"})
+
+
+def _sec_lines(spec: SectionSpec) -> str:
+    return f"sec {spec.name} {spec.command}\n" + (spec.after + "\n" if spec.after else "")
+
+
 def remote_script(tool_timeout_s: int = 45, registry: Sequence[SectionSpec] | None = None) -> str:
     """The collection script, with each tool limited to ``tool_timeout_s`` seconds.
 
     Built from the section registry (:data:`gpufleet.collect.sections.REGISTRY` unless
-    ``registry`` is given): each entry's shell functions, then one ``sec`` line per entry.
+    ``registry`` is given): each entry's shell functions, then one ``sec`` line per entry;
+    the entries of :data:`GPU_LANE` in a background subshell (its own stderr file, its
+    framed output kept in a file and printed after the others).
     """
     specs = REGISTRY if registry is None else registry
     parts = [_PREAMBLE.replace("__TOOL_TIMEOUT__", str(int(tool_timeout_s))).lstrip("\n")]
     parts += [spec.functions + "\n" for spec in specs if spec.functions]
     parts.append('echo "@@gpufleet:script v1@@"\n')
-    for spec in specs:
-        parts.append(f"sec {spec.name} {spec.command}\n")
-        if spec.after:
-            parts.append(spec.after + "\n")
-    parts.append('rm -f "$E"\necho "@@gpufleet:done@@"\n')
+    lane = [spec for spec in specs if spec.name in GPU_LANE]
+    if lane:
+        body = "".join(_sec_lines(spec) for spec in lane)
+        parts.append(f'( E="$E.ge"\n{body}) >"$E.g" 2>/dev/null &\n')
+    parts += [_sec_lines(spec) for spec in specs if spec.name not in GPU_LANE]
+    if lane:
+        parts.append('wait\ncat "$E.g"\n')
+    parts.append('rm -f "$E" "$E.g" "$E.ge"\necho "@@gpufleet:done@@"\n')
     return "".join(parts)
