@@ -133,6 +133,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist means to (its group names, sorted, joined by ``_``); a no-op once xdist does it."""
     if not config.getoption("loadgroup", default=False):  # set on xdist workers only
         return
+    # xdist hands out the groups first (most tests first), then single tests in collection
+    # order: a test of a minute or more left near the end of the order (the README tour sits
+    # behind ~400 quick ones) keeps one worker busy while the other has finished.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
     try:
         from _pytest.nodeid import NodeId
     except ImportError:  # pytest before 9.2: xdist's own suffix works

@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 MARK = "<!-- tour -->"
@@ -114,6 +116,7 @@ def _per_line(output: str) -> dict[int, str]:
     return out
 
 
+@pytest.mark.long
 def test_the_readme_tour_runs_as_written(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -33,7 +33,7 @@ from gpufleet.service.hosts.baselines import save_baseline, set_pool_baseline
 from gpufleet.service.hosts.enroll import enroll
 from gpufleet.service.hosts.validate import validate
 
-pytestmark = pytest.mark.sshlab
+pytestmark = [pytest.mark.sshlab, pytest.mark.long]
 
 BIN = Path(sys.executable).parent
 COMMAND = (sys.executable, "-m", "gpufleet.cli.main")

@@ -33,7 +33,7 @@ from tests.sshlab_fixtures import sample_sections
 
 from gpufleet.service.campaigns.campaign_actions import PLAYBOOKS_DIR, ROLES_DIR
 
-pytestmark = pytest.mark.sshlab
+pytestmark = [pytest.mark.sshlab, pytest.mark.long]
 
 BIN = Path(sys.executable).parent
 VISUDO = Path("/usr/sbin/visudo")
