@@ -41,7 +41,8 @@ check: env
 probe: env system-deps
 	$(BIN)/pytest -q tests/probe
 
-## Issue 29 item 8: extract the marked messages (_, N_, ngettext, table headers) into the
+## Issue 29 item 8: extract the marked messages (_, N_, ngettext, table headers) and every
+## command's help paragraphs (gpufleet.cli.help_i18n) into the
 ## template and merge them into the zh_CN catalog (then translate the new empty entries;
 ## tests/test_i18n.py fails while one is empty).
 LOCALE := src/gpufleet/locale
@@ -49,7 +50,8 @@ messages: env
 	$(BIN)/pybabel extract --no-default-keywords -k _ -k N_ -k ngettext:1,2 -k Col:1 \
 		-k num:1 --no-location --sort-output --project gpufleet \
 		-o $(LOCALE)/gpufleet.pot src/gpufleet
-	$(BIN)/pybabel update -q -i $(LOCALE)/gpufleet.pot -d $(LOCALE) -D gpufleet -l zh_CN \
+	$(BIN)/python -m gpufleet.cli.help_i18n $(LOCALE)/gpufleet.pot
+	$(BIN)/pybabel -q update -i $(LOCALE)/gpufleet.pot -d $(LOCALE) -D gpufleet -l zh_CN \
 		--no-fuzzy-matching --ignore-obsolete
 
 system-deps:

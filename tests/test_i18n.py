@@ -9,6 +9,7 @@ byte the English ones.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from babel.messages.pofile import read_po as babel_read_po
 import gpufleet
 import gpufleet.cli.tables  # imported in English: its help texts are translated at import
 from gpufleet import i18n
+from gpufleet.cli.help_i18n import help_messages, paragraphs
 
 SRC = Path(gpufleet.__file__).parent
 KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2), "Col": (1,), "num": (1,)}
@@ -41,8 +43,10 @@ def marked() -> set[str]:
 
 def test_every_marked_message_has_a_zh_cn_translation() -> None:
     catalog = i18n.read_po(i18n.catalog_path("zh_CN").read_text("utf-8"))
-    messages = marked()
-    assert len(messages) > 150  # the demo, the main tables' headers, states, errors
+    helps = help_messages()  # every command's help paragraphs (make messages adds them too)
+    assert len(helps) > 350 and "Lease id." in helps and "Number of hosts." in helps  # + lab
+    messages = marked() | helps
+    assert len(messages) > 550  # the demo, the tables' headers, states, errors, help texts
     missing = sorted(m for m in messages if not catalog.get(m))
     assert not missing, f"no zh_CN msgstr for {len(missing)} marked message(s): {missing}"
     # a translation keeps the message's {fields}: str.format must find the same names
@@ -183,3 +187,69 @@ def test_an_error_prints_its_translated_template_and_keeps_english_json(chinese:
     assert NotFound("no host named 'x'").formatted(i18n._(NotFound.template)) == (
         "no host named 'x'"
     )
+
+
+def test_help_paragraphs_are_the_lines_typer_joins() -> None:
+    assert paragraphs("  One line\n  and more.\n\n  Second.\n\n") == [
+        "One line and more.", "Second."
+    ]
+    assert paragraphs("\b\nkept\nlines") == ["\b\nkept\nlines"]
+
+
+#: Run under GPUFLEET_LANG=zh_CN: every command of the real CLI (built-in, the lab plugin),
+#: loaded as ``gpufleet`` loads it, its help rendered, and every help text that has no
+#: Chinese in it printed (JSON), with the rendered help of ``hosts list``.
+_WALK = """
+import contextlib, io, json, sys
+import typer
+from typer import _click
+from gpufleet.cli.help_i18n import translate
+from gpufleet.cli.main import app
+
+root = translate(typer.main.get_command(app))
+english, rendered, stack = [], {}, [((), root, None)]
+while stack:
+    path, cmd, parent = stack.pop()
+    ctx = _click.Context(cmd, info_name=" ".join(("gpufleet", *path)), parent=parent)
+    texts = [cmd.help, *(p.help for p in cmd.params), cmd.get_help_option(ctx).help]
+    english += [[" ".join(path), t] for t in texts if t and not any(c >= "\u3000" for c in t)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rendered[" ".join(path)] = cmd.get_help(ctx) + out.getvalue()
+    if hasattr(cmd, "list_commands"):
+        for name in cmd.list_commands(ctx):
+            stack.append(((*path, name), cmd.get_command(ctx, name), ctx))
+shown = rendered["hosts list"]
+print(json.dumps({"english": english, "paths": sorted(rendered), "hosts list": shown}))
+"""
+
+
+def test_every_command_help_is_chinese_under_zh_cn(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("GPUFLEET_", "LC_"))}
+    env.update(GPUFLEET_LANG="zh_CN", COLUMNS="100", HOME=str(tmp_path))
+    walk = subprocess.run([sys.executable, "-c", _WALK], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert walk.returncode == 0, walk.stderr
+    found = json.loads(walk.stdout)
+    assert len(found["paths"]) > 100 and "lab demo" in found["paths"]  # the lab plugin too
+    assert found["english"] == [], "help without a zh_CN translation (make messages)"
+    shown = found["hosts list"]
+    for word in ("用法：", "参数", "选项", "列出主机及其状态", "只看该组内的主机。",
+                 "显示本帮助并退出。"):
+        assert word in shown, word
+
+
+def test_the_help_speaks_the_language_and_english_stays(tmp_path: Path) -> None:
+    zh = _gpufleet(tmp_path, "zh_CN", "--help")
+    assert zh.returncode == 0, zh.stderr
+    for word in ("用法：gpufleet", "选项：", "命令：", "从资产清单纳管（或更新）主机",
+                 "显示本帮助并退出。"):
+        assert word in zh.stdout, word
+    en = _gpufleet(tmp_path, None, "--help")
+    assert "Usage: gpufleet" in en.stdout and "Enroll (or update) hosts" in en.stdout
+    assert not any(c >= "\u3000" for c in en.stdout)
+    zh = _gpufleet(tmp_path, "zh_CN", "hosts", "show", "--help")
+    assert "单台主机的采集信息" in zh.stdout and "Usage:" not in zh.stdout
+    # a usage error keeps its exit code in either language
+    bad = [_gpufleet(tmp_path, lang, "hosts", "list", "--no-such") for lang in (None, "zh_CN")]
+    assert bad[0].returncode == bad[1].returncode == 2

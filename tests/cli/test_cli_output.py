@@ -246,4 +246,7 @@ def test_help_imports_no_command_module_nor_the_store() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "hosts" in out.stdout  # the help was printed
     loaded = out.stdout.rsplit("LOADED", 1)[1].split()
-    assert loaded == ["gpufleet.cli.entry", "gpufleet.cli.main", "gpufleet.cli.plugins"], loaded
+    # help_i18n: the help's language (it imports gpufleet.i18n only)
+    assert loaded == [
+        "gpufleet.cli.entry", "gpufleet.cli.help_i18n", "gpufleet.cli.main", "gpufleet.cli.plugins"
+    ], loaded

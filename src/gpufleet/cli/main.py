@@ -18,7 +18,9 @@ from typer import _click
 from typer.core import TyperCommand
 
 from gpufleet.cli.entry import imports_done
+from gpufleet.cli.help_i18n import click_heading, translate, translated
 from gpufleet.cli.plugins import PluginGroup, plugins
+from gpufleet.i18n import _
 
 # -- registration, one function per command module (run when one of its commands is used) ---
 
@@ -239,7 +241,7 @@ def _loaded(key: str) -> dict[str, Any]:
     """The Click commands one registration adds (imported and built once per process)."""
     sub = typer.Typer(rich_markup_mode="rich")
     _REGISTER[key](sub)
-    return dict(typer.main.get_group(sub).commands)
+    return dict(translate(typer.main.get_group(sub)).commands)
 
 
 class LazyGroup(PluginGroup):
@@ -267,12 +269,17 @@ class LazyGroup(PluginGroup):
                 return (
                     None
                     if ep is None
-                    else TyperCommand(name=cmd_name, short_help=f"Plugin {ep.value}.")
+                    else TyperCommand(
+                        name=cmd_name, short_help=_("Plugin {name}.").format(name=ep.value)
+                    )
                 )
             found = super().get_command(ctx, cmd_name)
+            if found is not None:  # a plugin: the project's own (the lab) are in the catalog
+                translate(found)
         else:
             key, one_line = entry
             if self._listing:
+                one_line = translated(one_line) or one_line
                 return TyperCommand(name=cmd_name, help=one_line, short_help=one_line)
             found = _loaded(key)[cmd_name]
         imports_done()
@@ -287,6 +294,15 @@ class LazyGroup(PluginGroup):
             _click.Command.format_help(self, ctx, formatter)
         finally:
             self._listing = False
+        formatter.buffer[:] = [  # Click's own headings (Options:, Commands:)
+            click_heading(part.strip()) + "\n" if part.endswith(":\n") else part
+            for part in formatter.buffer
+        ]
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the CLI, its own help and options in the language of the messages."""
+        translate(self)
+        return super().main(*args, **kwargs)
 
 
 app = typer.Typer(
