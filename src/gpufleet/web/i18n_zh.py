@@ -1,7 +1,8 @@
 """The dashboard's Simplified Chinese catalog (issue 29 item 8): the keys of
 :data:`gpufleet.web.i18n.EN` in the words Chinese GPU operations teams use (纳管, 验证, 隔离,
-维护, 回收, 租约, 漂移, 基线, 告警, 可用, 已分配). A key missing here falls back to English
-(the operations pages' :data:`gpufleet.web.i18n_ops.OPS_EN` are not translated yet)."""
+维护, 回收, 租约, 漂移, 基线, 巡检, 告警, 可用, 已分配), the operations pages' keys
+(:data:`gpufleet.web.i18n_ops.OPS_EN`) included; tests/web/test_dashboard_zh.py fails on a
+missing key (a key missing at run time would fall back to English)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,61 @@ ZH: dict[str, str] = {
     "time.never": "从未",
     "empty": "-",
 }
+
+#: The operations pages (:data:`gpufleet.web.i18n_ops.OPS_EN`): accelerators, sample charts,
+#: change campaigns (变更任务), inspection (巡检).
+ZH.update({
+    "nav.campaigns": "变更任务",
+    "nav.inspection": "巡检",
+    "col.name": "名称",
+    "col.status": "状态",
+    "host.accelerators": "加速卡（{noun}）",
+    "host.on_pci": "PCI 上可见 {n} 张",
+    "host.firmware": "固件",
+    "host.samples": "加速卡采样趋势",
+    "host.samples_span": "{n} 个采样，{first} 至 {last}",
+    "host.no_samples": "尚无已存储的采样（由 gpufleet inspect 存储）。",
+    "chart.temperature": "温度",
+    "chart.power": "功耗",
+    "chart.ecc": "不可纠正 ECC 错误（易失计数）",
+    "chart.throttle": "硬件降频（每个降频采样一个标记）",
+    "chart.no_values": "这些采样中没有该指标的值。",
+    "overview.heatmap": "集群热力图",
+    "overview.heatmap_hint": "主机 × 加速卡，取每台主机最新的巡检采样："
+    "红色告警，黄色警告，绿色正常",
+    "overview.heatmap_more": "按名称排序的前 {n} 台主机。",
+    "overview.heatmap_empty": "尚无已存储的巡检采样（gpufleet inspect）。",
+    "campaigns.title": "变更任务",
+    "campaigns.ticket": "变更单",
+    "campaigns.baseline": "目标基线",
+    "campaigns.action": "操作",
+    "campaigns.wave": "批次",
+    "campaigns.approved_by": "批准人",
+    "campaigns.not_approved": "待批准",
+    "campaigns.halt": "中止原因",
+    "campaigns.created": "由 {who} 创建，范围 {selector}",
+    "campaigns.approval": "审批",
+    "campaigns.rollback": "回滚",
+    "campaigns.gates": "闸门",
+    "campaigns.canary": "金丝雀",
+    "campaigns.skipped": "已跳过",
+    "campaigns.none": "尚无变更任务（gpufleet campaign create）。",
+    "inspection.title": "巡检",
+    "inspection.latest": "最近一次巡检",
+    "inspection.hosts_n": "{n} 台主机",
+    "inspection.never": "尚无已存储的巡检（gpufleet inspect）。",
+    "inspection.period": "统计周期",
+    "inspection.rules_version": "健康规则版本",
+    "inspection.findings": "发现的问题",
+    "inspection.by_rule": "按规则统计的问题",
+    "inspection.no_findings": "该周期内没有发现问题。",
+    "inspection.models": "按 GPU 型号",
+    "inspection.temp_max": "最高温度 °C",
+    "inspection.ecc_max": "最多不可纠正 ECC",
+    "inspection.throttled": "硬件降频",
+    "inspection.offenders": "问题最多的主机",
+    "inspection.rules": "规则",
+    "inspection.rules_in_force": "生效的健康规则（版本 {version}）",
+    "inspection.rules_n": "{n} 条规则",
+    "inspection.condition": "条件",
+})
