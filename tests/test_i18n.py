@@ -146,7 +146,7 @@ def test_the_demo_speaks_chinese_and_json_never_changes(tmp_path: Path) -> None:
                     "后续步骤：将以下命令粘贴到 shell 中执行", "各状态主机数"):
         assert heading in demo.stdout, heading
     assert "2. enroll" not in demo.stdout and "fleet summary" not in demo.stdout
-    assert ("8 台主机，60 张加速卡（40 NVIDIA GPU, 16 Ascend NPU, 4 AMD Instinct GPU），"
+    assert ("8 台主机，60 张加速卡（40 NVIDIA GPU、16 Ascend NPU、4 AMD Instinct GPU），"
             "52 张可用") in demo.stdout
     assert "采集批次 1" in demo.stdout
     assert "unknown setting" not in demo.stderr
@@ -253,3 +253,12 @@ def test_the_help_speaks_the_language_and_english_stays(tmp_path: Path) -> None:
     # a usage error keeps its exit code in either language
     bad = [_gpufleet(tmp_path, lang, "hosts", "list", "--no-such") for lang in (None, "zh_CN")]
     assert bad[0].returncode == bad[1].returncode == 2
+
+
+def test_lists_and_outcomes_read_as_chinese(chinese: None) -> None:
+    assert i18n.joined(["1 不可达", "30 成功"]) == "1 不可达、30 成功"
+    assert [i18n._(o) for o in ("unreachable", "bad output", "XPUs")] == [
+        "不可达", "输出无法解析", "XPU"
+    ]
+    i18n.reset("en")
+    assert i18n.joined(["1 unreachable", "30 ok"]) == "1 unreachable, 30 ok"

@@ -16,6 +16,7 @@ in JSON never change with the language (a state is shown translated by :func:`st
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 #: The languages with a catalog, by the prefixes of the locale names that select them.
@@ -102,8 +103,15 @@ OUTCOMES = (
     N_("bad output"), N_("error"),
 )
 
-#: What a summary counts (``FleetSummary.noun``), for display.
-NOUNS = (N_("GPUs"), N_("NPUs"), N_("accelerators"))
+#: What a summary counts (``FleetSummary.noun``) and the vendors' nouns, for display.
+NOUNS = (
+    N_("GPUs"), N_("NPUs"), N_("accelerators"), N_("XPUs"), N_("DCUs"), N_("MLUs"), N_("GCUs"),
+)
+
+
+def joined(items: Iterable[str]) -> str:
+    """``items`` as a list in a sentence: ``a, b, c`` (Chinese: ``a、b、c``)."""
+    return _(", ").join(items)
 
 
 def state_name(state: str) -> str:

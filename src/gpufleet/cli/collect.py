@@ -20,7 +20,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.collect.transport import Outcome
-from gpufleet.i18n import _
+from gpufleet.i18n import _, joined
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 from gpufleet.service.hosts.collect import RunReport, collect
@@ -150,7 +150,7 @@ def print_outcomes(rep: RunReport, *, only_problems: bool = False) -> None:
         )
         cells.append([
             lit(r.host),
-            f"[{OUTCOME_STYLE[r.outcome]}]{r.outcome.value}[/]",
+            f"[{OUTCOME_STYLE[r.outcome]}]{_(r.outcome.value)}[/]",
             "" if r.gpus is None else str(r.gpus),
             lit(notes),
         ])
@@ -194,17 +194,18 @@ def collect_cmd(
         )
     else:
         print_outcomes(rep, only_problems=len(rep.results) > 40)
-        summary = ", ".join(f"{n} {o}" for o, n in sorted(rep.counts.items()))
-        console.print(f"[bold]{len(rep.results)} hosts[/]: {summary}")
+        summary = joined(f"{n} {_(o)}" for o, n in sorted(rep.counts.items()))
+        hosts = _("{n} hosts").format(n=len(rep.results))
+        console.print(f"[bold]{hosts}[/]{_(': ')}{summary}")
         if rep.skipped_locked:
-            console.print(
-                f"[yellow]{len(rep.skipped_locked)} hosts skipped: being collected "
-                f"by another worker: {lit(', '.join(rep.skipped_locked))}[/]"
+            skipped = _("{n} hosts skipped: being collected by another worker: {hosts}").format(
+                n=len(rep.skipped_locked), hosts=lit(joined(rep.skipped_locked))
             )
+            console.print(f"[yellow]{skipped}[/]")
     if rep.all_held_elsewhere:
         typer.echo(
-            f"error: nothing collected: all {len(rep.skipped_locked)} hosts selected are being "
-            "collected by another worker; retry when it is done",
+            _("error: nothing collected: all {n} hosts selected are being collected by another "
+              "worker; retry when it is done").format(n=len(rep.skipped_locked)),
             err=True,
         )
         raise typer.Exit(EXIT_ALL_HELD)

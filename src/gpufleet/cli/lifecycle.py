@@ -76,7 +76,7 @@ def print_verdicts(rep: ValidateReport, *, only_problems: bool = False) -> None:
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
             ", ".join(v.profiles),
             lit(
-                v.skipped
+                (_(v.skipped) if v.skipped else "")
                 or "; ".join(v.reasons)
                 or "; ".join(
                     _("not {profile}: {why}").format(profile=p, why="; ".join(r))

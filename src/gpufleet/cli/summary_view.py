@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
-from gpufleet.i18n import N_, _, language, state_name
+from gpufleet.i18n import N_, _, joined, language, state_name
 
 if TYPE_CHECKING:
     from gpufleet.service.core.fleet import Fleet
@@ -48,7 +48,7 @@ def counts_line(sm: FleetSummary) -> str:
         )
     from gpufleet.service.hosts.accelerator_counts import vendor_parts
 
-    parts = ", ".join(f"{n} {brand} {_(kind)}" for brand, kind, n in vendor_parts(sm.per_vendor))
+    parts = joined(f"{n} {brand} {_(kind)}" for brand, kind, n in vendor_parts(sm.per_vendor))
     return _("{hosts} hosts, {total} accelerators ({parts}), {available} available").format(
         hosts=sm.hosts, total=sm.gpus_total, parts=parts, available=sm.gpus_available
     )
@@ -151,7 +151,8 @@ def _host_table(
     for row in rows:
         cells = [lit(row["host"] or "")]
         if fault_col:
-            fault = lit(row["fault"] or "")
+            value = row["fault"] or ""  # a fault is an id; an outcome is words, translated
+            fault = lit(_(value) if value and fault_col == "outcome" else value)
             cells.append(f"[red]{fault}[/]" if style == "red" else fault)
         reason = lit(row["reason"] or "")
         cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)

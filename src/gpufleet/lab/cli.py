@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import ConfigError
-from gpufleet.i18n import _
+from gpufleet.i18n import _, joined
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
@@ -246,14 +246,14 @@ def demo_cmd(
             print_outcomes(run, only_problems=True)
             console.print(
                 _("{n} hosts: ").format(n=len(run.results))
-                + ", ".join(f"{n} {_(o)}" for o, n in sorted(run.counts.items()))
+                + joined(f"{n} {_(o)}" for o, n in sorted(run.counts.items()))
             )
         elif step == "baselines":
             console.rule(_("baselines: one reference build per pool"))
             for db in rep.baselines:
                 console.print(
                     _("pool {pool} -> baseline {name} (driver {driver}, from {host})").format(
-                        pool=db.pool, name=db.baseline.name, driver=db.baseline.driver,
+                        pool=db.pool, name=db.baseline.name, driver=db.baseline.driver or "-",
                         host=db.reference,
                     )
                 )

@@ -25,6 +25,7 @@ from gpufleet.domain.health import HARDWARE_FAULTS, Fault
 from gpufleet.domain.profiles import Decision, ValidationOutcome, held_out
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, NotFound
+from gpufleet.i18n import N_
 from gpufleet.service.core.alarms import close_cleared
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import KEEP, reclaim_owed_message, retrying, transition
@@ -153,7 +154,7 @@ def judge_host(
         return verdict
     snap = s.get(FactSnapshot, host.latest_snapshot_id) if host.latest_snapshot_id else None
     if snap is None:
-        verdict.skipped = "no facts collected yet"
+        verdict.skipped = N_("no facts collected yet")  # shown translated, stored as is
         return verdict
     facts = HostFacts.model_validate(snap.facts)
     baseline = baseline_for_host(s, host)
