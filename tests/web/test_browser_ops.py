@@ -178,3 +178,21 @@ def test_the_overview_heatmap_colours_gpus_by_health(page: Page, served: Served)
     assert "uncorrectable ECC" in (alarm.get_attribute("title") or "")
     assert alarm.evaluate("e => getComputedStyle(e).backgroundColor") != "rgba(0, 0, 0, 0)"
     page.screenshot(path=str(ARTIFACTS / "dashboard-overview-heatmap.png"), full_page=True)
+
+
+def test_the_operations_pages_in_chinese(page: Page, served: Served) -> None:
+    """Issue 29 item 8: the campaigns and inspection pages under ``?lang=zh``."""
+    page.goto(served.url + "/campaigns?lang=zh")
+    expect(page.locator("h1")).to_have_text("变更任务")
+    expect(page.get_by_test_id("campaign-drv-rest").get_by_test_id("approved-by")).to_have_text(
+        "待批准")
+    canary = page.get_by_test_id("campaign-drv-canary")
+    expect(canary.locator("table.waves tbody tr").first.locator("td").first).to_have_text(
+        "0 (金丝雀)")
+    expect(canary).to_contain_text("已跳过")
+    page.screenshot(path=str(ARTIFACTS / "dashboard-campaigns-zh.png"), full_page=True)
+    page.goto(served.url + "/inspection?lang=zh")
+    expect(page.locator("h1")).to_have_text("巡检")
+    expect(page.get_by_test_id("latest-sweep")).to_contain_text("4 台主机")
+    expect(page.locator("body")).not_to_contain_text("Findings per rule")
+    page.screenshot(path=str(ARTIFACTS / "dashboard-inspection-zh.png"), full_page=True)

@@ -141,7 +141,8 @@ def show_acked(rec: AlarmRecord, as_json: bool) -> None:
     if as_json:
         print_json(asdict(rec))
     else:
-        console.print(f"alarm {rec.id} acknowledged by {lit(rec.acknowledged_by)}")
+        console.print(_("alarm {id} acknowledged by {who}").format(
+            id=rec.id, who=lit(rec.acknowledged_by)))
 
 
 @app.command("resolve")
@@ -161,4 +162,4 @@ def show_resolved(rec: AlarmRecord, as_json: bool) -> None:
     if as_json:
         print_json(asdict(rec))
     else:
-        console.print(f"alarm {rec.id} resolved: {lit(rec.reason)}")
+        console.print(_("alarm {id} resolved: {reason}").format(id=rec.id, reason=lit(rec.reason)))

@@ -147,10 +147,11 @@ def show_allocation(got: allocation.Allocation, as_json: bool) -> None:
             f"{local_time(v.starts_at)} -> {local_time(v.ends_at)}"
         )
         for w in got.warnings:
-            err_console.print(f"[yellow]warning:[/] {lit(w)}")
+            err_console.print("[yellow]" + _("warning:") + f"[/] {lit(w)}")
     else:
         assert got.refusal is not None
-        err_console.print(f"[bold red]refused:[/] {lit(got.refusal.message)}", soft_wrap=True)
+        err_console.print("[bold red]" + _("refused:") + f"[/] {lit(got.refusal.message)}",
+                          soft_wrap=True)
     if got.lease is None:
         raise typer.Exit(1)
 
@@ -226,7 +227,7 @@ def show_renewed(v: LeaseView, as_json: bool) -> None:
     if as_json:
         print_json(v.as_dict())
     else:
-        console.print(f"lease {v.id} renewed until {local_time(v.ends_at)}")
+        console.print(_("lease {id} renewed until {at}").format(id=v.id, at=local_time(v.ends_at)))
 
 
 @leases_app.command("release")
@@ -345,7 +346,7 @@ def _print_k8s_capacity(kube: K8sCapacity) -> None:
         ])
     show(cols, cells, title=_("Kubernetes scheduler's GPUs (allocatable - requested)"))
     if kube.missing:
-        console.print("no Kubernetes node: " + ", ".join(lit(h) for h in kube.missing))
+        console.print(_("no Kubernetes node: ") + ", ".join(lit(h) for h in kube.missing))
 
 
 #: ``capacity``'s numeric column headers at 80 columns (the JSON keeps the full names).
@@ -411,9 +412,9 @@ def _print_slurm_capacity(cap: SlurmCapacity) -> None:
             r.nodes, r.gpus, r.used, r.free, r.unschedulable, r.gpufleet_free))]
         for r in cap.rows
     ]
-    show(cols, cells, title="Slurm's GPUs (gres - gres in use)")
+    show(cols, cells, title=_("Slurm's GPUs (gres - gres in use)"))
     if cap.missing:
-        console.print("no Slurm node: " + ", ".join(lit(h) for h in cap.missing))
+        console.print(_("no Slurm node: ") + ", ".join(lit(h) for h in cap.missing))
 
 
 def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_json: bool) -> None:
@@ -526,6 +527,7 @@ def show_check(r: capacity.CapacityCheck, as_json: bool) -> None:
             f"{'ok' if r.ok else '[bold red]not enough:[/]'} {lit(r.message)}", soft_wrap=True
         )
         for f in r.frees:
-            console.print(f"  {f['gpus']} GPUs free up by {local_time(f['at'])}")
+            console.print("  " + _("{n} GPUs free up by {at}").format(
+                n=f["gpus"], at=local_time(f["at"])))
     if not r.ok:
         raise typer.Exit(1)

@@ -24,6 +24,7 @@ from gpufleet.domain.pins import (
 )
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.service.hosts import baselines as svc
 
 app = typer.Typer(no_args_is_help=True)
@@ -244,7 +245,7 @@ def show_baselines(rows: list[tuple[Baseline, list[str]]], as_json: bool) -> Non
             lit(cell(b.os_image_url)),
             lit(cell(pools)),
         ])
-    show(cols, cells, title="baselines")
+    show(cols, cells, title=_("baselines"))
 
 
 @app.command("show")
@@ -276,7 +277,7 @@ def diff_cmd(
         print_json([{"field": f, a: x, b: y} for f, x, y in rows])
         return
     if not rows:
-        console.print("identical")
+        console.print(_("identical"))
         return
     show([Col("field", ident=True), Col(a, words=True), Col(b, words=True)], [
         [f, escape(cell(x)), escape(cell(y))] for f, x, y in rows
@@ -301,7 +302,7 @@ def show_pools(rows: list[svc.PoolView], as_json: bool) -> None:
     show([Col("pool", ident=True), Col("baseline", ident=True),
           Col("hosts", 1, ident=True, justify="right")], [
         [lit(p.name), lit(p.baseline), str(p.hosts)] for p in rows
-    ], title="pools")
+    ], title=_("pools"))
 
 
 @pool_app.command("baseline")
@@ -313,7 +314,7 @@ def pool_baseline_cmd(
 ) -> None:
     """Point a pool at a baseline (an unknown pool is refused unless --create)."""
     svc.set_pool_baseline(open_fleet(), pool, baseline, create=create)
-    console.print(f"pool {lit(pool)} -> baseline {lit(baseline)}")
+    console.print(_("pool {pool} -> baseline {name}").format(pool=lit(pool), name=lit(baseline)))
 
 
 @boundary

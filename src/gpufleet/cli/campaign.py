@@ -48,7 +48,7 @@ def show_plan(v: CampaignView) -> None:
         f"{lit(v.action_kind)} {lit(v.action)} -> baseline {lit(v.target_baseline)}"
     )
     if v.approved_by:
-        console.print(f"approved by {lit(v.approved_by)}")
+        console.print(_("approved by ") + lit(v.approved_by))
     for i, wave in enumerate(v.waves):
         label = "canary" if i == 0 else f"wave {i}"
         done = sum(1 for h in wave if h.step in _FINISHED)
@@ -66,13 +66,13 @@ def show_plan(v: CampaignView) -> None:
             runs = f" runs={h.action_runs}" if h.action_runs > 1 else ""
             console.print(f"    {lit(h.host):<24} {lit(h.step)}{runs}{why}")
     if v.skipped:
-        console.print(f"  skipped: {len(v.skipped)}")
+        console.print("  " + _("skipped: ") + str(len(v.skipped)))
         for k in v.skipped:
             console.print(f"    {lit(k['host']):<24} {lit(k['reason'])}")
     for note in v.notes:
         console.print(f"  [dim]note: {escape(note)}[/]")
     if v.halt_reason:
-        console.print(f"[bold red]halted:[/] {lit(v.halt_reason)}")
+        console.print("[bold red]" + _("halted:") + f"[/] {lit(v.halt_reason)}")
 
 
 def _json(v: CampaignView) -> dict[str, object]:
@@ -151,7 +151,7 @@ def create_cmd(
         return
     show_plan(v)
     if dry_run:
-        console.print("[dim]dry run: nothing stored[/]")
+        console.print("[dim]" + _("dry run: nothing stored") + "[/]")
 
 
 def _finish(v: CampaignView, as_json: bool) -> None:
@@ -308,7 +308,7 @@ def show_campaigns(vs: list[CampaignView], as_json: bool) -> None:
         cells.append([lit(v.name), lit(v.status), lit(v.ticket),
                       escape(progress_bar(done, len(v.hosts))), f"{done}/{len(v.hosts)}",
                       lit(v.target_baseline)])
-    show(cols, cells, title="campaigns", box=None)
+    show(cols, cells, title=_("campaigns"), box=None)
 
 
 app.command("create")(create_cmd)

@@ -196,7 +196,7 @@ def collect_cmd(
         print_outcomes(rep, only_problems=len(rep.results) > 40)
         summary = joined(f"{n} {_(o)}" for o, n in sorted(rep.counts.items()))
         hosts = _("{n} hosts").format(n=len(rep.results))
-        console.print(f"[bold]{hosts}[/]{_(': ')}{summary}")
+        console.print(f"[bold]{hosts}[/]" + _(": ") + summary)
         if rep.skipped_locked:
             skipped = _("{n} hosts skipped: being collected by another worker: {hosts}").format(
                 n=len(rep.skipped_locked), hosts=lit(joined(rep.skipped_locked))

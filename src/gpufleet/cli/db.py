@@ -7,6 +7,7 @@ from dataclasses import asdict
 import typer
 
 from gpufleet.cli.common import boundary, console, current_settings, lit, open_fleet, print_json
+from gpufleet.i18n import _
 from gpufleet.service.core.prune import prune
 from gpufleet.service.core.schema import schema_status, upgrade
 
@@ -30,7 +31,7 @@ def status_cmd(as_json: bool = JSON) -> None:
         )
         if st.state != "current" or st.queue == "missing":
             console.print(lit(st.message), soft_wrap=True)
-        console.print(f"job queue: {st.queue}")
+        console.print(_("job queue: ") + st.queue)
     if st.state != "current" or st.queue == "missing":
         raise typer.Exit(1)
 
@@ -50,7 +51,8 @@ def upgrade_cmd(as_json: bool = JSON) -> None:
             }
         )
     elif before.revision == after.revision and before.queue == after.queue:
-        console.print(f"{lit(after.url)}: schema {after.revision} is already current")
+        console.print(_("{url}: schema {revision} is already current").format(
+            url=lit(after.url), revision=after.revision))
     else:
         console.print(
             f"{lit(after.url)}: schema {before.revision or 'none'} -> {after.revision}, "
@@ -71,5 +73,6 @@ def prune_cmd(
     if as_json:
         print_json(asdict(rep))
     else:
-        verb = "would remove" if rep.dry_run else "removed"
-        console.print(f"{verb} {rep.removed} snapshot(s); {rep.kept} kept")
+        line = (_("would remove {removed} snapshot(s); {kept} kept") if rep.dry_run
+                else _("removed {removed} snapshot(s); {kept} kept"))
+        console.print(line.format(removed=rep.removed, kept=rep.kept))

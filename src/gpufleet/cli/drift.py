@@ -13,6 +13,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import cell, lean_read, lit, print_json
+from gpufleet.i18n import _
 
 if TYPE_CHECKING:
     from gpufleet.domain.drift import PoolField
@@ -49,7 +50,7 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
             show(summary, [
                 [s.field, lit(cell(s.actual)), str(len(s.hosts)), lit(cell(s.expected))]
                 for s in rep.summary
-            ], title="drift, fleet-wide")
+            ], title=_("drift, fleet-wide"))
             console.print(
                 ", ".join(
                     f"{s.field} {lit(s.actual)} on {len(s.hosts)} host"
@@ -70,12 +71,13 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
                 ]
                 for host, items in sorted(rep.by_host.items())
                 for i in items
-            ], title="hosts off baseline")
+            ], title=_("hosts off baseline"))
         _print_pools(rep)
         if not rep.drifts:
-            console.print(f"no drift on {len(rep.baselines)} hosts with a baseline")
+            console.print(_("no drift on {n} hosts with a baseline").format(n=len(rep.baselines)))
         if rep.no_baseline:
-            console.print(f"[dim]{len(rep.no_baseline)} hosts have no baseline (pool unmapped)[/]")
+            none = _("{n} hosts have no baseline (pool unmapped)").format(n=len(rep.no_baseline))
+            console.print(f"[dim]{none}[/]")
     return 1 if rep.drifts else 0
 
 
@@ -105,7 +107,7 @@ def _print_pools(rep: DriftReport) -> None:
                 f.field if f else "-",
                 lit(f.describe().split(" ", 1)[1]) if f else "-",
             ])
-    show(cols, cells, title="pools off their baseline")
+    show(cols, cells, title=_("pools off their baseline"))
     for p in pools:
         console.print(lit(p.describe()))
         for other in p.on_other:

@@ -9,6 +9,7 @@ import typer
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.errors import ConfigError, LocalIOError
+from gpufleet.i18n import _
 from gpufleet.service.exports.ansible import inventory_host, inventory_list, write_inventory_script
 from gpufleet.service.exports.k8s import SyncReport, k8s_export, k8s_sync
 
@@ -151,7 +152,7 @@ def k8s_export_cmd(
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise LocalIOError(path=str(output), cause=str(exc.strerror or exc)) from exc
-    console.print(f"wrote {lit(output)}")
+    console.print(_("wrote ") + lit(output))
 
 
 @k8s_app.command("dra-sync")

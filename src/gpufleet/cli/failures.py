@@ -18,6 +18,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.domain.leases import parse_duration
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.service.exports.slurm import import_slurm_failures
 from gpufleet.service.health.failures import (
     ImportReport,
@@ -95,9 +96,9 @@ def show_import(rep: ImportReport, as_json: bool) -> None:
     if as_json:
         print_json(asdict(rep))
     else:
-        console.print(f"{rep.recorded} failures recorded")
+        console.print(_("{n} failures recorded").format(n=rep.recorded))
         for e in rep.errors:
-            err_console.print(f"refused: {lit(e)}")
+            err_console.print(_("refused: ") + lit(e))
     if rep.errors:
         raise typer.Exit(1)
 
@@ -126,8 +127,8 @@ def report_cmd(
         mark = "[bold red]FLAGGED[/] " if g.flagged else ""
         console.print(f"{mark}{lit(g.line())}")
     if not rep.groups:
-        console.print("no failures in the window")
+        console.print(_("no failures in the window"))
     for name in rep.quarantined:
-        console.print(f"quarantined: {lit(name)}")
+        console.print(_("quarantined: ") + lit(name))
     for why in rep.not_quarantined:
-        console.print(f"not quarantined: {lit(why)}")
+        console.print(_("not quarantined: ") + lit(why))

@@ -24,6 +24,7 @@ from gpufleet.cli.hosts_list import (
 )
 from gpufleet.cli.hosts_show import print_host
 from gpufleet.cli.tables import WIDE_HELP, Col, show
+from gpufleet.i18n import _
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 __all__ = ["PROFILE_SHORT", "STATE_STYLE", "app", "render_host_list"]
@@ -92,7 +93,7 @@ def render_events(rows: list[dict[str, Any]]) -> None:
         [local_time(e["at"]), lit(e["actor"]), lit(e["host"]), cell(e["kind"]), lit(e["message"])]
         for e in rows
     ]
-    show(cols, cells, title=f"{len(rows)} events", expand=True)
+    show(cols, cells, title=_("{n} events").format(n=len(rows)), expand=True)
 
 
 SELECTOR_HELP = "Host name or selector (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R)."
@@ -170,7 +171,7 @@ def remove_cmd(
     names = operations.named_hosts(fleet, hosts, "remove")
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     if not yes and not typer.confirm(f"Remove {len(names)} host(s): {shown}?", default=False):
-        err_console.print("nothing removed")
+        err_console.print(_("nothing removed"))
         raise typer.Exit(1)
     outcomes = operations.each_name(names, lambda n: operations.remove_host(fleet, n, reason))
     for o in outcomes:

@@ -24,6 +24,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.entry import imports_done
 from gpufleet.cli.tables import Col, num, show
+from gpufleet.i18n import _, state_name
 
 if TYPE_CHECKING:
     from gpufleet.domain.facts import HostFacts
@@ -44,13 +45,14 @@ def render_host(d: HostDetail) -> None:
     """The ``hosts show`` page (from the service, or rebuilt from the API in remote mode)."""
     v, f = d.view, d.facts
     console.print(
-        f"[bold]{lit(v.name)}[/] ({lit(v.address)})  state [bold]{v.state}[/]  health {v.health}"
-        + (f"  fault [red]{lit(v.fault)}[/]" if v.fault else "")
+        f"[bold]{lit(v.name)}[/] ({lit(v.address)})  " + _("state")
+        + f" [bold]{state_name(v.state)}[/]  " + _("health") + f" {v.health}"
+        + ("  " + _("fault") + f" [red]{lit(v.fault)}[/]" if v.fault else "")
     )
     if v.status_reason:
-        console.print(f"  why: {lit(v.status_reason)}")
+        console.print("  " + _("why: ") + lit(v.status_reason))
     if v.eta is not None:
-        console.print(f"  back by: {local_time(v.eta)}")
+        console.print("  " + _("back by: ") + local_time(v.eta))
     if d.reclaim_due:
         console.print(
             f"  [red]owes a passing reclaim:[/] {lit(d.reclaim_due)} "
@@ -61,13 +63,14 @@ def render_host(d: HostDetail) -> None:
             f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: {u['reason']}"
             for u in d.unusable_gpus
         )
-        console.print(f"  usable GPUs: {d.usable_gpus} (unusable: {lit(bad)})")
+        console.print("  " + _("usable GPUs: {n} (unusable: {bad})").format(
+            n=d.usable_gpus, bad=lit(bad)))
     console.print(
-        f"  groups: {lit(', '.join(v.groups))}   pool: {lit(v.pool or '-')}   "
-        f"profiles: {', '.join(v.profiles) or '-'}"
+        "  " + _("groups: ") + lit(", ".join(v.groups)) + "   " + _("pool: ")
+        + lit(v.pool or "-") + "   " + _("profiles: ") + (", ".join(v.profiles) or "-")
     )
     if f is None:
-        console.print("  no facts collected yet")
+        console.print("  " + _("no facts collected yet"))
     else:
         render_accelerators(f)
         if f.ib_ports:
@@ -84,9 +87,9 @@ def render_host(d: HostDetail) -> None:
                     lit(p.link_layer or ""),
                 ]
                 for p in f.ib_ports
-            ], title="high-speed NIC ports")
+            ], title=_("high-speed NIC ports"))
         for prob in f.problems:
-            console.print(f"  [yellow]note:[/] {lit(prob)}")
+            console.print("  [yellow]" + _("note:") + f"[/] {lit(prob)}")
     if d.collections:
         last = d.collections[0]
         console.print(
@@ -114,7 +117,7 @@ def render_host(d: HostDetail) -> None:
         show(events, [
             [local_time(ev["at"]), lit(ev["actor"]), cell(ev["kind"]), lit(ev["message"])]
             for ev in d.events
-        ], title="recent events")
+        ], title=_("recent events"))
 
 
 def _num(value: float | int | None, unit: str) -> str:
@@ -131,7 +134,7 @@ def render_accelerators(f: HostFacts) -> None:
     acc = host_accelerators(f)
     os_name = f.os.pretty_name if f.os else None
     console.print(escape(f"  OS {cell(os_name)}, kernel {cell(f.kernel)}"))
-    console.print(f"  collected {local_time(f.collected_at)}")
+    console.print("  " + _("collected {at}").format(at=local_time(f.collected_at)))
     for v in acc.vendors:
         parts = [f"driver {cell(v.driver)}"]
         if v.firmware:

@@ -19,6 +19,7 @@ from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, 
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
+from gpufleet.i18n import _
 from gpufleet.service.health.inspect import (
     SweepReport,
     close_fleet_alarm,
@@ -60,7 +61,7 @@ def _print_sweep(report: SweepReport) -> None:
         cells.append([lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-")])
     show(cols, cells, title=f"inspection {local_time(report.at)} (rules {report.policy_version})")
     if report.busy:
-        console.print(f"held by another worker: {lit(', '.join(report.busy))}")
+        console.print(_("held by another worker: ") + lit(", ".join(report.busy)))
     if report.guard_tripped:
         console.print(f"[red]{lit(report.guard_message)}[/red]")
     for inc in report.incidents:
@@ -141,7 +142,7 @@ def run_cmd(
         else:
             _print_sweep(report)
 
-    console.print(f"inspect every {seconds:g}s (SIGTERM stops)")
+    console.print(_("inspect every {seconds}s (SIGTERM stops)").format(seconds=f"{seconds:g}"))
     n = inspect_loop(
         fleet,
         selector,
@@ -153,7 +154,7 @@ def run_cmd(
         on_sweep=shown,
         sweeping=sweeping,
     )
-    console.print(f"stopped after {n} sweep(s)")
+    console.print(_("stopped after {n} sweep(s)").format(n=n))
 
 
 @app.command("guard")
@@ -177,7 +178,7 @@ def guard_cmd(
     for r in rows:
         console.print(f"{r['id']} {lit(r['severity'])} {lit(r['opened_at'])} {lit(r['message'])}")
     if not rows:
-        console.print("no fleet alarms")
+        console.print(_("no fleet alarms"))
 
 
 @app.command("report")
@@ -202,7 +203,7 @@ def report_cmd(
     text = render_csv(report) if fmt == "csv" else render_html(report)
     if output is not None:
         output.write_text(text, encoding="utf-8")
-        console.print(f"wrote {lit(str(output))}")
+        console.print(_("wrote ") + lit(str(output)))
     else:
         typer.echo(text, nl=False)
 
@@ -242,4 +243,4 @@ def _print_report(report: InspectReport) -> None:
             lit(r.ecc_uncorrectable_max if r.ecc_uncorrectable_max is not None else "-"),
             f"{r.throttled_share:.1%}",
         ])
-    show(per_model, cells, title="per model")
+    show(per_model, cells, title=_("per model"))

@@ -8,6 +8,7 @@ import typer
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
+from gpufleet.i18n import _
 from gpufleet.service.health.parts import list_parts, show_part
 
 app = typer.Typer(no_args_is_help=True)
@@ -39,7 +40,7 @@ def list_cmd(
         ]
         for r in rows
     ]
-    show(cols, cells, title="parts")
+    show(cols, cells, title=_("parts"))
 
 
 @app.command("show")
@@ -57,7 +58,7 @@ def show_cmd(
         return
     console.print(f"GPU {lit(hist.serial)} ({lit(hist.model or 'model unknown')})")
     if len(hist.hosts) > 1:
-        console.print(f"moved between hosts: {lit(', '.join(hist.hosts))}")
+        console.print(_("moved between hosts: ") + lit(", ".join(hist.hosts)))
     where = [Col("host", ident=True), Col("GPU", ident=True), Col("uuid", 1, ident=True),
              Col("first seen", 3, words=True), Col("last seen", 2, words=True)]
     show(where, [
@@ -69,7 +70,7 @@ def show_cmd(
             local_time(loc["last_seen"]),
         ]
         for loc in hist.locations
-    ], title="where")
+    ], title=_("where"))
     history = [Col("at", 1, words=True), Col("host", ident=True), Col("GPU", 2, ident=True),
                Col("kind", ident=True), Col("what")]
     show(history, [
@@ -81,4 +82,4 @@ def show_cmd(
             lit(ev["message"]),
         ]
         for ev in hist.events
-    ], title="history")
+    ], title=_("history"))

@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
+from gpufleet.i18n import _
 from gpufleet.service.health.rack_incidents import open_incidents, resolve_incident
 from gpufleet.service.views.racks import list_racks, show_rack
 
@@ -84,9 +85,9 @@ def incidents_cmd(as_json: bool = typer.Option(False, "--json", help="Print as J
     for r in rows:
         console.print(f"alarm {r['id']} on {lit(r['host'])}: {lit(r['message'])}")
         if r.get("drain_command"):
-            console.print(f"  approve the drain: {lit(r['drain_command'])}")
+            console.print("  " + _("approve the drain: ") + lit(r["drain_command"]))
     if not rows:
-        console.print("no open rack incident")
+        console.print(_("no open rack incident"))
 
 
 @app.command("resolve")

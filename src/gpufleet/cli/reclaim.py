@@ -9,6 +9,7 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import UsageError
+from gpufleet.i18n import _
 from gpufleet.service.allocation import reclaim_policy as rp
 from gpufleet.service.allocation.reclaim import reclaim_selected
 
@@ -61,6 +62,6 @@ def reclaim_cmd(
         show([Col("host", ident=True), Col("state", ident=True), Col("result", floor=16)], [
             [lit(h.host), lit(h.state), f"[{'green' if h.ok else 'red'}]{lit(h.summary)}[/]"]
             for h in rep.hosts
-        ], title="reclaim")
+        ], title=_("reclaim"))
     if not rep.ok:
         raise typer.Exit(1)
