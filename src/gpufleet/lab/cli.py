@@ -305,9 +305,11 @@ def print_rack(rack: DemoRack) -> None:
     console.rule(_("5. a rack: {model}, {n} trays in one NVLink domain").format(
         model=DEMO_RACK, n=len(rack.lab.hosts)))
     states = Counter(v.state for v in rack.validation.verdicts)
-    console.print(", ".join(f"{n} {state_name(st)}" for st, n in sorted(states.items())))
+    console.print(joined(
+        _("{n} {state}").format(n=n, state=state_name(st)) for st, n in sorted(states.items())
+    ))
     console.print(_("a switch tray fault, seen by {trays}: inspect").format(
-        trays=", ".join(rack.faulty)))
+        trays=joined(rack.faulty)))
     for inc in rack.sweep.incidents:
         console.print(_(
             "one rack incident (alarm {alarm}): fabric findings on {k} of {n} trays; the "
