@@ -220,8 +220,8 @@ def show_approved(v: CampaignView, as_json: bool) -> None:
     if as_json:
         print_json(_json(v))
     else:
-        console.print(f"campaign {lit(v.name)} approved by {lit(v.approved_by)}; "
-                      f"continue with 'gpufleet campaign resume {lit(v.name)}'")
+        console.print(_("campaign {name} approved by {who}; continue with 'gpufleet campaign "
+                        "resume {name}'").format(name=lit(v.name), who=lit(v.approved_by)))
 
 
 @boundary
@@ -254,7 +254,8 @@ def show_report(v: CampaignView, as_json: bool) -> None:
         return
     show_plan(v)
     counts = ", ".join(f"{k} {n}" for k, n in sorted(v.counts().items()))
-    console.print(f"hosts: {lit(counts)}; skipped before the run: {len(v.skipped)}")
+    console.print(_("hosts: {counts}; skipped before the run: {n}").format(
+        counts=lit(counts), n=len(v.skipped)))
 
 
 @boundary

@@ -24,7 +24,7 @@ from gpufleet.cli.hosts_list import (
 )
 from gpufleet.cli.hosts_show import print_host
 from gpufleet.cli.tables import WIDE_HELP, Col, show
-from gpufleet.i18n import _
+from gpufleet.i18n import _, state_name
 from gpufleet.service.views.hosts import list_events, list_hosts, show_host
 
 __all__ = ["PROFILE_SHORT", "STATE_STYLE", "app", "render_host_list"]
@@ -134,7 +134,8 @@ def rekey_cmd(
         )
     for r in rows:
         if r.error is not None:
-            err_console.print(f"[bold red]error:[/] {lit(r.host)}: {lit(str(r.error))}")
+            err_console.print("[bold red]" + _("error:") + f"[/] {lit(r.host)}: "
+                              f"{lit(str(r.error))}")
             continue
         if as_json:
             continue
@@ -176,7 +177,8 @@ def remove_cmd(
     outcomes = operations.each_name(names, lambda n: operations.remove_host(fleet, n, reason))
     for o in outcomes:
         if o.error is None:
-            console.print(f"{lit(o.host)}: removed (was {lit(o.state)})")
+            console.print(_("{host}: removed (was {state})").format(
+                host=lit(o.host), state=lit(state_name(o.state) if o.state else "None")))
         else:
             err_console.print(f"[bold red]error:[/] {lit(o.host)}: {lit(str(o.error))}")
     failed = [o.error for o in outcomes if o.error is not None]

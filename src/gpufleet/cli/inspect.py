@@ -59,7 +59,8 @@ def _print_sweep(report: SweepReport) -> None:
         if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
             lines.append(h.reason)
         cells.append([lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-")])
-    show(cols, cells, title=f"inspection {local_time(report.at)} (rules {report.policy_version})")
+    show(cols, cells, title=_("inspection {at} (rules {version})").format(
+        at=local_time(report.at), version=report.policy_version))
     if report.busy:
         console.print(_("held by another worker: ") + lit(", ".join(report.busy)))
     if report.guard_tripped:
@@ -136,7 +137,7 @@ def run_cmd(
 
     def shown(report: SweepReport | None, error: str | None) -> None:
         if report is None:
-            console.print(f"[red]sweep failed: {lit(error)}[/red]")
+            console.print("[red]" + _("sweep failed: ") + f"{lit(error)}[/red]")
         elif as_json:
             print_json(_as_json(report))
         else:

@@ -21,7 +21,7 @@ from gpufleet.cli.common import (
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.i18n import _, state_name
+from gpufleet.i18n import _, joined, state_name
 from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.evidence import ingest_file, run_active
@@ -109,11 +109,12 @@ def report_each(outcomes: list[operations.HostOutcome], note: str | None = None)
     refusal's code when any host was refused."""
     for o in outcomes:
         if o.error is None:
-            console.print(f"{escape(o.host)}: {escape(o.state or '')}")
+            console.print(f"{escape(o.host)}: {escape(state_name(o.state) if o.state else '')}")
         else:
-            err_console.print(f"[bold red]error:[/] {escape(o.host)}: {escape(str(o.error))}")
+            err_console.print("[bold red]" + _("error:") + f"[/] {escape(o.host)}: "
+                              f"{escape(str(o.error))}")
     if note and any(o.error is None for o in outcomes):
-        console.print(f"[dim]note: {escape(note)}[/]")
+        console.print("[dim]" + _("note: ") + f"{escape(note)}[/]")
     failed = [o.error for o in outcomes if o.error is not None]
     if failed:
         raise typer.Exit(failed[0].exit_code)
@@ -166,7 +167,9 @@ def validate_cmd(
         states: dict[str, int] = {}
         for v in rep.verdicts:
             states[v.state] = states.get(v.state, 0) + 1
-        console.print(", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+        console.print(joined(
+            _("{n} {state}").format(n=n, state=state_name(s)) for s, n in sorted(states.items())
+        ))
         for alarm in sorted({v.rack_incident for v in rep.verdicts if v.rack_incident}):
             hosts = ", ".join(v.host for v in rep.verdicts if v.rack_incident == alarm)
             console.print(_("rack incident (alarm {alarm}): NVLink fabric failures on {hosts}; "

@@ -83,7 +83,8 @@ def incidents_cmd(as_json: bool = typer.Option(False, "--json", help="Print as J
         print_json(rows)
         return
     for r in rows:
-        console.print(f"alarm {r['id']} on {lit(r['host'])}: {lit(r['message'])}")
+        console.print(_("alarm {id} on {host}: {message}").format(
+            id=r["id"], host=lit(r["host"]), message=lit(r["message"])))
         if r.get("drain_command"):
             console.print("  " + _("approve the drain: ") + lit(r["drain_command"]))
     if not rows:
@@ -103,4 +104,5 @@ def resolve_cmd(
         print_json(got)
         return
     states = ", ".join(f"{h} {s}" for h, s in sorted(got["validated"].items()))
-    console.print(f"rack incident {got['alarm']} resolved; re-validated: {lit(states)}")
+    console.print(_("rack incident {alarm} resolved; re-validated: {states}").format(
+        alarm=got["alarm"], states=lit(states)))

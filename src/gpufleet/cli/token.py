@@ -18,6 +18,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.leases import parse_duration
+from gpufleet.i18n import _
 from gpufleet.service.core.tokens import (
     Role,
     TokenInfo,
@@ -84,7 +85,7 @@ def show_tokens(rows: list[TokenInfo], as_json: bool) -> None:
             local_time(r.revoked_at),
         ]
         for r in rows
-    ], title="API tokens")
+    ], title=_("API tokens"))
 
 
 @app.command("revoke")
@@ -102,4 +103,4 @@ def show_revoked(info: TokenInfo, as_json: bool) -> None:
     if as_json:
         print_json(TokenOut.of(info).json_dict())
         return
-    console.print(f"token {lit(info.name)} revoked")
+    console.print(_("token {name} revoked").format(name=lit(info.name)))
