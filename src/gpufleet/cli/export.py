@@ -57,7 +57,7 @@ def inventory_script_cmd(
     """Write an executable inventory (sh) calling this gpufleet with this --home / --db, for
     ``ansible -i PATH`` and ``ansible-inventory -i PATH``."""
     out = write_inventory_script(open_fleet(), path, GPUFLEET_COMMAND, embed_db=not no_db)
-    console.print(f"wrote {lit(out)}: use it as  ansible -i {lit(out)} all -m ping")
+    console.print(_("wrote {path}: use it as  ansible -i {path} all -m ping").format(path=lit(out)))
 
 
 k8s_app = typer.Typer(help="Kubernetes: apply gpufleet's labels and taints to the nodes.")
@@ -126,7 +126,8 @@ def k8s_sync_cmd(
             for f in r.findings:
                 console.print(f"[red]alarm[/] {lit(f.kind)}: {lit(f.message)}")
         n = len(report.changed)
-        console.print(f"{n} node(s) {'to change' if report.dry_run else 'changed'}")
+        line = _("{n} node(s) to change") if report.dry_run else _("{n} node(s) changed")
+        console.print(line.format(n=n))
     if report.findings or any(r.error for r in report.results):
         raise typer.Exit(1)
 

@@ -9,6 +9,7 @@ import typer
 from gpufleet.cli.common import boundary, console, current_settings, err_console, lit
 from gpufleet.domain.preflight import Verdict
 from gpufleet.errors import GpufleetError
+from gpufleet.i18n import _
 from gpufleet.service.hosts.preflight import post_configured, run_preflight
 
 _COLOURS = {
@@ -44,7 +45,7 @@ def preflight_cmd(
         console.print(
             f"[{colour}]{report.verdict.value}[/] {lit(report.host)}: {lit(report.reason)}"
         )
-        console.print(f"recommended: {', '.join(a.value for a in report.actions)}")
+        console.print(_("recommended: ") + ", ".join(a.value for a in report.actions))
         for f in report.findings:
             tag = " (advisory)" if f.advisory else ""
             console.print(
@@ -53,8 +54,8 @@ def preflight_cmd(
     if post:
         try:
             if not post_configured(settings, report):
-                err_console.print("warning: --post: no store configured; verdict not posted")
+                err_console.print(_("warning: --post: no store configured; verdict not posted"))
         except GpufleetError as exc:  # the verdict, not the post, decides the exit status
-            err_console.print(f"warning: --post: verdict not posted: {lit(str(exc))}")
+            err_console.print(_("warning: --post: verdict not posted: ") + lit(str(exc)))
     if report.exit_code:
         raise typer.Exit(report.exit_code)

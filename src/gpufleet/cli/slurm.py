@@ -9,6 +9,7 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.slurm import DEFAULT_GPU_FILES
+from gpufleet.i18n import _
 from gpufleet.service.exports.slurm import slurm_sync, write_slurm_config, write_topology
 
 app = typer.Typer(no_args_is_help=True)
@@ -36,7 +37,7 @@ def export_cmd(
     if topology:
         paths += write_topology(fleet, out, selector)
     for path in paths:
-        console.print(f"wrote {lit(path)}")
+        console.print(_("wrote ") + lit(path))
 
 
 @app.command("sync")

@@ -13,6 +13,7 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.sync import Target, parse_every
 from gpufleet.errors import UsageError
+from gpufleet.i18n import _
 from gpufleet.service.exports.sync import Round, Systems, enabled_targets, sync_loop, sync_round
 from gpufleet.service.exports.sync import sync_status as compute_status
 
@@ -72,14 +73,16 @@ def sync_cmd(
     stop = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
-        console.print(f"signal {signal.Signals(signum).name}: stopping after this round")
+        console.print(_("signal {name}: stopping after this round").format(
+            name=signal.Signals(signum).name))
         stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    console.print(f"sync {', '.join(targets)} every {seconds:g}s (SIGTERM stops)")
+    console.print(_("sync {targets} every {seconds}s (SIGTERM stops)").format(
+        targets=", ".join(targets), seconds=f"{seconds:g}"))
     n = sync_loop(fleet, targets, timedelta(seconds=seconds), stop, systems, _print_round)
-    console.print(f"stopped after {n} round(s)")
+    console.print(_("stopped after {n} round(s)").format(n=n))
 
 
 @app.command("status")
@@ -107,10 +110,10 @@ def status_cmd(
                 host = d.host
                 console.print(f"[bold]{lit(host)}[/]")
             console.print(f"  {d.target} [{d.cause}] {lit(d.what)}")
-            console.print(f"      next sync: {lit(d.next_sync)}")
+            console.print("      " + _("next sync: ") + lit(d.next_sync))
         for e in st.errors:
             console.print(f"[red]error[/]: {lit(e)}")
         if not st.disagreements and st.ok:
-            console.print(f"{', '.join(st.targets)} agree with gpufleet")
+            console.print(_("{targets} agree with gpufleet").format(targets=", ".join(st.targets)))
     if not st.ok:
         raise typer.Exit(1)
