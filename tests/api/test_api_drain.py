@@ -96,3 +96,25 @@ def test_campaign_run_takes_no_drain(client: TestClient, lab_fleet: Fleet) -> No
     assert ev["data"]["no_drain"] is True and ev["actor"] == "api:operator-bot"
     assert "no drain before each action" in ev["message"]
     empty_queue(lab_fleet)
+
+
+def test_the_slurm_wait_is_a_bounded_field_of_maintenance_and_retire(
+    client: TestClient, lab_fleet: Fleet
+) -> None:
+    """``drain_timeout_s`` (the Slurm drain's wait for running jobs) on ``maintenance/on``
+    and ``retire``: out of 1 s..24 h it is a 422 naming the field, before anything is done;
+    within, the action runs (no cluster here: nothing to drain)."""
+    before = list_events(lab_fleet, "gpu-03", kind="transition")
+    for path in ("maintenance/on", "retire"):
+        for bad in (0, -5, 86401, "soon"):
+            r = client.post(f"{V1}/{path}", headers=auth("admin"), json={
+                "selector": "gpu-03", "reason": "r", "drain_timeout_s": bad})
+            assert r.status_code == 422, (path, bad, r.text)
+            assert "drain_timeout_s" in r.json()["error"]["message"], r.text
+    assert list_events(lab_fleet, "gpu-03", kind="transition") == before
+    r = client.post(f"{V1}/maintenance/on", headers=auth("admin"), json={
+        "selector": "gpu-03", "reason": "fan", "drain_timeout_s": 60})
+    assert r.status_code == 200 and r.json()[0]["state"] == "maintenance", r.text
+    r = client.post(f"{V1}/retire", headers=auth("admin"), json={
+        "selector": "gpu-04", "reason": "old", "drain_timeout_s": 3600})
+    assert r.status_code == 200 and r.json()[0]["state"] == "retired", r.text

@@ -286,6 +286,9 @@ class RetireIn(ReasonSelectorIn):
     no_drain: bool = Field(
         False, description="Retire without draining first: Slurm jobs, pods (recorded)."
     )
+    drain_timeout_s: float | None = Field(
+        None, gt=0, le=86400, description="Slurm: seconds to wait for running jobs (30 min)."
+    )
 
 
 class UnquarantineIn(ReasonSelectorIn):

@@ -78,7 +78,12 @@ class MaintenanceOnIn(Schema):
     until: InTime | None = None
     eta: InTime | None = None
     confirm_all: bool = False
-    no_drain: bool = Field(False, description="Skip evicting the host's pods (issue 26).")
+    no_drain: bool = Field(
+        False, description="Skip draining first: Slurm jobs, pods (recorded; issue 26)."
+    )
+    drain_timeout_s: float | None = Field(
+        None, gt=0, le=86400, description="Slurm: seconds to wait for running jobs (30 min)."
+    )
 
 
 class MaintenanceOffIn(Schema):

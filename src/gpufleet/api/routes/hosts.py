@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import timedelta
 
 from fastapi import APIRouter, Depends, Query, Response
 
@@ -92,13 +93,19 @@ def events_list(
     return [EventOut.of(e) for e in rows]
 
 
+def _wait(seconds: float | None) -> timedelta | None:
+    """The Slurm drain's wait for running jobs from a body's seconds (None: the default)."""
+    return timedelta(seconds=seconds) if seconds else None
+
+
 @router.post("/maintenance/on", summary="Put hosts in maintenance", tags=["maintenance"])
 def maintenance_on(body: MaintenanceOnIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcomeOut]:
     outcomes = operations.each_change(
         fleet,
         body.selector,
         lambda n: operations.maintenance_on(
-            fleet, n, body.reason, body.until, body.eta, no_drain=body.no_drain
+            fleet, n, body.reason, body.until, body.eta, no_drain=body.no_drain,
+            drain_timeout=_wait(body.drain_timeout_s),
         ),
         verb="maintenance on",
         reason=body.reason,
@@ -129,7 +136,10 @@ def retire(body: RetireIn, fleet: Fleet = Depends(as_admin)) -> list[HostOutcome
     outcomes = operations.each_change(
         fleet,
         body.selector,
-        lambda n: operations.retire(fleet, n, body.reason, no_drain=body.no_drain),
+        lambda n: operations.retire(
+            fleet, n, body.reason, no_drain=body.no_drain,
+            drain_timeout=_wait(body.drain_timeout_s),
+        ),
         verb="retire",
         reason=body.reason,
         confirm_all=body.confirm_all,

@@ -54,6 +54,7 @@ def maintenance_on(
     drain: dict[str, Any] | None = None,
     *,
     no_drain: bool = False,
+    drain_timeout: timedelta | None = None,
     drain_api: DrainApi | None = None,
 ) -> str:
     """Take a host out for maintenance (refused while allocated); ``eta``: when it is
@@ -62,13 +63,14 @@ def maintenance_on(
     None: drained here where work runs in Slurm (:func:`drain_first`, the API's way).
     Issue 26: where a cluster is configured the host's pods are evicted first
     (:mod:`gpufleet.service.hosts.drain`; a drain that is blocked refuses the maintenance);
-    ``no_drain`` skips that, recorded on the event (``k8s_drain``)."""
+    ``no_drain`` skips that, recorded on the event (``k8s_drain``); ``drain_timeout``: how
+    long the Slurm drain waits for running jobs (default 30 min or the lease end)."""
     with fleet.db.session() as s:  # refused transitions are refused before any eviction
         h = _host(s, name)
         apply_event(h.name, HostState(h.state), Event.MAINTENANCE_ON)
     if drain is None:
         drained = drain_first(fleet, name, "maintenance", why=reason, no_drain=no_drain,
-                              api=drain_api)
+                              slurm_timeout=drain_timeout, api=drain_api)
         drain = drained.pop("slurm", None)
     else:
         drained = drain_or_skip(fleet, name, "maintenance", no_drain=no_drain, api=drain_api)
