@@ -55,6 +55,9 @@ class HostSettings(BaseModel):
         validate_by_alias=True,
         validate_assignment=True,
         validate_default=True,
+        # Start-up (issue 30): build the validator on first use, not at import (this base is
+        # never validated itself; Settings, which inherits this, once per process).
+        defer_build=True,
     )
 
     # -- store ----------------------------------------------------------------------------

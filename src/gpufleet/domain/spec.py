@@ -58,7 +58,7 @@ class Baseline(BaseModel):
     field but ``name``, ``purpose``, ``status`` and ``os_image_url``.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built when used
 
     name: str
     purpose: str = ""
