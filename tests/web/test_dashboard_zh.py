@@ -5,10 +5,17 @@ PostgreSQL)."""
 
 from __future__ import annotations
 
+import re
 import string
+from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from gpufleet.domain.campaign import ActionKind
+from gpufleet.domain.spec import Baseline
+from gpufleet.service.campaigns.campaign import CampaignSpec, create_campaign
+from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.hosts.baselines import save_baseline
 from gpufleet.web import i18n
 from tests.web.test_dashboard import signed_in
 
@@ -39,3 +46,30 @@ def test_pages_speak_chinese_for_a_chinese_browser(web: TestClient, viewer_token
         en = web.get(path)
         assert f"<h1>{title}" not in en.text, path
     assert "<h1>集群概览" in web.get("/?lang=zh").text
+
+
+def test_campaign_and_health_values_are_words_in_chinese(
+    web: TestClient, web_fleet: Fleet, viewer_token: str, tmp_path: Path
+) -> None:
+    """Status, step and health values read as Chinese words (English and the CSS classes
+    keep the value), and the approval label takes a full-width colon."""
+    web_fleet.settings.guard_share = 1.0  # not about the blast-radius guard
+    web_fleet.settings.guard_hosts = 100
+    save_baseline(web_fleet, Baseline(name="b-new", driver="570.86.15"))
+    up = tmp_path / "up.yml"
+    up.write_text("- hosts: all\n  gather_facts: false\n  tasks: []\n")
+    create_campaign(web_fleet, CampaignSpec(
+        name="c1", target_baseline="b-new", selector="*", action_kind=ActionKind.PLAYBOOK,
+        action=str(up), ticket="T-9"))
+    signed_in(web, viewer_token)
+    zh = web.get("/campaigns", headers={"Accept-Language": "zh-CN"}).text
+    assert '<span class="badge cs-planned">已计划</span>' in zh
+    assert "· 待执行</span>" in zh and "审批：<span" not in zh and "审批： <" in zh
+    en = web.get("/campaigns").text
+    assert '<span class="badge cs-planned">planned</span>' in en
+    assert "· pending</span>" in en and "approval: <" in en
+    hosts = web.get("/hosts", headers={"Accept-Language": "zh-CN"}).text
+    assert re.search(r'class="health h-ok">正常<', hosts), hosts[:3000]
+    assert re.search(r'class="health h-ok">ok<', web.get("/hosts").text)
+    assert i18n.word("health", "critical", "zh") == "严重"
+    assert i18n.word("health", "no-such", "zh") == "no-such"

@@ -48,7 +48,7 @@ from gpufleet.service.views.racks import list_racks, show_rack
 from gpufleet.service.views.summary import fleet_summary
 from gpufleet.service.views.timeline import LANES, TimelineItem, host_timeline
 from gpufleet.web.charts import sample_charts
-from gpufleet.web.i18n import pick_language, t
+from gpufleet.web.i18n import pick_language, t, word
 
 COOKIE = "gpufleet_token"
 STATIC = Path(__file__).parent / "static"
@@ -154,6 +154,7 @@ class Dashboard:
             path=request.url.path,
             lang=lang,
             t=lambda key, **kw: t(key, lang, **kw),
+            word=lambda kind, value: word(kind, value, lang),
             ago=ago,
             now=now,
             **values,

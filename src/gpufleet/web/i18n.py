@@ -212,3 +212,10 @@ def t(key: str, lang: str = DEFAULT, **values: object) -> str:
     if text is None:
         raise KeyError(f"no UI text '{key}' in the catalog")
     return text.format(**values) if values else text
+
+
+def word(kind: str, value: str, lang: str = DEFAULT) -> str:
+    """A data value shown as a word (``kind`` ``cstatus``, ``step``, ``health``): its
+    translation in ``lang``, else the value itself (English shows it unchanged)."""
+    key = f"{kind}.{value}"
+    return t(key, lang) if key in EN else value
