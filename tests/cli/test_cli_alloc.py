@@ -146,3 +146,26 @@ def test_eta_on_maintenance_and_hosts_eta(gf: Cli) -> None:
     gf.run("hosts", "eta", "gpu-02", "2030-01-01T00:00", code=5)  # available: refused
     gf.run("hosts", "eta", "gpu-01", "2030-01-03T09:00")
     assert gf.json("capacity")["back"][0]["eta"] == "2030-01-03T09:00:00+00:00"
+
+
+def test_lease_details_and_policy_read_as_chinese(gf: Cli) -> None:
+    """Issue 29 item 8: a lease's detail lines, its release and a pool's policy line are
+    Chinese under zh_CN; the English lines are unchanged."""
+    from gpufleet import i18n
+
+    got = gf.json("allocate", "--gpus", "8", "--owner", "team-a", "--purpose", "x",
+                  "--for", "1h")
+    lid = str(got["lease"]["id"])
+    pool = gf.json("hosts", "list")[0]["pool"]
+    en = flat(gf.run("leases", "show", lid).stdout)
+    assert "asked by alice at" in en and "lessee users:" in en
+    i18n.reset("zh_CN")
+    try:
+        zh = flat(gf.run("leases", "show", lid).stdout)
+        assert "由 alice 于" in zh and "租户用户：" in zh and "lessee users" not in zh
+        policy = flat(gf.run("leases", "policy", pool, "--on-expiry", "notify").stdout)
+        assert policy.startswith(f"资源池 {pool}：租约到期后 notify"), policy
+        released = flat(gf.run("leases", "release", lid).stdout)
+        assert released.startswith(f"租约 {lid} ") and "转入回收" in released, released
+    finally:
+        i18n.reset()

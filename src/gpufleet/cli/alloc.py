@@ -259,13 +259,15 @@ def enforce_in_slurm() -> None:
     try:
         rep = reservation_sync(fleet)
     except GpufleetError as exc:
-        err_console.print(f"[yellow]warning:[/] Slurm reservations not synced: {lit(exc)}")
+        err_console.print("[yellow]" + _("warning:") + "[/] "
+                          + _("Slurm reservations not synced: {why}").format(why=lit(exc)))
         return
     for done in rep.done:
         err_console.print(f"slurm: {lit(done)}")
     for e in rep.errors:
-        err_console.print(f"[yellow]warning:[/] lease not enforced in Slurm (alarm raised, the "
-                          f"next sync retries): {lit(e)}")
+        err_console.print("[yellow]" + _("warning:") + "[/] " + _(
+            "lease not enforced in Slurm (alarm raised, the next sync retries): {why}"
+        ).format(why=lit(e)))
 
 
 def show_released(out: leases.Released, as_json: bool) -> None:
@@ -280,12 +282,12 @@ def show_released(out: leases.Released, as_json: bool) -> None:
             }
         )
         return
-    console.print(
-        f"lease {out.lease.id} {out.lease.state}"
-        + (f": {lit(', '.join(out.reclaiming))} to reclaiming" if out.reclaiming else "")
-    )
+    line = _("lease {id} {state}").format(id=out.lease.id, state=_(out.lease.state))
+    if out.reclaiming:
+        line += _(": {hosts} to reclaiming").format(hosts=lit(", ".join(out.reclaiming)))
+    console.print(line)
     if out.note:
-        console.print(f"[dim]note: {lit(out.note)}[/]")
+        console.print("[dim]" + _("note: {note}").format(note=lit(out.note)) + "[/]")
 
 
 @leases_app.command("expiring")
@@ -319,7 +321,8 @@ def leases_policy_cmd(
     p = leases.set_policy(
         open_fleet(), pool, on_expiry, parse_duration(max_lease, "--max") if max_lease else None
     )
-    console.print(f"pool {lit(pool)}: expired leases {p.on_expiry.value}, longest {p.max_duration}")
+    console.print(_("pool {pool}: expired leases {action}, longest {longest}").format(
+        pool=lit(pool), action=p.on_expiry.value, longest=p.max_duration))
 
 
 def _print_k8s_capacity(kube: K8sCapacity) -> None:

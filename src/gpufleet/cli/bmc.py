@@ -14,6 +14,7 @@ from gpufleet.cli.lifecycle import DRAIN_TIMEOUT_OPTION, NO_DRAIN_OPTION
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.service.hosts import bmc as svc
 
 app = typer.Typer(no_args_is_help=True)
@@ -123,7 +124,7 @@ def status_cmd(
                 "-" if r.gpus is None else str(len(r.gpus)),
                 str(len(r.sel_new)), lit("; ".join(notes)),
             ])
-        show(cols, cells, title="BMC status")
+        show(cols, cells, title=_("BMC status"))
     if not all(r.ok for r in rows):
         raise typer.Exit(1)
 
@@ -143,7 +144,9 @@ def power_cmd(
     refused for allocated hosts unless --force, and while its bmc-identity alarm is open
     unless --override-identity --reason; recorded as a bmc event."""
     why = override_reason(override_identity, reason)
-    if not yes and not typer.confirm(f"Power {action.value} {host}?", default=False):
+    if not yes and not typer.confirm(
+            _("Power {action} {host}?").format(action=action.value, host=host), default=False
+    ):
         raise typer.Exit(1)
     res = svc.power(open_fleet(), host, action, force=force, override_identity=why)
     _report(res, as_json)
@@ -158,7 +161,7 @@ def sel_ack_cmd(
     """Acknowledge a host's BMC event-log fault: closes its bmc-sel alarm (the only way it
     closes), recorded with actor and reason."""
     n = svc.sel_ack(open_fleet(), host, reason)
-    console.print(f"{lit(host)}: {n} bmc-sel alarm(s) closed")
+    console.print(_("{host}: {n} bmc-sel alarm(s) closed").format(host=lit(host), n=n))
 
 
 @boundary
@@ -186,8 +189,8 @@ def reimage_cmd(
     timeout = parse_duration(drain_timeout, "--drain-timeout")
     if image and baseline:
         raise ConfigError("give --image or --baseline, not both")
-    if not yes and not typer.confirm(f"Reimage {host} (its disk is overwritten)?",
-                                     default=False):
+    if not yes and not typer.confirm(
+            _("Reimage {host} (its disk is overwritten)?").format(host=host), default=False):
         raise typer.Exit(1)
     res = svc.reimage(open_fleet(), host, image=image, baseline=baseline,
                       override_identity=why, no_drain=no_drain, drain_timeout=timeout)
@@ -198,11 +201,13 @@ def _report(res: svc.BmcAction, as_json: bool) -> None:
     if as_json:
         print_json(res.as_json())
     elif res.ok:
-        console.print(f"{lit(res.host)}: {lit(res.action)} done, power {lit(res.power_state)}"
-                      + (f", state {lit(res.state)}" if res.state else ""))
+        done = _("{host}: {action} done, power {power}").format(
+            host=lit(res.host), action=lit(res.action), power=lit(res.power_state))
+        state = _(", state {state}").format(state=lit(res.state)) if res.state else ""
+        console.print(done + state)
         for n in res.notes:
-            console.print(f"  note: {lit(n)}")
+            console.print("  " + _("note: {note}").format(note=lit(n)))
     else:
-        err_console.print(f"[bold red]error:[/] {lit(res.reason)}", soft_wrap=True)
+        err_console.print("[bold red]" + _("error:") + f"[/] {lit(res.reason)}", soft_wrap=True)
     if not res.ok:
         raise typer.Exit(1)

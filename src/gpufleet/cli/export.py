@@ -113,18 +113,20 @@ def k8s_sync_cmd(
     else:
         for r in report.results:
             if r.missing:
-                console.print(f"[yellow]{lit(r.host)}[/]: no node named {lit(r.node)}")
+                console.print(f"[yellow]{lit(r.host)}[/]: "
+                              + _("no node named {node}").format(node=lit(r.node)))
                 continue
             lines = r.patch.diff() if r.patch else []
-            head = "would change" if report.dry_run else "changed"
+            head = _("would change") if report.dry_run else _("changed")
             if lines:
-                console.print(f"[bold]{lit(r.host)}[/] (node {lit(r.node)}): {head}")
+                console.print(f"[bold]{lit(r.host)}[/] "
+                              + _("(node {node}): {what}").format(node=lit(r.node), what=head))
                 for line in lines:
                     console.print(f"  {lit(line)}")
             if r.error:
                 console.print(f"[red]{lit(r.host)}[/]: {lit(r.error)}")
             for f in r.findings:
-                console.print(f"[red]alarm[/] {lit(f.kind)}: {lit(f.message)}")
+                console.print("[red]" + _("alarm") + f"[/] {lit(f.kind)}: {lit(f.message)}")
         n = len(report.changed)
         line = _("{n} node(s) to change") if report.dry_run else _("{n} node(s) changed")
         console.print(line.format(n=n))
@@ -177,13 +179,15 @@ def k8s_dra_sync_cmd(
     if as_json:
         print_json(asdict(rep))
     else:
-        head = "would " if dry_run else ""
+        taint = _("would taint {rule} ({host})") if dry_run else _("taint {rule} ({host})")
+        remove = _("would remove {rule} ({host})") if dry_run else _("remove {rule} ({host})")
         for name in rep.created:
-            console.print(f"{head}taint {lit(name)} ({lit(rep.hosts.get(name, '?'))})")
+            console.print(taint.format(rule=lit(name), host=lit(rep.hosts.get(name, "?"))))
         for name in rep.removed:
-            console.print(f"{head}remove {lit(name)} ({lit(rep.hosts.get(name, '?'))})")
+            console.print(remove.format(rule=lit(name), host=lit(rep.hosts.get(name, "?"))))
         for host, (n, want) in sorted(rep.short.items()):
-            console.print(f"[red]alarm[/] {lit(host)}: ResourceSlices list {n} of {want} GPUs")
+            console.print("[red]" + _("alarm") + f"[/] {lit(host)}: " + _(
+                "ResourceSlices list {n} of {want} GPUs").format(n=n, want=want))
         for e in rep.errors:
             console.print(f"[red]{lit(e)}[/]")
     if rep.errors or rep.short:

@@ -56,15 +56,14 @@ def show_lease(v: LeaseView, as_json: bool) -> None:
         print_json(v.as_dict())
         return
     lease_table([v], _("lease {id}").format(id=v.id))
-    console.print(
-        f"asked by {lit(v.actor)} at {local_time(v.created_at)}; request {cell(v.request)}"
-    )
-    users = ", ".join(v.users) if v.users else "none recorded (reclaim: any UID >= 1000)"
-    console.print(f"lessee users: {lit(users)}")
+    console.print(_("asked by {actor} at {at}; request {request}").format(
+        actor=lit(v.actor), at=local_time(v.created_at), request=cell(v.request)))
+    users = ", ".join(v.users) if v.users else _("none recorded (reclaim: any UID >= 1000)")
+    console.print(_("lessee users: {users}").format(users=lit(users)))
     for host, uuids in v.gpu_uuids.items():
         console.print(f"  {lit(host)}: {lit(', '.join(uuids))}")
     if v.reason:
-        console.print(f"  why: {lit(v.reason)}")
+        console.print("  " + _("why: {reason}").format(reason=lit(v.reason)))
 
 
 def lean_leases_show(lease_id: str, *, as_json: bool) -> int | None:

@@ -16,6 +16,7 @@ from gpufleet.cli.remote import (
     refuse_options,
     remote,
 )
+from gpufleet.i18n import _
 
 # --- inspect: one sweep, a run on the server's workers --------------------------------------
 
@@ -61,14 +62,16 @@ def _follow(api: Client, run: dict[str, Any], as_json: bool) -> None:
     failed."""
     run_id, kind = run["id"], run["kind"]
     if not as_json:
-        err_console.print(f"run {run_id}: {kind} of {run['hosts']} hosts queued", soft_wrap=True)
+        err_console.print(_("run {id}: {kind} of {n} hosts queued").format(
+            id=run_id, kind=kind, n=run["hosts"]), soft_wrap=True)
     shown = -1
     while run["state"] not in ("succeeded", "failed"):
         time.sleep(POLL_S)
         run = api.get(f"runs/{run_id}")
         if not as_json and run["hosts_done"] != shown:
             shown = run["hosts_done"]
-            err_console.print(f"run {run_id}: {shown}/{run['hosts']} hosts", soft_wrap=True)
+            err_console.print(_("run {id}: {done}/{n} hosts").format(
+                id=run_id, done=shown, n=run["hosts"]), soft_wrap=True)
     if as_json:
         print_json(run)
     else:
@@ -78,15 +81,17 @@ def _follow(api: Client, run: dict[str, Any], as_json: bool) -> None:
         counts = run["verdicts"] if kind == "validate" else run["counts"]
         show([Col("outcome", ident=True), Col("hosts", ident=True, justify="right")],
              [[lit(name), str(n)] for name, n in sorted(counts.items())],
-             title=f"run {run_id} ({kind}) {lit(run['state'])}")
+             title=_("run {id} ({kind}) {state}").format(
+                 id=run_id, kind=kind, state=lit(run["state"])))
         hosts = api.get(f"runs/{run_id}/hosts")
         show([Col("host", ident=True), Col("outcome", ident=True), Col("result", 2)],
              [[lit(h["host"]), lit(h["outcome"]), lit(h["detail"] or "")] for h in hosts],
-             title=f"run {run_id} hosts")
+             title=_("run {id} hosts").format(id=run_id))
         for host in run["skipped"]:
-            console.print(f"skipped (held by another run): {lit(host)}")
+            console.print(_("skipped (held by another run): {host}").format(host=lit(host)))
         if run.get("error"):
-            err_console.print(f"[bold red]run failed:[/] {lit(run['error'])}", soft_wrap=True)
+            err_console.print("[bold red]" + _("run failed:") + f"[/] {lit(run['error'])}",
+                              soft_wrap=True)
     outcomes = run["verdicts"] if kind == "validate" else run["counts"]
     if run["state"] != "succeeded" or run["skipped"] or set(outcomes) - _FINE:
         raise typer.Exit(1)

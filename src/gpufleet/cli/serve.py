@@ -10,6 +10,7 @@ import typer
 
 from gpufleet.cli.common import OPTIONS, boundary, current_settings, err_console, lit, open_fleet
 from gpufleet.errors import ConfigError
+from gpufleet.i18n import _
 from gpufleet.logs import configure
 
 
@@ -75,24 +76,26 @@ def serve_cmd(
     attach(app, fleet, app.state.ctx.tokens)  # the dashboard at / (same sign-in rule)
     if not app.state.ctx.tokens.configured():
         err_console.print(
-            "[yellow]warning:[/] no API token (gpufleet token create) and no "
-            "GPUFLEET_API_TOKENS_FILE: every API call is "
-            "refused (401); /metrics and /api/v1/health still answer",
+            "[yellow]" + _("warning:") + "[/] "
+            + _("no API token (gpufleet token create) and no GPUFLEET_API_TOKENS_FILE: every "
+                "API call is refused (401); /metrics and /api/v1/health still answer"),
             soft_wrap=True,
         )
     sock = _listen(host, port)  # bound now: port 0 is told as the port it got
     base = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
     err_console.print(
-        f"gpufleet API on {lit(base)}/api/v1 (database {lit(fleet.db.safe_url)})",
+        _("gpufleet API on {base}/api/v1 (database {db})").format(
+            base=lit(base), db=lit(fleet.db.safe_url)),
         soft_wrap=True,
     )
     err_console.print(
-        f"dashboard: {lit(base)}/   API docs: {lit(base)}/api/v1/docs and {lit(base)}/redoc",
+        _("dashboard: {base}/   API docs: {base}/api/v1/docs and {base}/redoc").format(
+            base=lit(base)),
         soft_wrap=True,
     )
     if jobs is not None:
         jobs.start_in_process()
-        err_console.print("background jobs run in this process (--with-worker)")
+        err_console.print(_("background jobs run in this process (--with-worker)"))
     # Everything built so far (modules, the app, its routes and schemas) lives as long as the
     # server: freeze it out of the cyclic collector, whose full collections would otherwise
     # walk it again during every large read (0.1-0.3 s of a 12,500-host request, issue 8).

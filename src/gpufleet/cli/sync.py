@@ -26,12 +26,13 @@ def _chosen(k8s: bool, slurm: bool) -> list[Target]:
 
 def _print_round(r: Round) -> None:
     for res in r.results:
-        head = "ok" if res.ok else "[red]FAILED[/]"
-        console.print(f"{res.target}: {head}, {len(res.changed)} change(s)")
+        head = _("ok") if res.ok else "[red]" + _("FAILED") + "[/]"
+        console.print(_("{target}: {result}, {n} change(s)").format(
+            target=res.target, result=head, n=len(res.changed)))
         for line in res.changed:
             console.print(f"  {lit(line)}")
         for e in res.errors:
-            console.print(f"  [red]error[/]: {lit(e)}")
+            console.print("  [red]" + _("error") + f"[/]: {lit(e)}")
 
 
 @app.callback()
@@ -112,7 +113,7 @@ def status_cmd(
             console.print(f"  {d.target} [{d.cause}] {lit(d.what)}")
             console.print("      " + _("next sync: ") + lit(d.next_sync))
         for e in st.errors:
-            console.print(f"[red]error[/]: {lit(e)}")
+            console.print("[red]" + _("error") + f"[/]: {lit(e)}")
         if not st.disagreements and st.ok:
             console.print(_("{targets} agree with gpufleet").format(targets=", ".join(st.targets)))
     if not st.ok:
