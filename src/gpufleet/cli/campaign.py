@@ -70,7 +70,7 @@ def show_plan(v: CampaignView) -> None:
         for k in v.skipped:
             console.print(f"    {lit(k['host']):<24} {lit(k['reason'])}")
     for note in v.notes:
-        console.print(f"  [dim]note: {escape(note)}[/]")
+        console.print("  [dim]" + _("note: {note}").format(note=escape(note)) + "[/]")
     if v.halt_reason:
         console.print("[bold red]" + _("halted:") + f"[/] {lit(v.halt_reason)}")
 
@@ -281,7 +281,7 @@ def show_changed(v: CampaignView, as_json: bool) -> None:
     if as_json:
         print_json(_json(v))
         return
-    console.print(f"campaign {lit(v.name)}: {lit(v.status)}")
+    console.print(_("campaign {name}: {status}").format(name=lit(v.name), status=lit(v.status)))
 
 
 @boundary

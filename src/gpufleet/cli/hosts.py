@@ -180,7 +180,8 @@ def remove_cmd(
             console.print(_("{host}: removed (was {state})").format(
                 host=lit(o.host), state=lit(state_name(o.state) if o.state else "None")))
         else:
-            err_console.print(f"[bold red]error:[/] {lit(o.host)}: {lit(str(o.error))}")
+            err_console.print("[bold red]" + _("error:")
+                              + f"[/] {lit(o.host)}: {lit(str(o.error))}")
     failed = [o.error for o in outcomes if o.error is not None]
     if failed:
         raise typer.Exit(failed[0].exit_code)

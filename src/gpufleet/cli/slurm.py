@@ -68,8 +68,8 @@ def sync_cmd(
             cells.append(
                 [lit(d.node), lit(d.host_state or "-"), lit(slurm), lit(action), lit(why)]
             )
-        show(cols, cells, title="slurm sync" + (" (dry run)" if dry_run else ""))
+        show(cols, cells, title=_("slurm sync (dry run)") if dry_run else _("slurm sync"))
         for e in rep.errors:
-            console.print(f"[red]error[/]: {lit(e)}")
+            console.print("[red]" + _("error") + f"[/]: {lit(e)}")
     if not rep.ok:
         raise typer.Exit(1)
