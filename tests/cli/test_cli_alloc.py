@@ -165,6 +165,9 @@ def test_lease_details_and_policy_read_as_chinese(gf: Cli) -> None:
         assert "由 alice 于" in zh and "租户用户：" in zh and "lessee users" not in zh
         policy = flat(gf.run("leases", "policy", pool, "--on-expiry", "notify").stdout)
         assert policy.startswith(f"资源池 {pool}：租约到期后 notify"), policy
+        granted = flat(gf.run("allocate", "--gpus", "8", "--owner", "team-b", "--purpose",
+                              "y", "--for", "1h").stdout)
+        assert "已分配给 team-b：" in granted and "块 GPU）" in granted, granted
         released = flat(gf.run("leases", "release", lid).stdout)
         assert released.startswith(f"租约 {lid} ") and "转入回收" in released, released
     finally:

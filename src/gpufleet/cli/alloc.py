@@ -141,11 +141,12 @@ def show_allocation(got: allocation.Allocation, as_json: bool) -> None:
             )
     elif got.lease is not None:
         v = got.lease
-        verb = "reserved" if v.state == "reserved" else "granted"
-        console.print(
-            f"lease {v.id} {verb} to {lit(v.owner)}: {lit(', '.join(v.hosts))} ({v.gpus} GPUs), "
-            f"{local_time(v.starts_at)} -> {local_time(v.ends_at)}"
-        )
+        line = (_("lease {id} reserved to {owner}: {hosts} ({gpus} GPUs), {start} -> {end}")
+                if v.state == "reserved" else
+                _("lease {id} granted to {owner}: {hosts} ({gpus} GPUs), {start} -> {end}"))
+        console.print(line.format(
+            id=v.id, owner=lit(v.owner), hosts=lit(", ".join(v.hosts)), gpus=v.gpus,
+            start=local_time(v.starts_at), end=local_time(v.ends_at)))
         for w in got.warnings:
             err_console.print("[yellow]" + _("warning:") + f"[/] {lit(w)}")
     else:
