@@ -195,7 +195,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 37  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 42  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(
@@ -265,3 +265,35 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
     create_token(fleet, "ci-2", Role.parse("viewer", "--role"), timedelta(days=30))
     got = admin.run("token", "revoke", "ci-1")
     assert got.stdout == local.run("token", "revoke", "ci-2").stdout.replace("ci-2", "ci-1")
+
+
+def test_rack_and_part_reads_print_what_the_local_cli_prints(
+    lab_fleet: Fleet, server: str, tmp_path: Path  # noqa: F811
+) -> None:
+    """Issue 29 item 7: ``racks list|show`` and ``parts list|show`` are rows of the table:
+    over the API they print the local presenter's JSON and tables."""
+    from gpufleet.inventory import load_inventory
+    from gpufleet.lab.fleet import write_inventory
+    from gpufleet.lab.racks import create_racks
+    from gpufleet.service.hosts.collect import collect
+    from gpufleet.service.hosts.enroll import enroll
+
+    fleet, tmp = lab_fleet, tmp_path
+    lab = tmp / "racks"
+    racks_lab = create_racks("gb200-nvl72", 1, faults={"nvl01-t09": ["tray-missing"]})
+    racks_lab.save(lab)
+    write_inventory(racks_lab, lab / "inventory.ini", transport="sim", lab_dir=lab)
+    enroll(fleet, load_inventory(lab / "inventory.ini"))
+    collect(fleet, "nvl01*")
+    local = local_cli(fleet, tmp)
+    viewer = remote_cli(server, TOKENS["viewer"], tmp)
+    racks = local.json("racks", "list")
+    parts = local.json("parts", "list")
+    assert racks and parts
+    for argv in (["racks", "list"], ["racks", "show", racks[0]["rack"]],
+                 ["parts", "list"], ["parts", "list", "--with-history"],
+                 ["parts", "show", parts[0]["serial"]]):
+        assert viewer.json(*argv) == local.json(*argv), argv
+        assert viewer.run(*argv).stdout == local.run(*argv).stdout, argv
+    assert viewer.json("racks", "show", "nope", code=4)["error"]["code"] == "not_found"
+    assert viewer.json("parts", "show", "nope", code=4)["error"]["code"] == "not_found"

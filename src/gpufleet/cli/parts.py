@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 import typer
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.i18n import _
-from gpufleet.service.health.parts import list_parts, show_part
+from gpufleet.service.health.parts import PartHistory, list_parts, show_part
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -24,7 +25,11 @@ def list_cmd(
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every GPU serial seen: where it is now, how many hosts it has been in, its events."""
-    rows = list_parts(open_fleet(), with_history=with_history)
+    print_parts(list_parts(open_fleet(), with_history=with_history), as_json)
+
+
+def print_parts(rows: list[dict[str, Any]], as_json: bool) -> None:
+    """``parts list``'s output, local or remote (one presenter)."""
     if as_json:
         print_json(rows)
         return
@@ -52,7 +57,11 @@ def show_cmd(
 ) -> None:
     """One GPU's history: the hosts and slots it was in, and its alarms, Xids, resets, RMA
     tickets and evidence, wherever they happened."""
-    hist = show_part(open_fleet(), serial)
+    print_part(show_part(open_fleet(), serial), as_json)
+
+
+def print_part(hist: PartHistory, as_json: bool) -> None:
+    """``parts show``'s output, local or remote (one presenter)."""
     if as_json:
         print_json({**asdict(hist), "hosts": hist.hosts})
         return

@@ -9,7 +9,7 @@ from rich.table import Table
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.i18n import _
 from gpufleet.service.health.rack_incidents import open_incidents, resolve_incident
-from gpufleet.service.views.racks import list_racks, show_rack
+from gpufleet.service.views.racks import RackRow, list_racks, show_rack
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -22,7 +22,11 @@ def _dash(v: object) -> str:
 @boundary
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
     """Every rack: model, NVLink domain, trays (of those expected), GPUs, free GPUs, state."""
-    rows = list_racks(open_fleet())
+    print_racks(list_racks(open_fleet()), as_json)
+
+
+def print_racks(rows: list[RackRow], as_json: bool) -> None:
+    """``racks list``'s output, local or remote (one presenter)."""
     if as_json:
         print_json([r.as_json(trays=False) for r in rows])
         return
@@ -47,7 +51,11 @@ def show_cmd(
 ) -> None:
     """One rack's trays in slot order: state, health, fabric, validated profiles, lease and
     alarms; and the manifest findings."""
-    r = show_rack(open_fleet(), rack)
+    print_rack(show_rack(open_fleet(), rack), as_json)
+
+
+def print_rack(r: RackRow, as_json: bool) -> None:
+    """``racks show``'s output, local or remote (one presenter)."""
     if as_json:
         print_json(r.as_json(trays=True))
         return

@@ -33,8 +33,9 @@ from gpufleet.api.schemas import (
     ReleasedOut,
     Schema,
 )
-from gpufleet.api.schemas_health import DeadLetterOut
+from gpufleet.api.schemas_health import DeadLetterOut, PartHistoryOut, PartOut
 from gpufleet.api.schemas_ops import AlarmRecordOut, FailureOut, HostOutcomeOut
+from gpufleet.api.schemas_racks import RackOut
 from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.api.schemas_summary import LabelsOut
 from gpufleet.api.schemas_tokens import TokenOut
@@ -275,6 +276,27 @@ READS |= {
 }
 
 
+#: Reads of racks and parts (issue 29 item 7).
+READS |= {
+    "racks.list_cmd": Read(
+        "racks", RackOut, "gpufleet.cli.racks:print_racks",
+        view="gpufleet.service.views.racks:RackRow.from_json", many=True,
+    ),
+    "racks.show_cmd": Read(
+        "racks/{rack}", RackOut, "gpufleet.cli.racks:print_rack",
+        view="gpufleet.service.views.racks:RackRow.from_json",
+    ),
+    "parts.list_cmd": Read(
+        "parts", PartOut, "gpufleet.cli.parts:print_parts", params=("history=with_history",),
+        view="dict", many=True,
+    ),
+    "parts.show_cmd": Read(
+        "parts/{serial}", PartHistoryOut, "gpufleet.cli.parts:print_part",
+        view="gpufleet.service.health.parts:PartHistory.from_json",
+    ),
+}
+
+
 def _when(value: str, flag: str) -> str:
     from gpufleet.cli.common import when  # local unless zoned; sent zoned (API: naive = UTC)
 
@@ -359,8 +381,4 @@ NOT_REMOTE: dict[str, str] = {
     "GET failures": _LATER,
     "GET failures/report": _LATER,
     "GET inspect/report": _LATER,
-    "GET parts": _LATER,
-    "GET parts/{serial}": _LATER,
-    "GET racks": _LATER,
-    "GET racks/{rack}": _LATER,
 }

@@ -35,6 +35,21 @@ class PartHistory:
     def hosts(self) -> list[str]:
         return list(dict.fromkeys(loc["host"] for loc in self.locations))
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PartHistory:
+        """The history back from its JSON (remote mode: the API's answer), times as times."""
+
+        def timed(row: dict[str, Any]) -> dict[str, Any]:
+            return {k: datetime.fromisoformat(v) if k in _TIMES and isinstance(v, str) else v
+                    for k, v in row.items()}
+
+        return cls(serial=d["serial"], model=d["model"],
+                   locations=[timed(x) for x in d["locations"]],
+                   events=[timed(x) for x in d["events"]])
+
+
+_TIMES = frozenset({"first_seen", "last_seen", "at"})
+
 
 def _bus(addr: str | None) -> str:
     text = (addr or "").lower().removeprefix("pci:")

@@ -67,6 +67,12 @@ class RackRow:
             out["tray_rows"] = [dict(t.__dict__) for t in self.tray_rows]
         return out
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> RackRow:
+        """The row back from :meth:`as_json` (remote mode: the API's answer)."""
+        trays = [TrayRow(**t) for t in d.get("tray_rows") or ()]
+        return cls(**{k: v for k, v in d.items() if k != "tray_rows"}, tray_rows=trays)
+
 
 def _row(rack: Rack) -> RackRow:
     free = sum(m.gpus for m in rack.members if m.state == "available" and m.reporting)
