@@ -180,8 +180,8 @@ def test_remote_errors_use_the_exit_code_table_and_never_show_the_token(
     operator = remote_cli(server, TOKENS["operator"], tmp_path)
     r = operator.run("hosts", "remove", "gpu-01", "--yes", code=2)
     assert "gpufleet hosts remove is not available over GPUFLEET_URL" in " ".join(r.stderr.split())
-    err = operator.json("parts", "list", code=2)["error"]
-    assert err["code"] == "config" and "gpufleet parts list" in err["message"]
+    err = operator.json("racks", "incidents", code=2)["error"]
+    assert err["code"] == "config" and "gpufleet racks incidents" in err["message"]
     assert operator.json("campaign", "list") == []  # served since issue 29 item 7
     # token list is served (issue 29), to an admin only: the server refuses an operator
     assert operator.json("token", "list", code=2)["error"]["code"] == "forbidden"

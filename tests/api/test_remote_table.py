@@ -195,7 +195,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 42  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 43  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(
@@ -251,6 +251,14 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
     got_j = admin.json(*rec, "--job", "j-remote-2")
     want_j = local.json(*rec, "--job", "j-local-2")
     assert got_j | {"job": "J"} == want_j | {"job": "J"}
+    # where they concentrate: the same report (but the window's ends, each call's now)
+    got_r, want_r = (cli.json("failures", "report", "--since", "3650d") for cli in (admin, local))
+    assert got_r["hosts"] and {**got_r, "since": 0, "until": 0} == {**want_r, "since": 0,
+                                                                   "until": 0}
+    got = admin.run("failures", "report", "--since", "3650d")
+    assert got.stdout == local.run("failures", "report", "--since", "3650d").stdout
+    r = admin.run("failures", "report", "--quarantine", code=2)
+    assert "failures report --quarantine is not available" in " ".join(r.stderr.split())
 
     _campaign(fleet, "c1")
     for argv in (["campaign", "list"], ["campaign", "status", "c1"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -120,15 +121,20 @@ def report_cmd(
         quarantine=quarantine,
         label=f"failures report --since {since}",
     )
+    show_report(rep.as_json(), as_json)
+
+
+def show_report(rep: dict[str, Any], as_json: bool) -> None:
+    """``failures report``'s output from its JSON, local or remote (one presenter)."""
     if as_json:
-        print_json(rep.as_json())
+        print_json(rep)
         return
-    for g in rep.groups:
-        mark = "[bold red]FLAGGED[/] " if g.flagged else ""
-        console.print(f"{mark}{lit(g.line())}")
-    if not rep.groups:
+    for g in rep["hosts"]:
+        mark = "[bold red]FLAGGED[/] " if g["flagged"] else ""
+        console.print(f"{mark}{lit(g['summary'])}")
+    if not rep["hosts"]:
         console.print(_("no failures in the window"))
-    for name in rep.quarantined:
+    for name in rep["quarantined"]:
         console.print(_("quarantined: ") + lit(name))
-    for why in rep.not_quarantined:
+    for why in rep["not_quarantined"]:
         console.print(_("not quarantined: ") + lit(why))

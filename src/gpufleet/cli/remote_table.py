@@ -34,7 +34,12 @@ from gpufleet.api.schemas import (
     Schema,
 )
 from gpufleet.api.schemas_health import DeadLetterOut, PartHistoryOut, PartOut
-from gpufleet.api.schemas_ops import AlarmRecordOut, FailureOut, HostOutcomeOut
+from gpufleet.api.schemas_ops import (
+    AlarmRecordOut,
+    FailureOut,
+    FailureReportOut,
+    HostOutcomeOut,
+)
 from gpufleet.api.schemas_racks import RackOut
 from gpufleet.api.schemas_runs import CampaignOut
 from gpufleet.api.schemas_summary import LabelsOut
@@ -45,8 +50,9 @@ from gpufleet.cli.remote import Client, refuse_options
 PAGE = 1000
 
 #: How a validated answer becomes the presenter's input: ``"model"`` (the schema itself),
-#: ``"dict"`` (its fields as a dict, times as datetimes) or ``"module:Class"`` (the
-#: service's read model built from that dict: nested shapes stay dicts).
+#: ``"dict"`` (its fields as a dict, times as datetimes), ``"json"`` (its fields as JSON
+#: values, times as text) or ``"module:Class"`` (the service's read model built from that
+#: dict: nested shapes stay dicts).
 View = str
 
 
@@ -294,6 +300,10 @@ READS |= {
         "parts/{serial}", PartHistoryOut, "gpufleet.cli.parts:print_part",
         view="gpufleet.service.health.parts:PartHistory.from_json",
     ),
+    "failures.report_cmd": Read(
+        "failures/report", FailureReportOut, "gpufleet.cli.failures:show_report",
+        params=("since",), refuse=("--quarantine=quarantine",), view="json",
+    ),
 }
 
 
@@ -319,6 +329,8 @@ def viewer(view: View) -> Callable[[Schema], Any]:
         return lambda m: m
     if view == "dict":
         return lambda m: m.model_dump()
+    if view == "json":
+        return lambda m: m.model_dump(mode="json")
     make = _named(view)
     if dataclasses.is_dataclass(make):  # nested read models, times and enums: pydantic's
         from pydantic import TypeAdapter
@@ -378,7 +390,6 @@ NOT_REMOTE: dict[str, str] = {
     "POST hosts/{name}/remediate": _LATER,
     "POST campaigns/{name}/run": _LATER,
     "POST campaigns/{name}/resume": _LATER,
-    "GET failures": _LATER,
-    "GET failures/report": _LATER,
+    "GET failures": "no command lists recorded failures (failures report groups them)",
     "GET inspect/report": _LATER,
 }
