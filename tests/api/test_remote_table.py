@@ -195,7 +195,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 43  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 44  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(
@@ -278,11 +278,13 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
 def test_rack_and_part_reads_print_what_the_local_cli_prints(
     lab_fleet: Fleet, server: str, tmp_path: Path  # noqa: F811
 ) -> None:
-    """Issue 29 item 7: ``racks list|show`` and ``parts list|show`` are rows of the table:
+    """Issue 29 item 7: ``racks list|show``, ``parts list|show`` and ``baseline show`` are
+    rows of the table:
     over the API they print the local presenter's JSON and tables."""
     from gpufleet.inventory import load_inventory
     from gpufleet.lab.fleet import write_inventory
     from gpufleet.lab.racks import create_racks
+    from gpufleet.service.hosts.baselines import baseline_from_host, save_baseline
     from gpufleet.service.hosts.collect import collect
     from gpufleet.service.hosts.enroll import enroll
 
@@ -293,15 +295,19 @@ def test_rack_and_part_reads_print_what_the_local_cli_prints(
     write_inventory(racks_lab, lab / "inventory.ini", transport="sim", lab_dir=lab)
     enroll(fleet, load_inventory(lab / "inventory.ini"))
     collect(fleet, "nvl01*")
+    save_baseline(fleet, baseline_from_host(fleet, "nvl01-t06", "gb200-base", "training"))
     local = local_cli(fleet, tmp)
     viewer = remote_cli(server, TOKENS["viewer"], tmp)
     racks = local.json("racks", "list")
     parts = local.json("parts", "list")
-    assert racks and parts
-    for argv in (["racks", "list"], ["racks", "show", racks[0]["rack"]],
+    baselines = local.json("baseline", "list")
+    assert racks and parts and baselines
+    for argv in (["baseline", "show", baselines[0]["name"]],
+                 ["racks", "list"], ["racks", "show", racks[0]["rack"]],
                  ["parts", "list"], ["parts", "list", "--with-history"],
                  ["parts", "show", parts[0]["serial"]]):
         assert viewer.json(*argv) == local.json(*argv), argv
         assert viewer.run(*argv).stdout == local.run(*argv).stdout, argv
     assert viewer.json("racks", "show", "nope", code=4)["error"]["code"] == "not_found"
     assert viewer.json("parts", "show", "nope", code=4)["error"]["code"] == "not_found"
+    assert viewer.json("baseline", "show", "nope", code=4)["error"]["code"] == "not_found"

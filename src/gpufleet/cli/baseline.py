@@ -255,13 +255,17 @@ def show_cmd(
     wide: bool = typer.Option(False, "--wide", help=WIDE_HELP),
 ) -> None:
     """Every field of one baseline."""
-    b = svc.get_baseline(open_fleet(), name)
+    show_baseline(svc.get_baseline(open_fleet(), name), as_json)
+
+
+def show_baseline(b: Baseline, as_json: bool) -> None:
+    """``baseline show``'s output, local or remote (one presenter)."""
     if as_json:
         print_json(b.model_dump(mode="json"))
         return
     show([Col("field", ident=True), Col("value", words=True)], [
         [k, escape(cell(v))] for k, v in b.model_dump(mode="json").items()
-    ], title=f"baseline {lit(name)}", show_header=False)
+    ], title=f"baseline {lit(b.name)}", show_header=False)
 
 
 @app.command("diff")

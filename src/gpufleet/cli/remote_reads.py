@@ -8,9 +8,10 @@ from __future__ import annotations
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -24,6 +25,9 @@ from gpufleet.cli.remote import (
 from gpufleet.errors import (
     ConfigError,
 )
+
+if TYPE_CHECKING:
+    from gpufleet.domain.spec import Baseline
 
 # --- hosts, events, summary, labels ---------------------------------------------------------
 
@@ -240,15 +244,15 @@ def drift(api: Client, selector: str | None, as_json: bool) -> None:
 @remote("baseline.list_cmd", routes=("GET baselines",))
 def baselines_list(api: Client, as_json: bool) -> None:
     from gpufleet.cli.baseline import show_baselines
+
+    rows = [(baseline_of(b), list(b["pools"])) for b in api.get("baselines")]
+    show_baselines(rows, as_json)
+
+
+def baseline_of(b: Mapping[str, Any]) -> Baseline:
+    """The baseline of the API's ``BaselineOut`` (its pins are under ``spec``)."""
     from gpufleet.domain.spec import Baseline
 
-    rows = [
-        (
-            Baseline.model_validate(
-                {k: b[k] for k in ("name", "status", "purpose", "os_image_url")} | b["spec"]
-            ),
-            list(b["pools"]),
-        )
-        for b in api.get("baselines")
-    ]
-    show_baselines(rows, as_json)
+    return Baseline.model_validate(
+        {k: b[k] for k in ("name", "status", "purpose", "os_image_url")} | b["spec"]
+    )

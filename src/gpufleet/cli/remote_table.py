@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.api.schemas import (
+    BaselineOut,
     CapacityCheckOut,
     EventOut,
     HostOut,
@@ -300,6 +301,10 @@ READS |= {
         "parts/{serial}", PartHistoryOut, "gpufleet.cli.parts:print_part",
         view="gpufleet.service.health.parts:PartHistory.from_json",
     ),
+    "baseline.show_cmd": Read(
+        "baselines/{name}", BaselineOut, "gpufleet.cli.baseline:show_baseline",
+        view="gpufleet.cli.remote_reads:baseline_of",
+    ),
     "failures.report_cmd": Read(
         "failures/report", FailureReportOut, "gpufleet.cli.failures:show_report",
         params=("since",), refuse=("--quarantine=quarantine",), view="json",
@@ -381,7 +386,6 @@ NOT_REMOTE: dict[str, str] = {
     "GET jobs": "queue depth for monitoring; no command",
     "GET runs": "no command lists runs",
     "POST tokens": "the secret is printed once where the token is made",
-    "GET baselines/{name}": _LATER,
     "POST baselines": _LATER,
     "PUT pools/{name}": _LATER,
     "GET bmc": _LATER,
