@@ -195,7 +195,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 44  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 45  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(
@@ -278,8 +278,8 @@ def test_changes_and_campaigns_print_what_the_local_cli_prints(
 def test_rack_and_part_reads_print_what_the_local_cli_prints(
     lab_fleet: Fleet, server: str, tmp_path: Path  # noqa: F811
 ) -> None:
-    """Issue 29 item 7: ``racks list|show``, ``parts list|show`` and ``baseline show`` are
-    rows of the table:
+    """Issue 29 item 7: ``racks list|show``, ``parts list|show`` and ``baseline show``
+    (and the change ``pool baseline``) are rows of the table:
     over the API they print the local presenter's JSON and tables."""
     from gpufleet.inventory import load_inventory
     from gpufleet.lab.fleet import write_inventory
@@ -311,3 +311,11 @@ def test_rack_and_part_reads_print_what_the_local_cli_prints(
     assert viewer.json("racks", "show", "nope", code=4)["error"]["code"] == "not_found"
     assert viewer.json("parts", "show", "nope", code=4)["error"]["code"] == "not_found"
     assert viewer.json("baseline", "show", "nope", code=4)["error"]["code"] == "not_found"
+    # a pool pointed at the baseline over the API (PUT pools/{name}) prints the local line
+    admin = remote_cli(server, TOKENS["admin"], tmp)
+    got = admin.run("pool", "baseline", "p-remote", "gb200-base", "--create")
+    want = local.run("pool", "baseline", "p-local", "gb200-base", "--create")
+    assert got.stdout == want.stdout.replace("p-local", "p-remote")
+    assert {"name": "p-remote", "baseline": "gb200-base", "hosts": 0} in admin.json("pool", "list")
+    for cli in (admin, local):  # an unknown baseline: exit 4 in both modes
+        cli.run("pool", "baseline", "p-remote", "nope", code=4)

@@ -318,6 +318,12 @@ def pool_baseline_cmd(
 ) -> None:
     """Point a pool at a baseline (an unknown pool is refused unless --create)."""
     svc.set_pool_baseline(open_fleet(), pool, baseline, create=create)
+    show_pool_baseline(None, pool, baseline)
+
+
+def show_pool_baseline(_set: object, pool: str, baseline: str) -> None:
+    """``pool baseline``'s line once the pool points at the baseline, local or remote (the
+    API's answer, the pool, is not needed)."""
     console.print(_("pool {pool} -> baseline {name}").format(pool=lit(pool), name=lit(baseline)))
 
 

@@ -305,6 +305,10 @@ READS |= {
         "baselines/{name}", BaselineOut, "gpufleet.cli.baseline:show_baseline",
         view="gpufleet.cli.remote_reads:baseline_of",
     ),
+    "baseline.pool_baseline_cmd": Read(
+        "pools/{pool}", PoolOut, "gpufleet.cli.baseline:show_pool_baseline", method="PUT",
+        body=("baseline", "create"), args=("pool", "baseline"),
+    ),
     "failures.report_cmd": Read(
         "failures/report", FailureReportOut, "gpufleet.cli.failures:show_report",
         params=("since",), refuse=("--quarantine=quarantine",), view="json",
@@ -387,7 +391,6 @@ NOT_REMOTE: dict[str, str] = {
     "GET runs": "no command lists runs",
     "POST tokens": "the secret is printed once where the token is made",
     "POST baselines": _LATER,
-    "PUT pools/{name}": _LATER,
     "GET bmc": _LATER,
     "POST hosts/{name}/power": _LATER,
     "POST hosts/{name}/bmc/sel-ack": _LATER,
