@@ -195,7 +195,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 45  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 46  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(
@@ -311,6 +311,12 @@ def test_rack_and_part_reads_print_what_the_local_cli_prints(
     assert viewer.json("racks", "show", "nope", code=4)["error"]["code"] == "not_found"
     assert viewer.json("parts", "show", "nope", code=4)["error"]["code"] == "not_found"
     assert viewer.json("baseline", "show", "nope", code=4)["error"]["code"] == "not_found"
+    # what the inspections saw (the tables' title is each call's window start: not compared)
+    local.run("inspect")
+    for argv in (["inspect", "report", "--format", "csv"], ["inspect", "report", "--since", "1h"]):
+        got, want = viewer.run(*argv).stdout, local.run(*argv).stdout
+        assert got.split("\n", 2)[2:] == want.split("\n", 2)[2:] and "GB200" in got, argv
+    viewer.run("inspect", "report", "--format", "pdf", code=2)
     # a pool pointed at the baseline over the API (PUT pools/{name}) prints the local line
     admin = remote_cli(server, TOKENS["admin"], tmp)
     got = admin.run("pool", "baseline", "p-remote", "gb200-base", "--create")

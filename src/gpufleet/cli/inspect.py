@@ -197,7 +197,15 @@ def report_cmd(
         raise UsageError(
             command="gpufleet inspect report", cause=f"--format {fmt!r}: use " + ", ".join(FORMATS)
         )
-    report = build_report(open_fleet(), selector, parse_since(since))
+    show_report(build_report(open_fleet(), selector, parse_since(since)), fmt, output)
+
+
+def show_report(report: InspectReport, fmt: str, output: Path | None) -> None:
+    """``inspect report``'s output in ``fmt``, local or remote (one presenter)."""
+    if fmt not in FORMATS:
+        raise UsageError(
+            command="gpufleet inspect report", cause=f"--format {fmt!r}: use " + ", ".join(FORMATS)
+        )
     if fmt == "table":
         _print_report(report)
         return

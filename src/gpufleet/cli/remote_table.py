@@ -34,7 +34,12 @@ from gpufleet.api.schemas import (
     ReleasedOut,
     Schema,
 )
-from gpufleet.api.schemas_health import DeadLetterOut, PartHistoryOut, PartOut
+from gpufleet.api.schemas_health import (
+    DeadLetterOut,
+    InspectReportOut,
+    PartHistoryOut,
+    PartOut,
+)
 from gpufleet.api.schemas_ops import (
     AlarmRecordOut,
     FailureOut,
@@ -309,6 +314,11 @@ READS |= {
         "pools/{pool}", PoolOut, "gpufleet.cli.baseline:show_pool_baseline", method="PUT",
         body=("baseline", "create"), args=("pool", "baseline"),
     ),
+    "inspect.report_cmd": Read(
+        "inspect/report", InspectReportOut, "gpufleet.cli.inspect:show_report",
+        params=("selector", "since"), args=("fmt", "output"),
+        view="gpufleet.service.health.inspect_report:InspectReport.from_json",
+    ),
     "failures.report_cmd": Read(
         "failures/report", FailureReportOut, "gpufleet.cli.failures:show_report",
         params=("since",), refuse=("--quarantine=quarantine",), view="json",
@@ -398,5 +408,4 @@ NOT_REMOTE: dict[str, str] = {
     "POST campaigns/{name}/run": _LATER,
     "POST campaigns/{name}/resume": _LATER,
     "GET failures": "no command lists recorded failures (failures report groups them)",
-    "GET inspect/report": _LATER,
 }

@@ -14,6 +14,7 @@ import io
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import case, func, select
 
@@ -98,6 +99,25 @@ class InspectReport:
     @property
     def top_offenders(self) -> list[HostRow]:
         return sorted(self.over_threshold, key=lambda h: h.score, reverse=True)[:10]
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> InspectReport:
+        """The report back from the API's answer (remote mode), times as times."""
+        return cls(
+            since=_time(d["since"]),
+            until=_time(d["until"]),
+            hosts=[HostRow(**h) for h in d["hosts"]],
+            models=[
+                ModelRow(**{**m, "hourly_peak": [(_time(p["hour"]), p["temperature_max"])
+                                                 for p in m["hourly_peak"]]})
+                for m in d["models"]
+            ],
+            findings_by_rule=dict(d["findings_by_rule"]),
+        )
+
+
+def _time(v: datetime | str) -> datetime:
+    return v if isinstance(v, datetime) else datetime.fromisoformat(v)
 
 
 def build_report(fleet: Fleet, selector: str | None, since: timedelta) -> InspectReport:
