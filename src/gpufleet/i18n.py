@@ -114,6 +114,34 @@ def joined(items: Iterable[str]) -> str:
     return _(", ").join(items)
 
 
+def gettext_in(lang: str, message: str) -> str:
+    """``message`` in ``lang`` (``zh_CN``, ``en``), whatever the process's language: for a
+    server that answers each request in its own (the dashboard)."""
+    if lang == "en" or lang not in LANGUAGES:
+        return message
+    if lang == language():
+        return _(message)
+    if lang not in _others:
+        _others[lang] = read_po(catalog_path(lang).read_text("utf-8"))
+    found = _others[lang].get(message)
+    return found if isinstance(found, str) and found else message
+
+
+_others: dict[str, dict[str, str | list[str]]] = {}
+
+
+def reason_text(text: str | None, lang: str | None = None) -> str:
+    """A stored reason (``"nccl: no NCCL all-reduce result (required)"``) as shown to people:
+    each piece :mod:`gpufleet.domain.reasons` knows in the language of the messages (or
+    ``lang``), the rest as stored. English: ``text`` itself."""
+    lang = lang or language()
+    if not text or lang == "en":
+        return text or ""
+    from gpufleet.domain.reasons import localize  # only when translating: the lean starts
+
+    return localize(text, lambda m: gettext_in(lang, m))
+
+
 def state_name(state: str) -> str:
     """A lifecycle state as shown to people (the value itself in English and in JSON)."""
     return _(state)

@@ -73,3 +73,23 @@ def test_campaign_and_health_values_are_words_in_chinese(
     assert re.search(r'class="health h-ok">ok<', web.get("/hosts").text)
     assert i18n.word("health", "critical", "zh") == "严重"
     assert i18n.word("health", "no-such", "zh") == "no-such"
+
+
+def test_states_severities_and_reasons_are_chinese_words(
+    web: TestClient, viewer_token: str
+) -> None:
+    """Host state badges read as Chinese words (the value stays the CSS class and the
+    ``data-value``), and a stored validation reason a template knows reads in Chinese;
+    English shows both unchanged."""
+    signed_in(web, viewer_token)
+    zh = web.get("/hosts", headers={"Accept-Language": "zh-CN"}).text
+    en = web.get("/hosts").text
+    assert re.search(r'class="badge st-(\w+)" data-value="\1">[^<\x00-\x7f]+<', zh), zh[:3000]
+    assert 'class="badge st-available" data-value="available">可用<' in zh
+    assert 'class="badge st-available" data-value="available">available<' in en
+    reasons = re.findall(r'<td class="msg">([^<]+)', en)
+    translated = re.findall(r'<td class="msg">([^<]+)', zh)
+    assert reasons and len(reasons) == len(translated)
+    assert any(e != z for e, z in zip(reasons, translated, strict=True)), reasons
+    assert i18n.word("sev", "critical", "zh") == "严重"
+    assert i18n.word("alarm", "bmc-health", "zh") == "BMC 健康"

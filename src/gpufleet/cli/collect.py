@@ -20,7 +20,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.collect.transport import Outcome
-from gpufleet.i18n import _, joined
+from gpufleet.i18n import _, joined, reason_text
 from gpufleet.inventory import load_inventory
 from gpufleet.service.core.pipeline import MAX_FORKS, MAX_TIMEOUT_S
 from gpufleet.service.hosts.collect import RunReport, collect
@@ -145,7 +145,7 @@ def print_outcomes(rep: RunReport, *, only_problems: bool = False) -> None:
             and not (r.changes or r.problems or r.actions)
         ):
             continue
-        notes = "; ".join(([r.reason] if r.reason else []) + r.actions) or "; ".join(
+        notes = reason_text("; ".join(([r.reason] if r.reason else []) + r.actions)) or "; ".join(
             r.changes + r.problems[:2]
         )
         cells.append([

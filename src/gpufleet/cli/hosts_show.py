@@ -24,7 +24,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.entry import imports_done
 from gpufleet.cli.tables import Col, num, show
-from gpufleet.i18n import _, state_name
+from gpufleet.i18n import _, reason_text, state_name
 
 if TYPE_CHECKING:
     from gpufleet.domain.facts import HostFacts
@@ -50,17 +50,19 @@ def render_host(d: HostDetail) -> None:
         + ("  " + _("fault") + f" [red]{lit(v.fault)}[/]" if v.fault else "")
     )
     if v.status_reason:
-        console.print("  " + _("why: ") + lit(v.status_reason))
+        console.print("  " + _("why: ") + lit(reason_text(v.status_reason)))
     if v.eta is not None:
         console.print("  " + _("back by: ") + local_time(v.eta))
     if d.reclaim_due:
         console.print(
-            f"  [red]owes a passing reclaim:[/] {lit(d.reclaim_due)} "
-            f"('gpufleet reclaim {lit(v.name)}', or 'unquarantine --force --reason ...')"
+            "  [red]" + _("owes a passing reclaim:") + f"[/] {lit(d.reclaim_due)} "
+            + _("('gpufleet reclaim {name}', or 'unquarantine --force --reason ...')").format(
+                name=lit(v.name))
         )
     if d.usable_gpus is not None:  # a partial host (issue 10)
         bad = "; ".join(
-            f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: {u['reason']}"
+            f"GPU {u['index'] if u['index'] is not None else u['pci_bus_id']}: "
+            + reason_text(u["reason"])
             for u in d.unusable_gpus
         )
         console.print("  " + _("usable GPUs: {n} (unusable: {bad})").format(
@@ -92,25 +94,26 @@ def render_host(d: HostDetail) -> None:
             console.print("  [yellow]" + _("note:") + f"[/] {lit(prob)}")
     if d.collections:
         last = d.collections[0]
-        console.print(
-            f"  last collection: run {last['run_id']} {last['outcome']} {lit(last['reason'] or '')}"
-        )
+        console.print("  " + _("last collection: run {run} {outcome} {reason}").format(
+            run=last["run_id"], outcome=_(str(last["outcome"])),
+            reason=lit(last["reason"] or "")))
     for a in d.alarms:
         console.print(
-            f"  [red]alarm[/] {a.kind} ({a.severity}) since {local_time(a.opened_at)}: "
-            f"{lit(a.message)}"
+            "  [red]" + _("alarm") + "[/] "
+            + _("{kind} ({severity}) since {at}: {message}").format(
+                kind=a.kind, severity=_(str(a.severity)), at=local_time(a.opened_at),
+                message=lit(reason_text(a.message)))
         )
     for r in d.remediations:  # the ladder climbed (issue 10)
-        extra = f" ticket {r['ticket']}" if r["ticket"] else ""
-        console.print(
-            f"  remediation {lit(r['action'])} {lit(r['outcome'])} {local_time(r['at'])}"
-            f"{lit(extra)}: {lit(r['detail'])}"
-        )
+        extra = " " + _("ticket {ticket}").format(ticket=r["ticket"]) if r["ticket"] else ""
+        console.print("  " + _("remediation {action} {outcome} {at}{extra}: {detail}").format(
+            action=lit(r["action"]), outcome=lit(r["outcome"]), at=local_time(r["at"]),
+            extra=lit(extra), detail=lit(r["detail"])))
     for ev in d.evidence:
-        verdict = {True: "passed", False: "FAILED", None: "recorded"}[ev["passed"]]
-        console.print(
-            f"  evidence {ev['kind']} {verdict} {local_time(ev['at'])}: {lit(ev['summary'])}"
-        )
+        verdict = {True: _("passed"), False: _("FAILED"), None: _("recorded")}[ev["passed"]]
+        console.print("  " + _("evidence {kind} {verdict} {at}: {summary}").format(
+            kind=ev["kind"], verdict=verdict, at=local_time(ev["at"]),
+            summary=lit(ev["summary"])))
     if d.events:
         events = [Col("at", 2, words=True), Col("actor", 3, ident=True),
                   Col("kind", 1, ident=True), Col("message", floor=30)]
@@ -133,20 +136,21 @@ def render_accelerators(f: HostFacts) -> None:
 
     acc = host_accelerators(f)
     os_name = f.os.pretty_name if f.os else None
-    console.print(escape(f"  OS {cell(os_name)}, kernel {cell(f.kernel)}"))
+    console.print(escape("  " + _("OS {os}, kernel {kernel}").format(
+        os=cell(os_name), kernel=cell(f.kernel))))
     console.print("  " + _("collected {at}").format(at=local_time(f.collected_at)))
     for v in acc.vendors:
-        parts = [f"driver {cell(v.driver)}"]
+        parts = [_("driver {version}").format(version=cell(v.driver))]
         if v.firmware:
-            parts.append(f"firmware {v.firmware}")
+            parts.append(_("firmware {version}").format(version=v.firmware))
         if v.runtime_name:
             parts.append(f"{v.runtime_name} {cell(v.runtime)}")
         if v.tool and v.tool_version:
             parts.append(f"{v.tool} {v.tool_version}")
         count = f"{v.count} {v.noun}" + (f" ({', '.join(v.models)})" if v.models else "")
         if v.on_pci is not None:
-            count += f", {v.on_pci} on PCI"
-        console.print(escape(f"  {v.vendor}: {', '.join(parts)}; {count}"))
+            count += _(", {n} on PCI").format(n=v.on_pci)
+        console.print(escape(f"  {v.vendor}: {_(', ').join(parts)}{_('; ')}{count}"))
         if v.error:
             console.print(f"  [red]{lit(v.error)}[/]")
     if not acc.accelerators:
@@ -184,7 +188,8 @@ def render_accelerators(f: HostFacts) -> None:
             escape(cell(a.uuid)),
         ])
     show(g, g_cells, title=noun, box=box.SIMPLE_HEAD)
-    show(ids, id_cells, title=f"{noun.removesuffix('s')} identifiers", box=box.SIMPLE_HEAD)
+    show(ids, id_cells, title=_("{noun} identifiers").format(noun=noun.removesuffix("s")),
+         box=box.SIMPLE_HEAD)
 
 
 def lean_hosts_show(name: str, *, as_json: bool) -> int | None:

@@ -21,7 +21,7 @@ from gpufleet.cli.common import (
 from gpufleet.cli.hosts import STATE_STYLE
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.changes import DeclaredChangeKind
-from gpufleet.i18n import _, joined, state_name
+from gpufleet.i18n import _, joined, reason_text, state_name
 from gpufleet.service.background.sweeper import sweep
 from gpufleet.service.hosts import operations
 from gpufleet.service.hosts.evidence import ingest_file, run_active
@@ -76,10 +76,10 @@ def print_verdicts(rep: ValidateReport, *, only_problems: bool = False) -> None:
             f"[{STATE_STYLE.get(v.state, 'white')}]{arrow}[/]",
             ", ".join(v.profiles),
             lit(
-                (_(v.skipped) if v.skipped else "")
-                or "; ".join(v.reasons)
-                or "; ".join(
-                    _("not {profile}: {why}").format(profile=p, why="; ".join(r))
+                (reason_text(v.skipped) if v.skipped else "")
+                or reason_text("; ".join(v.reasons))
+                or _("; ").join(
+                    _("not {profile}: {why}").format(profile=p, why=reason_text("; ".join(r)))
                     for p, r in v.held_out.items()
                 )
             ),

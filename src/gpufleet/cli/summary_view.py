@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
-from gpufleet.i18n import N_, _, joined, language, state_name
+from gpufleet.i18n import N_, _, joined, language, reason_text, state_name
 
 if TYPE_CHECKING:
     from gpufleet.service.core.fleet import Fleet
@@ -154,7 +154,7 @@ def _host_table(
             value = row["fault"] or ""  # a fault is an id; an outcome is words, translated
             fault = lit(_(value) if value and fault_col == "outcome" else value)
             cells.append(f"[red]{fault}[/]" if style == "red" else fault)
-        reason = lit(row["reason"] or "")
+        reason = lit(reason_text(row["reason"]))
         cells.append(f"[{style}]{reason}[/]" if style and not fault_col else reason)
         table.append(cells)
     show(cols, table, title=title)

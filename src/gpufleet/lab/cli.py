@@ -25,7 +25,7 @@ from gpufleet.cli.common import (
 )
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.errors import ConfigError
-from gpufleet.i18n import _, joined
+from gpufleet.i18n import _, joined, reason_text
 from gpufleet.lab.catalogue import all_models
 from gpufleet.lab.demo import reference_hosts as reference_hosts
 from gpufleet.lab.faults import fault_kinds
@@ -263,7 +263,7 @@ def demo_cmd(
             console.print(_("{ok} of {n} results passed").format(ok=ok, n=len(rep.evidence)))
             for r in rep.evidence:
                 if not r.ok:
-                    console.print(f"  {lit(r.host)}: {lit(r.summary)}")
+                    console.print(f"  {lit(r.host)}: {lit(reason_text(r.summary))}")
         elif step == "validate" and rep.validation is not None:
             console.rule(_("4. validate"))
             print_verdicts(rep.validation, only_problems=True)

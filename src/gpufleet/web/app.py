@@ -35,6 +35,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 import gpufleet
 from gpufleet.domain.states import HostState
 from gpufleet.errors import GpufleetError, Unauthorized
+from gpufleet.i18n import reason_text
 from gpufleet.service.allocation import capacity, leases
 from gpufleet.service.campaigns.campaign import list_campaigns
 from gpufleet.service.core import alarms
@@ -155,6 +156,7 @@ class Dashboard:
             lang=lang,
             t=lambda key, **kw: t(key, lang, **kw),
             word=lambda kind, value: word(kind, value, lang),
+            reason=lambda text: reason_text(text, "zh_CN" if lang == "zh" else "en"),
             ago=ago,
             now=now,
             **values,

@@ -14,13 +14,27 @@ from gpufleet.domain.checks.base import NUMBER, CheckContext, CheckResult, Check
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.health import Fault
 from gpufleet.domain.nccl_floors import floor_for
+from gpufleet.domain.reasons import Reason, parse, reason
 
 
-def _missing(name: str, what: str, ctx: CheckContext, params: Mapping[str, Any]) -> CheckResult:
-    since = f" since {ctx.evidence.since}" if ctx.evidence.since else ""
-    if params.get("require"):
-        return res(name, CheckStatus.FAIL, f"no {what} result{since} (required)")
-    return res(name, CheckStatus.SKIP, f"no {what} result{since}")
+def _missing(
+    name: str, what: Reason, ctx: CheckContext, params: Mapping[str, Any]
+) -> CheckResult:
+    since = ctx.evidence.since
+    required = "_required" if params.get("require") else ""
+    status = CheckStatus.FAIL if params.get("require") else CheckStatus.SKIP
+    if since:
+        after = parse(since, fragment=True) or since
+        return res(name, status, reason(f"active.missing_since{required}", what=what, since=after))
+    return res(name, status, reason(f"active.missing{required}", what=what))
+
+
+def _dcgm_what(min_level: object, or_burn: bool) -> Reason:
+    """``"DCGM diag at level 2 or deeper or gpu-burn"``, as a fragment."""
+    if min_level:
+        code = "what.dcgm_level_or_burn" if or_burn else "what.dcgm_level"
+        return reason(code, level=str(min_level))
+    return reason("what.dcgm_or_burn" if or_burn else "what.dcgm")
 
 
 @check("dcgm_diag", require=bool, min_level=int, or_gpu_burn=bool)
@@ -32,19 +46,20 @@ def dcgm_diag(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) ->
     result = ctx.evidence.dcgm_diag
     min_level = params.get("min_level")
     burn = ctx.evidence.gpu_burn
-    at = f" at level {min_level} or deeper" if min_level else ""
-    what = f"DCGM diag{at}" + (" or gpu-burn" if params.get("or_gpu_burn") else "")
+    what = _dcgm_what(min_level, bool(params.get("or_gpu_burn")))
     if result is not None and not result.passed:
         failed = result.failed_gpus
         error = result.runtime_error
-        detail = f" on GPU {', '.join(map(str, failed))}" if failed else ""
-        detail += f" ({error})" if error else ""
+        gpus = ", ".join(map(str, failed))
+        code = "active.dcgm_failed" + ("_on" if failed else "") + ("_error" if error else "")
+        why = reason(code, **({"gpus": gpus} if failed else {}),
+                     **({"error": error} if error else {}))
         ev: dict[str, Any] = {
             "passed": result.passed,
             "level": result.level,
             "failed_gpus": list(failed),
         }
-        return res(name, CheckStatus.FAIL, f"DCGM diag failed{detail}", Fault.DIAG_FAILED, **ev)
+        return res(name, CheckStatus.FAIL, why, Fault.DIAG_FAILED, **ev)
     # Every dcgmi diag run is level 1 at least: an unknown level is deep enough for that.
     deep_enough = result is not None and (
         min_level is None
@@ -52,12 +67,16 @@ def dcgm_diag(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) ->
         or (result.level is not None and result.level >= min_level)
     )
     if result is not None and deep_enough:
-        return res(name, CheckStatus.PASS, "DCGM diag passed", passed=True, level=result.level)
+        return res(name, CheckStatus.PASS, reason("active.dcgm_passed"), passed=True,
+                   level=result.level)
     if params.get("or_gpu_burn") and burn is not None and burn.passed:
-        return res(name, CheckStatus.PASS, "gpu-burn OK on all GPUs (no DCGM diag)", gpu_burn=True)
+        return res(name, CheckStatus.PASS, reason("active.burn_instead"), gpu_burn=True)
     if result is not None:
-        ran = f"level {result.level}" if result.level is not None else "an unknown level"
-        msg = f"DCGM diag ran at {ran}, level {min_level} required"
+        msg = (
+            reason("active.dcgm_shallow", level=result.level, min_level=str(min_level))
+            if result.level is not None
+            else reason("active.dcgm_unknown_level", min_level=str(min_level))
+        )
         return res(name, CheckStatus.FAIL, msg, passed=True, level=result.level)
     return _missing(name, what, ctx, params)
 
@@ -70,42 +89,38 @@ def nccl(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -> Chec
     name = "nccl"
     result = ctx.evidence.nccl
     if result is None:
-        return _missing(name, "NCCL all-reduce", ctx, params)
+        return _missing(name, reason("what.nccl"), ctx, params)
     busbw = result.avg_bus_bw_gbps
     floor = params.get("min_busbw_gbps")
     ev: dict[str, Any] = {"avg_bus_bw_gbps": busbw, "min_busbw_gbps": floor}
     if busbw is None:
         return res(
-            name, CheckStatus.FAIL, "NCCL test reported no bus bandwidth", Fault.DIAG_FAILED, **ev
+            name, CheckStatus.FAIL, reason("active.nccl_no_busbw"), Fault.DIAG_FAILED, **ev
         )
     wrong = result.wrong_total
     if wrong:
-        msg = f"NCCL test reported {wrong} wrong values (data corruption)"
-        return res(name, CheckStatus.FAIL, msg, Fault.DIAG_FAILED, wrong=wrong, **ev)
+        why = reason("active.nccl_wrong", wrong=wrong)
+        return res(name, CheckStatus.FAIL, why, Fault.DIAG_FAILED, wrong=wrong, **ev)
     if floor is not None and busbw < floor:
-        msg = f"NCCL busbw {busbw:g} GB/s below {floor:g} GB/s"
-        return res(name, CheckStatus.FAIL, msg, Fault.DIAG_FAILED, **ev)
+        why = reason("active.nccl_below", busbw=busbw, floor=floor)
+        return res(name, CheckStatus.FAIL, why, Fault.DIAG_FAILED, **ev)
     if params.get("model_floor"):
         product = facts.gpus[0].product_name if facts.gpus else None
         model = floor_for(product)
         peak = result.max_bus_bw_gbps
         ev["max_bus_bw_gbps"] = peak
         if model is None:
-            msg = (
-                f"no NCCL bus-bandwidth floor known for {product or 'this GPU model'} "
-                "(set min_busbw_gbps in the profile)"
-            )
-            return res(name, CheckStatus.FAIL, msg, **ev)
+            why = reason("active.nccl_no_floor", product=product or "this GPU model")
+            return res(name, CheckStatus.FAIL, why, **ev)
         ev["model_floor_gbps"] = model.floor_gbps
         if peak < model.floor_gbps:
-            msg = (
-                f"NCCL all-reduce peak busbw {peak:g} GB/s below the {model.model} floor "
-                f"{model.floor_gbps:g} GB/s"
+            why = reason(
+                "active.nccl_below_model", peak=peak, model=model.model, floor=model.floor_gbps
             )
-            return res(name, CheckStatus.FAIL, msg, Fault.DIAG_FAILED, **ev)
-        msg = f"NCCL all-reduce peak busbw {peak:g} GB/s (floor {model.floor_gbps:g} GB/s)"
-        return res(name, CheckStatus.PASS, msg, **ev)
-    return res(name, CheckStatus.PASS, f"NCCL busbw {busbw:g} GB/s", **ev)
+            return res(name, CheckStatus.FAIL, why, Fault.DIAG_FAILED, **ev)
+        why = reason("active.nccl_model_ok", peak=peak, floor=model.floor_gbps)
+        return res(name, CheckStatus.PASS, why, **ev)
+    return res(name, CheckStatus.PASS, reason("active.nccl_ok", busbw=busbw), **ev)
 
 
 @check("gpu_burn", require=bool)
@@ -114,9 +129,13 @@ def gpu_burn(facts: HostFacts, ctx: CheckContext, params: Mapping[str, Any]) -> 
     name = "gpu_burn"
     result = ctx.evidence.gpu_burn
     if result is None:
-        return _missing(name, "gpu-burn", ctx, params)
+        return _missing(name, reason("what.burn"), ctx, params)
     if not result.passed:
         bad = result.faulty
-        where = f" on GPU {', '.join(map(str, bad))}" if bad else ""
-        return res(name, CheckStatus.FAIL, f"gpu-burn failed{where}", Fault.DIAG_FAILED, bad=bad)
-    return res(name, CheckStatus.PASS, "gpu-burn OK on all GPUs")
+        why = (
+            reason("active.burn_failed_on", gpus=", ".join(map(str, bad)))
+            if bad
+            else reason("active.burn_failed")
+        )
+        return res(name, CheckStatus.FAIL, why, Fault.DIAG_FAILED, bad=bad)
+    return res(name, CheckStatus.PASS, reason("active.burn_ok"))

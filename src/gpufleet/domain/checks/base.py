@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpufleet.domain.evidence import DcgmDiagResult, GpuBurnResult, NcclResult
 from gpufleet.domain.facts import Gpu, HostFacts
 from gpufleet.domain.health import Fault
+from gpufleet.domain.reasons import Reason, parse
 from gpufleet.domain.spec import Baseline, ExpectedSpec
 from gpufleet.domain.xid import XidPolicy
 
@@ -46,6 +47,10 @@ class CheckResult(BaseModel):
     message: str
     evidence: dict[str, Any] = Field(default_factory=dict)
     fault: Fault | None = None
+    #: The message as a code of :data:`gpufleet.domain.reasons.TEMPLATES` and its parameters
+    #: (None: no template; ``message`` stays the English text either way).
+    code: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
 
 
 @cache
@@ -128,12 +133,23 @@ def check(name: str, **params: ParamTypes) -> Callable[[CheckFn], CheckFn]:
 def res(
     name: str,
     status: CheckStatus,
-    message: str,
+    message: str | Reason,
     fault: Fault | None = None,
     **evidence: Any,
 ) -> CheckResult:
-    """A :class:`CheckResult` with ``evidence`` from the keyword arguments."""
-    return CheckResult(name=name, status=status, message=message, evidence=evidence, fault=fault)
+    """A :class:`CheckResult` with ``evidence`` from the keyword arguments. ``message``: a
+    :class:`~gpufleet.domain.reasons.Reason`, or text (its code found when a template
+    matches it)."""
+    why = message if isinstance(message, Reason) else parse(message)
+    return CheckResult(
+        name=name,
+        status=status,
+        message=str(message),
+        evidence=evidence,
+        fault=fault,
+        code=why.code if why else None,
+        params=why.as_json()["params"] if why else {},
+    )
 
 
 def indices(gpus: Iterable[Gpu]) -> str:
