@@ -149,6 +149,14 @@ def test_the_demo_speaks_chinese_and_json_never_changes(tmp_path: Path) -> None:
     assert ("8 台主机，60 张加速卡（40 NVIDIA GPU、16 Ascend NPU、4 AMD Instinct GPU），"
             "52 张可用") in demo.stdout
     assert "采集批次 1" in demo.stdout
+    # validation reasons: the check's template in Chinese (code + params), data as it is
+    flat = "".join(demo.stdout.replace("│", "").split())  # table cells wrap their text
+    assert "nccl：没有NCCLall-reduce结果（必需）" in flat
+    assert "accelerator_health：huawei#0（0000:c1:00.0）告警[A4025021" in flat
+    for english in ("(required)", "noNCCL", "result", "nottraining", "alarm["):
+        assert english not in flat, english
+    shown = _gpufleet(tmp_path, "zh_CN", "hosts", "show", "gpu-07")
+    assert "原因：accelerator_health：huawei #0" in shown.stdout, shown.stdout
     assert "unknown setting" not in demo.stderr
     listed = _gpufleet(tmp_path, "zh_CN", "hosts", "list")
     assert "已隔离" in listed.stdout and "主机" in listed.stdout
@@ -163,6 +171,8 @@ def test_the_demo_speaks_chinese_and_json_never_changes(tmp_path: Path) -> None:
         ("leases", "list", "--json"),
         ("alarms", "list", "--json"),
         ("hosts", "show", "no-such-host", "--json"),
+        ("hosts", "show", "gpu-07", "--json"),
+        ("hosts", "show", "gpu-03", "--json"),
     ):
         en, zh = _gpufleet(tmp_path, None, *argv), _gpufleet(tmp_path, "zh_CN", *argv)
         if argv[0] == "capacity":  # its "at" is the time it ran: the one line that may differ

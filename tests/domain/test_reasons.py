@@ -1,0 +1,101 @@
+"""Issue 29 item 8: reasons are a code and parameters (domain/reasons.py). The English text
+is what it always was (stored, in JSON); the code reads back from stored text; every
+template has a zh_CN translation with the same fields; Chinese is rendered piece by piece
+and a piece no template knows stays as stored."""
+
+from __future__ import annotations
+
+import string
+from datetime import UTC, datetime
+
+import pytest
+
+from gpufleet.domain.checks import ActiveEvidence, CheckContext, CheckStatus
+from gpufleet.domain.checks.active import dcgm_diag, nccl
+from gpufleet.domain.facts import HostFacts
+from gpufleet.domain.reasons import FRAGMENTS, TEMPLATES, Reason, localize, parse, reason
+from gpufleet.i18n import catalog_path, gettext_in, read_po, reason_text
+
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
+
+
+def _zh(message: str) -> str:
+    return gettext_in("zh_CN", message)
+
+
+def _fields(text: str) -> set[str]:
+    return {f for _, f, _, _ in string.Formatter().parse(text) if f}
+
+
+def test_a_missing_result_keeps_its_english_text_and_carries_its_code() -> None:
+    ctx = CheckContext(now=NOW, evidence=ActiveEvidence(since="the driver change on 2026-12-01"))
+    r = nccl(HostFacts(collected_at=NOW), ctx, {"require": True})
+    assert r.status is CheckStatus.FAIL
+    assert r.message == (
+        "no NCCL all-reduce result since the driver change on 2026-12-01 (required)"
+    )
+    assert r.code == "active.missing_since_required"
+    assert r.params == {
+        "what": {"code": "what.nccl", "params": {}},
+        "since": {"code": "since.change",
+                  "params": {"change": "driver change", "day": "2026-12-01"}},
+    }
+    params = {"require": True, "min_level": 2, "or_gpu_burn": True}
+    d = dcgm_diag(HostFacts(collected_at=NOW), CheckContext(now=NOW), params)
+    assert d.message == "no DCGM diag at level 2 or deeper or gpu-burn result (required)"
+    assert d.code == "active.missing_required"
+    assert _zh(TEMPLATES[d.code]) != TEMPLATES[d.code]
+
+
+def test_a_text_message_gets_the_code_of_the_template_it_matches() -> None:
+    from gpufleet.domain.checks.base import res
+
+    r = res("row_remap", CheckStatus.WARN, "row remapping pending on GPU 6: needs GPU reset")
+    assert (r.code, r.params) == ("memory.remap_pending", {"gpus": "6"})
+    other = res("x", CheckStatus.FAIL, "something no template knows")
+    assert (other.code, other.params) == (None, {})
+
+
+@pytest.mark.parametrize("code", sorted(TEMPLATES))
+def test_every_template_reads_back_its_own_text(code: str) -> None:
+    params = {f: f"v{i}" for i, f in enumerate(sorted(_fields(TEMPLATES[code])))}
+    text = Reason(code, params).text
+    found = parse(text)
+    assert found is not None and found.text == text, (code, text, found)
+
+
+def test_every_template_and_fragment_has_a_zh_cn_translation_with_its_fields() -> None:
+    po = read_po(catalog_path().read_text("utf-8"))
+    for template in [*TEMPLATES.values(), *FRAGMENTS.values()]:
+        zh = po.get(template)
+        assert isinstance(zh, str) and zh, template
+        assert _fields(zh) == _fields(template), template
+
+
+def test_stored_text_reads_in_chinese_piece_by_piece() -> None:
+    stored = (
+        "driver_version: drift from baseline b1: driver 535.154.05, expected 590.48.01; "
+        "nccl: no NCCL all-reduce result (required); ib_ports: 7 of 8 IB/RoCE ports up at "
+        ">= 200 Gb/s, need 8; down: mlx5_4/1 (Down/Disabled 200 Gb/s); mystery: left as is"
+    )
+    zh = localize(stored, _zh)
+    assert zh == (
+        "driver_version：相对基线 b1 漂移：driver 为 535.154.05，应为 590.48.01；"
+        "nccl：没有 NCCL all-reduce 结果（必需）；"
+        "ib_ports：8 个 IB/RoCE 端口中 7 个以 >= 200 Gb/s 运行，需要 8 个；"
+        "未连通：mlx5_4/1 (Down/Disabled 200 Gb/s)；mystery: left as is"
+    )
+    assert localize(stored, lambda m: m) == stored  # English: word for word
+    assert reason_text(stored, "en") == stored
+    held = "not training-multinode: nccl: no NCCL all-reduce result (required)"
+    assert reason_text(held, "zh_CN") == (
+        "不满足 training-multinode：nccl：没有 NCCL all-reduce 结果（必需）"
+    )
+    assert reason_text("unreachable: connect to h1:22: Connection refused", "zh_CN") == (
+        "不可达：连接 h1:22 失败：连接被拒绝"
+    )
+
+
+def test_an_unknown_code_is_refused() -> None:
+    with pytest.raises(KeyError, match=r"no\.such"):
+        reason("no.such")
