@@ -85,6 +85,11 @@ def _problems(key: str, read: Read, commands: dict[str, object], routes: set[tup
     out += [f"{key}: the command has no argument {a}" for a in sorted(wanted - args)]
     if not (isinstance(read.schema, type) and issubclass(read.schema, Schema)):
         out.append(f"{key}: {read.schema} is not an API schema")
+    for hook in (read.prepare, read.follow):
+        if hook is not None:
+            m, _, f = hook.partition(":")
+            if getattr(importlib.import_module(m), f, None) is None:
+                out.append(f"{key}: no function {hook}")
     module, _, name = read.present.partition(":")
     present = getattr(importlib.import_module(module), name, None)
     if present is None:
@@ -119,6 +124,10 @@ def test_every_row_is_a_command_a_route_and_a_presenter(fleet: Fleet) -> None:
     assert _problems("alloc.nope_cmd", bad, commands, routes) == ["alloc.nope_cmd: no such command"]
     assert _problems("hosts.list_cmd", Read("hostz", Schema, "gpufleet.cli.hosts:print_events"),
                      commands, routes) == ["hosts.list_cmd: the API has no GET hostz"]
+    hooked = Read("campaigns/{name}/resume", Schema, "gpufleet.cli.campaign:show_finished",
+                  method="POST", follow="gpufleet.cli.campaign:nope")
+    assert _problems("campaign.resume_cmd", hooked, commands, routes) == [
+        "campaign.resume_cmd: no function gpufleet.cli.campaign:nope"]
 
 
 def test_table_reads_print_what_the_local_cli_prints(
@@ -195,7 +204,7 @@ def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None
     assert stale == []
     both = sorted(r for r in NOT_REMOTE if known(r, served))
     assert both == []
-    assert len(published) - len(NOT_REMOTE) >= 47  # routes with remote mode (a ratchet)
+    assert len(published) - len(NOT_REMOTE) >= 53  # routes with remote mode (a ratchet)
 
 
 def test_changes_and_campaigns_print_what_the_local_cli_prints(

@@ -189,6 +189,7 @@ class BmcStatusOut(Schema):
     identity: dict[str, Any] | None = None
     gpus: list[dict[str, Any]] | None = None
     sel_new: list[dict[str, Any]]
+    sel_source: str | None = Field(None, description="The event log read (its Redfish id).")
     ssh: str | None = None
     diagnosis: str | None = None
     alarms: list[str]
@@ -204,6 +205,7 @@ class BmcStatusOut(Schema):
             identity=_jsonable(b.identity) if b.identity is not None else None,
             gpus=[_jsonable(g) for g in b.gpus] if b.gpus is not None else None,
             sel_new=[_jsonable(e) for e in b.sel_new],
+            sel_source=b.sel_source,
             ssh=b.ssh,
             diagnosis=b.diagnosis,
             alarms=list(b.alarms),
@@ -314,6 +316,9 @@ class BaselineFromHostIn(Schema):
     purpose: str = ""
     replace: bool = False
     pools: list[str] = Field(default_factory=list, description="Pools to point at it.")
+    create: bool = Field(
+        True, description="Create the pools that are new; false: a pool no inventory or host "
+        "names is 404 and nothing is saved (baseline create without --create).")
 
 
 class PoolBaselineIn(Schema):

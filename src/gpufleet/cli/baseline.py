@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any, cast
 
@@ -96,27 +97,50 @@ def create_cmd(**options: Any) -> None:
     svc.save_baseline(fleet, b, replace=options["replace"])
     for p in pool:
         svc.set_pool_baseline(fleet, p, name, create=options["create"])
-    if options["as_json"]:
+    show_created(b, options["as_json"], options["from_host"], pool, changes)
+
+
+def show_created(b: Baseline, as_json: bool, from_host: str | None, pool: list[str],
+                 changes: Sequence[PinChange] = ()) -> None:
+    """Print ``baseline create`` (local and remote mode): what was saved and, from a host,
+    the pins given that differ from the host's values."""
+    if as_json:
         print_json(
             {
-                "baseline": name,
+                "baseline": b.name,
                 "status": str(b.status),
-                "from_host": options["from_host"],
+                "from_host": from_host,
                 "pools": pool,
                 "changed_from_host": [asdict(c) for c in changes],
             }
         )
         return
     console.print(
-        f"baseline {name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
+        f"baseline {b.name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
     )
-    if options["from_host"]:
-        host = lit(options["from_host"])
+    if from_host:
+        host = lit(from_host)
         if not changes:
             console.print(f"as {host} has it (no pin given differs)")
         for c in changes:
             was, now = lit(_shown(c.host)), lit(_shown(c.pinned))
             console.print(f"  {c.field}: {was} on {host} -> {now}")
+
+
+def from_host_only(_api: object, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``baseline create`` in remote mode: ``POST baselines`` saves a baseline from a host's
+    latest facts, with its name, purpose, pools, --create and --replace; anything else is
+    refused (exit 2, naming it), never ignored."""
+    from gpufleet.cli.remote import command_name, not_available, refuse_options
+
+    if not options["from_host"]:
+        raise not_available(f"{command_name()} without --from-host")
+    pinned = {p.flag: _pin_value(p, options[p.field]) for p in PINS}
+    refuse_options(**{flag: v for flag, v in pinned.items() if v not in ([], {})})
+    refuse_options(**{"--mig-config": options["mig_config"],
+                      "--os-image-url": options["os_image_url"],
+                      "--status": options["status"] is not BaselineStatus.CANDIDATE})
+    return {}
 
 
 def _shown(value: PinValue) -> str:

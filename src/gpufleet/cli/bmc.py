@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -105,8 +107,12 @@ def status_cmd(
     critical SEL entries). A BMC whose read outlasts --deadline is reported timed out (the
     others as they finish); an answer over GPUFLEET_BMC_MAX_BODY_BYTES is refused. Exit 1
     when a BMC could not be read."""
-    rows = svc.bmc_status(open_fleet(), selector, forks=forks, timeout_s=timeout,
-                          deadline_s=deadline)
+    show_bmc_status(svc.bmc_status(open_fleet(), selector, forks=forks, timeout_s=timeout,
+                                   deadline_s=deadline), as_json)
+
+
+def show_bmc_status(rows: Sequence[svc.BmcStatus], as_json: bool) -> None:
+    """Print ``bmc status`` (local and remote mode); exit 1 when a BMC could not be read."""
     if as_json:
         print_json({"hosts": [r.as_json() for r in rows]})
     else:
@@ -144,12 +150,24 @@ def power_cmd(
     refused for allocated hosts unless --force, and while its bmc-identity alarm is open
     unless --override-identity --reason; recorded as a bmc event."""
     why = override_reason(override_identity, reason)
+    _confirm(action, host, yes)
+    res = svc.power(open_fleet(), host, action, force=force, override_identity=why)
+    show_action(res, as_json)
+
+
+def _confirm(action: PowerAction, host: str, yes: bool) -> None:
     if not yes and not typer.confirm(
             _("Power {action} {host}?").format(action=action.value, host=host), default=False
     ):
         raise typer.Exit(1)
-    res = svc.power(open_fleet(), host, action, force=force, override_identity=why)
-    _report(res, as_json)
+
+
+def confirm_power(_api: object, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``bmc power`` in remote mode, before the call: the same checks and question as
+    locally; the reason is sent only with --override-identity."""
+    why = override_reason(kwargs["override_identity"], kwargs["reason"])
+    _confirm(kwargs["action"], kwargs["host"], kwargs["yes"])
+    return {"reason": why}
 
 
 @app.command("sel-ack")
@@ -160,8 +178,13 @@ def sel_ack_cmd(
 ) -> None:
     """Acknowledge a host's BMC event-log fault: closes its bmc-sel alarm (the only way it
     closes), recorded with actor and reason."""
-    n = svc.sel_ack(open_fleet(), host, reason)
-    console.print(_("{host}: {n} bmc-sel alarm(s) closed").format(host=lit(host), n=n))
+    show_sel_ack({"host": host, "closed": svc.sel_ack(open_fleet(), host, reason)})
+
+
+def show_sel_ack(acked: Mapping[str, Any]) -> None:
+    """Print ``bmc sel-ack`` (local and remote mode): the host, the alarms closed."""
+    console.print(_("{host}: {n} bmc-sel alarm(s) closed").format(
+        host=lit(acked["host"]), n=acked["closed"]))
 
 
 @boundary
@@ -194,10 +217,12 @@ def reimage_cmd(
         raise typer.Exit(1)
     res = svc.reimage(open_fleet(), host, image=image, baseline=baseline,
                       override_identity=why, no_drain=no_drain, drain_timeout=timeout)
-    _report(res, as_json)
+    show_action(res, as_json)
 
 
-def _report(res: svc.BmcAction, as_json: bool) -> None:
+def show_action(res: svc.BmcAction, as_json: bool) -> None:
+    """Print a BMC action (``bmc power``, ``reimage``; local and remote mode); exit 1 when
+    it failed."""
     if as_json:
         print_json(res.as_json())
     elif res.ok:

@@ -3,6 +3,9 @@ report, list. The work is in :mod:`gpufleet.service.campaigns.campaign`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 import typer
 from rich.markup import escape
 
@@ -31,6 +34,9 @@ from gpufleet.service.campaigns.campaign import (
     run_campaign,
     show_campaign,
 )
+
+if TYPE_CHECKING:
+    from gpufleet.cli.remote import Client
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -154,7 +160,9 @@ def create_cmd(
         console.print("[dim]" + _("dry run: nothing stored") + "[/]")
 
 
-def _finish(v: CampaignView, as_json: bool) -> None:
+def show_finished(v: CampaignView, as_json: bool) -> None:
+    """Print where ``campaign run``/``resume`` left the campaign (local and remote mode);
+    exit 1 when it halted."""
     if as_json:
         print_json(_json(v))
     else:
@@ -190,10 +198,60 @@ def run_cmd(
     from gpufleet.domain.leases import parse_duration
 
     timeout = parse_duration(drain_timeout, "--drain-timeout") if drain_timeout else None
-    _finish(run_campaign(open_fleet(), name, None if as_json else _say,
+    show_finished(run_campaign(open_fleet(), name, None if as_json else _say,
                          advance_baseline=advance_baseline,
                          no_drain=no_drain if no_drain or timeout else None,
                          drain_timeout=timeout), as_json)
+
+
+def drain_seconds(_api: object, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``campaign run`` in remote mode, before the call: --drain-timeout as seconds (the
+    route's ``drain_timeout_s``)."""
+    from gpufleet.domain.leases import parse_duration
+
+    given = kwargs["drain_timeout"]
+    return {"drain_timeout": parse_duration(given, "--drain-timeout").total_seconds()
+            if given else None}
+
+
+def follow_run(api: Client, queued: Mapping[str, Any], kwargs: Mapping[str, Any]) -> Any:
+    """``campaign run``/``resume`` in remote mode: the route queued the run as a worker job
+    (``CampaignJobOut``); follow the campaign (``GET campaigns/{name}``) until the job left
+    it: no longer ``running`` once it ran, or changed, or once no job of the runs queue is
+    waiting or running (``GET jobs``). Its status changes are shown on stderr (not under
+    --json); the campaign as it ended is returned."""
+    import time
+    import urllib.parse
+
+    from gpufleet.cli.remote import POLL_S
+    from gpufleet.errors import GpufleetError
+
+    name, was, job = queued["campaign"], queued["status"], queued["job"]
+    quiet = bool(kwargs.get("as_json"))
+    if not quiet:
+        _say(_("campaign {name}: queued on the server's workers (job {job})").format(
+            name=name, job=job))
+    path = "campaigns/" + urllib.parse.quote(name, safe="")
+    ran, shown = False, None
+    while True:
+        time.sleep(POLL_S)
+        v = api.get(path)
+        status = v["status"]
+        counts = ", ".join(f"{k} {n}" for k, n in sorted(v["counts"].items()))
+        if not quiet and (status, counts) != shown:
+            shown = (status, counts)
+            _say(_("campaign {name}: {status} ({counts})").format(
+                name=name, status=status, counts=counts))
+        if status == CampaignStatus.RUNNING:
+            ran = True
+            continue
+        if ran or status != was:
+            return v
+        if not any(q["queue"] == "runs" and q["jobs"] for q in api.get("jobs")):
+            if status == CampaignStatus.PLANNED:  # a run never ends planned: it did not run
+                raise GpufleetError(f"campaign {name}: job {job} ended without running it; "
+                                    "see the server's log")
+            return v
 
 
 @boundary
@@ -203,7 +261,7 @@ def resume_cmd(
 ) -> None:
     """Continue a paused, approved or interrupted campaign (finished hosts are not run again;
     an interrupted host is re-checked first)."""
-    _finish(run_campaign(open_fleet(), name, None if as_json else _say), as_json)
+    show_finished(run_campaign(open_fleet(), name, None if as_json else _say), as_json)
 
 
 @boundary

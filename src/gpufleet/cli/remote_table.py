@@ -8,10 +8,11 @@ contract), turned into the presenter's input (the service's read model, built fr
 schema's fields) and printed by the command's own presenter, so ``--json`` and the tables
 are the local ones by construction. Adding a command to remote mode is one row here (a
 change through a selector, ``maintenance on``, is a POST row whose body comes from the
-command's arguments).
+command's arguments; a row's ``prepare`` runs the command's own checks and question first,
+its ``follow`` follows work the route queued on the server's workers).
 
-Commands whose answer needs more than that (several calls, a body, a refused option,
-following a run) keep a hand-written handler in :mod:`~gpufleet.cli.remote_reads` or
+Commands whose answer needs more than that (several calls, an answer whose shape is not
+the read model's) keep a hand-written handler in :mod:`~gpufleet.cli.remote_reads` or
 :mod:`~gpufleet.cli.remote_runs`.
 """
 
@@ -35,10 +36,13 @@ from gpufleet.api.schemas import (
     Schema,
 )
 from gpufleet.api.schemas_health import (
+    BmcActionOut,
+    BmcStatusOut,
     DeadLetterOut,
     InspectReportOut,
     PartHistoryOut,
     PartOut,
+    SelAckOut,
 )
 from gpufleet.api.schemas_ops import (
     AlarmRecordOut,
@@ -89,6 +93,15 @@ class Read:
     body: tuple[str, ...] = ()
     #: Arguments that are times as the CLI takes them (ISO, local unless zoned): sent zoned.
     times: tuple[str, ...] = ()
+    #: ``"module:function"`` run first with the API and the command's arguments, as the local
+    #: command does before its service call: it refuses what the route cannot take (exit 2,
+    #: naming the option), asks what the local command asks, and returns arguments replaced
+    #: for the call (a duration as seconds).
+    prepare: str | None = None
+    #: ``"module:function"`` for work the route queues on the server's workers: with the API,
+    #: the route's answer and the command's arguments, it follows the work to its end and
+    #: returns the answer that is printed (of ``schema``).
+    follow: str | None = None
 
     def payload(self, kwargs: Mapping[str, Any]) -> dict[str, object] | None:
         """The request's body, or None (a read)."""
@@ -326,6 +339,44 @@ READS |= {
 }
 
 
+#: BMCs, baselines from a host and campaign runs (issue 25 item 2): rows whose command checks
+#: or asks first (``prepare``) or whose work runs on the server's workers (``follow``).
+_BMC = "gpufleet.service.hosts.bmc"
+READS |= {
+    "bmc.status_cmd": Read(
+        "bmc", BmcStatusOut, "gpufleet.cli.bmc:show_bmc_status",
+        params=("selector", "timeout_s=timeout", "deadline_s=deadline"),
+        refuse=("--forks=forks",), view=f"{_BMC}:BmcStatus", many=True,
+    ),
+    "bmc.power_cmd": Read(
+        "hosts/{host}/power", BmcActionOut, "gpufleet.cli.bmc:show_action", method="POST",
+        body=("action", "force", "override_identity_reason=reason"),
+        prepare="gpufleet.cli.bmc:confirm_power", view=f"{_BMC}:BmcAction",
+    ),
+    "bmc.sel_ack_cmd": Read(
+        "hosts/{host}/bmc/sel-ack", SelAckOut, "gpufleet.cli.bmc:show_sel_ack", method="POST",
+        body=("reason",), args=(), view="json",
+    ),
+    "baseline.create_cmd": Read(
+        "baselines", BaselineOut, "gpufleet.cli.baseline:show_created", method="POST",
+        body=("name", "host=from_host", "purpose", "replace", "pools=pool", "create"),
+        prepare="gpufleet.cli.baseline:from_host_only", args=("as_json", "from_host", "pool"),
+        view="gpufleet.cli.remote_reads:baseline_of",
+    ),
+    "campaign.run_cmd": Read(
+        "campaigns/{name}/run", CampaignOut, "gpufleet.cli.campaign:show_finished",
+        method="POST", body=("no_drain", "drain_timeout_s=drain_timeout"),
+        refuse=("--advance-baseline=advance_baseline",),
+        prepare="gpufleet.cli.campaign:drain_seconds",
+        follow="gpufleet.cli.campaign:follow_run", view=_CAMPAIGN,
+    ),
+    "campaign.resume_cmd": Read(
+        "campaigns/{name}/resume", CampaignOut, "gpufleet.cli.campaign:show_finished",
+        method="POST", follow="gpufleet.cli.campaign:follow_run", view=_CAMPAIGN,
+    ),
+}
+
+
 def _when(value: str, flag: str) -> str:
     from gpufleet.cli.common import when  # local unless zoned; sent zoned (API: naive = UTC)
 
@@ -381,7 +432,11 @@ def serve(api: Client, read: Read, kwargs: Mapping[str, Any]) -> None:
     build the presenter's input and print it with the local presenter."""
     refused = (r.partition("=") for r in read.refuse)
     refuse_options(**{flag: kwargs[arg] for flag, _, arg in refused})
+    if read.prepare is not None:
+        kwargs = {**kwargs, **_named(read.prepare)(api, kwargs)}
     answer = fetch(api, read, kwargs)
+    if read.follow is not None:
+        answer = _named(read.follow)(api, answer, kwargs)
     to_view = viewer(read.view)
     if read.many:
         data: Any = [to_view(read.schema.model_validate(x)) for x in answer]
@@ -397,15 +452,10 @@ def serve(api: Client, read: Read, kwargs: Mapping[str, Any]) -> None:
 _LATER = "not yet in remote mode: refused, named (its presenter is not split from the call)"
 NOT_REMOTE: dict[str, str] = {
     "GET health": "liveness of the server; no command",
-    "GET jobs": "queue depth for monitoring; no command",
+    "GET jobs": "queue depth for monitoring; no command prints it (campaign run and resume "
+    "read it to know that their job ended)",
     "GET runs": "no command lists runs",
     "POST tokens": "the secret is printed once where the token is made",
-    "POST baselines": _LATER,
-    "GET bmc": _LATER,
-    "POST hosts/{name}/power": _LATER,
-    "POST hosts/{name}/bmc/sel-ack": _LATER,
     "POST hosts/{name}/remediate": _LATER,
-    "POST campaigns/{name}/run": _LATER,
-    "POST campaigns/{name}/resume": _LATER,
     "GET failures": "no command lists recorded failures (failures report groups them)",
 }

@@ -45,10 +45,11 @@ def drift_report(selector: str | None = None, fleet: Fleet = Depends(as_viewer))
     tags=["baselines"],
 )
 def baselines_create(body: BaselineFromHostIn, fleet: Fleet = Depends(as_admin)) -> BaselineOut:
+    baselines.check_pools(fleet, body.pools, create=body.create)  # a typo creates nothing
     b = baselines.baseline_from_host(fleet, body.host, body.name, body.purpose)
     saved = baselines.save_baseline(fleet, b, replace=body.replace)
     for p in body.pools:
-        baselines.set_pool_baseline(fleet, p, saved.name, create=True)
+        baselines.set_pool_baseline(fleet, p, saved.name, create=body.create)
     return BaselineOut.of(saved, list(body.pools))
 
 
