@@ -184,3 +184,21 @@ def _named(argv: list[str], name: str) -> list[str]:
 def _unnamed(campaign: dict[str, object]) -> dict[str, object]:
     """A campaign's JSON without its name."""
     return {k: v for k, v in campaign.items() if k != "name"}
+
+
+def test_a_bmc_read_round_trips_through_the_api_schema() -> None:
+    """Every field ``bmc status --json`` prints survives ``GET bmc`` and the row's view (the
+    lab's emulator has no event log: its ``sel_source`` is null there)."""
+    from gpufleet.api.schemas_health import BmcStatusOut
+    from gpufleet.cli.remote_table import READS, viewer
+    from gpufleet.service.hosts.bmc import BmcStatus
+
+    read = BmcStatus(
+        host="gpu-01", outcome="ok", power_state="On", health="OK",
+        identity={"serial": "S1", "uuid": "U1"}, gpus=[{"id": "GPU0"}],
+        sel_new=[{"id": "7", "severity": "Critical", "message": "DIMM"}],
+        sel_source="System:1:Log1", ssh="ok", diagnosis=None, alarms=["bmc-sel"],
+    )
+    row = READS["bmc.status_cmd"]
+    sent = json.loads(BmcStatusOut.of(read).model_dump_json())
+    assert viewer(row.view)(row.schema.model_validate(sent)).as_json() == read.as_json()
