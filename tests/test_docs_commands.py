@@ -30,10 +30,12 @@ import itertools
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -44,6 +46,7 @@ import pytest
 from gpufleet.lab.fleet import create_fleet
 from gpufleet.lab.renderers import render_sections
 from tests.export.test_k8s_sync import Kmock, _node
+from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
 from tests.sshlab_fixtures import SshLabFactory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +67,7 @@ RUN = {
     "README.md: ansible -i ./gpufleet-inventory gpu_a100 -m ping": "ssh",
     "README.md: gpufleet k8s sync --dry-run": "lab",
     "README.md: gpufleet sync --once": "lab",
+    "README.md: gpufleet maintenance on gpu-07 --reason \"PSU\" --drain-timeout 1h": "slurm",
     "README.md: TOKEN=$(openssl rand -hex 24)": "lab",
     "README.md: gpufleet bmc status 'rack:r02' --json": "lab",
 }
@@ -79,9 +83,6 @@ NOT_RUN = {
     "README.md: ansible-playbook -i ./gpufleet-inventory -l state_enrolled \\":
     "changes the machine it runs on (accounts, hostname, sshd, chrony); "
     "tests/e2e/test_init_role.py runs the role against real sshd hosts",
-    "README.md: gpufleet maintenance on gpu-07 --reason \"PSU\" --drain-timeout 1h":
-    "needs a Slurm cluster running a job on gpu-07 "
-    "(tests/export/test_slurm_drain.py, test_slurm_cli.py run both against real Slurm)",
     "README.md: #!/bin/sh": "a Slurm prolog file for a GPU node, not commands to paste "
     "(tests/service/test_preflight.py judges captured nodes)",
     "README.md: gpufleet reimage gpu-07 --baseline a100-2026q4 --yes": "the BMC downloads the "
@@ -119,7 +120,8 @@ mig-configs:
 }
 
 # The state each scene's blocks speak of. ``lab``: the tour's lab, collected and validated,
-# with its baseline. ``ssh``: the site inventory of the test's sshd hosts (``hosts.ini``).
+# with its baseline. ``slurm``: a job running on gpu-07. ``ssh``: the site inventory of the
+# test's sshd hosts (``hosts.ini``).
 PRELUDES = {
     "lab": """\
 gpufleet lab create --hosts 32 --bmc
@@ -128,11 +130,23 @@ gpufleet collect                # exit 1: gpu-03, gpu-27
 gpufleet validate               # exit 1
 gpufleet baseline create a100-2026q4 --from-host gpu-01 --pool train-a100 --status validated
 """,
+    "slurm": """\
+sbatch -w gpu-07 -t 1 --gres=gpu:h100:2 --wrap 'sleep 6'
+until squeue -h -w gpu-07 -t R | grep -q .; do sleep 0.2; done
+""",
     "ssh": """\
 gpufleet enroll -i hosts.ini
 gpufleet collect
 gpufleet validate
 gpufleet baseline create a100-2026q4 --from-host gpu-01 --pool train-a100 --status validated
+""",
+}
+
+# What the test looks at after a scene's blocks (with :data:`EXPECT`).
+AFTER = {
+    "slurm": """\
+gpufleet events gpu-07
+sinfo -h -n gpu-07 -o %T
 """,
 }
 
@@ -145,6 +159,9 @@ EXPECT = {
     "ansible-inventory -i ./gpufleet-inventory --graph": "@pool_train_a100:",
     "gpu_a100 -m ping": '"ping": "pong"',
     "driver.yml": "ok=1",
+    "gpufleet events gpu-07": "slurm drain before maintenance",
+    "sinfo -h -n gpu-07 -o %T": "drained",
+    "--slurm --partition gpu": "Slurm: ",
     "/api/v1/hosts?model=H100": '"items"',
     "/api/v1/capacity/check": '"ok"',
     "gpufleet bmc status 'rack:r02' --json": '"power_state": "On"',
@@ -379,8 +396,9 @@ def _run_scene(scene: str, env: dict[str, str], work: Path, status: Path) -> Non
     for name, text in FILES.items():
         (work / name).write_text(text)
     prelude = Block(f"PRELUDE[{scene}]", 1, tuple(PRELUDES[scene].splitlines()), False)
+    after = Block(f"AFTER[{scene}]", 1, tuple(AFTER.get(scene, "").splitlines()), False)
     cmds = commands(prelude) + [c for b in all_blocks() if RUN.get(b.key) == scene
-                                for c in commands(b)]
+                                for c in commands(b)] + commands(after)
     started = time.monotonic()
     with subprocess.Popen(["bash", "-c", _script(cmds, _free_port(), status)], env=env,
                           cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -472,3 +490,35 @@ def test_the_ansible_blocks_run_against_sshd_hosts(
                             "-o UserKnownHostsFile=/dev/null",
     }
     _run_scene("ssh", env, work, tmp_path / "status")
+
+
+@pytest.mark.long
+def test_the_slurm_blocks_run_against_a_slurm_cluster(tmp_path: Path) -> None:
+    """The blocks of scene ``slurm``: a real Slurm cluster (tests/slurmlab.py) whose nodes are
+    ``gpufleet slurm export`` of an 8-host H100 lab, validated; ``SLURM_CONF`` set as on a
+    login node, ``GPUFLEET_SYNC_TARGETS=slurm`` as the README says. A job runs on gpu-07 when
+    the blocks start."""
+    try:
+        ensure_slurm()
+    except SlurmLabError as exc:
+        pytest.fail(f"slurm lab unavailable: {exc}")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-docs-slurm-"))  # short: munge's socket path
+    slurm = SlurmLab(root / "slurm")
+    env = _env(home) | {"SLURM_CONF": str(slurm.conf), "GPUFLEET_SYNC_TARGETS": "slurm"}
+    lab = home / ".local" / "share" / "gpufleet" / "lab"
+    for cmd in (["lab", "create", "--hosts", "8", "--model", "h100-8x", "--no-default-faults"],
+                ["enroll", "-i", str(lab / "inventory.ini")], ["validate"],
+                ["slurm", "export", "--out", str(root / "export"),
+                 "--gpu-files", str(root / "slurm" / "dev" / "{node}" / "nvidia[{minors}]")]):
+        subprocess.run(["gpufleet", *cmd], env=env, cwd=work, check=True, capture_output=True)
+    conf = (root / "export" / "slurm.conf").read_text().splitlines()
+    try:
+        slurm.start([ln for ln in conf if ln.startswith("NodeName=")],
+                    (root / "export" / "gres.conf").read_text())
+        _run_scene("slurm", env, work, tmp_path / "status")
+    finally:
+        slurm.stop()
+        shutil.rmtree(root, ignore_errors=True)
