@@ -70,6 +70,7 @@ RUN = {
     "README.md: gpufleet maintenance on gpu-07 --reason \"PSU\" --drain-timeout 1h": "slurm",
     "README.md: TOKEN=$(openssl rand -hex 24)": "lab",
     "README.md: gpufleet bmc status 'rack:r02' --json": "lab",
+    "README.md: gpufleet reimage gpu-07 --baseline a100-2026q4 --yes": "lab",
 }
 
 # Blocks not run here, and why.
@@ -85,8 +86,6 @@ NOT_RUN = {
     "tests/e2e/test_init_role.py runs the role against real sshd hosts",
     "README.md: #!/bin/sh": "a Slurm prolog file for a GPU node, not commands to paste "
     "(tests/service/test_preflight.py judges captured nodes)",
-    "README.md: gpufleet reimage gpu-07 --baseline a100-2026q4 --yes": "the BMC downloads the "
-    "baseline's OS image, which the lab has none of (tests/bmc/test_reimage*.py)",
 }
 
 # The files a reader of the blocks brings: in the working directory.
@@ -120,15 +119,19 @@ mig-configs:
 }
 
 # The state each scene's blocks speak of. ``lab``: the tour's lab, collected and validated,
-# with its baseline. ``slurm``: a job running on gpu-07. ``ssh``: the site inventory of the
-# test's sshd hosts (``hosts.ini``).
+# with its baseline, whose OS image an HTTP server serves (the BMCs' virtual media fetch it).
+# ``slurm``: a job running on gpu-07. ``ssh``: the site inventory of the test's sshd hosts
+# (``hosts.ini``).
 PRELUDES = {
     "lab": """\
 gpufleet lab create --hosts 32 --bmc
 gpufleet enroll -i ~/.local/share/gpufleet/lab/inventory.ini
 gpufleet collect                # exit 1: gpu-03, gpu-27
 gpufleet validate               # exit 1
-gpufleet baseline create a100-2026q4 --from-host gpu-01 --pool train-a100 --status validated
+python3 -m http.server --bind 127.0.0.1 {image_port} --directory images &
+until curl -s -o /dev/null http://127.0.0.1:{image_port}/; do sleep 0.2; done
+gpufleet baseline create a100-2026q4 --from-host gpu-01 --pool train-a100 --status validated \\
+    --os-image-url http://127.0.0.1:{image_port}/ubuntu-22.04-gpu.iso
 """,
     "slurm": """\
 sbatch -w gpu-07 -t 1 --gres=gpu:h100:2 --wrap 'sleep 6'
@@ -162,6 +165,7 @@ EXPECT = {
     "gpufleet events gpu-07": "slurm drain before maintenance",
     "sinfo -h -n gpu-07 -o %T": "drained",
     "--slurm --partition gpu": "Slurm: ",
+    "gpufleet reimage gpu-07": "reimage done",
     "/api/v1/hosts?model=H100": '"items"',
     "/api/v1/capacity/check": '"ok"',
     "gpufleet bmc status 'rack:r02' --json": '"power_state": "On"',
@@ -395,7 +399,8 @@ def _run_scene(scene: str, env: dict[str, str], work: Path, status: Path) -> Non
     """Run the scene's prelude and its blocks in one bash in ``work``; assert each exit."""
     for name, text in FILES.items():
         (work / name).write_text(text)
-    prelude = Block(f"PRELUDE[{scene}]", 1, tuple(PRELUDES[scene].splitlines()), False)
+    text = PRELUDES[scene].replace("{image_port}", str(_free_port()))
+    prelude = Block(f"PRELUDE[{scene}]", 1, tuple(text.splitlines()), False)
     after = Block(f"AFTER[{scene}]", 1, tuple(AFTER.get(scene, "").splitlines()), False)
     cmds = commands(prelude) + [c for b in all_blocks() if RUN.get(b.key) == scene
                                 for c in commands(b)] + commands(after)
@@ -438,6 +443,8 @@ def test_the_lab_blocks_run_as_written(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
+    (work / "images").mkdir()  # the OS image the lab's BMCs boot (served over HTTP)
+    (work / "images" / "ubuntu-22.04-gpu.iso").write_bytes(bytes(65536))
     cluster = Kmock([_node(f"gpu-{i:02d}", "8") for i in range(1, 33)])
     env = _env(home) | {"GPUFLEET_KUBECONFIG": str(cluster.kubeconfig(tmp_path / "kubeconfig")),
                         "GPUFLEET_SYNC_TARGETS": "k8s"}
