@@ -7,13 +7,18 @@ language (``text``, ``yaml``, ``ini`` ...) is not a command block. Each command 
 its first line (:func:`block_key`), exactly one of:
 
 - a tour block (``<!-- tour -->``): ``tests/test_readme_tour.py`` runs it;
-- in :data:`RUN`: run here, top to bottom in one ``bash`` on a fresh home (``HOME`` a new
-  directory, no ``GPUFLEET_*`` setting but the scene's below) whose lab is made by
-  :data:`PRELUDE`, next to the real components the blocks talk to: kmock as the Kubernetes API
-  server (``GPUFLEET_KUBECONFIG``; ``GPUFLEET_SYNC_TARGETS=k8s``), the lab's Redfish BMC
-  emulator, ``gpufleet serve`` started by the README's own line (its port ``8080`` becomes a
-  free one), the real ``ansible-inventory``; the files a reader brings (:data:`FILES`) are in
-  the working directory;
+- in :data:`RUN`: run here in its scene, top to bottom in one ``bash`` per scene on a fresh
+  home (``HOME`` a new directory, no ``GPUFLEET_*`` setting but the scene's), after the
+  scene's :data:`PRELUDES` (the state the blocks speak of), with the files a reader brings
+  (:data:`FILES`) in the working directory, next to the real components the blocks talk to:
+
+  - ``lab``: the simulated lab with its Redfish BMC emulator; kmock as the Kubernetes API
+    server (``GPUFLEET_KUBECONFIG``, ``GPUFLEET_SYNC_TARGETS=k8s``); ``gpufleet serve``
+    started by the README's own line (its port ``8080`` becomes a free one);
+  - ``ssh``: real sshd hosts enrolled from a site inventory, the real ``ansible-inventory``,
+    ``ansible`` and ``ansible-playbook`` with the README's ``ansible.cfg``;
+  - ``slurm``: a real Slurm cluster (slurmctld, one slurmd per node) made from
+    ``gpufleet slurm export``;
 - in :data:`NOT_RUN`, with the reason it cannot run here (and where it is tested instead).
 
 A block that is none of them fails the test, and so does a listed block that no longer exists.
@@ -327,6 +332,16 @@ def test_commands_split_as_a_shell_reads_them() -> None:
     (indented,) = list(code_blocks_of("text\n\n    gpufleet drift\n\n    gpufleet x\nend\n"))
     assert indented.lines == ("gpufleet drift", "", "gpufleet x")
     assert not list(code_blocks_of("```yaml\na: 1\n```\n    not code after a fence\n"))
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    """Inline ``make X`` in the docs (``make demo``, ``make wheelhouse`` ...) name real targets;
+    the make commands in blocks are in :data:`NOT_RUN`, and tests/test_wheel.py runs
+    ``make -n wheelhouse`` and the offline install."""
+    targets = set(re.findall(r"^([a-z][a-z-]*):", (ROOT / "Makefile").read_text(), re.M))
+    named = {m for p in DOCS for m in re.findall(r"`make ([a-z][a-z-]*)", p.read_text())}
+    assert {"demo", "test", "check", "bench", "wheelhouse"} <= named
+    assert named <= targets, f"make targets the docs name but the Makefile lacks: {named - targets}"
 
 
 def test_the_documented_ansible_cfg_reads_as_meant(tmp_path: Path) -> None:
