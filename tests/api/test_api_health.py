@@ -15,7 +15,7 @@ from httpx import Response
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 from tests.api.test_api import V1, error

@@ -22,7 +22,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from tests.api.conftest import auth
 

@@ -25,7 +25,7 @@ from tests.sshlab_fixtures import SshLabFactory
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.domain.campaign import ActionKind, CampaignStatus, HostStep
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.campaigns.campaign import create_campaign, show_campaign
 from gpufleet.service.core.fleet import Fleet, utcnow
 from gpufleet.service.views.hosts import list_events

@@ -36,7 +36,7 @@ from sqlalchemy import create_engine, text
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.inventory import load_inventory
 from gpufleet.lab.fleet import create_fleet, write_inventory
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.alarms import raise_alarm
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.enroll import enroll

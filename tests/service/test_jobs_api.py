@@ -23,7 +23,7 @@ from tests.store.conftest import empty_url as empty_url
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.config import load_settings
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.schema import upgrade
 from gpufleet.store.db import Database

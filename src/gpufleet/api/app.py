@@ -37,7 +37,7 @@ from gpufleet.api.routes import tokens as token_routes
 from gpufleet.api.schemas_ops import Health
 from gpufleet.api.security import add_security_headers
 from gpufleet.errors import ConfigError, GpufleetError, NotFound
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.tokens import record_api_call
 

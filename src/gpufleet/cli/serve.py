@@ -65,7 +65,7 @@ def serve_cmd(
     resume(fleet, always=True)  # this process sends the outbox as long as it runs
     jobs = None
     if with_worker:
-        from gpufleet.service.background.tasks import JobQueue
+        from gpufleet.service.background.job_queue import JobQueue
 
         jobs = JobQueue(fleet)
         if jobs.shared:

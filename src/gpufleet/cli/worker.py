@@ -41,7 +41,8 @@ def worker_cmd(
     worker killed mid-job has its jobs retried by another after GPUFLEET_WORKER_STALLED_AFTER
     seconds. SIGTERM / Ctrl-C: running jobs finish, then exit 0. On the embedded SQLite
     database use `gpufleet serve --with-worker` instead."""
-    from gpufleet.service.background.tasks import QUEUES, JobQueue
+    from gpufleet.service.background.job_queue import JobQueue
+    from gpufleet.service.background.tasks import QUEUES
 
     unknown = sorted(set(queue) - set(QUEUES))
     if unknown:

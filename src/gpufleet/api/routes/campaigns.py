@@ -14,7 +14,7 @@ from gpufleet.api.deps import as_admin, as_operator, as_viewer
 from gpufleet.api.routes import ERRORS
 from gpufleet.api.routes.runs import job_queue
 from gpufleet.api.schemas_runs import CampaignJobOut, CampaignOut, CampaignRunIn
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.campaigns import campaign
 from gpufleet.service.core.fleet import Fleet
 

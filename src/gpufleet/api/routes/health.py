@@ -38,7 +38,7 @@ from gpufleet.domain.leases import parse_duration
 from gpufleet.domain.remediation import Action
 from gpufleet.domain.runs import RunKind
 from gpufleet.service.background import jobs
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.health import failures, parts
 from gpufleet.service.health.inspect_report import build_report, parse_since

@@ -10,7 +10,7 @@ from gpufleet.api.routes import ERRORS, RowId
 from gpufleet.api.schemas_runs import QueueDepthOut, RunHostOut, RunIn, RunOut
 from gpufleet.domain.runs import RunState
 from gpufleet.service.background import jobs
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
 
 router = APIRouter(responses=ERRORS)

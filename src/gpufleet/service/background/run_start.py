@@ -5,7 +5,7 @@ there)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
@@ -24,9 +24,10 @@ from gpufleet.service.views.run_views import RunView, show_run
 from gpufleet.store.tables import CollectionRun, Host, JobChunk, JobRun
 
 
+@runtime_checkable
 class Deferrer(Protocol):
     """What :func:`start_run` queues chunk jobs on
-    (``gpufleet.service.background.tasks.JobQueue``)."""
+    (``gpufleet.service.background.job_queue.JobQueue``)."""
 
     #: The queue lives in the fleet's database: jobs are inserted in the run's transaction
     #: (else they are queued once the run is committed).

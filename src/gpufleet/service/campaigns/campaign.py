@@ -554,7 +554,8 @@ def run_campaign(
 
 
 class CampaignDeferrer(Protocol):
-    """Where :func:`enqueue_run` queues the job (``gpufleet.service.background.tasks.JobQueue``)."""
+    """Where :func:`enqueue_run` queues the job
+    (``gpufleet.service.background.job_queue.JobQueue``)."""
 
     def check_ready(self) -> None:
         """Raise when this process cannot queue jobs now."""
