@@ -1,7 +1,7 @@
 """Drain before you touch through the API (issue 26, item 3), on SQLite and PostgreSQL, with
 kmock as the cluster (the API server's eviction response: tests/export/kmock_eviction.py):
-``POST hosts/{name}/remediate`` and ``POST retire`` drain first (a budget that blocks: 409
-``drain_blocked`` naming the pod, nothing done) and take ``no_drain`` as the CLI's
+``POST hosts/{name}/remediate`` (its run) and ``POST retire`` drain first (a budget that
+blocks: ``drain_blocked`` naming the pod, nothing done) and take ``no_drain`` as the CLI's
 ``--no-drain``, recorded on the event; ``POST campaigns/{name}/run`` takes it too (kept on
 the campaign for the worker job, recorded)."""
 
@@ -14,15 +14,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpufleet.service.campaigns.campaign_run import campaign_row
+from gpufleet.service.core import background_errors as background
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.hosts.drain import KubeDrain
 from gpufleet.service.views.hosts import list_events
 from tests.api.conftest import auth
 from tests.api.test_api_campaigns import _campaign
+from tests.api.test_api_health import worked  # noqa: F401  (fixture)
 from tests.export.kmock_eviction import serve_evictions
 from tests.export.test_k8s_drain import _node, _pods, train_under_budget
 from tests.export.test_k8s_sync import Kmock
-from tests.service.test_jobs_api import empty_queue
+from tests.service.test_jobs_api import empty_queue, wait_finished
 
 pytestmark = pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 
@@ -45,18 +47,29 @@ def drained_fleet(lab_fleet: Fleet, tmp_path: Path) -> Iterator[KubeDrain]:
 
 
 def test_remediate_and_retire_drain_first_no_drain_recorded(
-    client: TestClient, lab_fleet: Fleet, drained_fleet: KubeDrain
+    lab_fleet: Fleet, drained_fleet: KubeDrain, worked: TestClient  # noqa: F811
 ) -> None:
+    """The remediation is a run (issue 25 item 2): the blocked drain fails it, fail closed,
+    with the error ``gpufleet remediate`` raises (``drain_blocked``), logged and counted."""
+    client = worked
+    failures = background.counts()[background.WORKER]
     r = client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "reset-gpu"},
                     headers=auth("admin"))
-    assert r.status_code == 409, r.text
-    err = r.json()["error"]
+    assert r.status_code == 202, r.text
+    run = wait_finished(client, r.json()["id"])
+    assert run["state"] == "failed" and "ml/train-0" in str(run["error"]), run
+    err = run["remediation"]["error"]  # type: ignore[index]
     assert err["code"] == "drain_blocked" and "ml/train-0" in err["message"], err
+    assert background.counts()[background.WORKER] == failures + 1
+    [host] = client.get(f"{V1}/runs/{run['id']}/hosts", headers=auth("viewer")).json()
+    assert host["outcome"] == "error" and "ml/train-0" in host["detail"], host
     assert list_events(lab_fleet, "gpu-01", kind="remediation") == []  # nothing ran
 
     r = client.post(f"{V1}/hosts/gpu-01/remediate",
                     json={"action": "reset-gpu", "no_drain": True}, headers=auth("admin"))
-    assert r.status_code == 200, r.text
+    assert r.status_code == 202, r.text
+    run = wait_finished(client, r.json()["id"])
+    assert run["remediation"]["host"] == "gpu-01", run  # type: ignore[index]
     [ev] = list_events(lab_fleet, "gpu-01", kind="remediation")
     assert ev["data"]["drain"] == SKIPPED and ev["actor"] == "api:admin-bot"
     assert _pods(drained_fleet, "gpu-01") == ["train-0"]

@@ -1,6 +1,7 @@
 """The health routes through the real ASGI app on SQLite and PostgreSQL: one inspection sweep,
-remediation (admin), GPU parts, BMC status/power, bulk failure import; each for the right
-role, 403 for the wrong one, 404/422 in the one error shape."""
+remediation (admin; a run, refused before it is queued when it cannot run), GPU parts, BMC
+status/power, bulk failure import; each for the right role, 403 for the wrong one, 404/422 in
+the one error shape."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from httpx import Response
+from sqlalchemy import func, select
 
 from gpufleet.api.app import create_app
 from gpufleet.api.auth import TokenStore
 from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.fleet import Fleet
+from gpufleet.service.views.hosts import list_events
+from gpufleet.store.tables import JobRun
 from tests.api.conftest import auth
 from tests.api.test_api import V1, error
 from tests.service.test_jobs_api import empty_queue, wait_finished
@@ -66,31 +70,61 @@ def test_inspect_is_a_run_queued_by_operators(worked: TestClient) -> None:
     )
 
 
-def test_remediation_is_admin_only(client: TestClient) -> None:
+def _runs(fleet: Fleet) -> int:
+    with fleet.db.session() as s:
+        return int(s.scalar(select(func.count(JobRun.id))) or 0)
+
+
+def test_remediation_is_a_run_queued_by_admins_refused_before_queueing(
+    worked: TestClient, lab_fleet: Fleet
+) -> None:
+    """Issue 25 item 2: ``POST hosts/{name}/remediate`` answers 202 with a ``remediate`` run
+    that a worker runs; a request that cannot run is refused at once in the one error shape
+    (403, 404, 422, 400, 409) and queues nothing."""
+    client = worked
     body = {"action": "service-request", "ticket": "RMA-1", "reason": "fan"}
-    error(
-        client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("operator")),
-        403,
-        "forbidden",
-    )
-    error(
-        client.post(f"{V1}/hosts/gpu-99/remediate", json=body, headers=auth("admin")),
-        404,
-        "not_found",
-    )
-    msg = error(
-        client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "pray"}, headers=auth("admin")),
-        422,
-        "config",
-    )
+    before = _runs(lab_fleet)
+    error(client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("operator")),
+          403, "forbidden")
+    error(client.post(f"{V1}/hosts/gpu-99/remediate", json=body, headers=auth("admin")),
+          404, "not_found")
+    msg = error(client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "pray"},
+                            headers=auth("admin")), 422, "config")
     assert "action" in msg
+    msg = error(client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "restart-service"},
+                            headers=auth("admin")), 400, "usage")
+    assert "--service" in msg
+    msg = error(client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "power-cycle"},
+                            headers=auth("admin")), 400, "usage")
+    assert "gpu-01" in msg and "BMC" in msg
+    msg = error(client.post(f"{V1}/hosts/gpu-01/remediate", json={"action": "reset-gpu",
+                            "gpu": 9}, headers=auth("admin")), 400, "usage")
+    assert "no GPU 9" in msg
+    lease = client.post(f"{V1}/leases", headers=auth("operator"), json={
+        "hosts": 1, "selector": "gpu-06", "owner": "team-a", "purpose": "t", "for": "2h"}).json()
+    assert lease["granted"], lease
+    msg = error(client.post(f"{V1}/hosts/gpu-06/remediate", json={"action": "reboot"},
+                            headers=auth("admin")), 409, "invalid_transition")
+    assert "gpu-06" in msg
+    assert _runs(lab_fleet) == before  # nothing queued
+    assert list_events(lab_fleet, "gpu-06", kind="remediation") == []
+
     r = client.post(f"{V1}/hosts/gpu-01/remediate", json=body, headers=auth("admin"))
-    assert r.status_code == 200, r.text
-    out = r.json()
-    assert out["host"] == "gpu-01" and out["action"] == "service-request"
-    assert out["state"] == "maintenance" and out["steps"]
-    host = client.get(f"{V1}/hosts/gpu-01", headers=auth("viewer")).json()
-    assert host["host"]["state"] == "maintenance"
+    assert r.json()["kind"] == "remediate" and r.json()["hosts"] == 1, r.text
+    assert r.json()["params"]["action"] == "service-request"
+    [host] = finished(client, r)
+    assert host["host"] == "gpu-01" and host["outcome"] == "ok", host
+    assert "service-request ok" in host["detail"]
+    run = client.get(f"{V1}/runs/{r.json()['id']}", headers=auth("viewer")).json()
+    rep = run["remediation"]
+    assert (rep["host"], rep["action"], rep["ok"], rep["state"]) == (
+        "gpu-01", "service-request", True, "maintenance")
+    assert rep["steps"][0]["outcome"] == "ok" and rep["record_ids"], rep
+    got = client.get(f"{V1}/hosts/gpu-01", headers=auth("viewer")).json()
+    assert got["host"]["state"] == "maintenance"
+    [ev] = list_events(lab_fleet, "gpu-01", kind="remediation")
+    assert ev["actor"] == "api:admin-bot" and "RMA-1" in ev["message"]
+    assert _runs(lab_fleet) == before + 1
 
 
 def test_parts_list_and_show_for_viewers(client: TestClient) -> None:

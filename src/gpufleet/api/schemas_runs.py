@@ -18,7 +18,10 @@ if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at r
 
 
 class RunIn(Schema):
-    kind: RunKind = Field(description="collect, validate, inspect (one sweep) or evidence")
+    kind: RunKind = Field(
+        description="collect, validate, inspect (one sweep) or evidence (remediate runs are "
+        "started with POST /hosts/{name}/remediate)"
+    )
     selector: str | None = Field(
         None, description="Hosts (NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R); none: all."
     )
@@ -80,6 +83,11 @@ class RunOut(Schema):
     chunk_list: list[RunChunkOut]
     params: dict[str, Any] = Field(description="Evidence runs: test, level, seconds.")
     findings: int = Field(description="Inspect runs: health findings in the finished chunks.")
+    remediation: dict[str, Any] | None = Field(
+        None, description="Remediate runs, once finished: the report (`remediate --json`'s "
+        "shape: host, action, ok, steps, state), or the error that stopped it "
+        "({\"error\": {code, message, retryable}})."
+    )
 
     @classmethod
     def of(cls, r: RunView) -> RunOut:
@@ -118,6 +126,7 @@ class RunOut(Schema):
             ],
             params=dict(r.params),
             findings=r.findings,
+            remediation=r.remediation,
         )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 import typer
 
@@ -75,13 +76,20 @@ def remediate_cmd(
         no_drain=no_drain,
         drain_timeout=parse_duration(drain_timeout, "--drain-timeout"),
     )
+    print_report(asdict(rep), as_json)
+
+
+def print_report(rep: dict[str, Any], as_json: bool) -> None:
+    """Print a remediation's report (``RemediationReport`` as a dict: the same in remote mode,
+    where it comes from the run); exit 1 when it did not end ok."""
     if as_json:
-        print_json(asdict(rep))
+        print_json(rep)
     else:
-        for st in rep.steps:
-            console.print(f"{lit(rep.host)}: {lit(st.action)} {lit(st.outcome)}: {lit(st.detail)}")
-        console.print(f"{lit(rep.host)} is now {lit(rep.state)}")
-    if not rep.ok:
+        host = lit(rep["host"])
+        for st in rep["steps"]:
+            console.print(f"{host}: {lit(st['action'])} {lit(st['outcome'])}: {lit(st['detail'])}")
+        console.print(f"{host} is now {lit(rep['state'])}")
+    if not rep["ok"]:
         raise typer.Exit(1)
 
 

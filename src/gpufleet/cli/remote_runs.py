@@ -1,5 +1,5 @@
-"""Remote mode's long work: inspect, collect and validate as background runs on the
-server's workers that the CLI follows to their end (registered with
+"""Remote mode's long work: inspect, collect, validate, evidence and remediate as background
+runs on the server's workers that the CLI follows to their end (registered with
 :func:`gpufleet.cli.remote.remote`; moved out of :mod:`gpufleet.cli.remote`)."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from gpufleet.cli.common import err_console, lit, print_json
 from gpufleet.cli.remote import (
     POLL_S,
     Client,
+    error_of,
     refuse_options,
     remote,
 )
+from gpufleet.errors import GpufleetError, UsageError
 from gpufleet.i18n import _
 
 # --- inspect: one sweep, a run on the server's workers --------------------------------------
@@ -151,3 +153,63 @@ def evidence_run(
     refuse_options(**{"--command": command, "--timeout": timeout, "--forks": forks})
     body = {"selector": selector, "kind": kind, "level": level, "seconds": seconds}
     _follow(api, api.post("evidence", body), as_json)
+
+
+# --- remediate: one rung of the ladder, a run of one host --------------------------------------
+
+
+@remote("remediate.remediate_cmd", routes=("POST hosts/{name}/remediate", _RUN[1]))
+def remediate(
+    api: Client,
+    host: str,
+    action: str,
+    service: str | None,
+    override_identity: bool,
+    gpu: int | None,
+    ticket: str | None,
+    eta: str | None,
+    reason: str | None,
+    timeout: float,
+    reboot_wait: float,
+    as_json: bool,
+    no_drain: bool,
+    drain_timeout: str,
+) -> None:
+    """Queue the remediation (refused at once when it cannot run: the local exit codes),
+    follow its run, print its report as ``gpufleet remediate`` does."""
+    from urllib.parse import quote
+
+    from gpufleet.cli.common import when
+    from gpufleet.cli.remediate import print_report
+    from gpufleet.domain.leases import parse_duration
+
+    refuse_options(**{"--timeout": timeout if timeout != 300.0 else None,
+                      "--reboot-wait": reboot_wait if reboot_wait != 900.0 else None})
+    if override_identity and (reason is None or not reason.strip()):
+        raise UsageError("--override-identity needs --reason TEXT (why the BMC is right)")
+    at = when(eta, "--eta")
+    body = {
+        "action": str(getattr(action, "value", action)),
+        "service": service,
+        "override_identity": override_identity,
+        "gpu": gpu,
+        "ticket": ticket,
+        "eta": at.isoformat() if at else None,
+        "reason": reason,
+        "no_drain": no_drain,
+        "drain_timeout_s": parse_duration(drain_timeout, "--drain-timeout").total_seconds(),
+    }
+    run = api.post(f"hosts/{quote(host, safe='')}/remediate",
+                   {k: v for k, v in body.items() if v is not None})
+    if not as_json:
+        err_console.print(_("run {id}: remediation of {host} queued").format(
+            id=run["id"], host=host), soft_wrap=True)
+    while run["state"] not in ("succeeded", "failed"):
+        time.sleep(POLL_S)
+        run = api.get(f"runs/{run['id']}")
+    rep = run.get("remediation")
+    if rep is None:  # failed before the remediation ran (its host removed meanwhile)
+        raise GpufleetError(str(run.get("error") or run["state"]))
+    if "error" in rep:  # the error that stopped it, as the local command raises it
+        raise error_of(str(rep["error"]["code"]), str(rep["error"]["message"]))
+    print_report(rep, as_json)

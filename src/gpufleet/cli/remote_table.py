@@ -456,6 +456,5 @@ NOT_REMOTE: dict[str, str] = {
     "read it to know that their job ended)",
     "GET runs": "no command lists runs",
     "POST tokens": "the secret is printed once where the token is made",
-    "POST hosts/{name}/remediate": _LATER,
     "GET failures": "no command lists recorded failures (failures report groups them)",
 }

@@ -1,5 +1,5 @@
-"""Runs of background work (collect, validate, inspect, evidence) started from the API or a
-schedule.
+"""Runs of background work (collect, validate, inspect, evidence, remediate) started from the
+API or a schedule.
 
 A run is split into chunks of hosts; each chunk is one job on the job queue (procrastinate on
 PostgreSQL, in-process on SQLite), so several workers share one run and a killed worker's
@@ -21,6 +21,7 @@ class RunKind(StrEnum):
     VALIDATE = "validate"
     INSPECT = "inspect"  # one inspection sweep (``gpufleet inspect``), chunk by chunk
     EVIDENCE = "evidence"  # an active test (``gpufleet evidence run``), chunk by chunk
+    REMEDIATE = "remediate"  # one rung of the remediation ladder on one host (one chunk)
 
     @property
     def collects(self) -> bool:

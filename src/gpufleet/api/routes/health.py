@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from gpufleet.api.schemas_health import (
     PowerIn,
     ReasonIn,
     RemediateIn,
-    RemediationOut,
     SelAckOut,
 )
 from gpufleet.api.schemas_ops import FailureIn, FailureOut, FailureReportOut
@@ -39,10 +37,10 @@ from gpufleet.domain.remediation import Action
 from gpufleet.domain.runs import RunKind
 from gpufleet.service.background import jobs
 from gpufleet.service.background.job_queue import JobQueue
+from gpufleet.service.background.remediate_run import start_remediation
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.health import failures, parts
 from gpufleet.service.health.inspect_report import build_report, parse_since
-from gpufleet.service.health.remediation import remediate
 from gpufleet.service.hosts import bmc
 from gpufleet.service.views import overview
 from gpufleet.service.views.run_views import RunView
@@ -101,16 +99,24 @@ def start_run(
 
 @router.post(
     "/hosts/{name}/remediate",
-    summary="Run one rung of the remediation ladder on a host (admin)",
+    status_code=202,
+    summary="Queue one rung of the remediation ladder on a host (admin; a run: poll "
+    "GET /runs/{id}, its report in `remediation` once finished)",
     tags=["remediation"],
 )
 def hosts_remediate(
-    name: str, body: RemediateIn, fleet: Fleet = Depends(as_admin)
-) -> RemediationOut:
-    r = remediate(
+    name: str,
+    body: RemediateIn,
+    fleet: Fleet = Depends(as_admin),
+    queue: JobQueue = Depends(job_queue),
+) -> RunOut:
+    """A request that cannot run (unknown host, a state that refuses it, options of another
+    action) is refused here, before anything is queued (issue 25 item 2)."""
+    run = start_remediation(
         fleet,
         name,
         Action(body.action),
+        queue,
         gpu=body.gpu,
         ticket=body.ticket,
         eta=body.eta,
@@ -118,9 +124,9 @@ def hosts_remediate(
         service=body.service,
         override_identity=body.reason if body.override_identity else None,
         no_drain=body.no_drain,
-        drain_timeout=timedelta(seconds=body.drain_timeout_s) if body.drain_timeout_s else None,
+        drain_timeout_s=body.drain_timeout_s,
     )
-    return RemediationOut.of(r)
+    return RunOut.of(run)
 
 
 @router.get("/parts", summary="Every GPU serial seen, where it is now", tags=["parts"])

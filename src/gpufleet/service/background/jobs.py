@@ -4,13 +4,15 @@ read its progress, and the depth of the job queue. Starting lives in
 both are re-exported here.
 
 A run (``job_runs``) is a collection, a validation, an inspection sweep or an active test
-(evidence) of the hosts a selector matched when it started. Its hosts (by id: a host renamed
-meanwhile is still the same host) are split into chunks of ``GPUFLEET_RUN_CHUNK``
-(``job_chunks``); each chunk is one job on the queue (:mod:`gpufleet.service.background.tasks`), so
-any number of workers share one run. Every host gets exactly one result in the run: a collect or
-validate run owns one ``collection_runs`` row (one ``collection_results`` row per host); an
-inspect or evidence run records one ``job_run_hosts`` row per host (its samples or evidence
-are stored as ``gpufleet inspect`` / ``evidence run`` store them).
+(evidence) of the hosts a selector matched when it started, or the remediation of one host
+(:mod:`gpufleet.service.background.remediate_run`: one chunk, its report on the chunk). Its
+hosts (by id: a host renamed meanwhile is still the same host) are split into chunks of
+``GPUFLEET_RUN_CHUNK`` (``job_chunks``); each chunk is one job on the queue
+(:mod:`gpufleet.service.background.tasks`), so any number of workers share one run. Every
+host gets exactly one result in the run: a collect or validate run owns one
+``collection_runs`` row (one ``collection_results`` row per host); an inspect, evidence or
+remediate run records one ``job_run_hosts`` row per host (its samples or evidence are stored
+as ``gpufleet inspect`` / ``evidence run`` store them).
 
 Claimed once: a chunk claims its hosts through the claim -> run -> apply engine
 (:mod:`gpufleet.service.core.pipeline`) under a token of its own (``run<id>-<chunk>-<attempt>``).
@@ -40,6 +42,7 @@ from gpufleet.collect.transport import Outcome, RawResult
 from gpufleet.domain.runs import RunKind, RunState, claim_prefix, claim_token
 from gpufleet.domain.states import HostState
 from gpufleet.errors import Conflict, NotFound
+from gpufleet.service.background.remediate_run import run_remediation
 from gpufleet.service.background.run_start import Deferrer as Deferrer
 from gpufleet.service.background.run_start import run_params as run_params
 from gpufleet.service.background.run_start import start_run as start_run
@@ -184,6 +187,9 @@ def run_chunk(fleet: Fleet, run_id: int, seq: int, *, worker: str, final: bool) 
         )
         actor = run.actor
     fleet = dataclasses.replace(fleet, actor=actor)
+    if c.kind is RunKind.REMEDIATE:
+        _remediate_chunk(fleet, c)
+        return
     if c.kind.collects:
         busy, result = _collect_chunk(fleet, c, final=final)
     elif c.kind is RunKind.INSPECT:
@@ -380,6 +386,22 @@ def _evidence_chunk(fleet: Fleet, c: _Chunk, *, final: bool) -> tuple[list[str],
     return busy + lost, {}
 
 
+def _remediate_chunk(fleet: Fleet, c: _Chunk) -> None:
+    """The one host of a remediate run (:mod:`gpufleet.service.background.remediate_run`):
+    its outcome recorded, the report kept on the chunk; a remediation that did not end ok
+    fails the run with its reason."""
+    hid = c.ids[0]
+    name = c.names.get(hid)
+    if name is None:
+        _finish_chunk(fleet, c.run_id, c.seq, RunState.FAILED, {},
+                      error="the host was removed before its remediation ran")
+        return
+    got = run_remediation(fleet, name, c.params, attempt=c.attempt, run_id=c.run_id)
+    _record(fleet, c, {hid: (got.outcome, got.detail or None)})
+    state = RunState.SUCCEEDED if got.error is None else RunState.FAILED
+    _finish_chunk(fleet, c.run_id, c.seq, state, {"remediation": got.report}, error=got.error)
+
+
 def _drop_collected(fleet: Fleet, coll_id: int, got: Claim) -> Claim:
     """Release the claimed hosts that got their result in the run meanwhile (an earlier
     attempt, wrongly thought dead, stored it just before this attempt's claim took the host:
@@ -453,6 +475,8 @@ def _finish_chunk(
         run.finished_at = now
         if failed:
             run.error = f"{failed} of {run.chunks} chunk(s) failed"
+            if run.kind is RunKind.REMEDIATE and error:  # one chunk: its reason
+                run.error = error
         if run.collection_run_id is not None:
             coll = s.get(CollectionRun, run.collection_run_id)
             if coll is not None:

@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from gpufleet.domain.remediation import Action
 from gpufleet.domain.runs import RunKind, RunState, chunked
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, NotFound
@@ -49,9 +50,12 @@ class Deferrer(Protocol):
 
 def run_params(kind: RunKind, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The checked parameters of a run: an evidence run names its ``test`` (dcgm, nccl,
-    gpu-burn) and may give ``level`` (DCGM, 1-4) and ``seconds`` (gpu-burn); the other kinds
-    take none. :class:`ConfigError` names the field that is wrong."""
+    gpu-burn) and may give ``level`` (DCGM, 1-4) and ``seconds`` (gpu-burn); a remediate run
+    takes ``remediate``'s arguments (:data:`REMEDIATE_PARAMS`, ``action`` required); the
+    other kinds take none. :class:`ConfigError` names the field that is wrong."""
     given = {k: v for k, v in (params or {}).items() if v is not None}
+    if kind is RunKind.REMEDIATE:
+        return _remediation_params(given)
     if kind is not RunKind.EVIDENCE:
         if given:
             raise ConfigError(
@@ -70,6 +74,29 @@ def run_params(kind: RunKind, params: Mapping[str, Any] | None) -> dict[str, Any
     if not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= 86400:
         raise ConfigError(f"evidence run 'seconds' must be 1 to 86400, not {seconds!r}")
     return {"test": test.value, "level": level, "seconds": seconds}
+
+
+#: What a remediate run takes (:func:`gpufleet.service.background.remediate_run.
+#: start_remediation`: ``remediate``'s arguments).
+REMEDIATE_PARAMS = frozenset({
+    "action", "service", "gpu", "ticket", "eta", "reason", "override_identity", "no_drain",
+    "drain_timeout_s", "timeout_s", "reboot_wait_s",
+})
+
+
+def _remediation_params(given: dict[str, Any]) -> dict[str, Any]:
+    if "action" not in given:
+        raise ConfigError(
+            "a remediate run is started with POST /hosts/{name}/remediate (it needs 'action')"
+        )
+    unknown = sorted(set(given) - REMEDIATE_PARAMS)
+    if unknown:
+        raise ConfigError(f"unknown remediate run parameter(s): {', '.join(unknown)}")
+    try:
+        Action(str(given["action"]))
+    except ValueError:
+        raise ConfigError(f"unknown remediation action {given['action']!r}") from None
+    return given
 
 
 def start_run(

@@ -169,6 +169,54 @@ def _reboot(fleet: Fleet, c: Claimed, tr: Transport, timeout_s: float, wait_s: f
     return Step(Action.REBOOT.value, "failed", f"the host did not come back within {wait_s:.0f} s")
 
 
+def check_remediation(
+    fleet: Fleet,
+    name: str,
+    action: Action,
+    *,
+    gpu: int | None = None,
+    ticket: str | None = None,
+    eta: datetime | None = None,
+    service: str | None = None,
+    override_identity: str | None = None,
+) -> str | None:
+    """Refuse a remediation that cannot run, before anything is done (drained, claimed,
+    queued): an unknown host (:class:`NotFound`), a state that refuses it (allocated,
+    retired, reclaiming; service-request: a host that cannot go to maintenance), an unknown
+    GPU, options of another action, a power cycle without a BMC or through a BMC whose
+    identity alarm is open and not overridden. Returns the service ``restart-service``
+    restarts (None for the other actions). :func:`remediate` checks it again when it runs;
+    ``POST /hosts/{name}/remediate`` checks it before it queues the run."""
+    if action is Action.RESTART_SERVICE:
+        service = steps_.check_service(service)
+    elif service:
+        raise UsageError("--service belongs to --action restart-service")
+    if action is Action.SERVICE_REQUEST:
+        if not ticket:
+            raise UsageError("--action service-request needs --ticket (e.g. RMA-123)")
+        with fleet.db.session() as s:  # a refused move is refused before any drain
+            host = host_by_name(s, name)
+            apply_event(host.name, HostState(host.state), Event.MAINTENANCE_ON)
+            _plan(s, host, gpu)
+        return service
+    if ticket or eta:
+        raise UsageError("--ticket and --eta belong to --action service-request")
+    with fleet.db.session() as s:
+        host = host_by_name(s, name)
+        if HostState(host.state) in _REFUSED:
+            raise InvalidTransition(
+                host.name, str(host.state), f"remediate {action.value}", ["not allocated/retired"]
+            )
+        _plan(s, host, gpu)
+        if action is Action.POWER_CYCLE:
+            if not steps_.has_bmc(host.vars):
+                raise UsageError(f"{host.name}: --action power-cycle needs a BMC (bmc set)")
+            alarm = bmc_guard.identity_alarm(s, host)
+            if alarm is not None and bmc_guard.check_override(override_identity) is None:
+                raise IdentityMismatch(host.name, "power-cycle", f"#{alarm.id}: {alarm.message}")
+    return service
+
+
 def remediate(
     fleet: Fleet,
     name: str,
@@ -195,38 +243,19 @@ def remediate(
     first wherever work runs (:func:`gpufleet.service.hosts.drain.drain_first`: its Slurm
     node drained and its jobs waited for up to ``drain_timeout``, its pods evicted; a blocked
     drain refuses the action), unless ``no_drain`` (recorded on the events)."""
-    if action is Action.RESTART_SERVICE:
-        service = steps_.check_service(service)
-    elif service:
-        raise UsageError("--service belongs to --action restart-service")
+    service = check_remediation(fleet, name, action, gpu=gpu, ticket=ticket, eta=eta,
+                                service=service, override_identity=override_identity)
     why = reason or f"remediate {action.value}"
     if action is Action.SERVICE_REQUEST:
-        if not ticket:
-            raise UsageError("--action service-request needs --ticket (e.g. RMA-123)")
-        with fleet.db.session() as s:  # a refused move is refused before any drain
-            host = host_by_name(s, name)
-            apply_event(host.name, HostState(host.state), Event.MAINTENANCE_ON)
         drained = drain_first(fleet, name, "remediation", why=why, no_drain=no_drain,
                               slurm_timeout=drain_timeout, api=drain_api, slurm=slurm)
         return _service_request(fleet, name, gpu=gpu, ticket=ticket, eta=eta, reason=reason,
                                 drained=drained)
-    if ticket or eta:
-        raise UsageError("--ticket and --eta belong to --action service-request")
     with fleet.db.session() as s:
         host = host_by_name(s, name)
-        if HostState(host.state) in _REFUSED:
-            raise InvalidTransition(
-                host.name, str(host.state), f"remediate {action.value}", ["not allocated/retired"]
-            )
         plan = _plan(s, host, gpu)
         policy = pool_health_policy(s, host.pool)
         bmc_ok = steps_.has_bmc(host.vars)
-        if action is Action.POWER_CYCLE:
-            if not bmc_ok:
-                raise UsageError(f"{host.name}: --action power-cycle needs a BMC (bmc set)")
-            alarm = bmc_guard.identity_alarm(s, host)
-            if alarm is not None and bmc_guard.check_override(override_identity) is None:
-                raise IdentityMismatch(host.name, "power-cycle", f"#{alarm.id}: {alarm.message}")
     drained = drain_first(fleet, name, "remediation", why=why, no_drain=no_drain,
                           slurm_timeout=drain_timeout, api=drain_api, slurm=slurm)
     c = _claim(fleet, name, timeout_s)

@@ -66,6 +66,8 @@ class RunView:
     chunk_list: list[ChunkView] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     findings: int = 0
+    #: Remediate runs: the remediation's report, or the error that stopped it (finished).
+    remediation: dict[str, Any] | None = None
 
 
 @dataclass
@@ -110,7 +112,9 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
     verdicts: Counter[str] = Counter()
     skipped: list[str] = []
     findings = 0
+    remediation: dict[str, Any] | None = None
     for c in chunks:
+        remediation = c.result.get("remediation") or remediation
         verdicts.update(c.result.get("verdicts") or {})
         skipped += c.result.get("skipped") or []
         findings += int(c.result.get("findings") or 0)
@@ -142,6 +146,7 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
         else [],
         params=dict(run.params or {}),
         findings=findings,
+        remediation=remediation,
     )
 
 
