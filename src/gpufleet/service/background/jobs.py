@@ -29,6 +29,7 @@ its chunk.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -399,7 +400,10 @@ def _remediate_chunk(fleet: Fleet, c: _Chunk) -> None:
     got = run_remediation(fleet, name, c.params, attempt=c.attempt, run_id=c.run_id)
     _record(fleet, c, {hid: (got.outcome, got.detail or None)})
     state = RunState.SUCCEEDED if got.error is None else RunState.FAILED
-    _finish_chunk(fleet, c.run_id, c.seq, state, {"remediation": got.report}, error=got.error)
+    # as JSON text: the report keeps its keys' order (PostgreSQL's jsonb would reorder them),
+    # so remote mode prints it as the local command does
+    report = json.dumps(got.report, default=str)
+    _finish_chunk(fleet, c.run_id, c.seq, state, {"remediation": report}, error=got.error)
 
 
 def _drop_collected(fleet: Fleet, coll_id: int, got: Claim) -> Claim:

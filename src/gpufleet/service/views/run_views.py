@@ -4,6 +4,7 @@ queue's depth (moved out of :mod:`gpufleet.service.background.jobs`, which start
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -114,7 +115,8 @@ def _view(s: Session, run: JobRun, *, with_chunks: bool) -> RunView:
     findings = 0
     remediation: dict[str, Any] | None = None
     for c in chunks:
-        remediation = c.result.get("remediation") or remediation
+        if c.result.get("remediation"):  # JSON text (jobs._remediate_chunk), key order kept
+            remediation = json.loads(c.result["remediation"])
         verdicts.update(c.result.get("verdicts") or {})
         skipped += c.result.get("skipped") or []
         findings += int(c.result.get("findings") or 0)
