@@ -105,6 +105,16 @@ class HostSettings(BaseModel):
         allow_inf_nan=False,
         doc="Seconds to open one SSH connection.",
     )
+    ssh_idle_s: float = _setting(
+        300.0,
+        env="GPUFLEET_SSH_IDLE_S",
+        group="collect",
+        ge=0,
+        le=86_400,
+        allow_inf_nan=False,
+        doc="Seconds an SSH connection stays open after a run for the next run of the same "
+        "process (0: closed after each run).",
+    )
     # -- evidence -------------------------------------------------------------------------
     evidence_forks: int = _setting(
         50,

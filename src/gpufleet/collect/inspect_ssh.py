@@ -1,135 +1,60 @@
-"""SSH with connections kept open between sweeps (``gpufleet inspect run --every``).
+"""SSH with connections kept open for the life of one ``gpufleet inspect run --every`` loop.
 
-:class:`KeptOpenSsh` holds one authenticated connection per host on the event loop its runs
-share (the process's engine loop, :mod:`gpufleet.service.core.engine`: one per process, for
-its life), so successive sweeps send one command per host over a connection that is already
-there: no TCP, key exchange or
-authentication per sweep. A connection is opened as :class:`~gpufleet.collect.ssh.SshTransport`
-opens one (same pinned-key check, algorithms and authentication); when opening fails, the
-plain transport runs the command instead, so every failure is named in one place. A command
-that outlives its timeout drops that host's connection (the next sweep reconnects); a
-connection the server closed is reopened once within the same sweep.
+Every run of a process already keeps its SSH connections for the next run of the process, up
+to ``GPUFLEET_SSH_IDLE_S`` (:mod:`gpufleet.collect.ssh_pool`, owned by the engine). An
+``--every`` loop keeps its own for as long as it runs, whatever its interval:
+:class:`KeptOpenSsh` is the plain :class:`~gpufleet.collect.ssh.SshTransport` over a
+:class:`~gpufleet.collect.ssh_pool.SshConnections` of its own, closed when the loop ends
+(:meth:`KeptOpenSsh.close`). Host-key checks, authentication, the one reconnect of a broken
+connection and the naming of every failure are the plain transport's.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass, field
 
-import asyncssh
+from gpufleet.collect.ssh import SshTransport
+from gpufleet.collect.ssh_pool import SshConnections
+from gpufleet.collect.transport import RawResult, Target
 
-from gpufleet.collect.local import exit_note
-from gpufleet.collect.ssh import (
-    SshTransport,
-    _KeyCheck,
-    _TooLarge,
-    connect_options,
-    host_key_pin,
-    openssh_line,
-)
-from gpufleet.collect.transport import Outcome, RawResult, Target
-
-_Key = tuple[str, int, str | None, str | None, str | None]
+#: How long a connection of the loop stays kept unused (the loop closes them when it ends).
+LOOP_IDLE_S = 7 * 24 * 3600.0
 
 
 @dataclass
 class KeptOpenSsh:
-    """An ``ssh`` transport that keeps each host's connection for the next command."""
+    """An ``ssh`` transport that keeps each host's connection for the next sweep."""
 
     connect_timeout_s: float = 10.0
     name: str = field(default="ssh", init=False)
-    #: Connections opened (handshakes) since this transport was made.
-    connects: int = field(default=0, init=False)
 
     def __post_init__(self) -> None:
-        self._plain = SshTransport(connect_timeout_s=self.connect_timeout_s)
-        self._conns: dict[_Key, asyncssh.SSHClientConnection] = {}
-        self._keys: dict[_Key, str | None] = {}
+        self._pool: SshConnections | None = None
+        self._tr: SshTransport | None = None
+
+    @property
+    def connects(self) -> int:
+        """Connections opened (handshakes) since this transport was made."""
+        return self._pool.connects if self._pool is not None else 0
 
     @property
     def open_connections(self) -> int:
-        return len(self._conns)
+        return self._pool.idle if self._pool is not None else 0
 
     async def close(self) -> None:
         """Close every connection (on the loop they were opened on)."""
-        for conn in list(self._conns.values()):
-            conn.abort()
-        self._conns.clear()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool, self._tr = None, None
 
     async def run(self, target: Target, script: str, timeout_s: float) -> RawResult:
         """Run ``script`` on ``target`` over its kept connection (opened when missing); every
         call must come from one event loop (the engine's), where the connections live."""
-        start = time.monotonic()
-        key: _Key = (
-            target.address,
-            target.port,
-            target.user,
-            target.key_file,
-            target.pinned_host_key,
-        )
-        for attempt in (1, 2):
-            conn = self._conns.get(key)
-            if conn is None:
-                try:
-                    async with asyncio.timeout(min(self.connect_timeout_s, timeout_s)):
-                        conn = await self._connect(target)
-                except Exception:
-                    # Let the plain transport try and name the failure (refused, auth, key).
-                    return await self._plain.run(target, script, timeout_s)
-                self._conns[key] = conn
-                server_key = conn.get_server_host_key()
-                self._keys[key] = openssh_line(server_key) if server_key is not None else None
-            left = max(0.1, timeout_s - (time.monotonic() - start))
-            try:
-                async with asyncio.timeout(left):
-                    out, status, err = await self._plain._exec(conn, script)
-            except TimeoutError:
-                self._drop(key)
-                return RawResult(
-                    target.name,
-                    Outcome.TIMEOUT,
-                    f"no answer within {timeout_s:.0f} s (command still running)",
-                    host_key=self._keys.get(key),
-                    duration_s=time.monotonic() - start,
-                )
-            except _TooLarge:
-                self._drop(key)
-                return RawResult(
-                    target.name,
-                    Outcome.BAD_OUTPUT,
-                    "output too large",
-                    duration_s=time.monotonic() - start,
-                )
-            except (asyncssh.Error, OSError, EOFError, BrokenPipeError):
-                self._drop(key)
-                if attempt == 1:
-                    continue  # the server closed it since the last sweep: reconnect once
-                return await self._plain.run(target, script, timeout_s)
-            return RawResult(
-                target.name,
-                Outcome.OK,
-                exit_note(status, err),
-                output=out.decode("utf-8", errors="replace"),
-                host_key=self._keys.get(key),
-                duration_s=time.monotonic() - start,
+        if self._pool is None or self._tr is None:
+            self._pool = SshConnections(asyncio.get_running_loop())
+            self._tr = SshTransport(
+                connect_timeout_s=self.connect_timeout_s, connections=self._pool,
+                idle_s=LOOP_IDLE_S,
             )
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _drop(self, key: _Key) -> None:
-        conn = self._conns.pop(key, None)
-        if conn is not None:
-            conn.abort()
-
-    async def _connect(self, target: Target) -> asyncssh.SSHClientConnection:
-        pinned, expected = host_key_pin(target)
-        client_keys = self._plain._client_keys(target.key_file) if target.key_file else None
-        check = _KeyCheck(pinned, expected)
-        conn = await asyncssh.connect(
-            target.address,
-            target.port,
-            **connect_options(target, check, client_keys, self._plain.ssh_config),
-            keepalive_interval=60,
-        )
-        self.connects += 1
-        return conn
+        return await self._tr.run(target, script, timeout_s)

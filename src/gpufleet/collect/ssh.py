@@ -40,7 +40,8 @@ from asyncssh.public_key import get_default_public_key_algs
 
 from gpufleet.collect.hostkeys import is_fingerprint_pin
 from gpufleet.collect.local import MAX_OUTPUT_BYTES, SH_COMMAND, exit_note, size_text
-from gpufleet.collect.transport import Outcome, RawResult, Target
+from gpufleet.collect.ssh_pool import PoolKey, SshConnections, pool_key
+from gpufleet.collect.transport import Outcome, RawResult, Target, fingerprint
 
 _ERRNO_TEXT = {
     errno.ECONNREFUSED: "Connection refused",
@@ -114,6 +115,10 @@ class _TooLarge(Exception):
     pass
 
 
+class _Stale(Exception):
+    """A kept connection that cannot open a session: dropped, the host connected again."""
+
+
 def host_key_pin(target: Target) -> tuple[asyncssh.SSHKey | None, str | None]:
     """The target's pin: (pinned public key, None) or (None, expected ``SHA256:`` fingerprint),
     (None, None) to trust on first use. A pinned key that is not an OpenSSH public key raises
@@ -173,17 +178,29 @@ def connect_options(
 
 @dataclass
 class SshTransport:
-    """Runs the collection script over SSH with asyncssh; shares nothing between hosts."""
+    """Runs the collection script over SSH with asyncssh, one host at a time per command.
+
+    With ``connections`` (the process's, :mod:`gpufleet.collect.ssh_pool`) a connection left
+    by an earlier command to the same host (same address, user, keys and pin) is used again,
+    and a command that ended normally leaves its connection there for ``idle_s`` seconds. A
+    kept connection that turns out broken before the command was sent (the server closed
+    it, the channel cannot be opened within ``connect_timeout_s``) is dropped and the host
+    connected again, once; a command that failed after it was sent is never sent again."""
 
     connect_timeout_s: float = 10.0
     max_output_bytes: int = MAX_OUTPUT_BYTES
     #: OpenSSH client config files to read; ``()``: ``~/.ssh/config`` when it exists.
     ssh_config: tuple[str, ...] = ()
+    #: Connections kept between commands (None: one connection per command, closed after).
+    connections: SshConnections | None = None
+    #: Seconds a connection stays kept after a command (0: closed after it).
+    idle_s: float = 0.0
     name: str = field(default="ssh", init=False)
     _keys: dict[str, list[asyncssh.SSHKey]] = field(default_factory=dict, init=False, repr=False)
 
     async def close(self) -> None:
-        """Nothing is pooled; present so callers can treat every transport alike."""
+        """Nothing of its own is kept (the kept connections are the process's); present so
+        callers can treat every transport alike."""
 
     async def __aenter__(self) -> SshTransport:
         return self
@@ -231,21 +248,60 @@ class SshTransport:
 
         methods = auth_methods(target)
         check = _KeyCheck(pinned, expected)
+        pool = self.connections if self.idle_s > 0 else None
+        key: PoolKey | None = None
+        if pool is not None and pool.usable_here():
+            key = pool_key(
+                target.name,
+                target.address,
+                target.port,
+                target.user,
+                client_keys,
+                target.password,
+                self.ssh_config,
+            )
         phase = "connect"
         conn: asyncssh.SSHClientConnection | None = None
         key_text: str | None = None
         try:
             async with asyncio.timeout(timeout_s):
-                async with asyncio.timeout(min(self.connect_timeout_s, timeout_s)):
-                    conn = await asyncssh.connect(
-                        target.address,
-                        target.port,
-                        **connect_options(target, check, client_keys, self.ssh_config),
-                    )
-                server_key = conn.get_server_host_key()
-                key_text = openssh_line(server_key) if server_key is not None else None
-                phase = "command"
-                out, status, err = await self._exec(conn, script)
+                kept = (
+                    pool.take(key, lambda shown: _trusted(shown, pinned, expected))
+                    if pool is not None and key is not None
+                    else None
+                )
+                while True:
+                    phase = "connect"
+                    if kept is not None:
+                        conn, key_text = kept
+                    else:
+                        async with asyncio.timeout(min(self.connect_timeout_s, timeout_s)):
+                            conn = await asyncssh.connect(
+                                target.address,
+                                target.port,
+                                **connect_options(target, check, client_keys, self.ssh_config),
+                                # a kept connection: a dead peer is noticed while it waits
+                                keepalive_interval=60 if key is not None else 0,
+                            )
+                        if pool is not None and key is not None:
+                            pool.opened()
+                        server_key = conn.get_server_host_key()
+                        key_text = openssh_line(server_key) if server_key is not None else None
+                    phase = "command"
+                    try:
+                        out, status, err = await self._exec(
+                            conn, script, self.connect_timeout_s if kept is not None else None
+                        )
+                    except _Stale:
+                        assert pool is not None
+                        pool.dropped += 1
+                        conn.abort()
+                        conn, kept = None, None
+                        continue  # connect again, once (a fresh connection is never stale)
+                    break
+                if pool is not None and key is not None:
+                    pool.put(key, conn, key_text, self.idle_s)
+                    conn = None  # kept: not closed below
         except TimeoutError:
             if phase == "connect" and self.connect_timeout_s < timeout_s:
                 limit = self.connect_timeout_s
@@ -321,9 +377,19 @@ class SshTransport:
         )
 
     async def _exec(
-        self, conn: asyncssh.SSHClientConnection, script: str
+        self, conn: asyncssh.SSHClientConnection, script: str, kept_s: float | None = None
     ) -> tuple[bytes, int | None, bytes]:
-        proc = await conn.create_process(SH_COMMAND, encoding=None)
+        """Run ``script`` over ``conn``. ``kept_s``: ``conn`` was kept from an earlier command;
+        a session it cannot open within that many seconds (the peer is gone, the server
+        closed it) raises :class:`_Stale`, before anything was sent."""
+        if kept_s is None:
+            proc = await conn.create_process(SH_COMMAND, encoding=None)
+        else:
+            try:
+                async with asyncio.timeout(kept_s):
+                    proc = await conn.create_process(SH_COMMAND, encoding=None)
+            except (TimeoutError, asyncssh.Error, OSError, EOFError) as exc:
+                raise _Stale from exc
         proc.stdin.write(script.encode())
         proc.stdin.write_eof()
 
@@ -348,6 +414,17 @@ class SshTransport:
         completed = await proc.wait(check=False)
         status: int | None = completed.exit_status
         return stdout, status, stderr
+
+
+def _trusted(shown: str | None, pinned: asyncssh.SSHKey | None, expected: str | None) -> bool:
+    """Whether a kept connection's host key (``shown``, verified when it was opened) passes
+    the run's pin as :class:`_KeyCheck` would: the pinned key itself, the expected
+    fingerprint, or anything on first use."""
+    if expected is not None:
+        return shown is not None and fingerprint(shown) == expected
+    if pinned is not None:
+        return shown is not None and shown == openssh_line(pinned)
+    return True
 
 
 def _offered(check: _KeyCheck) -> str | None:

@@ -18,10 +18,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpufleet.domain.events import CollectionOutcome
 from gpufleet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gpufleet.collect.ssh_pool import SshConnections
 
 #: Per-host result of one collection attempt (defined in the domain: the store types it too).
 Outcome = CollectionOutcome
@@ -117,6 +120,10 @@ class TransportOptions:
 
     host_vars: Mapping[str, str]
     connect_timeout_s: float = 10.0
+    #: The process's kept SSH connections (:mod:`gpufleet.collect.ssh_pool`, owned by the
+    #: engine) and how long one stays kept after a run; None: connect per command.
+    ssh_connections: SshConnections | None = None
+    ssh_idle_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -200,18 +207,36 @@ def transport_key(name: str, host_vars: Mapping[str, str]) -> TransportKey:
     return name, tuple(host_vars.get(v) for v in plugin.host_vars)
 
 
-def open_transport(key: TransportKey, *, connect_timeout_s: float = 10.0) -> Transport:
-    """Build the transport for ``key`` (see :func:`transport_key`)."""
+def open_transport(
+    key: TransportKey,
+    *,
+    connect_timeout_s: float = 10.0,
+    ssh_connections: SshConnections | None = None,
+    ssh_idle_s: float = 0.0,
+) -> Transport:
+    """Build the transport for ``key`` (see :func:`transport_key`); ``ssh_connections``: the
+    connections an ``ssh`` transport keeps between runs, ``ssh_idle_s`` seconds each."""
     name, values = key
     plugin = get_transport_factory(name)
     given = {v: x for v, x in zip(plugin.host_vars, values, strict=True) if x is not None}
-    return plugin.factory(TransportOptions(host_vars=given, connect_timeout_s=connect_timeout_s))
+    return plugin.factory(
+        TransportOptions(
+            host_vars=given,
+            connect_timeout_s=connect_timeout_s,
+            ssh_connections=ssh_connections,
+            ssh_idle_s=ssh_idle_s,
+        )
+    )
 
 
 def _ssh(options: TransportOptions) -> Transport:
     from gpufleet.collect.ssh import SshTransport  # asyncssh is slow to import
 
-    return SshTransport(connect_timeout_s=options.connect_timeout_s)
+    return SshTransport(
+        connect_timeout_s=options.connect_timeout_s,
+        connections=options.ssh_connections,
+        idle_s=options.ssh_idle_s,
+    )
 
 
 def _local(options: TransportOptions) -> Transport:

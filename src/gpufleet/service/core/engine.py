@@ -7,6 +7,9 @@ executor, :meth:`Engine.db`, so no transaction ever blocks the loop while other 
 The loop is one per process, long-lived, in a daemon thread (``gpufleet-engine``): runs from
 any thread share it, and what a transport keeps open between runs (SSH connections) stays
 usable.
+What runs keep open between runs on that loop (the SSH connections of
+:mod:`gpufleet.collect.ssh_pool`, up to ``GPUFLEET_SSH_IDLE_S`` each) is the engine's
+(:meth:`Engine.keep`), closed when the process exits (:meth:`Engine.close`, at exit).
 The executor is one per process and bounded (:data:`DB_THREADS`): runs that overlap in one
 process (the worker's jobs, ``serve --with-worker``) share it, and the database sees at most
 that many of the process's sessions at once from runs. A process made by ``fork`` gets its
@@ -21,6 +24,7 @@ process's loop while the calling thread waits. Ctrl-C or SIGTERM (``SystemExit``
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import logging
@@ -28,13 +32,22 @@ import os
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 J = TypeVar("J")
 P = ParamSpec("P")
+
+
+class Closeable(Protocol):
+    """What the engine keeps for the runs of its loop (:meth:`Engine.keep`)."""
+
+    async def close(self) -> None: ...
+
+
+K = TypeVar("K", bound=Closeable)
 
 #: Threads of the process's database executor: the database calls of runs that are at once.
 DB_THREADS = 8
@@ -59,6 +72,34 @@ class Engine:
         self.loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._kept: dict[str, Closeable] = {}
+
+    def keep(self, name: str, make: Callable[[asyncio.AbstractEventLoop], K]) -> K:
+        """The process's ``name``, made by ``make(loop)`` on first use: what runs keep open
+        between runs on this loop (``"ssh"``: the kept SSH connections). Closed by
+        :meth:`close`."""
+        with self._lock:
+            got = self._kept.get(name)
+            if got is None:
+                got = self._kept[name] = make(self.loop)
+            return cast(K, got)
+
+    def close(self, wait_s: float = 10.0) -> None:
+        """Close what runs kept open (:meth:`keep`) on the loop, waiting up to ``wait_s``;
+        made again on next use. Run at the process's exit."""
+        with self._lock:
+            kept = list(self._kept.values())
+            self._kept.clear()
+            running = self._thread is not None and self._thread.is_alive()
+        if not kept or not running:  # nothing was opened on a loop that never ran
+            return
+        done = asyncio.run_coroutine_threadsafe(_close_all(kept), self.loop)
+        if threading.current_thread() is self._thread:
+            return  # on the loop itself: it closes them once this callback returns
+        try:
+            done.result(wait_s)
+        except Exception as exc:
+            log.debug("engine close: %s", exc)
 
     async def db(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)`` (database work: it blocks) in the executor, awaited. Called
@@ -130,6 +171,14 @@ async def _carried(work: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
         return False, exc
 
 
+async def _close_all(kept: list[Closeable]) -> None:
+    for k in kept:
+        try:
+            await k.close()
+        except Exception as exc:
+            log.debug("engine close: %s: %s", type(k).__name__, exc)
+
+
 def _serve(loop: asyncio.AbstractEventLoop) -> None:
     """The engine's thread: the loop runs for the life of the process. An error that escapes
     one of its tasks (a callback's ``KeyboardInterrupt`` in a run's worker task) reaches the
@@ -179,7 +228,15 @@ def engine() -> Engine:
     with _engine_lock:
         if _engine is None or _engine_pid != os.getpid():
             _engine, _engine_pid = Engine(), os.getpid()
+            atexit.register(_at_exit, _engine_pid)
         return _engine
+
+
+def _at_exit(pid: int) -> None:
+    """The process ends: what its runs kept open is closed (the servers see the SSH
+    connections go), while the engine's daemon thread still runs."""
+    if _engine is not None and _engine_pid == pid == os.getpid():
+        _engine.close()
 
 
 async def run_all(

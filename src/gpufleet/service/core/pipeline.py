@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
+from gpufleet.collect.ssh_pool import SshConnections
 from gpufleet.collect.transport import (
     Outcome,
     RawResult,
@@ -311,8 +312,17 @@ async def keep_renewing(
 
 
 def transport_for_host(key: TransportKey, fleet: Fleet) -> Transport:
-    """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`."""
-    return open_transport(key, connect_timeout_s=fleet.settings.connect_timeout_s)
+    """The transport for hosts of one :func:`~gpufleet.collect.transport.transport_key`; an
+    ``ssh`` one keeps its connections in the engine's (``GPUFLEET_SSH_IDLE_S``), for the next
+    run of the process."""
+    idle_s = fleet.settings.ssh_idle_s
+    kept = engine().keep("ssh", SshConnections) if key[0] == "ssh" and idle_s > 0 else None
+    return open_transport(
+        key,
+        connect_timeout_s=fleet.settings.connect_timeout_s,
+        ssh_connections=kept,
+        ssh_idle_s=idle_s,
+    )
 
 
 def _transports(
