@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+import threading
+from collections.abc import Coroutine
+from types import FrameType
+from typing import Any
 
 import typer
 
 from gpufleet.cli.common import OPTIONS, boundary, current_settings, err_console, lit, open_fleet
 from gpufleet.errors import ConfigError
 from gpufleet.logs import configure
+from gpufleet.service.core.engine import engine
 
 
 @boundary
@@ -65,7 +71,38 @@ def worker_cmd(
         f"{concurrency or fleet.settings.worker_concurrency})",
         soft_wrap=True,
     )
-    from gpufleet.cli.process import sigterm_default
+    _work_on_the_engine(jq.work(concurrency=concurrency, queues=queue or None,
+                                install_signal_handlers=False))
 
-    sigterm_default()  # procrastinate handles SIGTERM: running jobs finish, then exit 0
-    asyncio.run(jq.work(concurrency=concurrency, queues=queue or None))
+
+def _work_on_the_engine(work: Coroutine[Any, Any, None]) -> None:
+    """Run the worker on the process's engine loop (issue 25, item 3: one loop per process;
+    the jobs' runs go to that loop, their blocking work to its threads) until SIGINT or
+    SIGTERM, which this entry point owns: the worker stops fetching, its running jobs
+    finish, then it returns (exit 0)."""
+    eng = engine()
+    stopping = threading.Event()
+    task: list[asyncio.Task[None]] = []
+
+    async def main() -> None:
+        current = asyncio.current_task()
+        assert current is not None
+        task.append(current)
+        if not stopping.is_set():
+            await work
+        else:
+            work.close()
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+        eng.loop.call_soon_threadsafe(lambda: task[0].cancel() if task else None)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        eng.run(main())
+    except asyncio.CancelledError:
+        if not stopping.is_set():
+            raise
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)

@@ -52,6 +52,10 @@ K = TypeVar("K", bound=Closeable)
 #: Threads of the process's database executor: the database calls of runs that are at once.
 DB_THREADS = 8
 
+#: Threads of the loop's default executor (``asyncio.to_thread``): blocking I/O of runs that
+#: is not the database (a Redfish read, a queue job), made only as needed.
+IO_THREADS = 256
+
 _in_db_thread = threading.local()
 
 
@@ -70,6 +74,11 @@ class Engine:
         #: The process's event loop: every run's hosts, and the connections kept open between
         #: runs (:class:`gpufleet.collect.inspect_ssh.KeptOpenSsh`), live on it.
         self.loop = asyncio.new_event_loop()
+        # Blocking I/O of runs (``asyncio.to_thread``: the Redfish reads of ``bmc status``,
+        # the worker's jobs): threads made as needed, up to IO_THREADS.
+        self.loop.set_default_executor(
+            ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="gpufleet-io")
+        )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._kept: dict[str, Closeable] = {}

@@ -1,13 +1,15 @@
 """The hosts' BMCs over Redfish: enroll (``bmc set``), read (``bmc status``), power, reimage
 by virtual media, acknowledge SEL faults.
 
-``bmc status`` follows the pipeline's pattern (``service/core/pipeline.py``) without taking the
-hosts' collection claims (a BMC read must work while a collection, or a hung SSH, holds the
-host): *load* (one short transaction: the selected hosts, their BMC settings, the SEL cursor
-and what is known in-band), *run* (no transaction open: at most ``forks`` BMCs at once, each
-within ``timeout``), *apply* (one short transaction per host: a ``bmc_reads`` row, alarms
-opened or closed by the domain's cross-checks). One BMC that refuses, times out or answers
-garbage is reported for its host; the others are read.
+``bmc status`` is a run of the pipeline (``service/core/pipeline.py``, through
+:mod:`gpufleet.service.hosts.bmc_reads`) that takes none of the hosts' collection claims (a
+BMC read must work while a collection, or a hung SSH, holds the host): *load* (one short
+transaction: the selected hosts, their BMC settings, the SEL cursor and what is known
+in-band), *run* (on the engine's loop, no transaction open: at most ``forks`` BMCs at once,
+each Redfish read in a thread, within ``timeout`` per request and ``deadline`` in all),
+*apply* (one short transaction per host in the engine's database executor: a ``bmc_reads``
+row, alarms opened or closed by the domain's cross-checks). One BMC that refuses, times out
+or answers garbage is reported for its host; the others are read.
 
 Credentials: the password is the host's sealed ``gpufleet_bmc_password`` (opened only here,
 only with the operator's key), a file named by ``gpufleet_bmc_password_file``, or
@@ -16,10 +18,8 @@ only with the operator's key), a file named by ``gpufleet_bmc_password_file``, o
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -34,7 +34,6 @@ from gpufleet.collect.redfish import (
     MediaResult,
     boot_from_media,
     call,
-    read_bmc,
 )
 from gpufleet.collect.redfish import power as redfish_power
 from gpufleet.domain.bmc import (
@@ -58,12 +57,13 @@ from gpufleet.errors import ConfigError, InvalidTransition, NotFound
 from gpufleet.logs import hide, ids
 from gpufleet.secrets import SEALED_PREFIX, SecretBox, redact_vars
 from gpufleet.service.core.alarms import close_alarms, raise_alarm
-from gpufleet.service.core.engine import engine, together
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.pipeline import check_forks, check_timeout
 from gpufleet.service.core.select import select_hosts
 from gpufleet.service.hosts import bmc_guard
 from gpufleet.service.hosts.baselines import get_baseline
+from gpufleet.service.hosts.bmc_reads import read_all
 from gpufleet.service.hosts.drain import DrainApi, drain_first
 from gpufleet.service.hosts.operations import REIMAGE_HINT, record_change
 from gpufleet.store.repo import baseline_for_host, host_by_name
@@ -385,41 +385,13 @@ def bmc_status(
     for j in jobs:
         if j.target is None:
             done(BmcStatus(j.name, BmcOutcome.NOT_CONFIGURED.value, j.refused, ssh=_ssh(j)))
-    engine().run(_read_all(fleet, runnable, forks, done))
+    if runnable:
+        engine().run(read_all(
+            fleet, runnable, forks, deadline,
+            lambda job, reading, failure: _apply(fleet, job, reading, failure), done,
+        ))
     out.sort(key=lambda st: st.host)
     return out
-
-
-async def _read_all(
-    fleet: Fleet, jobs: list[_Job], forks: int, done: Callable[[BmcStatus], None]
-) -> None:
-    """Every BMC on the engine (issue 25, item 3): the Redfish reads (blocking HTTP) in
-    ``forks`` threads of their own, each read stored, as it finishes, one at a time in the
-    engine's database executor."""
-    eng = engine()
-    loop = asyncio.get_running_loop()
-    storing = asyncio.Lock()  # one read stored at a time, as before
-    pool = ThreadPoolExecutor(max_workers=max(1, min(forks, len(jobs) or 1)),
-                              thread_name_prefix="gpufleet-bmc")
-
-    async def one(job: _Job) -> None:
-        reading, failure = await loop.run_in_executor(pool, _read_one, job)
-        async with storing:
-            done(await eng.db(_apply, fleet, job, reading, failure))
-
-    try:
-        await together(*(one(j) for j in jobs))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # never hold the loop for a BMC
-
-
-def _read_one(job: _Job) -> tuple[BmcReading | None, BmcFailure | None]:
-    assert job.target is not None
-    try:
-        return call(job.target, read_bmc), None
-    except BmcFailure as exc:
-        log.info("BMC of %s: %s: %s", job.name, exc.outcome, exc.reason, extra=ids(host=job.name))
-        return None, exc
 
 
 def bmc_history(fleet: Fleet, name: str, limit: int = 20) -> list[dict[str, Any]]:
