@@ -127,6 +127,19 @@ def test_all_bad_values_are_named_at_once(monkeypatch: pytest.MonkeyPatch) -> No
     assert "GPUFLEET_FORKS" in str(info.value) and "GPUFLEET_CONNECT_TIMEOUT" in str(info.value)
 
 
+@pytest.mark.parametrize("bad", ["-1", "nan", "inf", "86401", "five minutes"])
+def test_ssh_idle_time_is_checked(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    monkeypatch.setenv("GPUFLEET_SSH_IDLE_S", bad)
+    with pytest.raises(ConfigError, match="GPUFLEET_SSH_IDLE_S"):
+        load_settings()
+
+
+def test_ssh_idle_time_defaults_to_five_minutes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().ssh_idle_s == 300
+    monkeypatch.setenv("GPUFLEET_SSH_IDLE_S", "0")  # closed after each run
+    assert load_settings().ssh_idle_s == 0
+
+
 def test_secret_key_is_never_echoed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("from-file-key\n")
