@@ -7,6 +7,9 @@ connects again. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -139,3 +142,31 @@ def test_a_kept_connection_is_checked_against_the_pin_of_each_run(
     assert _outcomes(fleet) == {"gpu-01": Outcome.HOST_KEY_CHANGED}
     assert _kept().dropped - dropped == 1
     assert _logins(lab, "gpu-01") == 1  # refused during key exchange: no second login
+
+
+def test_a_kept_connection_whose_peer_went_silent_is_dropped_and_reconnected_once(
+    fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
+    """The server side of a kept connection stops answering (its sshd process frozen, as a
+    peer gone behind a dropped NAT entry): the next run cannot open a session on it within
+    the connect timeout, drops it before sending anything, connects again and collects."""
+    fleet.settings.connect_timeout_s = 2.0
+    lab = _lab(fleet, sshlab_factory, tmp_path, n=1)
+    assert _outcomes(fleet) == {"gpu-01": Outcome.OK}
+    proc = lab._host("gpu-01").proc
+    assert proc is not None
+    frozen = _descendants(proc.pid)
+    assert frozen
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        dropped = _kept().dropped
+        calls = len(lab.calls("gpu-01"))
+        assert _outcomes(fleet) == {"gpu-01": Outcome.OK}
+        assert _kept().dropped - dropped == 1
+        assert _logins(lab, "gpu-01") == 2
+        assert len(lab.calls("gpu-01")) > calls  # the script ran once more, on the new one
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
