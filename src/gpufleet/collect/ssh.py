@@ -181,8 +181,9 @@ class SshTransport:
     """Runs the collection script over SSH with asyncssh, one host at a time per command.
 
     With ``connections`` (the process's, :mod:`gpufleet.collect.ssh_pool`) a connection left
-    by an earlier command to the same host (same address, user, keys and pin) is used again,
-    and a command that ended normally leaves its connection there for ``idle_s`` seconds. A
+    by an earlier command to the same host (same address, user and keys; the host key it was
+    opened with must pass this command's pin) is used again, and a command that ended
+    normally leaves its connection there for ``idle_s`` seconds. A
     kept connection that turns out broken before the command was sent (the server closed
     it, the channel cannot be opened within ``connect_timeout_s``) is dropped and the host
     connected again, once; a command that failed after it was sent is never sent again."""
