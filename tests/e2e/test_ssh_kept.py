@@ -3,13 +3,17 @@ process's engine keeps each host's connection for its next run (one login, count
 itself, for two collections), closes it after ``GPUFLEET_SSH_IDLE_S`` unused (the server's
 per-connection process goes away), and a host whose sshd is killed fails closed
 (``unreachable``, its kept connection dropped) while the next run after its restart
-connects again. On SQLite and PostgreSQL."""
+connects again; a kept connection is used only under the pin of the run that takes it, one
+whose peer went silent is dropped and the host connected again once, and a process that
+exits closes what it kept. On SQLite and PostgreSQL (the exit test: a CLI on SQLite)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,6 +35,7 @@ from gpufleet.service.views.hosts import show_host
 from gpufleet.store.tables import Host
 
 pytestmark = pytest.mark.sshlab
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 
 
 def _lab(fleet: Fleet, factory: SshLabFactory, tmp_path: Path, n: int = 2) -> SshLab:
@@ -170,3 +175,32 @@ def test_a_kept_connection_whose_peer_went_silent_is_dropped_and_reconnected_onc
         for pid in frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_process_that_exits_closes_its_kept_connections(
+    sshlab_factory: SshLabFactory, tmp_path: Path
+) -> None:
+    """``gpufleet collect`` ends: the engine closes the connection it kept (an SSH disconnect
+    the server logs, not a dropped socket), and no session is left on the host."""
+    lf = create_fleet(1, models=["a100-8x"], faults={})
+    lab = sshlab_factory()
+    t = lab.add_host("gpu-01", render_sections(lf.hosts[0]), password_auth=True)
+    lab.start()
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(f"[g]\ngpu-01 ansible_host={t.address} ansible_port={t.port} "
+                   f"ansible_user={t.user} ansible_ssh_private_key_file={lab.client_key} "
+                   "gpufleet_gpu_count=8\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    home = ["--home", str(tmp_path / "home")]
+    subprocess.run([GPUFLEET, *home, "enroll", "-i", str(inv)], env=env, check=True,
+                   capture_output=True, timeout=120)
+    got = subprocess.run([GPUFLEET, *home, "collect"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert got.returncode == 0, got.stdout + got.stderr
+    deadline = time.monotonic() + 10
+    while _sessions(lab, "gpu-01") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sessions(lab, "gpu-01") == 0
+    log = lab.sshd_log("gpu-01")
+    assert log.count("Accepted publickey") == 1
+    assert "Received disconnect" in log and "Disconnected by application" in log, log
