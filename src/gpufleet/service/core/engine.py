@@ -72,7 +72,7 @@ class Engine:
             max_workers=db_threads, thread_name_prefix="gpufleet-db", initializer=_mark_db_thread
         )
         #: The process's event loop: every run's hosts, and the connections kept open between
-        #: runs (:class:`gpufleet.collect.inspect_ssh.KeptOpenSsh`), live on it.
+        #: runs (:mod:`gpufleet.collect.ssh_pool`), live on it.
         self.loop = asyncio.new_event_loop()
         # Blocking I/O of runs (``asyncio.to_thread``: the Redfish reads of ``bmc status``,
         # the worker's jobs): threads made as needed, up to IO_THREADS.
