@@ -91,16 +91,16 @@ def test_a_second_collection_reuses_the_connection(
 def test_an_idle_connection_closes_after_the_idle_time(
     fleet: Fleet, sshlab_factory: SshLabFactory, tmp_path: Path
 ) -> None:
-    fleet.settings.ssh_idle_s = 1.0
+    fleet.settings.ssh_idle_s = 5.0  # long enough to see it kept on a loaded machine
     lab = _lab(fleet, sshlab_factory, tmp_path, n=1)
     expired = _kept().expired
     assert _outcomes(fleet) == {"gpu-01": Outcome.OK}
     assert _sessions(lab, "gpu-01") >= 1  # kept open after the run
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + 30
     while _sessions(lab, "gpu-01") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _sessions(lab, "gpu-01") == 0  # the server saw it close
-    assert _kept().expired - expired == 1
+    assert _kept().expired - expired >= 1  # (the process's: an earlier test's may expire too)
     assert _outcomes(fleet) == {"gpu-01": Outcome.OK}  # the next run connects again
     assert _logins(lab, "gpu-01") == 2
 

@@ -22,7 +22,7 @@ from sqlalchemy import event
 from gpufleet.domain.runs import RunKind, RunState
 from gpufleet.lab.demo import enroll_lab
 from gpufleet.service.background import jobs
-from gpufleet.service.background.tasks import JobQueue
+from gpufleet.service.background.job_queue import JobQueue
 from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet, utcnow
 
