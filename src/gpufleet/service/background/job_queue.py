@@ -43,6 +43,7 @@ from gpufleet.service.background.tasks import (
     worker_label,
 )
 from gpufleet.service.core import background_errors as background
+from gpufleet.service.core.engine import engine
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.store.db import QUEUE_TABLE, UPGRADE_HINT
 
@@ -296,7 +297,9 @@ class JobQueue:
                             extra=ids(job=job.id))
 
     def start_in_process(self, concurrency: int | None = None) -> None:
-        """Run a worker in a thread of this process (``serve --with-worker``)."""
+        """Run a worker in a thread of this process (``serve --with-worker``), on the
+        process's one engine loop (issue 25 item 3) as ``gpufleet worker`` does; the thread
+        only waits for it."""
         if self._thread is not None:
             return
 
@@ -306,7 +309,7 @@ class JobQueue:
                 with contextlib.suppress(asyncio.CancelledError):
                     await self.work(concurrency=concurrency, install_signal_handlers=False)
 
-            asyncio.run(run())
+            engine().run(run())
 
         self._thread = threading.Thread(target=main, name="gpufleet-worker", daemon=True)
         self._thread.start()
