@@ -54,6 +54,10 @@ def _commands(app: typer.Typer) -> dict[str, object]:
     for group in app.registered_groups:
         if group.typer_instance is not None:
             out |= _commands(group.typer_instance)
+    info = app.registered_callback  # a group's own command (``capacity``)
+    if info is not None and info.callback is not None:
+        fn = inspect.unwrap(info.callback)
+        out[f"{fn.__module__}.{fn.__qualname__}".removeprefix("gpufleet.cli.")] = fn
     return out
 
 
@@ -81,7 +85,7 @@ def _problems(key: str, read: Read, commands: dict[str, object], routes: set[tup
         out.append(f"{key}: the API has no {read.method} {read.path}")
     wanted = fields | {p.partition("=")[2] or p for p in read.params} | set(read.args)
     wanted |= {p.partition("=")[2] or p for p in read.body} | set(read.times)
-    wanted |= {r.partition("=")[2] for r in read.refuse}
+    wanted |= {r.partition("=")[2] for r in read.refuse} | set(read.view_args)
     out += [f"{key}: the command has no argument {a}" for a in sorted(wanted - args)]
     if not (isinstance(read.schema, type) and issubclass(read.schema, Schema)):
         out.append(f"{key}: {read.schema} is not an API schema")

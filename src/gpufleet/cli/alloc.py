@@ -400,7 +400,7 @@ def capacity_cmd(
             doc["k8s"] = {"rows": [r.as_json() for r in kube.rows], "missing": kube.missing}
         print_json(doc)
         return
-    show_capacity(rep, kube, as_json)
+    show_capacity(rep, as_json, kube)
     if slurm_cap is not None:
         _print_slurm_capacity(slurm_cap)
 
@@ -421,7 +421,9 @@ def _print_slurm_capacity(cap: SlurmCapacity) -> None:
         console.print(_("no Slurm node: ") + ", ".join(lit(h) for h in cap.missing))
 
 
-def show_capacity(rep: capacity.CapacityReport, kube: K8sCapacity | None, as_json: bool) -> None:
+def show_capacity(
+    rep: capacity.CapacityReport, as_json: bool, kube: K8sCapacity | None = None
+) -> None:
     """Print a capacity report (``capacity``)."""
     if as_json:
         print_json(

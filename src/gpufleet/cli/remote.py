@@ -4,9 +4,9 @@ for people without database access.
 
 The CLI's error boundary (:func:`gpufleet.cli.common.boundary`) hands every command to
 :func:`call_remote`. A read is a row of the table :data:`gpufleet.cli.remote_table.READS`
-(method, path, parameters, schema, paging, presenter) served by one handler; other commands
-have a hand-written implementation (registered with :func:`remote` in
-:mod:`~gpufleet.cli.remote_reads` and :mod:`~gpufleet.cli.remote_runs`). Either calls the
+(method, path, parameters, body, schema, paging, view, presenter) served by one handler;
+only the commands that follow a run on the server have a hand-written implementation
+(registered with :func:`remote` in :mod:`~gpufleet.cli.remote_runs`). Either calls the
 API, builds the service's read model from the answer and prints it with the command's own
 presenter, so ``--json`` and the tables are the local ones. Any other command fails
 closed: exit 2 with a message naming it; never a silent fall-back to a local database.
@@ -29,7 +29,6 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from typer._click.globals import get_current_context  # typer's own copy of Click
@@ -197,7 +196,7 @@ def remote(*keys: str, routes: tuple[str, ...]) -> Callable[[Handler], Handler]:
 def call_remote(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     """Run the command ``fn`` in remote mode: its remote implementation, the command itself
     when it needs no database (:data:`LOCAL_ONLY`), else the refusal."""
-    from gpufleet.cli import remote_reads, remote_runs  # noqa: F401  (they register)
+    from gpufleet.cli import remote_runs  # noqa: F401  (it registers)
     from gpufleet.cli.remote_table import READS, serve
 
     key = f"{fn.__module__}.{fn.__qualname__}"
@@ -246,6 +245,3 @@ def host_outcome(d: Mapping[str, Any]) -> Any:
     error = None if err is None else error_of(str(err["code"]), str(err["message"]))
     return HostOutcome(host=d["host"], state=d.get("state"), error=error)
 
-
-def _dt(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)

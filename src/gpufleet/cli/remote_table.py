@@ -11,9 +11,10 @@ change through a selector, ``maintenance on``, is a POST row whose body comes fr
 command's arguments; a row's ``prepare`` runs the command's own checks and question first,
 its ``follow`` follows work the route queued on the server's workers).
 
-Commands whose answer needs more than that (several calls, an answer whose shape is not
-the read model's) keep a hand-written handler in :mod:`~gpufleet.cli.remote_reads` or
-:mod:`~gpufleet.cli.remote_runs`.
+Where the API's shape is not the read model's (a host's page, the summary, an allocation,
+a file's import), the row's ``view`` is a function of the validated answer in
+:mod:`~gpufleet.cli.remote_reads`, typed by the row's schema (mypy checks the pair). Only
+following a run keeps a hand-written handler (:mod:`~gpufleet.cli.remote_runs`).
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ import importlib
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, Generic, TypeVar
 
 from gpufleet.api.schemas import (
+    AllocationOut,
     BaselineOut,
     CapacityCheckOut,
+    CapacityOut,
+    DriftOut,
     EventOut,
+    HostDetailOut,
     HostOut,
     LeaseOut,
     PoolOut,
@@ -39,6 +44,7 @@ from gpufleet.api.schemas_health import (
     BmcActionOut,
     BmcStatusOut,
     DeadLetterOut,
+    FailureImportOut,
     InspectReportOut,
     PartHistoryOut,
     PartOut,
@@ -52,8 +58,9 @@ from gpufleet.api.schemas_ops import (
 )
 from gpufleet.api.schemas_racks import RackOut
 from gpufleet.api.schemas_runs import CampaignOut
-from gpufleet.api.schemas_summary import LabelsOut
+from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
 from gpufleet.api.schemas_tokens import TokenOut
+from gpufleet.cli import remote_reads as rr
 from gpufleet.cli.remote import Client, refuse_options
 
 #: Hosts per page when a paged read fetches every page.
@@ -65,15 +72,17 @@ PAGE = 1000
 #: dict: nested shapes stay dicts).
 View = str
 
+S = TypeVar("S", bound=Schema)
+
 
 @dataclass(frozen=True)
-class Read:
+class Read(Generic[S]):
     """One command of remote mode answered by one API read."""
 
     #: The path under ``/api/v1``; ``{argument}`` is the command's argument, quoted.
     path: str
     #: The answer's shape (of each item when ``many``).
-    schema: type[Schema]
+    schema: type[S]
     #: ``"module:function"`` of the presenter the local command calls, with the answer
     #: first and then the command's arguments named in ``args`` (by keyword).
     present: str
@@ -84,7 +93,10 @@ class Read:
     #: Options the API does not offer, ``"--flag=argument"``: refused when given, never
     #: ignored.
     refuse: tuple[str, ...] = ()
-    view: View = "model"
+    #: Or a function of the validated answer (and of the arguments named in ``view_args``,
+    #: by keyword): mypy checks that it takes the row's schema.
+    view: View | Callable[Concatenate[S, ...], object] = "model"
+    view_args: tuple[str, ...] = ()
     many: bool = False
     #: The answer is a page (``items``, ``next_cursor``): every page is fetched.
     paged: bool = False
@@ -102,18 +114,23 @@ class Read:
     #: the route's answer and the command's arguments, it follows the work to its end and
     #: returns the answer that is printed (of ``schema``).
     follow: str | None = None
+    #: ``"module:function"`` making the body from the arguments named in ``body`` (by
+    #: keyword) where they are not its fields (a file's text, say).
+    build: str | None = None
 
     def payload(self, kwargs: Mapping[str, Any]) -> dict[str, object] | None:
-        """The request's body, or None (a read)."""
+        """The request's body, or None (a read). None values and empty lists (an option
+        not given) are not sent."""
         if not self.body:
             return None
+        if self.build is not None:
+            made: dict[str, object] = _named(self.build)(**{a: kwargs[a] for a in self.body})
+            return made
         out: dict[str, object] = {}
         for p in self.body:
             name, _, arg = p.partition("=")
-            value = kwargs[arg or name]
-            if (arg or name) in self.times and value is not None:
-                value = _when(value, "--" + (arg or name).rstrip("_").replace("_", "-"))
-            if value is not None:
+            value = self._value(arg or name, kwargs)
+            if value not in (None, [], ()):
                 out[name] = value
         return out
 
@@ -122,8 +139,14 @@ class Read:
         out: dict[str, object] = {}
         for p in self.params:
             name, _, arg = p.partition("=")
-            out[name] = kwargs[arg or name]
+            out[name] = self._value(arg or name, kwargs)
         return out
+
+    def _value(self, arg: str, kwargs: Mapping[str, Any]) -> object:
+        value = kwargs[arg]
+        if arg in self.times and value is not None:
+            return _when(value, "--" + arg.rstrip("_").replace("_", "-"))
+        return value
 
     def target(self, kwargs: Mapping[str, Any]) -> str:
         """The path with the command's arguments in it."""
@@ -133,7 +156,7 @@ class Read:
 
 #: Command (``module.function`` under ``gpufleet.cli``) -> its read. The presenters and view
 #: classes are named, not imported: remote mode loads only the one it runs.
-READS: dict[str, Read] = {
+READS: dict[str, Read[Any]] = {
     "hosts.list_cmd": Read(
         "hosts",
         HostOut,
@@ -219,6 +242,44 @@ READS: dict[str, Read] = {
         many=True,
     ),
 }
+
+#: The reads whose answer is not the read model's shape: a function of
+#: :mod:`~gpufleet.cli.remote_reads` builds it (issue 25 item 2: no hand-written handler).
+READS |= {
+    "hosts.show_cmd": Read(
+        "hosts/{name}", HostDetailOut, "gpufleet.cli.hosts_show:print_host", view=rr.host_detail,
+    ),
+    "summary.summary_cmd": Read(
+        "summary", SummaryOut, "gpufleet.cli.summary_view:print_summary", params=("selector",),
+        view=rr.fleet_summary,
+    ),
+    "baseline.drift_cmd": Read(
+        "drift", DriftOut, "gpufleet.cli.baseline:show_drift", params=("selector",),
+        view="gpufleet.service.hosts.baselines:DriftReport",
+    ),
+    "alloc.capacity_cmd": Read(
+        "capacity", CapacityOut, "gpufleet.cli.alloc:show_capacity", params=("selector", "at"),
+        times=("at",), view="gpufleet.service.allocation.capacity:CapacityReport",
+        refuse=("--k8s=k8s", "--kubeconfig=kubeconfig", "--slurm=slurm"),
+    ),
+    "baseline.list_cmd": Read(
+        "baselines", BaselineOut, "gpufleet.cli.baseline:show_baselines", view=rr.baseline_row,
+        many=True,
+    ),
+    "alloc.allocate_cmd": Read(
+        "leases", AllocationOut, "gpufleet.cli.alloc:show_allocation", method="POST",
+        body=("gpus", "hosts", "model", "min_gpu_memory", "fabric", "profile", "cuda",
+              "nvl_domain", "selector", "owner", "purpose", "for=for_", "until", "start",
+              "users", "account"),
+        times=("until", "start"), view=rr.allocation,
+    ),
+    "failures.import_cmd": Read(
+        "failures/import", FailureImportOut, "gpufleet.cli.failures:show_import",
+        method="POST", body=("file",), build="gpufleet.cli.remote_reads:failures_file",
+        refuse=("--slurm=slurm",), view=rr.import_report, view_args=("file",),
+    ),
+}
+
 
 #: The selector changes (issue 29 item 7): one line per host, its new state or its error.
 _EACH = "gpufleet.cli.lifecycle:report_each"
@@ -393,8 +454,10 @@ def _named(ref: str) -> Any:
     return out
 
 
-def viewer(view: View) -> Callable[[Schema], Any]:
+def viewer(view: View | Callable[..., object]) -> Callable[..., Any]:
     """The function from a validated answer to the presenter's input."""
+    if callable(view):
+        return view
     if view == "model":
         return lambda m: m
     if view == "dict":
@@ -412,7 +475,7 @@ def viewer(view: View) -> Callable[[Schema], Any]:
     return lambda m: make(m.model_dump())
 
 
-def fetch(api: Client, read: Read, kwargs: Mapping[str, Any]) -> Any:
+def fetch(api: Client, read: Read[Any], kwargs: Mapping[str, Any]) -> Any:
     """The API's answer to one call of the command (every page of a paged read)."""
     path, query = read.target(kwargs), read.query(kwargs)
     if not read.paged:
@@ -427,9 +490,13 @@ def fetch(api: Client, read: Read, kwargs: Mapping[str, Any]) -> Any:
             return items
 
 
-def serve(api: Client, read: Read, kwargs: Mapping[str, Any]) -> None:
+def serve(api: Client, read: Read[Any], kwargs: Mapping[str, Any]) -> None:
     """Run one command of the table: call the API, validate the answer with the schema,
-    build the presenter's input and print it with the local presenter."""
+    build the presenter's input and print it with the local presenter. A group's callback
+    run before one of its commands (``capacity check``) does nothing: that command is its
+    own row."""
+    if getattr(kwargs.get("ctx"), "invoked_subcommand", None) is not None:
+        return
     refused = (r.partition("=") for r in read.refuse)
     refuse_options(**{flag: kwargs[arg] for flag, _, arg in refused})
     if read.prepare is not None:
@@ -438,10 +505,11 @@ def serve(api: Client, read: Read, kwargs: Mapping[str, Any]) -> None:
     if read.follow is not None:
         answer = _named(read.follow)(api, answer, kwargs)
     to_view = viewer(read.view)
+    extra = {a: kwargs[a] for a in read.view_args}
     if read.many:
-        data: Any = [to_view(read.schema.model_validate(x)) for x in answer]
+        data: Any = [to_view(read.schema.model_validate(x), **extra) for x in answer]
     else:
-        data = to_view(read.schema.model_validate(answer))
+        data = to_view(read.schema.model_validate(answer), **extra)
     _named(read.present)(data, **{a: kwargs[a] for a in read.args})
 
 

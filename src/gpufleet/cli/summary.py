@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from gpufleet.cli.common import boundary, current_settings, open_fleet, print_json
+from gpufleet.cli.common import boundary, current_settings, open_fleet
 from gpufleet.cli.labels import print_labels
-from gpufleet.cli.summary_view import STATE_ORDER, render_summary, summary_json
+from gpufleet.cli.summary_view import STATE_ORDER, print_summary, render_summary, summary_json
 from gpufleet.cli.tables import WIDE_HELP
 
 __all__ = ["STATE_ORDER", "labels_cmd", "register", "render_summary", "summary_cmd", "summary_json"]
@@ -27,11 +27,7 @@ def summary_cmd(
     """Hosts per state, available GPUs per profile/model, quarantined hosts, drift."""
     from gpufleet.service.views.summary import fleet_summary
 
-    sm = fleet_summary(open_fleet(), selector)
-    if as_json:
-        print_json(summary_json(sm))
-    else:
-        render_summary(sm)
+    print_summary(fleet_summary(open_fleet(), selector), as_json)
 
 
 @boundary

@@ -30,6 +30,14 @@ STATE_ORDER = [
 ]
 
 
+def print_summary(sm: FleetSummary, as_json: bool) -> None:
+    """The summary, as JSON (:func:`summary_json`) or the tables (:func:`render_summary`)."""
+    if as_json:
+        print_json(summary_json(sm))
+    else:
+        render_summary(sm)
+
+
 def summary_json(sm: FleetSummary) -> dict[str, object]:
     """The summary as plain data: the API's ``SummaryOut`` (``GET /api/v1/summary``)."""
     from gpufleet.api.schemas_summary import SummaryOut
