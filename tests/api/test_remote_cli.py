@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -256,3 +257,73 @@ def test_a_bad_url_is_a_setting_error(tmp_path: Path) -> None:
         cli = remote_cli(url, TOKENS["viewer"], tmp_path)
         r = cli.run("hosts", "list", code=2)
         assert "GPUFLEET_URL" in r.stderr and "pw" not in r.stderr
+
+
+def test_allocate_and_failures_import_print_what_the_local_cli_prints(
+    lab_fleet: Fleet, server: str, tmp_path: Path
+) -> None:
+    """Issue 25 item 2: ``allocate`` (a POST row whose body is the command's arguments,
+    times sent zoned) and ``failures import`` (a body built from a file) are rows of the
+    table: over the API they print what the local CLI prints, grant, refusal and import."""
+    local = local_cli(lab_fleet, tmp_path)
+    operator = remote_cli(server, TOKENS["operator"], tmp_path)
+    ask = ["allocate", "--hosts", "1", "--owner", "team-a", "--purpose", "remote test",
+           "--start", "2030-01-01T00:00:00", "--until", "2030-01-02T00:00:00+00:00",
+           "--user", "alice", "--user", "bob"]
+
+    def same_lease(got: dict[str, Any], want: dict[str, Any]) -> None:
+        # another lease of the same request: but its id, host, GPUs and who made it when
+        mine = ("id", "hosts", "gpu_uuids", "actor", "created_at")
+        assert got["granted"] is want["granted"] is True
+        assert {k: v for k, v in got["lease"].items() if k not in mine} == {
+            k: v for k, v in want["lease"].items() if k not in mine}
+        assert got["lease"]["actor"] == "api:operator-bot" and got["warnings"] == want["warnings"]
+
+    got, want = operator.json(*ask), local.json(*ask)
+    same_lease(got, want)
+    assert got["lease"]["users"] == ["alice", "bob"] and got["lease"]["state"] == "reserved"
+    assert got["lease"]["starts_at"] == want["lease"]["starts_at"]  # local time, sent zoned
+    r, w = operator.run(*ask), local.run(*ask)
+    lines = [x.stdout for x in (r, w)]
+    for x in (operator.json("leases", "list"), local.json("leases", "list")):
+        for lease in x:
+            for i, out in enumerate(lines):
+                lines[i] = out.replace(f"lease {lease['id']} ", "lease N ").replace(
+                    ", ".join(lease["hosts"]), "HOST")
+    assert lines[0] == lines[1] and "lease N reserved to team-a: HOST (8 GPUs)" in lines[0]
+    assert r.stderr == w.stderr
+    # a refusal: exit 1, the same answer and the same words
+    no = ["allocate", "--gpus", "800", "--owner", "t", "--purpose", "p", "--for", "1h"]
+    assert operator.json(*no, code=1) == local.json(*no, code=1)
+    r, w = operator.run(*no, code=1), local.run(*no, code=1)
+    assert (r.stdout, r.stderr) == (w.stdout, w.stderr) and "refused" in r.stderr
+
+    # failures import: good lines stored, a bad one named FILE:LINE in both modes
+    for name, lines_ in (
+        ("f.jsonl", [{"job": "JOB-1", "host": "gpu-03", "time": "2026-01-05T11:00:00+00:00",
+                      "message": "Xid 79"}, {"job": "JOB-2"}]),
+        ("f.ndjson", [{"job": "JOB-3", "host": "gpu-99", "time": "2026-01-05T11:00:00+00:00",
+                       "message": "x"}]),
+    ):
+        for side in ("remote", "local"):
+            text = "\n".join(json.dumps(x) for x in lines_).replace("JOB", side) + "\nnot json\n"
+            (tmp_path / side).mkdir(exist_ok=True)
+            (tmp_path / side / name).write_text(text)
+        f = str(tmp_path / "remote" / name)
+        g = str(tmp_path / "local" / name)
+        got_i = operator.json("failures", "import", f, code=1)
+        want_i = local.json("failures", "import", g, code=1)
+        assert got_i["errors"] and [e.replace(f, "F") for e in got_i["errors"]] == [
+            e.replace(g, "F") for e in want_i["errors"]], name
+        assert got_i["recorded"] == want_i["recorded"]
+        r = operator.run("failures", "import", f.replace(name, f"again-{name}"), code=2)
+        assert "again-" in r.stderr  # a file that cannot be read: named, nothing sent
+    csv_text = "job,host,time,message\nc-1,gpu-04,2026-01-05T11:00:00+00:00,Xid 48\nc-2\n"
+    for side in ("remote", "local"):
+        (tmp_path / side / "f.csv").write_text(csv_text.replace("c-", f"{side}-"))
+    r = operator.run("failures", "import", str(tmp_path / "remote" / "f.csv"), code=1)
+    w = local.run("failures", "import", str(tmp_path / "local" / "f.csv"), code=1)
+    assert r.stdout == w.stdout == "1 failures recorded\n"
+    assert r.stderr.replace("remote", "X") == w.stderr.replace("local", "X")
+    r = operator.run("failures", "import", code=2)
+    assert "give a FILE or --slurm" in r.stderr
