@@ -1,9 +1,12 @@
 """The typed shapes of the API (``/api/v1``) and of the CLI's ``--json`` for the same objects.
 
-These are the published contract: the internal read models (``service.hosts.HostView``,
-``service.leases.LeaseView`` ...) are mapped onto them field by field here (``of``), so an
-internal rename never changes a response silently. Times are ISO 8601 with the zone
-(``2026-01-05T10:00:00+00:00``; naive values are UTC), the same as the CLI always printed.
+These are the published contract. Where a shape is a read model of the service field by
+field (``service.views.hosts.HostView``, ``service.allocation.leases.LeaseView`` ...) it is a
+:class:`Mirror` of it: pydantic reads the read model's attributes (``from_attributes``), no
+hand-written copy, and mypy checks that ``Shape.of`` is given that read model; an internal
+rename fails validation (and the API tests) instead of changing a response silently. Times
+are ISO 8601 with the zone (``2026-01-05T10:00:00+00:00``; naive values are UTC), the same as
+the CLI always printed.
 
 Only pydantic: the CLI imports this module without loading the web server.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Self, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +24,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
 )
 
 from gpufleet.api.schemas_accelerators import AcceleratorOut, VendorSoftwareOut
@@ -29,13 +33,15 @@ from gpufleet.domain.times import as_utc
 from gpufleet.errors import GpufleetError
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded by the CLI's import
+    # (the read models a Mirror["..."] names are used where ruff does not look: noqa F401)
+    from gpufleet.domain.drift import DriftItem, DriftSummary  # noqa: F401
     from gpufleet.domain.facts import Gpu
     from gpufleet.domain.spec import Baseline
-    from gpufleet.service.allocation.capacity import CapacityCheck
-    from gpufleet.service.allocation.leases import LeaseView
-    from gpufleet.service.core.alarms import AlarmView
-    from gpufleet.service.hosts.baselines import DriftReport
-    from gpufleet.service.views.hosts import HostDetail, HostView
+    from gpufleet.service.allocation.capacity import CapacityCheck  # noqa: F401
+    from gpufleet.service.allocation.leases import LeaseView  # noqa: F401
+    from gpufleet.service.core.alarms import AlarmView  # noqa: F401
+    from gpufleet.service.hosts.baselines import DriftReport  # noqa: F401
+    from gpufleet.service.views.hosts import HostDetail, HostView  # noqa: F401
 
 
 def _iso(dt: datetime) -> str:
@@ -65,6 +71,23 @@ class Schema(BaseModel):
         return self.model_dump(mode="json")
 
 
+#: The service's read model a :class:`Mirror` publishes.
+M = TypeVar("M")
+
+
+class Mirror(Schema, Generic[M]):
+    """A shape that is the read model ``M`` of the service field by field (its enums as their
+    values): validated from its attributes, never copied by hand. ``M`` is named, not
+    imported (``Mirror["HostView"]``): the CLI loads no service module with the schemas."""
+
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    @classmethod
+    def of(cls, v: M) -> Self:
+        """The published shape of the read model ``v``."""
+        return cls.model_validate(v)
+
+
 # --- errors -------------------------------------------------------------------------------
 
 
@@ -87,7 +110,7 @@ class ErrorOut(Schema):
 # --- hosts --------------------------------------------------------------------------------
 
 
-class HostOut(Schema):
+class HostOut(Mirror["HostView"]):
     """One host as listed (``hosts list``)."""
 
     name: str
@@ -107,29 +130,6 @@ class HostOut(Schema):
     last_reason: str | None
     status_reason: str | None
     eta: Time | None = Field(description="Expected back (maintenance or quarantine).")
-
-    @classmethod
-    def of(cls, v: HostView) -> HostOut:
-        """From ``service.hosts.HostView``."""
-        return cls(
-            name=v.name,
-            address=v.address,
-            state=str(v.state),
-            health=str(v.health),
-            fault=None if v.fault is None else str(v.fault),
-            pool=v.pool,
-            groups=list(v.groups),
-            gpu_count=v.gpu_count,
-            gpu_model=v.gpu_model,
-            driver=v.driver,
-            cuda=v.cuda,
-            profiles=list(v.profiles),
-            last_collected_at=v.last_collected_at,
-            last_outcome=None if v.last_outcome is None else str(v.last_outcome),
-            last_reason=v.last_reason,
-            status_reason=v.status_reason,
-            eta=v.eta,
-        )
 
 
 class HostPage(Schema):
@@ -208,7 +208,7 @@ class CollectionOut(Schema):
     duration_s: float
 
 
-class AlarmOut(Schema):
+class AlarmOut(Mirror["AlarmView"]):
     host: str
     kind: str
     severity: str
@@ -217,20 +217,6 @@ class AlarmOut(Schema):
     acknowledged_by: str | None
     closed_at: Time | None
     reason: str | None
-
-    @classmethod
-    def of(cls, a: AlarmView) -> AlarmOut:
-        """From ``service.alarms.AlarmView``."""
-        return cls(
-            host=a.host,
-            kind=str(a.kind),
-            severity=str(a.severity),
-            opened_at=a.opened_at,
-            message=a.message,
-            acknowledged_by=a.acknowledged_by,
-            closed_at=a.closed_at,
-            reason=a.reason,
-        )
 
 
 class EvidenceOut(Schema):
@@ -251,7 +237,7 @@ class ValidationOut(Schema):
     expires_at: Time | None
 
 
-class LeaseOut(Schema):
+class LeaseOut(Mirror["LeaseView"]):
     id: int
     owner: str
     purpose: str
@@ -270,11 +256,6 @@ class LeaseOut(Schema):
     users: list[str] | None = Field(
         None, description="The lessee's login users (reclaim checks them); null: not recorded."
     )
-
-    @classmethod
-    def of(cls, v: LeaseView) -> LeaseOut:
-        """From ``service.leases.LeaseView``."""
-        return cls.model_validate(v.as_dict())
 
 
 def _gpu(g: Gpu) -> GpuOut:
@@ -386,10 +367,10 @@ class HostDetailOut(Schema):
                 for e in d.evidence
             ],
             facts=f.model_dump(mode="json") if f else None,
-            remediations=list(getattr(d, "remediations", [])),
-            usable_gpus=getattr(d, "usable_gpus", None),
-            unusable_gpus=list(getattr(d, "unusable_gpus", [])),
-            reclaim_due=getattr(d, "reclaim_due", None),
+            remediations=list(d.remediations),
+            usable_gpus=d.usable_gpus,
+            unusable_gpus=list(d.unusable_gpus),
+            reclaim_due=d.reclaim_due,
         )
 
 
@@ -420,20 +401,20 @@ class PoolOut(Schema):
     hosts: int
 
 
-class DriftItemOut(Schema):
+class DriftItemOut(Mirror["DriftItem"]):
     field: str
     expected: str
     actual: str | None
 
 
-class DriftSummaryOut(Schema):
+class DriftSummaryOut(Mirror["DriftSummary"]):
     field: str
     actual: str | None
     expected: str
     hosts: list[str]
 
 
-class DriftOut(Schema):
+class DriftOut(Mirror["DriftReport"]):
     by_host: dict[str, list[DriftItemOut]]
     summary: list[DriftSummaryOut]
     baselines: dict[str, str] = Field(description="host -> the baseline it was compared with")
@@ -445,25 +426,17 @@ class DriftOut(Schema):
         "on_other (other baseline -> hosts), fields (field, expected, matching, others), drifts",
     )
 
+    @field_validator("pools", mode="before")
     @classmethod
-    def of(cls, r: DriftReport) -> DriftOut:
-        """From ``service.baselines.DriftReport``."""
-        return cls(
-            by_host={
-                h: [
-                    DriftItemOut(field=i.field, expected=i.expected, actual=i.actual) for i in items
-                ]
-                for h, items in r.by_host.items()
-            },
-            summary=[
-                DriftSummaryOut(field=x.field, actual=x.actual, expected=x.expected, hosts=x.hosts)
-                for x in r.summary
-            ],
-            baselines=dict(r.baselines),
-            no_baseline=list(r.no_baseline),
-            no_facts=list(r.no_facts),
-            pools=[dataclasses.asdict(p) | {"drifts": p.drifts} for p in r.pools],
-        )
+    def _pools(cls, pools: list[object]) -> list[object]:
+        """A pool's comparison (``domain.drift.PoolDrift``) as its JSON object, and whether
+        it drifts."""
+        from gpufleet.domain.drift import PoolDrift
+
+        return [
+            dataclasses.asdict(p) | {"drifts": p.drifts} if isinstance(p, PoolDrift) else p
+            for p in pools
+        ]
 
 
 # --- leases -------------------------------------------------------------------------------
@@ -578,7 +551,7 @@ class FreesOut(Schema):
     gpus: int
 
 
-class CapacityCheckOut(Schema):
+class CapacityCheckOut(Mirror["CapacityCheck"]):
     ok: bool
     requested: int
     headroom: float
@@ -592,8 +565,3 @@ class CapacityCheckOut(Schema):
     cuda: str | None = None
     frees: list[FreesOut]
     k8s: dict[str, Any] | None = None  # issue 26: capacity check --k8s
-
-    @classmethod
-    def of(cls, r: CapacityCheck) -> CapacityCheckOut:
-        """From ``service.capacity.CapacityCheck`` (the API and ``capacity check --json``)."""
-        return cls.model_validate(dataclasses.asdict(r))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at r
 class AcceleratorOut(BaseModel):
     """One accelerator of any vendor (NVIDIA GPU, Ascend NPU, AMD GPU, Hygon DCU ...)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
 
     vendor: str
     index: int = Field(description="The vendor tool's own numbering.")
@@ -39,13 +39,13 @@ class AcceleratorOut(BaseModel):
     @classmethod
     def of(cls, row: AcceleratorRow) -> AcceleratorOut:
         """From ``service.views.accelerators.AcceleratorRow``."""
-        return cls(**{k: getattr(row, k) for k in cls.model_fields})
+        return cls.model_validate(row)
 
 
 class VendorSoftwareOut(BaseModel):
     """One vendor on the host: its accelerators' count and models, and its software."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
 
     vendor: str
     noun: str = Field(description="GPUs, NPUs, DCUs ...")
@@ -64,4 +64,4 @@ class VendorSoftwareOut(BaseModel):
     @classmethod
     def of(cls, v: VendorSoftware) -> VendorSoftwareOut:
         """From ``service.views.accelerators.VendorSoftware``."""
-        return cls(**{k: getattr(v, k) for k in cls.model_fields})
+        return cls.model_validate(v)

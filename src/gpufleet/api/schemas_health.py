@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from gpufleet.api.schemas import Schema, Time
+from gpufleet.api.schemas import Mirror, Schema, Time
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
-    from gpufleet.service.core.webhooks import DeadLetter
+    from gpufleet.service.core.webhooks import DeadLetter  # noqa: F401  (Mirror[...])
     from gpufleet.service.health.inspect import SweepReport
     from gpufleet.service.health.inspect_report import InspectReport
     from gpufleet.service.health.parts import PartHistory
@@ -403,7 +403,7 @@ class InspectReportOut(Schema):
         )
 
 
-class DeadLetterOut(Schema):
+class DeadLetterOut(Mirror["DeadLetter"]):
     """A webhook notification given up after GPUFLEET_WEBHOOK_MAX_AGE_H (issue 24)."""
 
     id: int
@@ -413,16 +413,3 @@ class DeadLetterOut(Schema):
     attempts: int
     status: int | None
     error: str | None
-
-    @classmethod
-    def of(cls, d: DeadLetter) -> DeadLetterOut:
-        """From ``service.webhooks.DeadLetter``."""
-        return cls(
-            id=d.id,
-            kind=d.kind,
-            host=d.host,
-            at=d.at,
-            attempts=d.attempts,
-            status=d.status,
-            error=d.error,
-        )

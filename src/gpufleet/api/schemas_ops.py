@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from gpufleet.api.schemas import ErrorBody, InTime, Schema, Time
+from gpufleet.api.schemas import ErrorBody, InTime, Mirror, Schema, Time
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
-    from gpufleet.service.core.alarms import AlarmRecord
+    from gpufleet.service.core.alarms import AlarmRecord  # noqa: F401  (Mirror[...])
     from gpufleet.service.hosts.operations import HostOutcome
 
 # --- alarms, events, maintenance, failures ------------------------------------------------
@@ -25,7 +25,7 @@ class ResolveIn(Schema):
     reason: str = Field(min_length=1, description="Why it is closed by hand (audited).")
 
 
-class AlarmRecordOut(Schema):
+class AlarmRecordOut(Mirror["AlarmRecord"]):
     """One alarm with its id (``alarms list/show``)."""
 
     id: int
@@ -39,23 +39,6 @@ class AlarmRecordOut(Schema):
     closed_at: Time | None
     reason: str | None
     data: dict[str, Any]
-
-    @classmethod
-    def of(cls, a: AlarmRecord) -> AlarmRecordOut:
-        """From ``service.alarms.AlarmRecord``."""
-        return cls(
-            id=a.id,
-            host=a.host,
-            kind=str(a.kind),
-            severity=str(a.severity),
-            opened_at=a.opened_at,
-            message=a.message,
-            acknowledged_at=a.acknowledged_at,
-            acknowledged_by=a.acknowledged_by,
-            closed_at=a.closed_at,
-            reason=a.reason,
-            data=dict(a.data),
-        )
 
 
 class HostOutcomeOut(Schema):

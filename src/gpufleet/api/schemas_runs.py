@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from gpufleet.api.schemas import Schema, Time
+from gpufleet.api.schemas import Mirror, Schema, Time
 from gpufleet.domain.runs import RunKind, RunState
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
     from gpufleet.service.campaigns.campaign import CampaignView
-    from gpufleet.service.views.run_views import RunView
+    from gpufleet.service.views.run_views import ChunkView, RunView  # noqa: F401  (Mirror[...])
 
 # --- runs of background work (issue 12 item 2: workers) ------------------------------------
 
@@ -47,7 +47,7 @@ class RunHostOut(Schema):
     detail: str | None = Field(description="Reason, findings and actions, or the test summary.")
 
 
-class RunChunkOut(Schema):
+class RunChunkOut(Mirror["ChunkView"]):
     seq: int
     state: RunState
     hosts: int
@@ -57,7 +57,7 @@ class RunChunkOut(Schema):
     error: str | None
 
 
-class RunOut(Schema):
+class RunOut(Mirror["RunView"]):
     """A run and its progress; ``counts`` are the collection outcomes so far, ``verdicts``
     the validation decisions (validate runs)."""
 
@@ -88,46 +88,6 @@ class RunOut(Schema):
         "shape: host, action, ok, steps, state), or the error that stopped it "
         "({\"error\": {code, message, retryable}})."
     )
-
-    @classmethod
-    def of(cls, r: RunView) -> RunOut:
-        """From ``service.jobs.RunView``."""
-        return cls(
-            id=r.id,
-            kind=r.kind,
-            selector=r.selector,
-            state=r.state,
-            actor=r.actor,
-            schedule=r.schedule,
-            period=r.period,
-            created_at=r.created_at,
-            started_at=r.started_at,
-            finished_at=r.finished_at,
-            collection_run=r.collection_run,
-            hosts=r.hosts,
-            hosts_done=r.hosts_done,
-            chunks=r.chunks,
-            chunks_done=r.chunks_done,
-            counts=dict(r.counts),
-            verdicts=dict(r.verdicts),
-            skipped=list(r.skipped),
-            error=r.error,
-            chunk_list=[
-                RunChunkOut(
-                    seq=c.seq,
-                    state=c.state,
-                    hosts=c.hosts,
-                    attempts=c.attempts,
-                    worker=c.worker,
-                    job_id=c.job_id,
-                    error=c.error,
-                )
-                for c in r.chunk_list
-            ],
-            params=dict(r.params),
-            findings=r.findings,
-            remediation=r.remediation,
-        )
 
 
 class QueueDepthOut(Schema):

@@ -6,15 +6,15 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from gpufleet.api.schemas import Schema, Time
+from gpufleet.api.schemas import Mirror, Schema, Time
 
 if TYPE_CHECKING:  # the service's read model, checked by mypy; not loaded at run time
-    from gpufleet.service.core.tokens import TokenInfo
+    from gpufleet.service.core.tokens import TokenInfo  # noqa: F401  (Mirror[...])
 
 # --- API tokens (issue 12 item 3) ---------------------------------------------------------
 
 
-class TokenOut(Schema):
+class TokenOut(Mirror["TokenInfo"]):
     """A token as listed: never the token, never its digest."""
 
     name: str
@@ -24,19 +24,6 @@ class TokenOut(Schema):
     created_by: str
     expires_at: Time | None
     revoked_at: Time | None
-
-    @classmethod
-    def of(cls, t: TokenInfo) -> TokenOut:
-        """From ``service.tokens.TokenInfo``."""
-        return cls(
-            name=t.name,
-            role=t.role,
-            state=t.state,
-            created_at=t.created_at,
-            created_by=t.created_by,
-            expires_at=t.expires_at,
-            revoked_at=t.revoked_at,
-        )
 
 
 class TokenCreatedOut(Schema):
