@@ -1,7 +1,8 @@
 """API shapes for inspection, remediation, parts, BMC and bulk failure import (issue 12).
 
-Kept apart from :mod:`gpufleet.api.schemas` (already long); same conventions: every field
-mapped by hand from the service's dataclasses, times ISO 8601 with the zone.
+Kept apart from :mod:`gpufleet.api.schemas` (already long); same conventions: a shape that is
+a read model field by field is a ``Mirror`` of it, others are mapped by hand (``of``); times
+ISO 8601 with the zone.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from pydantic import Field
 from gpufleet.api.schemas import Mirror, Schema, Time
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
-    from gpufleet.service.core.webhooks import DeadLetter  # noqa: F401  (Mirror[...])
-    from gpufleet.service.health.inspect import SweepReport
+    # (those a Mirror["..."] names are used where ruff does not look: noqa F401)
+    from gpufleet.domain.rules import Finding  # noqa: F401
+    from gpufleet.service.core.webhooks import DeadLetter  # noqa: F401
+    from gpufleet.service.health.inspect import SweepReport  # noqa: F401
+    from gpufleet.service.health.inspect_act import HostInspection  # noqa: F401
     from gpufleet.service.health.inspect_report import InspectReport
     from gpufleet.service.health.parts import PartHistory
-    from gpufleet.service.health.remediation import RemediationReport
+    from gpufleet.service.health.remediation import RemediationReport  # noqa: F401
+    from gpufleet.service.health.remediation_steps import Step  # noqa: F401
     from gpufleet.service.hosts.bmc import BmcStatus
 
 
@@ -25,7 +30,7 @@ class InspectIn(Schema):
     selector: str | None = Field(None, description="Hosts to inspect (the CLI's selectors).")
 
 
-class FindingOut(Schema):
+class FindingOut(Mirror["Finding"]):
     rule: str
     severity: str
     action: str
@@ -35,7 +40,7 @@ class FindingOut(Schema):
     subject: str | None = None
 
 
-class HostInspectionOut(Schema):
+class HostInspectionOut(Mirror["HostInspection"]):
     host: str
     outcome: str
     reason: str
@@ -44,7 +49,7 @@ class HostInspectionOut(Schema):
     problems: list[str]
 
 
-class SweepOut(Schema):
+class SweepOut(Mirror["SweepReport"]):
     at: Time
     policy_version: str
     hosts: list[HostInspectionOut]
@@ -52,39 +57,6 @@ class SweepOut(Schema):
     guard_tripped: bool
     guard_message: str
     incidents: list[dict[str, Any]] = Field(default_factory=list)
-
-    @classmethod
-    def of(cls, r: SweepReport) -> SweepOut:
-        return cls(
-            at=r.at,
-            policy_version=r.policy_version,
-            hosts=[
-                HostInspectionOut(
-                    host=h.host,
-                    outcome=str(h.outcome),
-                    reason=h.reason,
-                    findings=[
-                        FindingOut(
-                            rule=f.rule,
-                            severity=str(f.severity),
-                            action=str(f.action),
-                            message=f.message,
-                            gpu_index=f.gpu_index,
-                            gpu_uuid=f.gpu_uuid,
-                            subject=f.subject,
-                        )
-                        for f in h.findings
-                    ],
-                    actions=list(h.actions),
-                    problems=list(h.problems),
-                )
-                for h in r.hosts
-            ],
-            busy=list(r.busy),
-            guard_tripped=r.guard_tripped,
-            guard_message=r.guard_message,
-            incidents=list(getattr(r, "incidents", [])),
-        )
 
 
 class RemediateIn(Schema):
@@ -105,7 +77,7 @@ class RemediateIn(Schema):
     )
 
 
-class StepOut(Schema):
+class StepOut(Mirror["Step"]):
     action: str
     outcome: str
     detail: str
@@ -113,33 +85,13 @@ class StepOut(Schema):
     bug_report: str | None = None
 
 
-class RemediationOut(Schema):
+class RemediationOut(Mirror["RemediationReport"]):
     host: str
     action: str
     ok: bool
     steps: list[StepOut]
     state: str
     warnings: list[str]
-
-    @classmethod
-    def of(cls, r: RemediationReport) -> RemediationOut:
-        return cls(
-            host=r.host,
-            action=r.action,
-            ok=r.ok,
-            steps=[
-                StepOut(
-                    action=s.action,
-                    outcome=s.outcome,
-                    detail=s.detail,
-                    gpus=list(s.gpus),
-                    bug_report=s.bug_report,
-                )
-                for s in r.steps
-            ],
-            state=str(r.state),
-            warnings=list(r.warnings),
-        )
 
 
 class PartOut(Schema):
