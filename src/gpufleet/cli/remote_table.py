@@ -93,8 +93,8 @@ class Read(Generic[S]):
     #: Options the API does not offer, ``"--flag=argument"``: refused when given, never
     #: ignored.
     refuse: tuple[str, ...] = ()
-    #: Or a function of the validated answer (and of the arguments named in ``view_args``,
-    #: by keyword): mypy checks that it takes the row's schema.
+    #: The presenter's input (:data:`View`), or a function of the validated answer (and of
+    #: the arguments named in ``view_args``, by keyword): mypy checks it takes ``schema``.
     view: View | Callable[Concatenate[S, ...], object] = "model"
     view_args: tuple[str, ...] = ()
     many: bool = False
