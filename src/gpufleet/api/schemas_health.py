@@ -7,9 +7,9 @@ ISO 8601 with the zone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from gpufleet.api.schemas import Mirror, Schema, Time
 
@@ -20,10 +20,31 @@ if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at r
     from gpufleet.service.health.inspect import SweepReport  # noqa: F401
     from gpufleet.service.health.inspect_act import HostInspection  # noqa: F401
     from gpufleet.service.health.inspect_report import InspectReport
-    from gpufleet.service.health.parts import PartHistory
+    from gpufleet.service.health.parts import PartHistory  # noqa: F401
     from gpufleet.service.health.remediation import RemediationReport  # noqa: F401
     from gpufleet.service.health.remediation_steps import Step  # noqa: F401
-    from gpufleet.service.hosts.bmc import BmcStatus
+    from gpufleet.service.hosts.bmc import BmcStatus  # noqa: F401
+
+
+def _jsonable(value: Any) -> Any:
+    """Dict values made JSON-safe (times as ISO 8601 text); keys as text."""
+    from datetime import datetime
+
+    from gpufleet.api.schemas import _iso
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, datetime):
+        return _iso(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+#: A JSON object of the read model (times as ISO 8601 text, keys as text).
+JsonObject = Annotated[dict[str, Any], BeforeValidator(_jsonable)]
 
 
 class InspectIn(Schema):
@@ -114,54 +135,27 @@ class PartOut(Schema):
         )
 
 
-class PartHistoryOut(Schema):
+class PartHistoryOut(Mirror["PartHistory"]):
     serial: str
     model: str | None
     hosts: list[str]
-    locations: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-
-    @classmethod
-    def of(cls, h: PartHistory) -> PartHistoryOut:
-        return cls(
-            serial=h.serial,
-            model=h.model,
-            hosts=h.hosts,
-            locations=[_jsonable(x) for x in h.locations],
-            events=[_jsonable(x) for x in h.events],
-        )
+    locations: list[JsonObject]
+    events: list[JsonObject]
 
 
-class BmcStatusOut(Schema):
+class BmcStatusOut(Mirror["BmcStatus"]):
     host: str
     outcome: str
     reason: str | None = None
     power_state: str | None = None
     health: str | None = None
-    identity: dict[str, Any] | None = None
-    gpus: list[dict[str, Any]] | None = None
-    sel_new: list[dict[str, Any]]
+    identity: JsonObject | None = None
+    gpus: list[JsonObject] | None = None
+    sel_new: list[JsonObject]
     sel_source: str | None = Field(None, description="The event log read (its Redfish id).")
     ssh: str | None = None
     diagnosis: str | None = None
     alarms: list[str]
-
-    @classmethod
-    def of(cls, b: BmcStatus) -> BmcStatusOut:
-        return cls(
-            host=b.host,
-            outcome=str(b.outcome),
-            reason=b.reason,
-            power_state=b.power_state,
-            health=b.health,
-            identity=_jsonable(b.identity) if b.identity is not None else None,
-            gpus=[_jsonable(g) for g in b.gpus] if b.gpus is not None else None,
-            sel_new=[_jsonable(e) for e in b.sel_new],
-            sel_source=b.sel_source,
-            ssh=b.ssh,
-            diagnosis=b.diagnosis,
-            alarms=list(b.alarms),
-        )
 
 
 class PowerIn(Schema):
@@ -195,23 +189,6 @@ class FailureImportIn(Schema):
 class FailureImportOut(Schema):
     recorded: int
     errors: list[str] = Field(description="'LINE: why' for every refused line.")
-
-
-def _jsonable(value: Any) -> Any:
-    """Dict values made JSON-safe (times as ISO 8601 text); keys as text."""
-    from datetime import datetime
-
-    from gpufleet.api.schemas import _iso
-
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, datetime):
-        return _iso(value)
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 class EvidenceRunIn(Schema):
