@@ -15,11 +15,12 @@ import inspect
 import pkgutil
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
-from pydantic import AliasChoices
+from pydantic import AliasChoices, BaseModel, create_model
 
 import gpufleet.api
-from gpufleet.api.schemas import AlarmOut, HostOut, Mirror
+from gpufleet.api.schemas import AlarmOut, HostOut, Mirror, Schema
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.states import HostState
 from gpufleet.service.core.alarms import AlarmView
@@ -117,3 +118,25 @@ def test_of_publishes_the_read_models_values() -> None:
         "host": "gpu-01", "kind": "duplicate-host", "severity": "critical",
         "opened_at": "2026-01-05T10:00:00+00:00", "message": "m", "acknowledged_by": None,
         "closed_at": None, "reason": None}
+
+
+def _as_plain_schema(shape: type[Mirror[object]]) -> type[BaseModel]:
+    """The same fields on the plain API base (``Schema``), without ``Mirror``."""
+    fields: Any = {n: (f.annotation, f) for n, f in shape.model_fields.items()}
+    return create_model(shape.__name__, __base__=Schema, __doc__=shape.__doc__, **fields)
+
+
+def test_a_mirror_publishes_the_shape_its_fields_say() -> None:
+    """Being a Mirror (generic, from_attributes) changes nothing the OpenAPI document says of
+    the shape: its JSON schema is the one of the same fields on ``Schema``."""
+    for shape in _mirrors():
+        got = shape.model_json_schema(mode="serialization")
+        assert got == _as_plain_schema(shape).model_json_schema(mode="serialization"), shape
+    # and the comparison sees a difference a base class could add (a description)
+    class Described(Mirror["HostView"]):
+        """A description."""
+
+        name: str
+
+    plain = create_model("Described", __base__=Schema, name=(str, ...))
+    assert Described.model_json_schema() != plain.model_json_schema()
