@@ -82,7 +82,8 @@ def test_every_mirror_names_a_read_model_with_its_fields() -> None:
     names = {m.__name__ for m in mirrors}
     assert {"HostOut", "LeaseOut", "AlarmOut", "AlarmRecordOut", "TokenOut", "SummaryOut",
             "DriftOut", "CapacityCheckOut", "LabelsOut", "RunOut", "DeadLetterOut",
-            "SweepOut", "RemediationOut", "PartHistoryOut", "BmcStatusOut"} <= names
+            "SweepOut", "RemediationOut", "PartHistoryOut", "BmcStatusOut", "HostOutcomeOut",
+            "InspectReportOut"} <= names
     problems = [p for m in mirrors for p in unmirrored(m, read_model(m))]
     assert problems == []
     assert read_model(HostOut) is HostView

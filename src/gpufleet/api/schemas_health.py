@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 
 from gpufleet.api.schemas import Mirror, Schema, Time
 
@@ -19,7 +19,11 @@ if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at r
     from gpufleet.service.core.webhooks import DeadLetter  # noqa: F401
     from gpufleet.service.health.inspect import SweepReport  # noqa: F401
     from gpufleet.service.health.inspect_act import HostInspection  # noqa: F401
-    from gpufleet.service.health.inspect_report import InspectReport
+    from gpufleet.service.health.inspect_report import (  # noqa: F401
+        HostRow,
+        InspectReport,
+        ModelRow,
+    )
     from gpufleet.service.health.parts import PartHistory  # noqa: F401
     from gpufleet.service.health.remediation import RemediationReport  # noqa: F401
     from gpufleet.service.health.remediation_steps import Step  # noqa: F401
@@ -255,7 +259,7 @@ class PoolBaselineIn(Schema):
     create: bool = Field(False, description="Create the pool when no host names it yet.")
 
 
-class InspectHostRowOut(Schema):
+class InspectHostRowOut(Mirror["HostRow"]):
     host: str
     model: str
     gpus: int
@@ -273,7 +277,7 @@ class HourlyPeakOut(Schema):
     temperature_max: float
 
 
-class InspectModelRowOut(Schema):
+class InspectModelRowOut(Mirror["ModelRow"]):
     model: str
     gpus: int
     samples: int
@@ -283,8 +287,16 @@ class InspectModelRowOut(Schema):
     throttled_share: float
     hourly_peak: list[HourlyPeakOut]
 
+    @field_validator("hourly_peak", mode="before")
+    @classmethod
+    def _peaks(cls, peaks: list[object]) -> list[object]:
+        """The model's (hour, hottest) pairs as objects."""
+        return [
+            {"hour": p[0], "temperature_max": p[1]} if isinstance(p, tuple) else p for p in peaks
+        ]
 
-class InspectReportOut(Schema):
+
+class InspectReportOut(Mirror["InspectReport"]):
     since: Time
     until: Time
     hosts: list[InspectHostRowOut]
@@ -292,44 +304,11 @@ class InspectReportOut(Schema):
     findings_by_rule: dict[str, int]
     top_offenders: list[str] = Field(description="Hosts with findings, worst first (10).")
 
+    @field_validator("top_offenders", mode="before")
     @classmethod
-    def of(cls, r: InspectReport) -> InspectReportOut:
-        return cls(
-            since=r.since,
-            until=r.until,
-            hosts=[
-                InspectHostRowOut(
-                    host=h.host,
-                    model=h.model,
-                    gpus=h.gpus,
-                    samples=h.samples,
-                    temperature_max=h.temperature_max,
-                    ecc_uncorrectable_max=h.ecc_uncorrectable_max,
-                    throttled_samples=h.throttled_samples,
-                    findings=h.findings,
-                    worst=h.worst,
-                    rules=list(h.rules),
-                )
-                for h in r.hosts
-            ],
-            models=[
-                InspectModelRowOut(
-                    model=m.model,
-                    gpus=m.gpus,
-                    samples=m.samples,
-                    temperature_avg=m.temperature_avg,
-                    temperature_max=m.temperature_max,
-                    ecc_uncorrectable_max=m.ecc_uncorrectable_max,
-                    throttled_share=m.throttled_share,
-                    hourly_peak=[
-                        HourlyPeakOut(hour=h, temperature_max=t) for h, t in m.hourly_peak
-                    ],
-                )
-                for m in r.models
-            ],
-            findings_by_rule=dict(r.findings_by_rule),
-            top_offenders=[h.host for h in r.top_offenders],
-        )
+    def _offenders(cls, rows: list[object]) -> list[object]:
+        """The report's worst host rows (``HostRow``) by name."""
+        return [getattr(h, "host", h) for h in rows]
 
 
 class DeadLetterOut(Mirror["DeadLetter"]):

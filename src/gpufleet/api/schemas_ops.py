@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpufleet.api.schemas import ErrorBody, InTime, Mirror, Schema, Time
+from gpufleet.errors import GpufleetError
 
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded at run time
     from gpufleet.service.core.alarms import AlarmRecord  # noqa: F401  (Mirror[...])
-    from gpufleet.service.hosts.operations import HostOutcome
+    from gpufleet.service.hosts.operations import HostOutcome  # noqa: F401  (Mirror[...])
 
 # --- alarms, events, maintenance, failures ------------------------------------------------
 
@@ -41,18 +42,18 @@ class AlarmRecordOut(Mirror["AlarmRecord"]):
     data: dict[str, Any]
 
 
-class HostOutcomeOut(Schema):
+class HostOutcomeOut(Mirror["HostOutcome"]):
     """One host's result of an action on a selector: its new state, or its error."""
 
     host: str
     state: str | None
     error: ErrorBody | None
 
+    @field_validator("error", mode="before")
     @classmethod
-    def of(cls, o: HostOutcome) -> HostOutcomeOut:
-        """From ``service.operations.HostOutcome``."""
-        err = None if o.error is None else ErrorBody(**o.error.as_json()["error"])
-        return cls(host=o.host, state=o.state, error=err)
+    def _error(cls, error: object) -> object:
+        """The host's error (a ``GpufleetError``) as its one JSON shape."""
+        return error.as_json()["error"] if isinstance(error, GpufleetError) else error
 
 
 class MaintenanceOnIn(Schema):
