@@ -101,7 +101,9 @@ def test_remote_reads_print_what_the_local_cli_prints(
         want = local.json(*argv)
         got = remote.json(*argv)
         assert got == want, argv
-        # the human tables are the local renderers' too
+        # the same text too (keys in the same order), and the human tables are the local
+        # renderers'
+        assert remote.run(*argv, "--json").stdout == local.run(*argv, "--json").stdout, argv
         assert remote.run(*argv).stdout == local.run(*argv).stdout, argv
     assert len(remote.json("hosts", "list")) == 6
     # not enough GPUs: the CI gate exits 1 remotely as well, with the same answer
@@ -113,6 +115,8 @@ def test_remote_reads_print_what_the_local_cli_prints(
     assert err["code"] == "not_found" and "gpu-99" in err["message"]
     shown = remote.json("hosts", "show", "gpu-01")
     assert shown == local.json("hosts", "show", "gpu-01")
+    show = ["hosts", "show", "gpu-01", "--json"]
+    assert remote.run(*show).stdout == local.run(*show).stdout
     assert (
         remote.run("hosts", "show", "gpu-01").stdout == local.run("hosts", "show", "gpu-01").stdout
     )
