@@ -35,7 +35,7 @@ from gpufleet.errors import GpufleetError
 if TYPE_CHECKING:  # the service's read models, checked by mypy; not loaded by the CLI's import
     # (the read models a Mirror["..."] names are used where ruff does not look: noqa F401)
     from gpufleet.domain.drift import DriftItem, DriftSummary  # noqa: F401
-    from gpufleet.domain.facts import Gpu
+    from gpufleet.domain.facts import Gpu, IbPort  # noqa: F401
     from gpufleet.domain.spec import Baseline
     from gpufleet.service.allocation.capacity import CapacityCheck  # noqa: F401
     from gpufleet.service.allocation.leases import LeaseView  # noqa: F401
@@ -171,7 +171,7 @@ class GpuOut(Schema):
     error: str | None
 
 
-class NicPortOut(Schema):
+class NicPortOut(Mirror["IbPort"]):
     ca: str
     port: int
     state: str | None
@@ -343,18 +343,7 @@ class HostDetailOut(Schema):
             gpus=[_gpu(g) for g in f.gpus] if f else [],
             accelerators=[AcceleratorOut.of(a) for a in acc.accelerators] if acc else [],
             software=[VendorSoftwareOut.of(v) for v in acc.vendors] if acc else [],
-            nics=[
-                NicPortOut(
-                    ca=p.ca,
-                    port=p.port,
-                    state=p.state,
-                    physical_state=p.physical_state,
-                    rate_gbps=p.rate_gbps,
-                    link_layer=p.link_layer,
-                    firmware=p.firmware,
-                )
-                for p in (f.ib_ports or [] if f else [])
-            ],
+            nics=[NicPortOut.of(p) for p in (f.ib_ports or [] if f else [])],
             labels=dict(d.labels),
             taints=list(d.taints),
             validation=None if d.validation is None else ValidationOut(**d.validation),
