@@ -514,10 +514,8 @@ def serve(api: Client, read: Read[Any], kwargs: Mapping[str, Any]) -> None:
 
 
 #: The API routes no command serves in remote mode, with why: no command of the CLI is
-#: that route, or the command refuses remote mode (exit 2, naming it) until its row is
-#: written. ``tests/api/test_remote_table.py`` checks that every route the API publishes is
-#: a row, a hand-written handler's route, or here.
-_LATER = "not yet in remote mode: refused, named (its presenter is not split from the call)"
+#: that route. ``tests/api/test_remote_table.py`` checks that every route the API publishes
+#: is a row, a hand-written handler's route, or here.
 NOT_REMOTE: dict[str, str] = {
     "GET health": "liveness of the server; no command",
     "GET jobs": "queue depth for monitoring; no command prints it (campaign run and resume "
