@@ -590,6 +590,8 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
             import difflib  # only when there is something to suggest
 
             close = difflib.get_close_matches(up, sorted(known), n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            out.append(f"unknown setting {name} is ignored{hint}")
+            from gpufleet.i18n import _  # the warning is read by people (issue 29 item 8)
+
+            hint = _(" (did you mean {name}?)").format(name=close[0]) if close else ""
+            out.append(_("unknown setting {name} is ignored").format(name=name) + hint)
     return out

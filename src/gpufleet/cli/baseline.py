@@ -25,11 +25,13 @@ from gpufleet.domain.pins import (
 )
 from gpufleet.domain.spec import Baseline, BaselineStatus
 from gpufleet.errors import ConfigError
-from gpufleet.i18n import _
+from gpufleet.i18n import N_, _, joined
 from gpufleet.service.hosts import baselines as svc
 
 app = typer.Typer(no_args_is_help=True)
 pool_app = typer.Typer(no_args_is_help=True)
+#: The baselines' statuses (:class:`BaselineStatus`), marked for display.
+STATUSES = (N_("candidate"), N_("validated"), N_("deprecated"))
 
 
 def _pairs(flag: str, pairs: list[str]) -> dict[str, str]:
@@ -116,15 +118,17 @@ def show_created(b: Baseline, as_json: bool, from_host: str | None, pool: list[s
         )
         return
     console.print(
-        f"baseline {b.name} saved ({b.status})" + (f", pools: {', '.join(pool)}" if pool else "")
+        _("baseline {name} saved ({status})").format(name=b.name, status=_(b.status.value))
+        + (_(", pools: {pools}").format(pools=joined(pool)) if pool else "")
     )
     if from_host:
         host = lit(from_host)
         if not changes:
-            console.print(f"as {host} has it (no pin given differs)")
+            console.print(_("as {host} has it (no pin given differs)").format(host=host))
         for c in changes:
             was, now = lit(_shown(c.host)), lit(_shown(c.pinned))
-            console.print(f"  {c.field}: {was} on {host} -> {now}")
+            console.print("  " + _("{field}: {was} on {host} -> {now}").format(
+                field=c.field, was=was, host=host, now=now))
 
 
 def from_host_only(_api: object, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -261,7 +265,7 @@ def show_baselines(rows: list[tuple[Baseline, list[str]]], as_json: bool) -> Non
     for b, pools in rows:
         cells.append([
             lit(b.name),
-            b.status.value,
+            _(b.status.value),
             lit(cell(b.driver)),
             lit(cell(b.cuda)),
             lit(cell(b.kernel)),
@@ -289,7 +293,7 @@ def show_baseline(b: Baseline, as_json: bool) -> None:
         return
     show([Col("field", ident=True), Col("value", words=True)], [
         [k, escape(cell(v))] for k, v in b.model_dump(mode="json").items()
-    ], title=f"baseline {lit(b.name)}", show_header=False)
+    ], title=_("baseline {name}").format(name=lit(b.name)), show_header=False)
 
 
 @app.command("diff")
@@ -309,7 +313,7 @@ def diff_cmd(
         return
     show([Col("field", ident=True), Col(a, words=True), Col(b, words=True)], [
         [f, escape(cell(x)), escape(cell(y))] for f, x, y in rows
-    ], title=f"{lit(a)} vs {lit(b)}")
+    ], title=_("{a} vs {b}").format(a=lit(a), b=lit(b)))
 
 
 @pool_app.command("list")

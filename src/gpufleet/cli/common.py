@@ -122,7 +122,10 @@ def current_settings() -> Settings:
 
         configure(OPTIONS.settings, debug=OPTIONS.debug)
         for line in unknown_variables():
-            _err_console().print(f"[yellow]warning:[/] {lit(line)}", soft_wrap=True)
+            from gpufleet.i18n import _
+
+            label = _("warning:")
+            _err_console().print(f"[yellow]{label}[/] {lit(line)}", soft_wrap=True)
     return OPTIONS.settings
 
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import cell, lean_read, lit, print_json
-from gpufleet.i18n import _
+from gpufleet.i18n import _, ngettext
 
 if TYPE_CHECKING:
     from gpufleet.domain.drift import PoolField
@@ -52,9 +52,11 @@ def print_drift(rep: DriftReport, *, as_json: bool) -> int:
                 for s in rep.summary
             ], title=_("drift, fleet-wide"))
             console.print(
-                ", ".join(
-                    f"{s.field} {lit(s.actual)} on {len(s.hosts)} host"
-                    f"{'s' if len(s.hosts) != 1 else ''}, baseline {lit(s.expected)}"
+                _(", ").join(
+                    ngettext("{field} {actual} on {n} host, baseline {expected}",
+                             "{field} {actual} on {n} hosts, baseline {expected}",
+                             len(s.hosts)).format(field=s.field, actual=lit(s.actual),
+                                                  n=len(s.hosts), expected=lit(s.expected))
                     for s in rep.summary
                 )
             )
@@ -105,14 +107,14 @@ def _print_pools(rep: DriftReport) -> None:
                 f"{len(p.matching)}/{len(p.hosts)}" if first else "",
                 lit(other) if first else "",
                 f.field if f else "-",
-                lit(f.describe().split(" ", 1)[1]) if f else "-",
+                lit(f.describe(_).split(" ", 1)[1]) if f else "-",
             ])
     show(cols, cells, title=_("pools off their baseline"))
     for p in pools:
-        console.print(lit(p.describe()))
+        console.print(lit(p.describe(_)))
         for other in p.on_other:
-            console.print(f"  to make {lit(other)} the pool's baseline: "
-                          f"gpufleet pool baseline {lit(p.pool)} {lit(other)}")
+            console.print("  " + _("to make {baseline} the pool's baseline: ").format(
+                baseline=lit(other)) + f"gpufleet pool baseline {lit(p.pool)} {lit(other)}")
 
 
 def lean_drift(selector: str | None, *, as_json: bool) -> int | None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.cli.common import lean_read, lean_shown, lit, print_json
-from gpufleet.i18n import _, ngettext, state_name
+from gpufleet.i18n import N_, _, ngettext, state_name
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
@@ -29,7 +29,7 @@ def _profile_order(name: str) -> tuple[int, str]:
 
 
 #: What ``hosts list`` says under the empty table of a fleet with no hosts (exit 0).
-EMPTY_FLEET = (
+EMPTY_FLEET = N_(
     "no hosts yet: enroll them from an inventory with 'gpufleet enroll -i INVENTORY', "
     "or try a simulated fleet: 'gpufleet lab create' (it prints the enroll command)"
 )
@@ -107,7 +107,7 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
     from gpufleet.cli.common import console
 
     if not rows:  # a selector matching nothing is refused (exit 4): this is an empty fleet
-        console.print(EMPTY_FLEET, markup=False, highlight=False)
+        console.print(_(EMPTY_FLEET), markup=False, highlight=False)
 
 
 def lean_hosts_list(selector: str | None, *, as_json: bool) -> int | None:

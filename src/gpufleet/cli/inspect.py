@@ -66,9 +66,10 @@ def _print_sweep(report: SweepReport) -> None:
     if report.guard_tripped:
         console.print(f"[red]{lit(report.guard_message)}[/red]")
     for inc in report.incidents:
-        console.print(f"[red]rack incident (alarm {inc['alarm_id']}): NVLink domain "
-                      f"{lit(inc['nvl_domain'])}, {len(inc['hosts'])} of {inc['trays']} trays"
-                      f"{', drain recommended' if inc['drain'] else ''}[/red]")
+        line = _("rack incident (alarm {alarm}): NVLink domain {domain}, {n} of {trays} trays")
+        drain = _(", drain recommended") if inc["drain"] else ""
+        console.print("[red]" + line.format(alarm=inc["alarm_id"], domain=lit(inc["nvl_domain"]),
+                      n=len(inc["hosts"]), trays=inc["trays"]) + drain + "[/red]")
 
 
 def _as_json(report: SweepReport) -> dict[str, Any]:
@@ -234,7 +235,7 @@ def _print_report(report: InspectReport) -> None:
             lit(h.worst),
             lit(", ".join(h.rules) or "-"),
         ])
-    show(cols, cells, title=f"top offenders since {local_time(report.since)}")
+    show(cols, cells, title=_("top offenders since {since}").format(since=local_time(report.since)))
     per_model = [Col("model", words=True), Col("GPUs", 1, ident=True, justify="right"),
                  Col("samples", 5, ident=True, justify="right"),
                  Col("avg temp", 2, ident=True, justify="right"),

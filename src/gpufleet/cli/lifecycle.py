@@ -213,7 +213,7 @@ def maintenance_on_cmd(
             timeout=parse_duration(drain_timeout, "--drain-timeout"),
         )
         for d in drained.hosts:
-            console.print(f"[dim]slurm drain: {escape(d.describe())}[/]")
+            console.print("[dim]" + _("slurm drain: ") + f"{escape(d.describe())}[/]")
         report_each(outcomes)
         return
     report_each(
@@ -396,7 +396,7 @@ def evidence_run_cmd(
     else:
         show([Col("host", ident=True), Col("result")], [
             [lit(r.host), f"[{'green' if r.ok else 'red'}]{lit(r.summary)}[/]"] for r in runs
-        ], title=f"{kind} results")
+        ], title=_("{kind} results").format(kind=kind))
     if not all(r.ok for r in runs):
         raise typer.Exit(1)
 
@@ -409,5 +409,6 @@ def sweep_cmd(as_json: bool = typer.Option(False, "--json", help="Print as JSON.
         print_json(touched)
     else:
         console.print(
-            f"{len(touched)} hosts moved" + (f": {lit(', '.join(touched))}" if touched else "")
+            _("{n} hosts moved").format(n=len(touched))
+            + (_(": {hosts}").format(hosts=lit(joined(touched))) if touched else "")
         )

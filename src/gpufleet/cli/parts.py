@@ -65,7 +65,7 @@ def print_part(hist: PartHistory, as_json: bool) -> None:
     if as_json:
         print_json({**asdict(hist), "hosts": hist.hosts})
         return
-    console.print(f"GPU {lit(hist.serial)} ({lit(hist.model or 'model unknown')})")
+    console.print(f"GPU {lit(hist.serial)} ({lit(hist.model or _('model unknown'))})")
     if len(hist.hosts) > 1:
         console.print(_("moved between hosts: ") + lit(", ".join(hist.hosts)))
     where = [Col("host", ident=True), Col("GPU", ident=True), Col("uuid", 1, ident=True),

@@ -10,6 +10,10 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.remediation import Action
 from gpufleet.errors import UsageError
+from gpufleet.i18n import N_, _, state_name
+
+#: A remediation step's outcomes (``ok``, ``failed``, ``refused``), marked for display.
+STEP_OUTCOMES = (N_("ok"), N_("failed"), N_("refused"))
 
 
 @boundary
@@ -87,8 +91,10 @@ def print_report(rep: dict[str, Any], as_json: bool) -> None:
     else:
         host = lit(rep["host"])
         for st in rep["steps"]:
-            console.print(f"{host}: {lit(st['action'])} {lit(st['outcome'])}: {lit(st['detail'])}")
-        console.print(f"{host} is now {lit(rep['state'])}")
+            outcome = _(st["outcome"])
+            console.print(f"{host}: {lit(st['action'])} {lit(outcome)}: {lit(st['detail'])}")
+        console.print(_("{host} is now {state}").format(host=host,
+                                                          state=lit(state_name(rep["state"]))))
     if not rep["ok"]:
         raise typer.Exit(1)
 

@@ -11,11 +11,12 @@ is drift (the host lacks what the baseline promises).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.pins import PINS, os_image_matches, os_image_name
+from gpufleet.domain.reasons import N_
 from gpufleet.domain.spec import Baseline
 
 __all__ = [
@@ -99,12 +100,17 @@ class PoolField:
     matching: int
     others: dict[str, list[str]]  # actual value ("unset" when None) -> hosts
 
-    def describe(self) -> str:
-        """``"driver 590.48.01 on 1 host, 595.10.01 on 5"``."""
+    def describe(self, tr: Callable[[str], str] | None = None) -> str:
+        """``"driver 590.48.01 on 1 host, 595.10.01 on 5"`` (its words translated by
+        ``tr``, the CLI's ``_``; None: English)."""
+        t = tr or _same
         n = self.matching
-        parts = [f"{self.field} {self.expected} (baseline) on {n} host{'s' if n != 1 else ''}"]
-        parts += [f"{value} on {len(hosts)}" for value, hosts in self.others.items()]
-        return ", ".join(parts)
+        head = N_("{field} {value} (baseline) on {n} host") if n == 1 else N_(
+            "{field} {value} (baseline) on {n} hosts")
+        parts = [t(head).format(field=self.field, value=self.expected, n=n)]
+        parts += [t(N_("{value} on {n}")).format(value=value, n=len(hosts))
+                  for value, hosts in self.others.items()]
+        return t(N_(", ")).join(parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,19 +130,25 @@ class PoolDrift:
         """Whether any host differs from the pool's baseline or follows another one."""
         return bool(self.on_other or self.fields)
 
-    def describe(self) -> str:
+    def describe(self, tr: Callable[[str], str] | None = None) -> str:
         """``"pool train: baseline b-old; 1 of 6 hosts match it; 5 follow b-new (gpu-02,
-        ...); driver 590.48.01 (baseline) on 1 host, 595.10.01 on 5"``."""
-        head = (
-            f"pool {self.pool}: baseline {self.baseline}; {len(self.matching)} of "
-            f"{len(self.hosts)} hosts match it"
-        )
+        ...); driver 590.48.01 (baseline) on 1 host, 595.10.01 on 5"`` (its words translated
+        by ``tr``; None: English)."""
+        t = tr or _same
+        head = t(N_("pool {pool}: baseline {baseline}; {n} of {total} hosts match it")).format(
+            pool=self.pool, baseline=self.baseline, n=len(self.matching), total=len(self.hosts))
         parts = [head]
         for other, hosts in self.on_other.items():
-            shown = ", ".join(hosts[:5]) + (f", {len(hosts) - 5} more" if len(hosts) > 5 else "")
-            parts.append(f"{len(hosts)} follow {other} ({shown})")
-        parts += [f.describe() for f in self.fields]
-        return "; ".join(parts)
+            more = t(N_(", {n} more")).format(n=len(hosts) - 5) if len(hosts) > 5 else ""
+            shown = t(N_(", ")).join(hosts[:5]) + more
+            parts.append(t(N_("{n} follow {baseline} ({hosts})")).format(
+                n=len(hosts), baseline=other, hosts=shown))
+        parts += [f.describe(tr) for f in self.fields]
+        return t(N_("; ")).join(parts)
+
+
+def _same(message: str) -> str:
+    return message
 
 
 def pool_drift(

@@ -112,6 +112,17 @@ TEMPLATES: dict[str, str] = {
     "collect.refused": N_("connect to {target}: Connection refused"),
     "collect.no_route": N_("connect to {target}: No route to host"),
     "collect.malformed_xml": N_("{source}: malformed XML: {detail}"),
+    # --- rack incidents (service/hosts/rack_fold.py): the alarm's message, a tray's restriction
+    "rack.incident": N_(
+        "rack incident: NVLink domain {domain} (rack {rack}): rack-scoped fabric findings on "
+        "{n} of {trays} trays ({hosts}); its hosts are restricted (out of NVLink-domain "
+        "placement)"
+    ),
+    "rack.drain": N_(
+        "recommended: drain the rack (maintenance of every tray, approve by running the "
+        "command in the alarm's data)"
+    ),
+    "rack.restricted": N_("rack incident (alarm {alarm})"),
 }
 
 #: Fragments a parameter may hold (``what``, ``since``), translated as a whole.
