@@ -19,7 +19,7 @@ from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, 
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
-from gpufleet.i18n import _
+from gpufleet.i18n import N_, _
 from gpufleet.service.health.inspect import (
     SweepReport,
     close_fleet_alarm,
@@ -49,16 +49,21 @@ class _SweepByDefault(TyperGroup):
 
 app = typer.Typer(cls=_SweepByDefault)
 
+#: A sweep's own outcome and the findings' severities, marked for display.
+SWEEP_WORDS = (N_("probe_failed"), N_("info"), N_("warning"), N_("critical"))
+
 
 def _print_sweep(report: SweepReport) -> None:
     cols = [Col("host", ident=True), Col("outcome", ident=True), Col("findings / actions")]
     cells = []
     for h in report.hosts:
-        lines = [f"{f.severity.value}: {f.message} -> {f.action.value}" for f in h.findings]
+        lines = [_("{severity}: {message} -> {action}").format(
+            severity=_(f.severity.value), message=f.message, action=f.action.value)
+            for f in h.findings]
         lines += h.actions + h.problems
         if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
             lines.append(h.reason)
-        cells.append([lit(h.host), lit(h.outcome), lit("\n".join(lines) or "-")])
+        cells.append([lit(h.host), lit(_(h.outcome)), lit("\n".join(lines) or "-")])
     show(cols, cells, title=_("inspection {at} (rules {version})").format(
         at=local_time(report.at), version=report.policy_version))
     if report.busy:

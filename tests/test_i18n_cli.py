@@ -1,0 +1,117 @@
+"""Issue 29 item 8: the fixed lines of racks, drift, baseline, inspect, parts, sweep, the
+empty ``hosts list``, the settings warning and the remote-mode refusal speak Chinese under
+``GPUFLEET_LANG=zh_CN``; their ``--json`` output and exit codes are the English ones byte for
+byte (the real ``gpufleet`` on a demo home, in fresh processes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _run(
+    home: Path, lang: str | None, *argv: str, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("GPUFLEET_", "LC_"))}
+    env.update(HOME=str(home.parent), COLUMNS="200", LANG="C.UTF-8", GPUFLEET_HOME=str(home))
+    env.update(extra)
+    if lang is not None:
+        env["GPUFLEET_LANG"] = lang
+    program = Path(sys.executable).parent / "gpufleet"
+    return subprocess.run([str(program), *argv], env=env, cwd=home.parent, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("zh") / "home"
+    made = _run(home, None, "lab", "demo", "--hosts", "32")  # gpu-11 drifts; the GB200 rack
+    assert made.returncode == 0, made.stderr
+    yield home
+
+
+#: command -> (English that must be gone under zh_CN, Chinese that must be there)
+SHOWN: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
+    (("racks", "list"), ("racks", "NVLink domain", "trays", "state", " ok "),
+     ("机柜", "NVLink 域", "托盘", "正常")),
+    (("racks", "show", "nvl01-t01"),
+     ("rack ", "NVLink domain", "GPUs free", "slot", "health", "fabric", "restricted",
+      "out of NVLink-domain", "rack incident", " ok "),
+     ("机柜 ", "空闲 GPU 72/72", "槽位", "互连", "受限：18 个托盘因机柜事件（告警 1）受限")),
+    (("racks", "incidents"), ("rack incident", "rack-scoped", "its hosts are restricted"),
+     ("告警 1（nvl01-t01）：机柜事件：NVLink 域", "其主机已受限")),
+    (("drift",), ("on 1 host", ", baseline", "(baseline)", "pool train-h100", "match it",
+                  "to make"),
+     ("driver 535.154.05：1 台主机，基线 590.48.01", "资源池 train-h100：基线 train-h100-ref；",
+      "590.48.01（基线）：8 台主机、535.154.05：1 台")),
+    (("baseline", "list"), ("validated", "baselines"), ("已验证", "基线")),
+    (("baseline", "show", "train-h100-ref"), ("baseline train",), ("基线 train-h100-ref",)),
+    (("baseline", "diff", "train-h100-ref", "train-a100-ref"), (" vs ",), (" 对比 ",)),
+    (("inspect", "report"), ("top offenders", "per model"), ("以来问题最多的主机", "按型号")),
+]
+
+
+@pytest.mark.parametrize(("argv", "english", "chinese"), SHOWN, ids=[" ".join(s[0]) for s in SHOWN])
+def test_the_lines_speak_chinese(
+    demo: Path, argv: tuple[str, ...], english: tuple[str, ...], chinese: tuple[str, ...]
+) -> None:
+    zh, en = _run(demo, "zh_CN", *argv), _run(demo, None, *argv)
+    assert zh.returncode == en.returncode, (zh.stderr, en.stderr)
+    flat = "\n".join(line.replace("│", " ") for line in zh.stdout.splitlines())
+    for word in english:
+        assert word not in flat, (word, zh.stdout)
+    for word in chinese:
+        assert word in zh.stdout, (word, zh.stdout)
+    for word in english[:1]:  # the English run still says it
+        assert word in en.stdout.replace("│", " "), (word, en.stdout)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("racks", "list", "--json"),
+        ("racks", "show", "nvl01-t01", "--json"),
+        ("racks", "incidents", "--json"),
+        ("drift", "--json"),
+        ("baseline", "list", "--json"),
+        ("baseline", "show", "train-h100-ref", "--json"),
+        ("parts", "list", "--json"),
+        ("inspect", "guard", "--json"),
+        ("racks", "show", "no-such-rack", "--json"),
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_json_and_exit_codes_never_change(demo: Path, argv: tuple[str, ...]) -> None:
+    en, zh = _run(demo, None, *argv), _run(demo, "zh_CN", *argv)
+    assert (zh.returncode, zh.stdout) == (en.returncode, en.stdout)
+    assert en.stdout.strip()
+
+
+def test_sweep_and_the_empty_fleet(demo: Path, tmp_path: Path) -> None:
+    zh = _run(demo, "zh_CN", "sweep")
+    assert zh.returncode == 0 and "台主机已变更状态" in zh.stdout and "moved" not in zh.stdout
+    empty = _run(tmp_path / "empty", "zh_CN", "hosts", "list")
+    assert empty.returncode == 0, empty.stderr
+    assert "还没有主机" in empty.stdout and "no hosts yet" not in empty.stdout
+    assert "no hosts yet" in _run(tmp_path / "empty", None, "hosts", "list").stdout
+
+
+def test_the_settings_warning_and_the_remote_refusal(demo: Path) -> None:
+    typo = {"GPUFLEET_HOMEE": "x"}
+    zh, en = _run(demo, "zh_CN", "sweep", **typo), _run(demo, None, "sweep", **typo)
+    assert "警告： 未知设置 GPUFLEET_HOMEE，已忽略（是否想用 GPUFLEET_HOME？）" in zh.stderr
+    assert "warning: unknown setting GPUFLEET_HOMEE is ignored (did you mean GPUFLEET_HOME?)" \
+        in en.stderr
+    remote = {"GPUFLEET_URL": "http://127.0.0.1:9"}
+    zh, en = _run(demo, "zh_CN", "sweep", **remote), _run(demo, None, "sweep", **remote)
+    assert zh.returncode == en.returncode == 2
+    assert zh.stderr.startswith("错误： gpufleet sweep 不能通过 GPUFLEET_URL 远程使用"), zh.stderr
+    assert "is not available over GPUFLEET_URL" in en.stderr
+    zh, en = (_run(demo, lang, "sweep", "--json", **remote) for lang in ("zh_CN", None))
+    assert (zh.returncode, zh.stdout) == (en.returncode, en.stdout)
+    assert '"code": "config"' in en.stdout and "is not available over GPUFLEET_URL" in en.stdout
