@@ -99,3 +99,42 @@ def test_stored_text_reads_in_chinese_piece_by_piece() -> None:
 def test_an_unknown_code_is_refused() -> None:
     with pytest.raises(KeyError, match=r"no\.such"):
         reason("no.such")
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("baseline: baseline b1 is candidate, validated required",
+         "baseline：基线 b1 为候选，需要已验证"),
+        ("xid: fatal Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM) x1 on PCI:0000:07:00; "
+         "Xid 48 (DBE, RESET_GPU) x2; also Xid 31 (MMU_FAULT, NONE) x1",
+         "xid：致命 Xid 79（GPU_HAS_FALLEN_OFF_THE_BUS，RESTART_BM）1 次，位于 PCI:0000:07:00；"
+         "Xid 48（DBE，RESET_GPU）2 次；另有 Xid 31（MMU_FAULT，NONE）1 次"),
+        ("ib_ports: 6 of 8 IB/RoCE ports up at >= 200 Gb/s, need 8; down: a/1 (Down); "
+         "nccl: no NCCL all-reduce result (required)",
+         "ib_ports：8 个 IB/RoCE 端口中 6 个以 >= 200 Gb/s 运行，需要 8 个；未连通：a/1 (Down)；"
+         "nccl：没有 NCCL all-reduce 结果（必需）"),
+        ("pcie_link: GPU 1 gen 3 < 4; GPU 2 x8 < x16",
+         "pcie_link：GPU 1 PCIe 代数 3 < 4；GPU 2 链路宽度 x8 < x16"),
+        ("ecc_mode: ECC disabled on GPU 0-1 (enabled after the next reboot)",
+         "ecc_mode：GPU 0-1 的 ECC 已关闭（下次重启后启用）"),
+        ("nvlink: GPU 3 link 4, 5 inactive; GPU 3 has 16 active links, expected 18",
+         "nvlink：GPU 3 的链路 4, 5 未激活；GPU 3 有 16 条活动链路，应为 18 条"),
+    ],
+)
+def test_check_messages_read_in_chinese(stored: str, shown: str) -> None:
+    assert reason_text(stored, "zh_CN") == shown
+    assert reason_text(stored, "en") == stored
+
+
+def test_real_check_results_carry_their_code() -> None:
+    from gpufleet.domain.checks.memory import ecc_enabled
+    from gpufleet.domain.facts import Gpu, NvidiaSmiReport
+
+    gpus = [Gpu(index=0, ecc_mode_current=False), Gpu(index=1, ecc_mode_current=True)]
+    facts = HostFacts(collected_at=NOW, nvidia_smi=NvidiaSmiReport(gpus=gpus))
+    r = ecc_enabled(facts, CheckContext(now=NOW), {})
+    assert (r.status, r.code, r.params, r.message) == (
+        CheckStatus.FAIL, "memory.ecc_off", {"gpus": "0"}, "ECC disabled on GPU 0"
+    )
+    assert localize(f"ecc_enabled: {r.message}", _zh) == "ecc_enabled：GPU 0 的 ECC 已关闭"

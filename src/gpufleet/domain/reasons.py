@@ -123,6 +123,161 @@ TEMPLATES: dict[str, str] = {
         "command in the alarm's data)"
     ),
     "rack.restricted": N_("rack incident (alarm {alarm})"),
+    # --- check messages (domain/checks/*): gpu, memory, host, node, fabric, xid, drift, accel
+    "gpu.smi_failed_lost": N_(
+        "nvidia-smi failed ({err}) with {n} NVIDIA GPUs on the PCI bus: GPU lost"
+    ),
+    "gpu.smi_failed_driver": N_(
+        "nvidia-smi failed ({err}) with {n} NVIDIA GPUs on the PCI bus: driver not loaded"
+    ),
+    "gpu.smi_failed_expected": N_("nvidia-smi failed ({err}); expected {expected} GPUs"),
+    "gpu.no_driver_no_gpu": N_(
+        "no working NVIDIA driver ({err}); no NVIDIA GPU on the PCI bus: not usable for GPU "
+        "work"
+    ),
+    "gpu.no_driver_no_lspci": N_(
+        "no working NVIDIA driver ({err}); lspci not collected: not usable for GPU work"
+    ),
+    "gpu.error_state": N_("GPU in error state: {detail}"),
+    "gpu.none_visible": N_("no GPUs visible to the driver: not usable for GPU work"),
+    "gpu.none_visible_no_lspci": N_(
+        "no GPUs visible to the driver (lspci not collected): not usable for GPU work"
+    ),
+    "gpu.count_unknown": N_(
+        "driver sees {n} GPUs, but lspci was not collected and no GPU count is expected: "
+        "cannot tell whether a GPU is missing"
+    ),
+    "gpu.no_models": N_("no GPU models reported"),
+    "gpu.all_are": N_("all GPUs are {model}"),
+    "gpu.no_model_expected": N_("no GPU model expected"),
+    "gpu.none_visible_see": N_("no GPUs visible to the driver (see gpu_count)"),
+    "gpu.model_wrong": N_("GPU {gpus}: {got}, expected {expected}"),
+    "gpu.all_match": N_("all GPUs match {model}"),
+    "gpu.no_memory_expected": N_("no GPU memory expected"),
+    "gpu.no_memory": N_("no GPU memory reported"),
+    "gpu.memory_wrong": N_("{got}, expected {expected} MiB"),
+    "gpu.memory_ok": N_("GPU memory matches {expected} MiB"),
+    "memory.no_ecc_mode": N_("no GPU reports an ECC mode"),
+    "memory.ecc_off": N_("ECC disabled on GPU {gpus}"),
+    "memory.ecc_off_later": N_("ECC disabled on GPU {gpus} (enabled after the next reboot)"),
+    "memory.ecc_pending": N_("ECC mode change pending on GPU {gpus}: needs a reboot"),
+    "memory.ecc_on": N_("ECC enabled on {n} GPUs"),
+    "memory.no_ecc_counters": N_("no ECC counters reported"),
+    "memory.ecc_volatile": N_("uncorrectable ECC errors since driver load ({detail})"),
+    "memory.ecc_lifetime_over": N_(
+        "lifetime uncorrectable ECC errors at or above {threshold} ({detail})"
+    ),
+    "memory.ecc_lifetime": N_(
+        "lifetime uncorrectable ECC errors, none since driver load ({detail})"
+    ),
+    "memory.ecc_none": N_("no uncorrectable ECC errors"),
+    "memory.no_remap": N_("no GPU reports row remapping"),
+    "memory.remap_failed": N_("row remapping failure on GPU {gpus}: field diagnostics and RMA"),
+    "memory.remap_ok": N_("no row remapping pending or failed"),
+    "memory.no_retired": N_("no GPU reports retired pages"),
+    "memory.retired_over": N_("retired pages at or above {threshold} of 64 ({detail})"),
+    "memory.retire_pending": N_("page retirement pending on GPU {gpus}: needs GPU reset"),
+    "memory.retired_ok": N_("retired pages below {threshold}"),
+    "host.no_persistence": N_("no GPU reports persistence mode"),
+    "host.persistence_off": N_("persistence mode off on GPU {gpus}"),
+    "host.persistence_on": N_("persistence mode on for {n} GPUs"),
+    "host.no_modules": N_("kernel modules not collected"),
+    "host.nouveau": N_("nouveau kernel module is loaded"),
+    "host.no_nouveau": N_("nouveau not loaded"),
+    "host.no_pcie": N_("no PCIe link expected"),
+    "host.pcie_gen": N_("GPU {gpu} gen {gen} < {want}"),
+    "host.pcie_width": N_("GPU {gpu} x{width} < x{want}"),
+    "host.pcie_no_gpus": N_("no GPUs to check the PCIe link of"),
+    "host.pcie_unreported": N_("PCIe link expected but not reported for GPU {gpus}"),
+    "host.pcie_ok": N_("PCIe links as expected on {n} GPUs"),
+    "node.not_collected": N_("not collected: {items}"),
+    "node.os_ok": N_("{os} on kernel {kernel}"),
+    "node.gpus_expected": N_("{n} GPUs expected"),
+    "node.no_lspci": N_("lspci not collected: cannot tell the host has no GPU"),
+    "node.found": N_("{n} GPU/accelerator device(s) found on a host not in the gpu role"),
+    "node.no_accel": N_("no accelerator among {n} PCI devices"),
+    "node.no_disks": N_("disks not collected (lsblk)"),
+    "node.disks_low": N_("{count} disk(s), {gib} GiB; expected at least {want} and {want_gib} GiB"),
+    "node.disks_ok": N_("{count} disk(s), {gib} GiB"),
+    "proof.partial": N_("partial host: {why}"),
+    "proof.baseline_status": N_("baseline {baseline} is {bstatus}, {required} required"),
+    "proof.baseline_ok": N_("baseline {baseline} ({required})"),
+    "proof.all_usable": N_("every GPU usable"),
+    "fabric.nvlink_missing_expected": N_("NVLink status not collected, expected {expected}/GPU"),
+    "fabric.nvlink_unavailable_expected": N_(
+        "NVLink status unavailable ({why}), expected {expected}/GPU"
+    ),
+    "fabric.nvlink_missing": N_("NVLink status not collected"),
+    "fabric.nvlink_unavailable": N_("NVLink status unavailable ({why})"),
+    "fabric.no_nvlinks": N_("no NVLinks (PCIe GPUs)"),
+    "fabric.link_inactive": N_("GPU {gpu} link {links} inactive"),
+    "fabric.link_count": N_("GPU {gpu} has {n} active links, expected {expected}"),
+    "fabric.topology": N_("topology expects {link} between GPUs: {pairs}"),
+    "fabric.nvlinks_ok": N_("{total} NVLinks active on {n} GPUs"),
+    "fabric.no_nvswitch": N_("no NVSwitch expected"),
+    "fabric.fm_missing": N_("fabric manager state not collected"),
+    "fabric.fm_down": N_("nvidia-fabricmanager not running on an NVSwitch system"),
+    "fabric.fm_ok": N_("nvidia-fabricmanager running"),
+    "fabric.no_fabric": N_("no high-speed fabric expected"),
+    "fabric.no_ib": N_("no IB/RoCE ports expected"),
+    "fabric.ib_missing": N_("IB/RoCE ports not collected ({why}); need {need}"),
+    "fabric.ib_short": N_("{up} of {total} IB/RoCE ports up at >= {speed} Gb/s, need {need}"),
+    "fabric.ib_some_down": N_("{up} of {total} IB/RoCE ports up at >= {speed} Gb/s; down: {down}"),
+    "fabric.ib_ok": N_("{up} of {total} IB/RoCE ports up at >= {speed} Gb/s"),
+    "fabric.ib_ok_any": N_("{up} of {total} IB/RoCE ports up"),
+    "fabric_ready.no_report": N_("GPU report not collected: fabric state unknown"),
+    "fabric_ready.no_report_skip": N_("GPU report not collected; no NVSwitch expected"),
+    "fabric_ready.no_state": N_("GPU {gpu} ({arch}) reports no fabric state"),
+    "fabric_ready.state": N_("GPU {gpu} fabric state {fstate} (status {status})"),
+    "fabric_ready.status": N_("GPU {gpu} fabric status {status}"),
+    "fabric_ready.fm_version": N_("fabric manager version not collected"),
+    "fabric_ready.fm_differs": N_("fabric manager {fm} differs from driver {driver}"),
+    "fabric_ready.modules": N_("kernel modules not collected (need {modules})"),
+    "fabric_ready.module_missing": N_("kernel module {modules} not loaded"),
+    "fabric_ready.no_nvswitch": N_("no NVSwitch fabric"),
+    "fabric_ready.ok": N_("fabric Completed on {n} GPUs"),
+    "nvl.no_report": N_("GPU report not collected: fabric unknown"),
+    "xid.no_log": N_("kernel log not collected or unreadable: cannot rule out a fatal Xid"),
+    "xid.no_log_why": N_(
+        "kernel log not collected or unreadable: cannot rule out a fatal Xid ({why})"
+    ),
+    "xid.unreadable": N_(
+        "{n} unreadable Xid line(s) in the kernel log (line {lines}): cannot rule out a fatal"
+        " Xid"
+    ),
+    "xid.unreadable_piece": N_("{n} unreadable Xid line(s) in the kernel log (line {lines})"),
+    "xid.piece_on": N_("Xid {code} ({mnemonic}, {action}) x{count} on {where}"),
+    "xid.piece": N_("Xid {code} ({mnemonic}, {action}) x{count}"),
+    "xid.also_on": N_("also Xid {code} ({mnemonic}, {action}) x{count} on {where}"),
+    "xid.also": N_("also Xid {code} ({mnemonic}, {action}) x{count}"),
+    "xid.nonfatal_on": N_("non-fatal Xid {code} ({mnemonic}, {action}) x{count} on {where}"),
+    "xid.nonfatal": N_("non-fatal Xid {code} ({mnemonic}, {action}) x{count}"),
+    "drift.not_pinned": N_("baseline {baseline} does not pin the {label}"),
+    "drift.not_collected": N_("{label} not collected"),
+    "drift.as_baseline": N_("{label} as in baseline {baseline}"),
+    "drift.one_of": N_("{title} not in baseline {baseline} ({expected}): {detail}"),
+    "accel.tool_failed": N_("accelerator tool failed: {detail}"),
+    "accel.none": N_("no accelerators reported: not usable"),
+    "accel.count_unknown": N_(
+        "{n} accelerators, but lspci was not collected and no count is expected"
+    ),
+    "accel.no_model_expected": N_("no accelerator model expected"),
+    "accel.none_see": N_("no accelerators reported (see gpu_count)"),
+    "accel.all_match": N_("all accelerators match {model}"),
+    "accel.no_models": N_("no accelerator models reported"),
+    "accel.mixed": N_("mixed accelerator models: {models}"),
+    "accel.all_are": N_("all accelerators are {model}"),
+    "accel.no_memory_expected": N_("no accelerator memory expected"),
+    "accel.no_memory": N_("no accelerator memory reported"),
+    "accel.memory_ok": N_("accelerator memory matches {expected} MiB"),
+    "accel.no_health": N_("no accelerator health reported"),
+    "accel.health_ok": N_("{n} accelerators report health OK"),
+    "accel.no_ports": N_("no accelerator network ports reported"),
+    "accel.ports_ok": N_("{n} accelerator port states up ({kinds})"),
+    "accel.no_temp": N_("no accelerator temperature reported"),
+    "accel.temp_ok": N_("{n} accelerators at or under {under} C"),
+    "accel.count_ok_bus": N_("{n} {vendor} accelerators (tool and PCI bus agree)"),
+    "accel.count_ok": N_("{n} {vendor} accelerators"),
 }
 
 #: Fragments a parameter may hold (``what``, ``since``), translated as a whole.
@@ -137,7 +292,9 @@ FRAGMENTS: dict[str, str] = {
 }
 
 #: Parameters whose value is a word or a :data:`FRAGMENTS` text (translated), not data.
-WORD_PARAMS = frozenset({"what", "since", "change", "outcome", "state", "actual", "error"})
+WORD_PARAMS = frozenset(
+    {"what", "since", "change", "outcome", "state", "actual", "error", "bstatus", "required"}
+)
 
 #: The words of :data:`WORD_PARAMS` values, marked for extraction.
 WORDS = (
@@ -227,16 +384,24 @@ def _literal(template: str) -> int:
 
 
 @cache
-def _compiled(kind: str) -> list[tuple[str, re.Pattern[str]]]:
+def _compiled(kind: str) -> list[tuple[str, str, str, re.Pattern[str]]]:
     table = TEMPLATES if kind == "t" else FRAGMENTS
     # The most literal text first: "failed on GPU {gpus} ({error})" before "on GPU {gpus}".
     codes = sorted(table, key=lambda c: -_literal(table[c]))
-    return [(c, re.compile(_pattern(table[c]) + r"\Z", re.DOTALL)) for c in codes]
+    # Each with the literal text it starts and ends with: cheap tests before the pattern
+    # (every check result is parsed when it is made).
+    return [
+        (c, table[c].split("{", 1)[0], table[c].rsplit("}", 1)[-1] if "{" in table[c] else "",
+         re.compile(_pattern(table[c]) + r"\Z", re.DOTALL))
+        for c in codes
+    ]
 
 
 def parse(text: str, *, fragment: bool = False) -> Reason | None:
     """The :class:`Reason` whose English text is ``text`` exactly (None: no template)."""
-    for code, pattern in _compiled("f" if fragment else "t"):
+    for code, head, tail, pattern in _compiled("f" if fragment else "t"):
+        if not (text.startswith(head) and text.endswith(tail)):
+            continue
         m = pattern.match(text)
         if m is not None:
             params: dict[str, Param | Reason] = {}
@@ -262,8 +427,9 @@ def localize(text: str | None, tr: Callable[[str], str]) -> str:
     i = 0
     while i < len(pieces):
         done = False
-        # A message may hold "; " itself (ib_ports' "...; down: ..."): the fewest pieces first.
-        for j in range(i + 1, min(len(pieces), i + 3) + 1):
+        # A message may hold "; " itself (ib_ports' "...; need 8; down: ..."): the most pieces
+        # first (a parameter never spans "; ", so only a template with "; " in it joins them).
+        for j in range(min(len(pieces), i + 3), i, -1):
             rendered = _piece("; ".join(pieces[i:j]), tr)
             if rendered is not None:
                 out.append(rendered)
