@@ -120,6 +120,14 @@ def test_an_unknown_code_is_refused() -> None:
          "ecc_mode：GPU 0-1 的 ECC 已关闭（下次重启后启用）"),
         ("nvlink: GPU 3 link 4, 5 inactive; GPU 3 has 16 active links, expected 18",
          "nvlink：GPU 3 的链路 4, 5 未激活；GPU 3 有 16 条活动链路，应为 18 条"),
+        ("not training: host gpu-02 owes a passing reclaim (lease 7): run 'gpufleet reclaim "
+         "gpu-02' to re-run the checks, or 'gpufleet unquarantine gpu-02 --force --reason ...' "
+         "(recorded)",
+         "不满足 training：主机 gpu-02 尚欠一次通过的回收（lease 7）：运行 'gpufleet reclaim "
+         "gpu-02' 重新检查，或 'gpufleet unquarantine gpu-02 --force --reason ...'（会记录）"),
+        ("same machine as host gpu-01 (same system UUID: u1); not counted twice: remove one "
+         "of the two names",
+         "与主机 gpu-01 是同一台机器（系统 UUID 相同：u1）；不重复计数：请删除两个名称中的一个"),
     ],
 )
 def test_check_messages_read_in_chinese(stored: str, shown: str) -> None:

@@ -92,6 +92,21 @@ TEMPLATES: dict[str, str] = {
     "memory.remap_pending": N_("row remapping pending on GPU {gpus}: needs GPU reset"),
     # --- other vendors' accelerators (domain/checks/accelerator.py)
     "accel.alarm": N_("{vendor} #{index} ({pci}) alarm [{codes}]: {detail}"),
+    "accel.alarm_unknown": N_(
+        "{vendor} #{index} ({pci}) alarm [{codes}]: {unknown} not in the {cat} fault "
+        "catalogue"
+    ),
+    "accel.warning_unknown": N_(
+        "{vendor} #{index} ({pci}) warning [{codes}]: {unknown} not in the {cat} fault "
+        "catalogue"
+    ),
+    "accel.warning": N_("{vendor} #{index} ({pci}) warning [{codes}]: {detail}"),
+    "accel.alarm_codes": N_("{vendor} #{index} ({pci}) alarm [{codes}]"),
+    "accel.warning_codes": N_("{vendor} #{index} ({pci}) warning [{codes}]"),
+    "accel.alarm_plain": N_("{vendor} #{index} ({pci}) alarm"),
+    "accel.warning_plain": N_("{vendor} #{index} ({pci}) warning"),
+    "accel.health_ok_noted": N_("{n} accelerators report health OK; record only: {noted}"),
+    "accel.port_down": N_("{kind} port of {vendor} #{index} ({pci}) {lstate}"),
     # --- validation itself (service/hosts/validate.py)
     "validate.not_in_state": N_("not validated in state {state}"),
     "validate.not_collected_here": N_(
@@ -203,6 +218,19 @@ TEMPLATES: dict[str, str] = {
     "proof.baseline_status": N_("baseline {baseline} is {bstatus}, {required} required"),
     "proof.baseline_ok": N_("baseline {baseline} ({required})"),
     "proof.all_usable": N_("every GPU usable"),
+    # --- validation holds (service/hosts/validate.py, domain/identity.py, core/lifecycle.py)
+    "host.duplicate": N_(
+        "same machine as host {other} (same {what}: {shown}); not counted twice: remove one of "
+        "the two names"
+    ),
+    "host.duplicate_alarm": N_(
+        "duplicate host: same machine as host {other} (same {what}: {shown}); not counted "
+        "twice: remove one of the two names"
+    ),
+    "host.reclaim_owed": N_(
+        "host {name} owes a passing reclaim ({due}): run 'gpufleet reclaim {name}' to re-run "
+        "the checks, or 'gpufleet unquarantine {name} --force --reason ...' (recorded)"
+    ),
     "fabric.nvlink_missing_expected": N_("NVLink status not collected, expected {expected}/GPU"),
     "fabric.nvlink_unavailable_expected": N_(
         "NVLink status unavailable ({why}), expected {expected}/GPU"
@@ -299,7 +327,7 @@ WORD_PARAMS = frozenset(
 #: The words of :data:`WORD_PARAMS` values, marked for extraction.
 WORDS = (
     N_("driver change"), N_("firmware change"), N_("change"), N_("unset"),
-    N_("kernel change"), N_("hardware change"),
+    N_("kernel change"), N_("hardware change"), N_("GPU UUIDs"), N_("system UUID"),
 )
 
 Param = str | int | float
@@ -370,10 +398,12 @@ _PARAM = r"(?:(?!; ).)+?"
 
 
 def _pattern(template: str) -> str:
-    out, pos = [], 0
+    out, pos, seen = [], 0, set()
     for m in _FIELD.finditer(template):
         out.append(re.escape(template[pos : m.start()]))
-        out.append(f"(?P<{m.group(1)}>{_PARAM})")
+        name = m.group(1)  # a field used twice ("{name}" of reclaim_owed) is the same text
+        out.append(f"(?P={name})" if name in seen else f"(?P<{name}>{_PARAM})")
+        seen.add(name)
         pos = m.end()
     out.append(re.escape(template[pos:]))
     return "".join(out)
