@@ -125,6 +125,8 @@ def test_an_unknown_code_is_refused() -> None:
          "(recorded)",
          "不满足 training：主机 gpu-02 尚欠一次通过的回收（lease 7）：运行 'gpufleet reclaim "
          "gpu-02' 重新检查，或 'gpufleet unquarantine gpu-02 --force --reason ...'（会记录）"),
+        ("driver 535.154.05 on 1 host, baseline 590.48.01",  # the dashboard's drift summary
+         "driver 535.154.05：1 台主机，基线 590.48.01"),
         ("same machine as host gpu-01 (same system UUID: u1); not counted twice: remove one "
          "of the two names",
          "与主机 gpu-01 是同一台机器（系统 UUID 相同：u1）；不重复计数：请删除两个名称中的一个"),

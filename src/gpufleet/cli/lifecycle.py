@@ -351,7 +351,7 @@ def evidence_add_cmd(
 
     def store(name: str) -> str:
         ingest_file(fleet, name, kind, file, level=level)
-        return f"{kind} result stored"
+        return _("{kind} result stored").format(kind=kind)
 
     report_each(operations.each(fleet, hosts, store))
 

@@ -88,6 +88,9 @@ TEMPLATES: dict[str, str] = {
     "drift.one": N_("drift from baseline {baseline}: {field} {actual}, expected {expected}"),
     "drift.more": N_("{field} {actual}, expected {expected}"),
     "drift.no_baseline": N_("no baseline assigned"),
+    # one (field, value) across the fleet (DriftSummary.describe: the dashboard's overview)
+    "drift.summary_one": N_("{field} {found} on {n} host, baseline {expected}"),
+    "drift.summary": N_("{field} {found} on {n} hosts, baseline {expected}"),
     # --- memory (domain/checks/memory.py)
     "memory.remap_pending": N_("row remapping pending on GPU {gpus}: needs GPU reset"),
     # --- other vendors' accelerators (domain/checks/accelerator.py)
