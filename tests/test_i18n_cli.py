@@ -53,6 +53,7 @@ SHOWN: list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = [
     (("baseline", "show", "train-h100-ref"), ("baseline train",), ("基线 train-h100-ref",)),
     (("baseline", "diff", "train-h100-ref", "train-a100-ref"), (" vs ",), (" 对比 ",)),
     (("inspect", "report"), ("top offenders", "per model"), ("以来问题最多的主机", "按型号")),
+    (("alarms", "list"), ("rack-scoped", "critical"), ("机柜级互连问题", "严重")),
 ]
 
 

@@ -125,6 +125,10 @@ def test_an_unknown_code_is_refused() -> None:
          "(recorded)",
          "不满足 training：主机 gpu-02 尚欠一次通过的回收（lease 7）：运行 'gpufleet reclaim "
          "gpu-02' 重新检查，或 'gpufleet unquarantine gpu-02 --force --reason ...'（会记录）"),
+        ("xid-79: GPU 0: 1 x Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM) in 3600 s "
+         "(recommended: reboot)",  # a health rule's alarm
+         "xid-79：GPU 0：3600 秒内 1 次 Xid 79 (GPU_HAS_FALLEN_OFF_THE_BUS, RESTART_BM)"
+         "（建议：reboot）"),
         ("driver 535.154.05 on 1 host, baseline 590.48.01",  # the dashboard's drift summary
          "driver 535.154.05：1 台主机，基线 590.48.01"),
         ("same machine as host gpu-01 (same system UUID: u1); not counted twice: remove one "

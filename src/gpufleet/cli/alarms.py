@@ -9,7 +9,7 @@ import typer
 
 from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, print_json
 from gpufleet.cli.tables import WIDE_HELP, Col, show
-from gpufleet.i18n import _
+from gpufleet.i18n import _, reason_text
 from gpufleet.service.core import webhooks
 from gpufleet.service.core.alarms import (
     AlarmRecord,
@@ -96,11 +96,11 @@ def show_alarms(rows: list[AlarmRecord], as_json: bool) -> None:
             str(r.id),
             lit(r.host),
             lit(r.kind),
-            lit(r.severity),
+            lit(_(r.severity)),
             local_time(r.opened_at),
             lit(r.acknowledged_by or "-"),
             local_time(r.closed_at),
-            lit(r.message),
+            lit(reason_text(r.message)),
         ]
         for r in rows
     ]

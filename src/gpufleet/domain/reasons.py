@@ -221,6 +221,10 @@ TEMPLATES: dict[str, str] = {
     "proof.baseline_status": N_("baseline {baseline} is {bstatus}, {required} required"),
     "proof.baseline_ok": N_("baseline {baseline} ({required})"),
     "proof.all_usable": N_("every GPU usable"),
+    # --- health rules' findings (domain/rules.py) and their alarms (service/health/inspect_act)
+    "rule.xid_gpu": N_("GPU {gpu}: {n} x {xid} in {window} s"),
+    "rule.xid": N_("{n} x {xid} in {window} s"),
+    "rule.recommended": N_("{what} (recommended: {rec})"),
     # --- validation holds (service/hosts/validate.py, domain/identity.py, core/lifecycle.py)
     "host.duplicate": N_(
         "same machine as host {other} (same {what}: {shown}); not counted twice: remove one of "
@@ -446,7 +450,7 @@ def parse(text: str, *, fragment: bool = False) -> Reason | None:
 
 
 _PIECE = re.compile(
-    r"(?:not (?P<profile>[\w.-]+): )?(?:(?P<check>[a-z][a-z0-9_]*(?:\[[\w.-]+\])?): )?"
+    r"(?:not (?P<profile>[\w.-]+): )?(?:(?P<check>[a-z][a-z0-9_-]*(?:\[[\w.-]+\])?): )?"
 )
 
 
