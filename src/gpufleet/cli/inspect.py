@@ -19,7 +19,7 @@ from gpufleet.cli.common import boundary, console, lit, local_time, open_fleet, 
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.sync import parse_every
 from gpufleet.errors import UsageError
-from gpufleet.i18n import N_, _
+from gpufleet.i18n import N_, _, reason_text
 from gpufleet.service.health.inspect import (
     SweepReport,
     close_fleet_alarm,
@@ -58,7 +58,7 @@ def _print_sweep(report: SweepReport) -> None:
     cells = []
     for h in report.hosts:
         lines = [_("{severity}: {message} -> {action}").format(
-            severity=_(f.severity.value), message=f.message, action=f.action.value)
+            severity=_(f.severity.value), message=reason_text(f.message), action=f.action.value)
             for f in h.findings]
         lines += h.actions + h.problems
         if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
