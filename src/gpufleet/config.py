@@ -48,14 +48,12 @@ from pydantic import (
 
 from gpufleet.config_fields import HostSettings, _setting
 from gpufleet.config_fields import default_actor as default_actor
-from gpufleet.config_fields import default_home as default_home
+from gpufleet.config_lean import NOT_SETTINGS as NOT_SETTINGS
+from gpufleet.config_lean import default_home as default_home
 from gpufleet.errors import ConfigError
 
 PREFIX = "GPUFLEET_"
 
-#: ``GPUFLEET_*`` variables that are known but are not settings of this process (GPUFLEET_LANG:
-#: the language of the messages, read by :mod:`gpufleet.i18n`).
-NOT_SETTINGS = frozenset({"GPUFLEET_SYSROOT", "GPUFLEET_LANG"})
 
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic.config import JsonDict
 
+from gpufleet.config_lean import default_home
 from gpufleet.domain.lifecycle import DEFAULT_DEADLINES
 from gpufleet.domain.states import HostState
 
@@ -26,9 +27,6 @@ def default_actor() -> str:
         return "unknown"
 
 
-def default_home() -> Path:
-    """``~/.local/share/gpufleet`` (``GPUFLEET_HOME`` / ``--home`` override it)."""
-    return Path.home() / ".local" / "share" / "gpufleet"
 
 
 def _setting(default: Any = None, *, env: str, group: str, doc: str, **kw: Any) -> Any:

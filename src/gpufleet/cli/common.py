@@ -30,13 +30,13 @@ from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
-from gpufleet.config import Settings, load_settings, unknown_variables
 from gpufleet.errors import GpufleetError, LocalIOError, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     import typer
 
     from gpufleet.cli.console import SafeConsole
+    from gpufleet.config import Settings
     from gpufleet.service.core.fleet import Fleet
 
     console: SafeConsole
@@ -117,6 +117,9 @@ def current_settings() -> Settings:
     per command, before anything is created or written). Unknown ``GPUFLEET_*`` variables
     are reported on stderr as warnings."""
     if OPTIONS.settings is None:
+        # here, not at import: pydantic costs ~70 ms the fast reads do without (issue 30)
+        from gpufleet.config import load_settings, unknown_variables
+
         OPTIONS.settings = load_settings(home=OPTIONS.home, database_url=OPTIONS.db_url)
         from gpufleet.logs import configure  # the logs of this command (issue 25)
 
@@ -172,6 +175,7 @@ def lean_read(read: Callable[[Fleet], Callable[[], int]]) -> int | None:
     (``GPUFLEET_URL``), invalid settings, a selector that matches nothing, any failure while
     reading."""
     from gpufleet.cli.entry import imports_done
+    from gpufleet.config import unknown_variables
 
     imports_done()
     try:

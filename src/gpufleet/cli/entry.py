@@ -25,9 +25,15 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from gpufleet.store.readmodel import Read
+
+R = TypeVar("R")
 
 #: The global options (``gpufleet.cli.main.main``) that take a value.
 _VALUED = ("--home", "--db")
@@ -122,6 +128,35 @@ def imports_done() -> None:
 
         tune_gc()
         gc.enable()
+
+
+def fast_read(read: Callable[[Read], R | None], show: Callable[[R], object]) -> int | None:
+    """Answer a quick read from the fast read layer (:mod:`gpufleet.service.core.fastread`)
+    on the database opened by its driver (:func:`gpufleet.store.readmodel.open_read`), the
+    settings read without pydantic (:func:`gpufleet.config_lean.lean_store`): ``read`` gives
+    the view, ``show`` prints it; the exit code 0. None (nothing printed) whenever the
+    ordinary path must run instead: ``--debug`` (its log lines), settings the lean reading
+    cannot vouch for, a database it cannot open, a read that cannot answer, any failure."""
+    from gpufleet.cli.common import OPTIONS
+
+    if OPTIONS.debug:
+        return None
+    from gpufleet.config_lean import lean_store
+    from gpufleet.store.readmodel import open_read
+
+    imports_done()
+    try:
+        store = lean_store(OPTIONS.home, OPTIONS.db_url)
+        if store is None:
+            return None
+        with open_read(store.db_url()) as got:
+            view = None if got is None else read(got)
+    except Exception:  # reported by the ordinary path, through the error boundary
+        return None
+    if view is None:
+        return None
+    show(view)
+    return 0
 
 
 def _lean(argv: Sequence[str]) -> int | None:

@@ -16,8 +16,8 @@ from gpufleet.i18n import N_, _, ngettext, state_name
 
 if TYPE_CHECKING:
     from gpufleet.api.schemas import HostOut
+    from gpufleet.service.core.fastread import HostView
     from gpufleet.service.core.fleet import Fleet
-    from gpufleet.service.views.hosts import HostView
 
 #: Profile names shortened for narrow tables (``--json`` keeps the full names).
 PROFILE_SHORT = {"training-multinode": "M", "training-single": "S", "inference": "I", "test": "T"}
@@ -112,8 +112,19 @@ def render_host_list(rows: Sequence[HostView | HostOut]) -> None:
 
 def lean_hosts_list(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet hosts list [SELECTOR] [--json]`` and return its exit code (0), or
-    None when the command must run instead (:func:`~gpufleet.cli.common.lean_read`)."""
-    from gpufleet.service.views.hosts import list_hosts
+    None when the command must run instead: read by the fast read layer
+    (:func:`gpufleet.service.core.fastread.host_list`, :func:`~gpufleet.cli.entry.fast_read`),
+    else through the service (:func:`~gpufleet.cli.common.lean_read`)."""
+    from gpufleet.cli.entry import fast_read
+    from gpufleet.service.core.fastread import host_list
+
+    done = fast_read(
+        lambda read: host_list(read, selector),
+        lambda rows: print_host_list(rows, as_json=as_json),
+    )
+    if done is not None:
+        return done
+    from gpufleet.service.views.hosts import list_hosts  # what the fast read declined
 
     def read(fleet: Fleet) -> Callable[[], int]:
         rows = list_hosts(fleet, selector)

@@ -52,26 +52,28 @@ def render_labels(rows: Sequence[Any]) -> None:
 def lean_labels(selector: str | None, *, as_json: bool) -> int | None:
     """Print ``gpufleet labels [SELECTOR] [--json]`` as the command does and return its exit
     code (0): one host named plainly is read lean
-    (:func:`gpufleet.service.hosts.labels.lean_host_labels`: no SQLAlchemy), any other selector
-    through the service (:func:`gpufleet.service.views.summary.host_labels`).
+    (:func:`gpufleet.service.hosts.labels.lean_host_labels`: no SQLAlchemy; the settings read
+    by :func:`gpufleet.config_lean.lean_store`: no pydantic), any other selector through the
+    service (:func:`gpufleet.service.views.summary.host_labels`).
 
     Only the plain successful read is answered here; None (nothing printed, nothing kept)
     whenever the ordinary command must run, which then reports what there is to report in
     its one way: invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote
     mode (``GPUFLEET_URL``), a selector that matches nothing, or any failure while reading.
     """
-    from gpufleet.config import unknown_variables
+    from gpufleet.cli.common import OPTIONS
+    from gpufleet.config_lean import lean_store
     from gpufleet.service.hosts.labels import lean_host_labels
 
     try:
-        if unknown_variables():
-            return None
-        settings = current_settings()
-        if settings.url is not None:
-            return None
-        rows = lean_host_labels(settings.db_url(), selector)
+        store = lean_store(OPTIONS.home, OPTIONS.db_url)  # no pydantic (issue 30 item 3)
+        rows = None if store is None else lean_host_labels(store.db_url(), selector)
         if rows is None:
             from gpufleet.cli.common import close_fleets, open_fleet
+            from gpufleet.config import unknown_variables
+
+            if unknown_variables() or current_settings().url is not None:
+                return None
             from gpufleet.service.views.summary import host_labels
 
             imports_done()

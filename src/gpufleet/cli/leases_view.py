@@ -24,7 +24,7 @@ from gpufleet.cli.common import (
 from gpufleet.i18n import _
 
 if TYPE_CHECKING:
-    from gpufleet.service.allocation.leases import LeaseView
+    from gpufleet.service.core.fastread import LeaseView
     from gpufleet.service.core.fleet import Fleet
 
 
@@ -70,10 +70,15 @@ def lean_leases_show(lease_id: str, *, as_json: bool) -> int | None:
     """Print ``gpufleet leases show ID [--json]`` and return its exit code (0), or None
     when the command must run instead (:func:`~gpufleet.cli.common.lean_read`; an ID that
     is not a number is the command's to refuse)."""
-    from gpufleet.service.allocation.leases import show_lease as read_lease
-
     if not lease_id.isdigit():
         return None
+    from gpufleet.cli.entry import fast_read
+    from gpufleet.service.core.fastread import lease
+
+    done = fast_read(lambda read: lease(read, int(lease_id)), lambda v: show_lease(v, as_json))
+    if done is not None:
+        return done
+    from gpufleet.service.allocation.leases import show_lease as read_lease
 
     def read(fleet: Fleet) -> Callable[[], int]:
         v = read_lease(fleet, int(lease_id))

@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from gpufleet.domain.times import as_utc
 
 VERSIONS = Path(__file__).with_name("migrations") / "versions"
 
@@ -134,22 +137,85 @@ def _connect(url: str) -> Iterator[tuple[Any, str] | None]:
     yield None
 
 
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A read-only DB-API connection for plain-SQL reads (the fast read layer,
+    :mod:`gpufleet.service.views.fastread`): ``marker`` is its parameter marker (``?`` on
+    SQLite, ``%s`` on PostgreSQL)."""
+
+    conn: Any
+    marker: str
+    postgres: bool
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of ``sql`` (``{p}`` in it stands for the parameter marker)."""
+        cur = self.conn.cursor()
+        try:
+            cur.execute(sql.replace("{p}", self.marker), tuple(params))
+            return [tuple(r) for r in cur.fetchall()]
+        finally:
+            cur.close()
+
+
+@contextmanager
+def open_read(url: str) -> Iterator[Read | None]:
+    """A :class:`Read` of the database at ``url`` opened by the driver itself (no
+    SQLAlchemy), or None when this lean read cannot answer: a URL it does not handle, a
+    database that is missing, unreachable or not at this gpufleet's schema (the caller takes
+    the ordinary path, which reports the cause)."""
+    with _connect(url) as got:
+        if got is None:
+            yield None
+            return
+        conn, marker = got
+        read = Read(conn, marker, marker == "%s")
+        try:
+            revs = [r[0] for r in read.rows("SELECT version_num FROM alembic_version")]
+        except Exception:  # any driver error: the ordinary path reports it
+            yield None
+            return
+        yield read if revs == [schema_head()] else None
+
+
+@contextmanager
+def engine_read(engine: Any) -> Iterator[Read]:
+    """A :class:`Read` on a connection of an open SQLAlchemy ``engine`` (the store's, whose
+    schema is checked when it opens): the ordinary start-up reads with the same SQL."""
+    conn = engine.raw_connection()
+    try:
+        yield Read(conn, "%s" if engine.dialect.name == "postgresql" else "?",
+                   engine.dialect.name == "postgresql")
+    finally:
+        try:
+            conn.rollback()
+        finally:
+            conn.close()
+
+
+def utc(value: Any) -> datetime | None:
+    """A stored time as the store's ``UtcDateTime`` reads it: aware, a naive value being UTC
+    (SQLite hands text, psycopg a datetime)."""
+    if value is None:
+        return None
+    dt = datetime.fromisoformat(value) if isinstance(value, str) else value
+    assert isinstance(dt, datetime)
+    return as_utc(dt)
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column's value: SQLite hands text, psycopg the decoded value."""
+    return _json(value)
+
+
 def host_label_row(url: str, name: str) -> HostLabelRow | None:
     """The one host named ``name`` (case-insensitive, as a name selector matches) with what
     its labels need, read from the database at ``url``; None when this lean read cannot
     answer (see the module's doc): the caller takes the ordinary path."""
-    with _connect(url) as got:
-        if got is None:
+    with open_read(url) as read:
+        if read is None:
             return None
-        conn, marker = got
         try:
-            cur = conn.cursor()
-            cur.execute("SELECT version_num FROM alembic_version")
-            revs = [r[0] for r in cur.fetchall()]
-            if revs != [schema_head()]:
-                return None
-            cur.execute(_HOST_LABELS.format(p=marker), (name.lower(),))
-            rows = cur.fetchall()
+            rows = read.rows(_HOST_LABELS, (name.lower(),))
         except Exception:  # any driver error: the ordinary path reports it
             return None
     if len(rows) != 1:

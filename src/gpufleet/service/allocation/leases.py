@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,6 +26,8 @@ from gpufleet.domain.leases import (
 from gpufleet.domain.states import Event, HostState
 from gpufleet.errors import Conflict, InvalidTransition, NotFound
 from gpufleet.service.allocation.candidates import CandidateRow, lock_and_recheck, write_lock
+from gpufleet.service.core import fastread
+from gpufleet.service.core.fastread import LeaseView as LeaseView
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.lifecycle import transition
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
@@ -45,49 +46,6 @@ def queue_webhook(s: Session, fleet: Fleet, kind: EventKind, lease: LeaseView) -
 
 
 # --- views ----------------------------------------------------------------------------------
-
-
-@dataclass
-class LeaseView:
-    """A lease as commands print it."""
-
-    id: int
-    owner: str
-    purpose: str
-    state: str
-    actor: str
-    starts_at: datetime
-    ends_at: datetime
-    created_at: datetime
-    hosts: list[str]
-    gpus: int
-    gpu_uuids: dict[str, list[str]]
-    request: dict[str, Any]
-    released_at: datetime | None = None
-    notified_at: datetime | None = None
-    reason: str | None = None
-    #: The lessee's login users (``allocate --user``); None: not recorded.
-    users: list[str] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "purpose": self.purpose,
-            "state": self.state,
-            "actor": self.actor,
-            "starts_at": self.starts_at,
-            "ends_at": self.ends_at,
-            "created_at": self.created_at,
-            "hosts": self.hosts,
-            "gpus": self.gpus,
-            "gpu_uuids": self.gpu_uuids,
-            "request": self.request,
-            "released_at": self.released_at,
-            "notified_at": self.notified_at,
-            "reason": self.reason,
-            "users": self.users,
-        }
 
 
 def lease_view(lease: Lease) -> LeaseView:
@@ -165,9 +123,13 @@ def list_leases(
 
 
 def show_lease(fleet: Fleet, lease_id: int) -> LeaseView:
-    """One lease by id (NotFound, exit 4)."""
-    with fleet.db.session() as s:
-        return lease_view(get_lease(s, lease_id))
+    """One lease by id (NotFound, exit 4), read by the fast read layer
+    (:func:`gpufleet.service.core.fastread.lease`, also the lean ``leases show``'s read)."""
+    with fastread.fleet_read(fleet) as read:
+        view = fastread.lease(read, lease_id)
+    if view is None:
+        raise NotFound(f"no lease {lease_id}")
+    return view
 
 
 def expiring(fleet: Fleet, within: timedelta, selector: str | None = None) -> list[LeaseView]:

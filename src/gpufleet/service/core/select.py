@@ -16,39 +16,22 @@ from sqlalchemy import ColumnElement, Select, Text, func, or_, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.names import did_you_mean
-from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError, NotFound
+from gpufleet.service.core.select_terms import KINDS as KINDS
+from gpufleet.service.core.select_terms import MAX_TERMS as MAX_TERMS
+from gpufleet.service.core.select_terms import STATES as STATES
+from gpufleet.service.core.select_terms import check_state as check_state
+from gpufleet.service.core.select_terms import check_term_count as check_term_count
+from gpufleet.service.core.select_terms import check_terms as check_terms
+from gpufleet.service.core.select_terms import is_explicit as is_explicit
+from gpufleet.service.core.select_terms import is_single_name as is_single_name
+from gpufleet.service.core.select_terms import like_literal as like_literal
+from gpufleet.service.core.select_terms import (
+    name_like,
+    split_term,
+)
+from gpufleet.service.core.select_terms import selector_terms as selector_terms
 from gpufleet.store.tables import FactSnapshot, Host
-
-#: The selector kinds, as the help and error messages name them.
-KINDS = "NAME-GLOB, group:G, pool:P, state:S, model:M, rack:R"
-STATES = tuple(s.value for s in HostState)
-
-
-def like_literal(text: str) -> str:
-    """``text`` with the SQL ``LIKE`` wildcards (and the escape character) escaped, for
-    ``.like(..., escape="\\\\")``."""
-    return text.replace("\\", "\\\\").replace("%", r"\%").replace("_", r"\_")
-
-
-def check_state(value: str) -> HostState:
-    """The state named ``value``; a :class:`ConfigError` listing the valid ones otherwise."""
-    try:
-        return HostState(value.strip().lower())
-    except ValueError:
-        raise ConfigError(
-            f"unknown state '{value}': valid states are {', '.join(STATES)}"
-        ) from None
-
-
-def is_explicit(selector: str | None) -> bool:
-    """True unless the selector means "every host" (empty or ``all``)."""
-    return bool(selector and selector.strip() not in ("", "all"))
-
-
-def is_single_name(selector: str) -> bool:
-    """A plain host name: no wildcard, no ``kind:``, no union."""
-    return not any(c in selector for c in "*?,:[")
 
 
 def nothing_matches(
@@ -65,11 +48,6 @@ def nothing_matches(
         return NotFound(f"no host named '{selector.strip()}'")
     said = ": " + "; ".join(why) if why else ""
     return NotFound(f"no hosts match selector '{selector}'{said}")
-
-
-def selector_terms(selector: str | None) -> list[str]:
-    """The non-blank comma-separated terms of ``selector``."""
-    return [t.strip() for t in (selector or "").split(",") if t.strip()]
 
 
 def unknown_terms(s: Session, terms: Sequence[str]) -> list[str]:
@@ -113,37 +91,6 @@ def model_clause(model: str) -> ColumnElement[bool]:
     return FactSnapshot.gpu_model.ilike(f"%{like_literal(model)}%", escape="\\")
 
 
-#: Most terms one selector may have (each is one SQL condition; SQLite's parser refuses an
-#: expression deeper than 1000). A longer list is better said with group:, pool: or a glob.
-MAX_TERMS = 500
-
-
-def check_term_count(selector: str) -> None:
-    """:class:`ConfigError` (exit 2, HTTP 422) when ``selector`` has more than
-    :data:`MAX_TERMS` comma-separated terms."""
-    n = selector.count(",") + 1
-    if n > MAX_TERMS:
-        raise ConfigError(
-            f"selector has {n} terms, at most {MAX_TERMS}: select by group:, pool:, rack: "
-            "or a name glob instead"
-        )
-
-
-def check_terms(selector: str) -> list[str]:
-    """The terms of ``selector``; a :class:`ConfigError` (exit 2, HTTP 422) when one is empty
-    or blank (``""``, ``","``, ``"a,,b"``): it would select every host, which for a change
-    (``retire ""``) is the whole fleet. Every host is asked for with ``all`` (or no
-    selector at all)."""
-    terms = [t.strip() for t in selector.split(",")]
-    if any(not t for t in terms):
-        shown = repr(selector) if len(selector) <= 80 else repr(selector[:80]) + "..."
-        raise ConfigError(
-            f"selector {shown}: an empty or blank term selects nothing; name the hosts "
-            f"({KINDS}), or use 'all' for every host"
-        )
-    return terms
-
-
 def select_hosts(selector: str | None) -> Select[Host]:
     """A SELECT of the hosts matching ``selector`` ordered by name (None or ``all``: every
     host; an empty or blank term is refused: :func:`check_terms`)."""
@@ -153,20 +100,11 @@ def select_hosts(selector: str | None) -> Select[Host]:
     check_term_count(selector)
     clauses: list[ColumnElement[bool]] = []
     for term in check_terms(selector):
-        kind, _, value = term.partition(":")
-        if not value:
-            kind, value = "name", term
-        kind = kind.strip().lower()
-        value = value.strip()
+        kind, value = split_term(term)
         if kind == "name":
-            if "[" in value:
-                raise ConfigError(
-                    f"selector '{term}': character classes are not supported; use * and ?"
-                )
             # Host names are case-insensitive (DNS); lower both sides so SQLite and
             # PostgreSQL agree.
-            like = like_literal(value.lower()).replace("*", "%").replace("?", "_")
-            clauses.append(func.lower(Host.name).like(like, escape="\\"))
+            clauses.append(func.lower(Host.name).like(name_like(term, value), escape="\\"))
         elif kind == "pool":
             clauses.append(Host.pool == value)
         elif kind == "rack":
