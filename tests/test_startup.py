@@ -573,3 +573,56 @@ def test_the_garbage_collector_is_on_again_when_the_command_runs(
     )
     assert p.returncode == 0, p.stderr
     assert p.stdout.rsplit("SEEN", 1)[1].strip() == "[(True, True)]", p.stdout
+
+
+@pytest.mark.parametrize("lang", ["en", "zh_CN"])
+def test_the_fast_reads_print_what_the_commands_print_on_both_databases(
+    fleet: Fleet, tmp_path: Path, lang: str
+) -> None:
+    """Issues 25 and 30 item 3: ``hosts list [SELECTOR]``, ``labels NAME`` and ``leases show
+    ID`` are read by the fast read layer on the driver's own connection (no SQLAlchemy, no
+    Typer) and print exactly what the Typer commands print through the same layer, on
+    SQLite and PostgreSQL, in Chinese and in Shanghai's time too."""
+    from datetime import timedelta
+
+    from gpufleet.domain.placement import Request
+    from gpufleet.service.allocation.allocation import allocate
+    from gpufleet.service.hosts.validate import validate
+
+    enroll_lab(fleet, tmp_path / "lab", 4, models=["a100-8x", "h100-8x"],
+               faults={"gpu-03": ["gpu-missing"]})  # fmt: skip
+    validate(fleet)
+    got = allocate(fleet, Request(hosts=1), owner="team-a", purpose="llm",
+                   until=fleet.clock() + timedelta(hours=20), users=["alice"])  # fmt: skip
+    assert got.lease is not None
+    free = next(f"gpu-0{i}" for i in (1, 2) if f"gpu-0{i}" not in got.lease.hosts)
+    env = _env(tmp_path / "home", TZ="Asia/Shanghai", GPUFLEET_LANG=lang)
+    for argv in (
+        ["hosts", "list", "pool:train-a100"],
+        ["hosts", "list", "pool:train-a100", "--json"],
+        ["hosts", "list"],
+        ["hosts", "list", "GPU-0*,state:quarantined"],
+        ["labels", free],  # not leased: read lean (a leased host's labels need its lease)
+        ["labels", free, "--json"],
+        ["leases", "show", str(got.lease.id)],
+        ["leases", "show", str(got.lease.id), "--json"],
+    ):
+        full = ["--db", fleet.db.url, *argv]
+        code, body, err, loaded = _run("entry", env, *full)
+        assert (code, err) == (0, ""), (argv, err)
+        assert not {"typer", "click", "sqlalchemy"} & set(loaded), (argv, loaded)
+        assert _fresh_typer(env, *full) == (0, body, ""), argv
+        if argv[0] == "leases" and "--json" not in argv:
+            assert "CST" in body  # Shanghai's time
+        if lang == "zh_CN" and argv == ["hosts", "list", "pool:train-a100"]:
+            assert "台主机" in body, body
+
+
+def _fresh_typer(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of the Typer command in a fresh process (the fork server
+    of :func:`_run` chose its language when it started)."""
+    p = subprocess.run([sys.executable, "-c", _CODE, "typer", *argv], env=env,
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    body, loaded = p.stdout.rsplit("LOADED", 1)
+    return int(loaded.split()[0]), body, p.stderr
