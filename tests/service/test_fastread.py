@@ -161,3 +161,35 @@ def test_lean_store_declines_what_it_cannot_vouch_for(
     (tmp_path / "file").write_text("")
     environ = {k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()}
     assert lean_store(environ=environ) is None
+
+
+def test_the_stored_spec_is_the_models_shape_or_declined() -> None:
+    """``labels HOST`` reads a stored expected spec without pydantic only when the model
+    (:class:`ExpectedSpec`) would take it unchanged; its fields are the model's."""
+    import types as pytypes
+    from typing import get_args
+
+    from gpufleet.domain.spec import ExpectedSpec
+    from gpufleet.domain.spec_stored import FIELDS, stored_spec
+
+    assert list(FIELDS) == list(ExpectedSpec.model_fields)
+    for name, kinds in FIELDS.items():
+        annotation = ExpectedSpec.model_fields[name].annotation
+        assert isinstance(annotation, pytypes.UnionType), name
+        assert [a for a in get_args(annotation) if a is not type(None)] == [kinds[0]], name
+    taken: list[dict[str, object]] = [
+        {},
+        {"gpu_count": 8, "gpu_model": "A100", "nvswitch": True, "ib_ports": 8,
+         "ib_rate_gbps": 200.0, "rack": "r01", "mig_strategy": "mixed"},
+        {"ib_rate_gbps": 200, "rack": None},
+    ]  # fmt: skip
+    for d in taken:
+        got = stored_spec(d)
+        model = ExpectedSpec.model_validate(d)
+        assert got is not None, d
+        assert (got.rack, got.ib_ports, got.ib_rate_gbps, got.mig_strategy) == (
+            model.rack, model.ib_ports, model.ib_rate_gbps, model.mig_strategy
+        )
+    for d in ({"ib_ports": 8.0}, {"mig_strategy": "bogus"}, {"extra": 1}, {"nvswitch": 1},
+              {"gpu_count": True}, {"rack": 5}, []):  # fmt: skip
+        assert stored_spec(d) is None, d

@@ -26,7 +26,7 @@ from gpufleet.domain.states import HostState
 
 if TYPE_CHECKING:  # not imported at run time: ``labels HOST`` starts without them (issue 8)
     from gpufleet.domain.facts import HostFacts
-    from gpufleet.domain.spec import ExpectedSpec
+    from gpufleet.domain.spec_stored import LabelSpec
 
 PREFIX = "gpufleet.io"
 _VALUE_MAX = 63
@@ -179,7 +179,7 @@ def _active_ports(facts: HostFacts) -> list[tuple[float | None, str | None]]:
     ]
 
 
-def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
+def fabric_up(facts: HostFacts, spec: LabelSpec | None = None) -> str:
     """``ib`` / ``roce`` / ``none`` from ports that are *Active*.
 
     When the spec expects N high-speed ports, fewer than N active (at the expected rate) is
@@ -189,7 +189,7 @@ def fabric_up(facts: HostFacts, spec: ExpectedSpec | None = None) -> str:
     return _fabric(_active_ports(facts), spec)
 
 
-def _fabric(active: Iterable[Iterable[Any]], spec: ExpectedSpec | None) -> str:
+def _fabric(active: Iterable[Iterable[Any]], spec: LabelSpec | None) -> str:
     ports = [(rate, layer) for rate, layer in active]
     if spec is not None and spec.ib_rate_gbps:
         ports = [p for p in ports if (p[0] or 0) >= spec.ib_rate_gbps]
@@ -273,7 +273,7 @@ def derive_labels(
     baseline_name: str | None,
     rack: str | None,
     profiles_passed: Iterable[str],
-    spec: ExpectedSpec | None = None,
+    spec: LabelSpec | None = None,
     fault: Fault | None = None,
     usable_gpus: int | None = None,
     unusable_gpus: int = 0,
@@ -312,7 +312,7 @@ def own_labels(
     baseline_name: str | None,
     rack: str | None,
     profiles_passed: Iterable[str],
-    spec: ExpectedSpec | None = None,
+    spec: LabelSpec | None = None,
     fault: Fault | None = None,
 ) -> dict[str, str]:
     """The labels :func:`derive_labels` takes from the host itself (its lifecycle, pool,
@@ -357,7 +357,7 @@ class FactTail:
 
 def fact_tail(
     fl: Mapping[str, Any],
-    spec: ExpectedSpec | None,
+    spec: LabelSpec | None,
     usable_gpus: int | None = None,
     unusable_gpus: int = 0,
     accelerator_labels: Mapping[str, str] | None = None,

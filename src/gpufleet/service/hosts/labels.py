@@ -33,6 +33,7 @@ from gpufleet.domain.states import HostState
 if TYPE_CHECKING:
     from gpufleet.domain.facts import HostFacts
     from gpufleet.domain.spec import ExpectedSpec
+    from gpufleet.domain.spec_stored import LabelSpec
 
 
 @dataclass
@@ -104,7 +105,7 @@ def _accelerator_labels(facts: HostFacts | dict[str, Any] | None) -> dict[str, s
 
 def _labels(
     h: LabelledHost,
-    spec: ExpectedSpec,
+    spec: LabelSpec,
     facts: HostFacts | dict[str, Any] | None,
     accelerators: dict[str, str] | None,
     baseline: str | None,
@@ -133,7 +134,7 @@ def _labels(
 
 def _node_labels(
     h: LabelledHost,
-    spec: ExpectedSpec,
+    spec: LabelSpec,
     state: HostState,
     fault: Fault | None,
     baseline: str | None,
@@ -252,4 +253,9 @@ def lean_host_labels(db_url: str, selector: str | None) -> list[HostLabels] | No
     stored = usable_fact_labels(row.fact_labels)
     if row.has_snapshot and stored is None:
         return None
-    return [labels_of(row, stored, row.baseline)]
+    from gpufleet.domain.spec_stored import stored_spec
+
+    spec = stored_spec(row.expected)  # without pydantic when the model would take it as is
+    if spec is None:
+        return [labels_of(row, stored, row.baseline)]
+    return [_labels(row, spec, stored, _accelerator_labels(stored), row.baseline)]
