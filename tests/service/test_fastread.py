@@ -39,7 +39,7 @@ def _fleet(fleet: Fleet, tmp_path: Path) -> None:
     enroll_lab(fleet, tmp_path / "lab", 5, models=["a100-8x", "h100-8x"],
                faults={"gpu-03": ["gpu-missing"]})  # fmt: skip
     collect(fleet, "gpu-01,gpu-02,gpu-03,gpu-04")  # gpu-05: never collected
-    validate(fleet, "gpu-01,gpu-02")
+    validate(fleet, "gpu-01,gpu-02,gpu-03")  # gpu-03: quarantined, with its fault
     maintenance_on(fleet, "gpu-02", "cables", eta=fleet.clock() + timedelta(hours=3))
 
 
@@ -193,3 +193,17 @@ def test_the_stored_spec_is_the_models_shape_or_declined() -> None:
     for d in ({"ib_ports": 8.0}, {"mig_strategy": "bogus"}, {"extra": 1}, {"nvswitch": 1},
               {"gpu_count": True}, {"rack": 5}, []):  # fmt: skip
         assert stored_spec(d) is None, d
+
+
+def test_the_host_list_json_is_the_apis_host_out(fleet: Fleet, tmp_path: Path) -> None:
+    """``hosts list --json`` writes the API's ``HostOut`` without importing the API's
+    schemas (pydantic): the same keys, in the same order, with the same values."""
+    from gpufleet.api.schemas import HostOut
+    from gpufleet.cli.hosts_list import host_json
+
+    _fleet(fleet, tmp_path)
+    rows = list_hosts(fleet)
+    assert any(r.eta is not None for r in rows) and any(r.fault for r in rows)
+    assert any(r.last_collected_at is None for r in rows)
+    for r in rows:
+        assert list(host_json(r).items()) == list(HostOut.of(r).json_dict().items()), r.name
