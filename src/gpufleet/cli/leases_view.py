@@ -3,8 +3,10 @@
 Importing this module imports no Typer: :func:`lean_leases_show` prints the lease straight
 from the entry point (:mod:`gpufleet.cli.entry`), and the command itself
 (:func:`gpufleet.cli.alloc.leases_show_cmd`) and remote mode print through
-:func:`show_lease` too: one read (:func:`gpufleet.service.allocation.leases.show_lease`),
-one presenter, two start-ups.
+:func:`show_lease` too: one read (the fast read layer's
+:func:`gpufleet.service.core.fastread.lease`, which the service's
+:func:`~gpufleet.service.allocation.leases.show_lease` reads through too), one presenter, two
+start-ups.
 """
 
 from __future__ import annotations
