@@ -63,3 +63,20 @@ def test_sim_reset_ladder(fleet: Fleet, tmp_path: Path) -> None:
     auto = remediation.auto_remediate(fleet, "gpu-01", "xid-79")
     assert auto is not None and auto.ok
     assert remediation.ladder(fleet, "gpu-01")[-1]["rule"] == "xid-79"
+    # the ladder (hosts show) is read by the fast read layer: the rows as the ORM reads them
+    from sqlalchemy import select
+
+    from gpufleet.service.views.hosts import show_host
+    from gpufleet.store.tables import Remediation
+
+    with fleet.db.session() as s:
+        rows = s.scalars(select(Remediation).order_by(Remediation.started_at, Remediation.id))
+        want = [
+            {"id": r.id, "at": r.started_at, "action": r.action, "outcome": r.outcome,
+             "gpus": list(r.gpus), "ticket": r.ticket, "eta": r.eta, "rule": r.rule,
+             "detail": r.detail, "actor": r.actor}
+            for r in rows
+        ]  # fmt: skip
+    assert len(want) >= 4
+    assert remediation.ladder(fleet, "gpu-01") == want
+    assert show_host(fleet, "gpu-01").remediations == want

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from gpufleet.domain.events import CollectionOutcome
 from gpufleet.domain.health import Fault, Health
 from gpufleet.domain.leases import LeaseState
+from gpufleet.domain.remediation import Action
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
 from gpufleet.service.core.select_terms import (
@@ -272,3 +273,33 @@ def _time(value: Any) -> datetime:
     got = utc(value)
     assert got is not None  # a NOT NULL column
     return got
+
+
+# --- hosts show: the remediation ladder ------------------------------------------------------
+
+_LADDER = (
+    "SELECT r.id, r.started_at, r.action, r.outcome, r.gpus, r.ticket, r.eta, r.rule, r.detail,"
+    " r.actor FROM remediations r JOIN hosts h ON h.id = r.host_id WHERE h.name = {p}"
+    " ORDER BY r.started_at, r.id"
+)
+
+
+def remediation_ladder(read: Read, name: str) -> list[dict[str, Any]]:
+    """The remediation rungs the host ``name`` has climbed, oldest first (``hosts show``)."""
+    return [
+        {
+            "id": rid,
+            "at": _time(at),
+            "action": Action(action),
+            "outcome": outcome,
+            "gpus": list(json_value(gpus) or []),
+            "ticket": ticket,
+            "eta": utc(eta),
+            "rule": rule,
+            "detail": detail,
+            "actor": actor,
+        }
+        for rid, at, action, outcome, gpus, ticket, eta, rule, detail, actor in read.rows(
+            _LADDER, (name,)
+        )
+    ]

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.collect.slurm import SlurmClient
@@ -515,29 +514,14 @@ def _service_request(
 
 
 def ladder(fleet: Fleet, name: str) -> list[dict[str, Any]]:
-    """The rungs a host has climbed, oldest first (``hosts show``)."""
+    """The rungs a host has climbed, oldest first (``hosts show``): the fast read layer's
+    :func:`~gpufleet.service.core.fastread.remediation_ladder` (NotFound: no such host)."""
+    from gpufleet.service.core import fastread
+
     with fleet.db.session() as s:
-        host = host_by_name(s, name)
-        rows = s.scalars(
-            select(Remediation)
-            .where(Remediation.host_id == host.id)
-            .order_by(Remediation.started_at, Remediation.id)
-        )
-        return [
-            {
-                "id": r.id,
-                "at": r.started_at,
-                "action": r.action,
-                "outcome": r.outcome,
-                "gpus": list(r.gpus),
-                "ticket": r.ticket,
-                "eta": r.eta,
-                "rule": r.rule,
-                "detail": r.detail,
-                "actor": r.actor,
-            }
-            for r in rows
-        ]
+        host_by_name(s, name)
+    with fastread.fleet_read(fleet) as read:
+        return fastread.remediation_ladder(read, name)
 
 
 def auto_remediate(
