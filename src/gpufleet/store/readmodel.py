@@ -140,7 +140,7 @@ def _connect(url: str) -> Iterator[tuple[Any, str] | None]:
 @dataclass(frozen=True, slots=True)
 class Read:
     """A read-only DB-API connection for plain-SQL reads (the fast read layer,
-    :mod:`gpufleet.service.views.fastread`): ``marker`` is its parameter marker (``?`` on
+    :mod:`gpufleet.service.core.fastread`): ``marker`` is its parameter marker (``?`` on
     SQLite, ``%s`` on PostgreSQL)."""
 
     conn: Any
