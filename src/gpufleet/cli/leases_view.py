@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from gpufleet.cli.common import (
     cell,
-    console,
     lean_read,
     lean_shown,
     lit,
@@ -57,6 +56,8 @@ def show_lease(v: LeaseView, as_json: bool) -> None:
     if as_json:
         print_json(v.as_dict())
         return
+    from gpufleet.cli.common import console  # Rich: not for --json
+
     lease_table([v], _("lease {id}").format(id=v.id))
     console.print(_("asked by {actor} at {at}; request {request}").format(
         actor=lit(v.actor), at=local_time(v.created_at), request=cell(v.request)))
