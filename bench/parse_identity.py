@@ -348,7 +348,10 @@ def cases() -> Iterator[tuple[str, Callable[[], Any]]]:
                 host = LabHost(name="h1", model=model, faults=faults, serial_salt=7)
             except Exception:
                 continue
-            secs = render_sections(host)
+            try:
+                secs = render_sections(host)
+            except ValueError:  # a fault the lab cannot render on this model (its format)
+                continue
             label = f"lab:{model}:{'+'.join(faults) or 'ok'}"
             bundle = render_bundle(list(secs.values()))
             yield f"{label}:bundle", lambda b=bundle: assemble_facts(split_bundle(b), NOW, "h1")

@@ -161,6 +161,26 @@ def lxml_floor_ms(repeat: int = 200) -> dict[str, float]:
     return out
 
 
+def sim_render_ms(repeat: int = 20) -> float:
+    """Median ms the ``sim`` transport takes to render one host's collection output (the
+    lab's a100/h100/v100s 8x in turn): the hosts' side of the work, which runs in the
+    collect process with that transport (issue 30: reported beside the controller's CPU)."""
+    from gpufleet.collect.script import remote_script
+    from gpufleet.lab.fleet import LabHost
+    from gpufleet.lab.renderers import render_output
+    from gpufleet.lab.transport import _SEC_LINE
+
+    asked = _SEC_LINE.findall(remote_script()) or None
+    times = []
+    for model in ("a100-8x", "h100-8x", "v100s-8x"):
+        host = LabHost(name="r", model=model, serial_salt=1)
+        for _ in range(repeat):
+            t = time.process_time()
+            render_output(host, asked)
+            times.append(time.process_time() - t)
+    return statistics.median(times) * 1000
+
+
 def run(argv: Sequence[str], env: dict[str, str]) -> tuple[int, float, float, float, str]:
     """Run one gpufleet process; (rc, cpu s, wall s, peak RSS MB, stderr tail)."""
     t0 = time.perf_counter()
@@ -502,9 +522,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     floor = lxml_floor_ms()
     ref = floor["a100-8x (lab)"]
+    render = sim_render_ms()
     print(f"nproc={os.cpu_count()} hosts={a.hosts} procs={a.procs}")
     for k, v in floor.items():
         print(f"floor: lxml parse of one 8-GPU -q -x, {k}: {v:.3f} ms")
+    print(f"sim transport: rendering one host's output {render:.3f} ms (the hosts' side)")
     only = {x.strip() for x in a.only.split(",") if x.strip()} or None
     rows: list[Row] = []
     api_rows: list[ApiRow] = []
@@ -516,19 +538,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         with tempfile.TemporaryDirectory(prefix="gpufleet-scale-") as tmp:
             rows += bench_db(db, a.hosts, a.pg, a.procs, only, Path(tmp), False, a.serve, api_rows)
+    end_floor = lxml_floor_ms()["a100-8x (lab)"]
+    end_render = sim_render_ms()
+    print(f"at the end: lxml floor {end_floor:.3f} ms, sim rendering {end_render:.3f} ms")
+    render = (render + end_render) / 2
     print()
     print(
         "| db | command | hosts | CPU s | wall s | CPU ms/host | x lxml floor | peak RSS MB "
-        "| history B/host/day (5 min) |"
+        "| history B/host/day (5 min) | CPU s less sim rendering |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         timed = r.command.startswith(("collect", "validate"))
-        ratio = f"{r.per_host_ms / ref:.1f}" if timed else ""
+        ratio = f"{r.per_host_ms / ((ref + end_floor) / 2):.1f}" if timed else ""
         day = f"{r.history_bytes / r.hosts * 288:,.0f}" if r.history_bytes is not None else ""
+        less = f"{r.cpu_s - render * r.hosts / 1000:.2f}" if r.command.startswith("collect") else ""
         print(
             f"| {r.db} | {r.command} | {r.hosts} | {r.cpu_s:.2f} | {r.wall_s:.2f} "
-            f"| {r.per_host_ms:.2f} | {ratio} | {r.rss_mb:.0f} | {day} |"
+            f"| {r.per_host_ms:.2f} | {ratio} | {r.rss_mb:.0f} | {day} | {less} |"
         )
     if api_rows:
         print()
@@ -548,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             json.dumps(
                 {
                     "floor_ms": floor,
+                    "end_floor_ms": end_floor,
+                    "sim_render_ms": render,
                     "rows": [asdict(r) for r in rows],
                     "api": [asdict(r) for r in api_rows],
                 }
