@@ -20,7 +20,7 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 
@@ -434,8 +434,11 @@ def _compiled(kind: str) -> list[tuple[str, str, str, re.Pattern[str]]]:
     ]
 
 
+@lru_cache(maxsize=8192)
 def parse(text: str, *, fragment: bool = False) -> Reason | None:
-    """The :class:`Reason` whose English text is ``text`` exactly (None: no template)."""
+    """The :class:`Reason` whose English text is ``text`` exactly (None: no template).
+    Remembered per text (a fleet's passing checks say the same few hundred things; a
+    :class:`Reason` is never changed once made)."""
     for code, head, tail, pattern in _compiled("f" if fragment else "t"):
         if not (text.startswith(head) and text.endswith(tail)):
             continue
