@@ -9,7 +9,8 @@ the entry point (:mod:`gpufleet.cli.entry`) before Typer is imported; the comman
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.markup import escape
@@ -17,28 +18,35 @@ from rich.markup import escape
 from gpufleet.cli.common import (
     cell,
     console,
-    current_settings,
+    lean_read,
+    lean_shown,
     lit,
     local_time,
     print_json,
 )
-from gpufleet.cli.entry import imports_done
 from gpufleet.cli.tables import Col, num, show
 from gpufleet.i18n import _, reason_text, state_name
 
 if TYPE_CHECKING:
     from gpufleet.domain.facts import HostFacts
-    from gpufleet.service.views.hosts import HostDetail
+    from gpufleet.service.core.fastread import HostDetail
+    from gpufleet.service.core.fleet import Fleet
+    from gpufleet.store.readmodel import Read
 
 
 def print_host(d: HostDetail, *, as_json: bool) -> None:
-    """One host's page: JSON (the API's ``HostDetailOut``), else :func:`render_host`."""
+    """One host's page: JSON (:func:`host_detail_json`), else :func:`render_host`."""
     if as_json:
-        from gpufleet.api.schemas import HostDetailOut
-
-        print_json(HostDetailOut.of(d).json_dict())
+        print_json(host_detail_json(d))
         return
     render_host(d)
+
+
+def host_detail_json(d: HostDetail) -> dict[str, Any]:
+    """The page as plain data: the API's ``HostDetailOut``."""
+    from gpufleet.api.schemas import HostDetailOut
+
+    return HostDetailOut.of(d).json_dict()
 
 
 def render_host(d: HostDetail) -> None:
@@ -194,30 +202,49 @@ def render_accelerators(f: HostFacts) -> None:
 
 def lean_hosts_show(name: str, *, as_json: bool) -> int | None:
     """Print ``gpufleet hosts show NAME [--json]`` and return its exit code (0), or return
-    None (nothing printed) whenever the command must run instead and report in its one way:
-    invalid settings, unknown ``GPUFLEET_*`` variables (its warnings), remote mode
-    (``GPUFLEET_URL``), no such host, any failure while reading."""
-    from gpufleet.cli.common import close_fleets, open_fleet
-    from gpufleet.config import unknown_variables
-    from gpufleet.service.views.hosts import show_host
+    None (nothing printed) whenever the command must run instead and report in its one way.
+    Read by the fast read layer (:func:`gpufleet.service.core.fastread.host_detail`, the
+    read :func:`~gpufleet.service.views.hosts.show_host` makes; no SQLAlchemy), the labels of
+    ``--json`` by :func:`gpufleet.service.hosts.labels.lean_host_labels`; else through the
+    service (:func:`~gpufleet.cli.common.lean_read`): invalid settings, unknown
+    ``GPUFLEET_*`` variables (its warnings), remote mode (``GPUFLEET_URL``), no such host
+    (its nearest names), any failure while reading."""
+    from gpufleet.cli.entry import fast_read
 
-    imports_done()
-    try:
-        try:
-            if unknown_variables() or current_settings().url is not None:
-                return None
-            d = show_host(open_fleet(), name)
-            data = None
-            if as_json:
-                from gpufleet.api.schemas import HostDetailOut
+    done = fast_read(lambda read: _fast_detail(read, name, as_json=as_json),
+                     lambda d: print_host(d, as_json=as_json))
+    if done is not None:
+        return done
+    from gpufleet.service.views.hosts import show_host  # what the fast read declined
 
-                data = HostDetailOut.of(d).json_dict()
-        except Exception:  # reported by the command, through the error boundary
+    def read(fleet: Fleet) -> Callable[[], int]:
+        d = show_host(fleet, name)
+        if as_json:
+            return lean_shown(print_json, host_detail_json(d))
+        return lean_shown(render_host, d)
+
+    return lean_read(read)
+
+
+def _fast_detail(read: Read, name: str, *, as_json: bool) -> HostDetail | None:
+    """The page of ``name`` from the fast read layer, with its labels and taints for
+    ``--json`` (the table shows neither); None: the service must read it."""
+    from gpufleet.service.core.fastread import host_detail, with_facts
+
+    got = host_detail(read, name)
+    if got is None:
+        return None
+    d = with_facts(*got)
+    if as_json:
+        from gpufleet.cli.common import OPTIONS
+        from gpufleet.config_lean import lean_store
+        from gpufleet.service.hosts.labels import lean_host_labels
+
+        store = lean_store(OPTIONS.home, OPTIONS.db_url)
+        rows = None if store is None else lean_host_labels(store.db_url(), d.view.name)
+        if rows is None:
             return None
-        if data is not None:
-            print_json(data)
-        else:
-            render_host(d)
-        return 0
-    finally:
-        close_fleets()
+        for hl in rows:
+            if hl.host == d.view.name:
+                d.labels, d.taints = hl.labels, [str(t) for t in hl.taints]
+    return d

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from gpufleet.domain.events import AlarmKind, AlarmSeverity, EventKind
 from gpufleet.errors import NotFound, UsageError
+from gpufleet.service.core.fastread import AlarmView as AlarmView
 from gpufleet.service.core.fleet import Fleet, record_event
 from gpufleet.service.core.select import is_explicit, nothing_matches, select_hosts
 from gpufleet.store.tables import Alarm, Host
@@ -112,20 +113,6 @@ def close_cleared(s: Session, fleet: Fleet, host: Host) -> int:
 
         webhooks.enqueue(s, fleet, "alarm-closed", host.name, closed | dict(alarm.data))
     return n
-
-
-@dataclass
-class AlarmView:
-    """An alarm for ``hosts show`` and the summary."""
-
-    host: str
-    kind: str
-    severity: str
-    opened_at: datetime
-    message: str
-    acknowledged_by: str | None = None
-    closed_at: datetime | None = None
-    reason: str | None = None
 
 
 def open_alarms(s: Session, host_ids: list[int] | None = None) -> list[AlarmView]:

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.domain.events import CollectionOutcome
+from gpufleet.domain.decision import Decision
+from gpufleet.domain.events import CollectionOutcome, EventKind, EvidenceKind
 from gpufleet.domain.health import Fault, Health
-from gpufleet.domain.leases import LeaseState
+from gpufleet.domain.leases import HOLDING, LeaseState
 from gpufleet.domain.remediation import Action
 from gpufleet.domain.states import HostState
 from gpufleet.errors import ConfigError
@@ -42,6 +43,7 @@ from gpufleet.service.core.select_terms import (
 from gpufleet.store.readmodel import Read, engine_read, json_value, utc
 
 if TYPE_CHECKING:
+    from gpufleet.domain.facts import HostFacts
     from gpufleet.service.core.fleet import Fleet
 
 
@@ -303,3 +305,153 @@ def remediation_ladder(read: Read, name: str) -> list[dict[str, Any]]:
             _LADDER, (name,)
         )
     ]
+
+
+# --- hosts show --------------------------------------------------------------------------------
+
+
+@dataclass
+class AlarmView:
+    """An alarm for ``hosts show`` and the summary."""
+
+    host: str
+    kind: str
+    severity: str
+    opened_at: datetime
+    message: str
+    acknowledged_by: str | None = None
+    closed_at: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass
+class HostDetail:
+    """Everything ``hosts show`` prints."""
+
+    view: HostView
+    facts: HostFacts | None
+    expected: dict[str, Any]
+    host_key: str | None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    collections: list[dict[str, Any]] = field(default_factory=list)
+    alarms: list[AlarmView] = field(default_factory=list)  # open ones, oldest first
+    evidence: list[dict[str, Any]] = field(default_factory=list)  # newest first
+    #: The latest validation (decision, baseline, profiles, results, expiry); None: never.
+    validation: dict[str, Any] | None = None
+    #: Scheduling labels and taints (``summary.host_labels``), holding leases and reservations.
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[str] = field(default_factory=list)
+    leases: list[LeaseView] = field(default_factory=list)
+    #: issue 10: the remediation ladder the host climbed (oldest first), and a partial host's
+    #: usable GPU count (None: every GPU) and unusable GPUs.
+    remediations: list[dict[str, Any]] = field(default_factory=list)
+    usable_gpus: int | None = None
+    unusable_gpus: list[dict[str, Any]] = field(default_factory=list)
+    #: issue 24: why the host owes a passing reclaim (None: it owes none).
+    reclaim_due: str | None = None
+
+
+_HOST_DETAIL = (
+    _HOST_LIST.replace("SELECT ", "SELECT h.id, h.expected, h.host_key, h.usable_gpus,"
+                       " h.unusable_gpus, h.reclaim_due, s.facts, ", 1)
+    + " WHERE h.name = {p}"
+)
+_EVENTS = (
+    "SELECT at, actor, kind, message, data FROM events WHERE host_id = {p}"
+    " ORDER BY at DESC, id DESC LIMIT {p}"
+)
+_COLLECTIONS = (
+    "SELECT run_id, outcome, reason, duration_s FROM collection_results WHERE host_id = {p}"
+    " ORDER BY id DESC LIMIT 5"
+)
+_EVIDENCE = (
+    "SELECT recorded_at, kind, passed, summary, source, actor FROM evidence WHERE host_id = {p}"
+    " ORDER BY recorded_at DESC, id DESC LIMIT 5"
+)
+_VALIDATION = (
+    "SELECT at, decision, baseline, profiles, results, expires_at FROM validations"
+    " WHERE host_id = {p} ORDER BY at DESC, id DESC LIMIT 1"
+)
+_ALARMS = (
+    "SELECT kind, severity, opened_at, message, acknowledged_by FROM alarms"
+    " WHERE host_id = {p} AND closed_at IS NULL ORDER BY opened_at, id"
+)
+_HOLDING = (
+    "SELECT id FROM leases WHERE state IN ({states}) AND id IN"
+    " (SELECT lease_id FROM lease_hosts WHERE host_id = {p}) ORDER BY starts_at, id"
+)
+
+
+def host_detail(
+    read: Read, name: str, *, events: int = 15
+) -> tuple[HostDetail, dict[str, Any] | None] | None:
+    """The page of the host ``name`` (exactly that name) without its labels and taints, and
+    its latest facts document as stored (None: never collected; the caller validates it into
+    :attr:`HostDetail.facts`); None when there is no such host (the store's lookup names it,
+    with the nearest known names)."""
+    found = read.rows(_HOST_DETAIL, (name,))
+    if len(found) != 1:
+        return None
+    hid, expected, host_key, usable, unusable, reclaim, facts, *row = found[0]
+    view = _host_view(tuple(row), {})
+    holding = sorted(s.value for s in HOLDING)
+    lease_ids = read.rows(
+        _HOLDING.replace("{states}", ", ".join(["{p}"] * len(holding))), (*holding, hid)
+    )
+    leases = [lease(read, lid) for (lid,) in lease_ids]
+    val = read.rows(_VALIDATION, (hid,))
+    detail = HostDetail(
+        view=view,
+        facts=None,
+        expected=dict(json_value(expected) or {}),
+        host_key=host_key,
+        events=[
+            {"at": _time(at), "actor": actor, "kind": EventKind(kind), "message": message,
+             "data": json_value(data)}
+            for at, actor, kind, message, data in read.rows(_EVENTS, (hid, events))
+        ],
+        collections=[
+            {"run_id": run, "outcome": CollectionOutcome(outcome), "reason": reason,
+             "duration_s": round(duration, 3)}
+            for run, outcome, reason, duration in read.rows(_COLLECTIONS, (hid,))
+        ],
+        alarms=[
+            AlarmView(host=view.name, kind=kind, severity=severity, opened_at=_time(at),
+                      message=message, acknowledged_by=ack)
+            for kind, severity, at, message, ack in read.rows(_ALARMS, (hid,))
+        ],
+        evidence=[
+            {"at": _time(at), "kind": EvidenceKind(kind),
+             "passed": None if passed is None else bool(passed), "summary": summary,
+             "source": source, "actor": actor}
+            for at, kind, passed, summary, source, actor in read.rows(_EVIDENCE, (hid,))
+        ],
+        validation=None if not val else _validation(val[0]),
+        leases=[lv for lv in leases if lv is not None],
+        remediations=remediation_ladder(read, view.name),
+        usable_gpus=usable,
+        unusable_gpus=list(json_value(unusable) or []),
+        reclaim_due=reclaim,
+    )  # fmt: skip
+    return detail, json_value(facts)
+
+
+def _validation(r: tuple[Any, ...]) -> dict[str, Any]:
+    at, decision, baseline, profiles, results, expires = r
+    return {
+        "at": _time(at),
+        "decision": str(Decision(decision)),
+        "baseline": baseline,
+        "profiles": list(json_value(profiles) or []),
+        "results": list(json_value(results) or []),
+        "expires_at": utc(expires),
+    }
+
+
+def with_facts(detail: HostDetail, facts: dict[str, Any] | None) -> HostDetail:
+    """``detail`` with its stored facts document validated (:class:`~gpufleet.domain.facts.
+    HostFacts`, imported here: pydantic is the page's, not this module's)."""
+    from gpufleet.domain.facts import HostFacts
+
+    detail.facts = None if facts is None else HostFacts.model_validate(facts)
+    return detail

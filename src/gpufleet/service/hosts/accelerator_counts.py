@@ -110,18 +110,11 @@ def vendor_rows(
 
 
 def accelerator_noun(vendor: str) -> str:
-    """What a vendor's accelerators are called in counts: ``GPUs`` (NVIDIA, AMD), ``NPUs``
-    (Huawei Ascend), ``accelerators`` for a vendor no installed plugin names. Taken from the
-    kind the vendor's own exports name them by (its Slurm GRES name,
-    :data:`gpufleet.service.hosts.vendor_exports.EXPORTS`), so there is no vendor table here: a
-    vendor plugin that wants another word changes this one function."""
-    from gpufleet.service.hosts.vendor_exports import EXPORTS
+    """What a vendor's accelerators are called in counts
+    (:func:`gpufleet.service.hosts.vendor_exports.accelerator_noun`)."""
+    from gpufleet.service.hosts.vendor_exports import accelerator_noun as noun
 
-    try:
-        export = EXPORTS[Vendor(vendor)]  # imports that vendor's plugin only
-    except (ValueError, KeyError):  # no installed plugin names it
-        return "accelerators"
-    return f"{export.gres_name.upper()}s"
+    return noun(vendor)
 
 
 def accelerator_brand(vendor: str, noun: str) -> str:

@@ -25,6 +25,19 @@ if TYPE_CHECKING:
 EXPORTS: Mapping[Vendor, VendorExport] = PluginView(lambda p: p.exports)
 
 
+def accelerator_noun(vendor: str) -> str:
+    """What a vendor's accelerators are called in counts: ``GPUs`` (NVIDIA, AMD), ``NPUs``
+    (Huawei Ascend), ``accelerators`` for a vendor no installed plugin names. Taken from the
+    kind the vendor's own exports name them by (its Slurm GRES name,
+    :data:`gpufleet.service.hosts.vendor_exports.EXPORTS`), so there is no vendor table here: a
+    vendor plugin that wants another word changes this one function."""
+    try:
+        export = EXPORTS[Vendor(vendor)]  # imports that vendor's plugin only
+    except (ValueError, KeyError):  # no installed plugin names it
+        return "accelerators"
+    return f"{export.gres_name.upper()}s"
+
+
 def host_accelerator_labels(facts: HostFacts) -> dict[str, str]:
     """The vendors' own labels for a host's facts (gpufleet's ``gpufleet.io/accelerator.*``
     are the domain's: :func:`gpufleet.domain.labels.derive_labels`)."""

@@ -19,7 +19,7 @@ from gpufleet.domain.accelerators import Health, Vendor, inventories_of
 from gpufleet.domain.checks.accelerator import other_vendor_host
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.vendors import plugin
-from gpufleet.service.hosts.accelerator_counts import accelerator_noun
+from gpufleet.service.hosts.vendor_exports import accelerator_noun
 
 #: Counters that count errors or faults (ECC, RAS, PCIe replays, error packets, an absent
 #: optical module, lanes losing signal or lock); not plain statistics (link-up counts).

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, Select, Text, cast, desc, func, select
 from sqlalchemy.orm import Session
 
-from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.leases import HOLDING
 from gpufleet.domain.names import did_you_mean
 from gpufleet.domain.states import HostState
 from gpufleet.errors import NotFound
-from gpufleet.service.allocation.leases import LeaseView, lease_view
 from gpufleet.service.core import fastread
-from gpufleet.service.core.alarms import AlarmView, open_alarms
+from gpufleet.service.core.fastread import HostDetail as HostDetail
 from gpufleet.service.core.fastread import HostView as HostView
 from gpufleet.service.core.fleet import Fleet
 from gpufleet.service.core.select import (
@@ -32,42 +28,10 @@ from gpufleet.service.core.select import (
 from gpufleet.service.views.summary import host_labels
 from gpufleet.store.repo import execute_read, host_by_name, read_columns_only
 from gpufleet.store.tables import (
-    CollectionResult,
     Event,
-    EvidenceRow,
     FactSnapshot,
     Host,
-    Lease,
-    LeaseHost,
-    Validation,
 )
-
-
-@dataclass
-class HostDetail:
-    """Everything ``hosts show`` prints."""
-
-    view: HostView
-    facts: HostFacts | None
-    expected: dict[str, Any]
-    host_key: str | None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    collections: list[dict[str, Any]] = field(default_factory=list)
-    alarms: list[AlarmView] = field(default_factory=list)  # open ones, oldest first
-    evidence: list[dict[str, Any]] = field(default_factory=list)  # newest first
-    #: The latest validation (decision, baseline, profiles, results, expiry); None: never.
-    validation: dict[str, Any] | None = None
-    #: Scheduling labels and taints (``summary.host_labels``), holding leases and reservations.
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: list[str] = field(default_factory=list)
-    leases: list[LeaseView] = field(default_factory=list)
-    #: issue 10: the remediation ladder the host climbed (oldest first), and a partial host's
-    #: usable GPU count (None: every GPU) and unusable GPUs.
-    remediations: list[dict[str, Any]] = field(default_factory=list)
-    usable_gpus: int | None = None
-    unusable_gpus: list[dict[str, Any]] = field(default_factory=list)
-    #: issue 24: why the host owes a passing reclaim (None: it owes none).
-    reclaim_due: str | None = None
 
 
 def _view(h: Host, snap: FactSnapshot | None) -> HostView:
@@ -231,98 +195,20 @@ def list_hosts(
 
 
 def show_host(fleet: Fleet, name: str, *, events: int = 15) -> HostDetail:
-    """Facts, last collections, recent events, validation, labels and leases of one host."""
-    detail = _show_host(fleet, name, events)
+    """Facts, last collections, recent events, validation, labels and leases of one host:
+    read by the fast read layer (:func:`gpufleet.service.core.fastread.host_detail`, also
+    the lean start's read), the labels by :func:`~gpufleet.service.views.summary.host_labels`."""
+    with fastread.fleet_read(fleet) as read:
+        got = fastread.host_detail(read, name, events=events)
+    if got is None:
+        with fleet.db.session() as s:
+            host_by_name(s, name)  # NotFound naming it, with the nearest known names
+        raise NotFound(f"no host named '{name}'")  # it went as this ran
+    detail = fastread.with_facts(*got)
     for hl in host_labels(fleet, detail.view.name):
         if hl.host == detail.view.name:
             detail.labels, detail.taints = hl.labels, [str(t) for t in hl.taints]
-    with fastread.fleet_read(fleet) as read:  # not service.health.remediation's ~0.15 s imports
-        detail.remediations = fastread.remediation_ladder(read, detail.view.name)
     return detail
-
-
-def _show_host(fleet: Fleet, name: str, events: int) -> HostDetail:
-    with fleet.db.session() as s:
-        h = host_by_name(s, name)
-        snap = s.get(FactSnapshot, h.latest_snapshot_id) if h.latest_snapshot_id else None
-        evs = s.scalars(
-            select(Event)
-            .where(Event.host_id == h.id)
-            .order_by(desc(Event.at), desc(Event.id))
-            .limit(events)
-        )
-        cols = s.scalars(
-            select(CollectionResult)
-            .where(CollectionResult.host_id == h.id)
-            .order_by(desc(CollectionResult.id))
-            .limit(5)
-        )
-        evidence = s.scalars(
-            select(EvidenceRow)
-            .where(EvidenceRow.host_id == h.id)
-            .order_by(desc(EvidenceRow.recorded_at), desc(EvidenceRow.id))
-            .limit(5)
-        )
-        val = s.scalar(
-            select(Validation)
-            .where(Validation.host_id == h.id)
-            .order_by(desc(Validation.at), desc(Validation.id))
-            .limit(1)
-        )
-        # its holding leases by its id (a selector by name would scan every host's name)
-        leases = s.scalars(
-            select(Lease)
-            .where(
-                Lease.state.in_(sorted(HOLDING)),
-                Lease.id.in_(select(LeaseHost.lease_id).where(LeaseHost.host_id == h.id)),
-            )
-            .order_by(Lease.starts_at, Lease.id)
-        )
-        return HostDetail(
-            leases=[lease_view(lease) for lease in leases],
-            usable_gpus=h.usable_gpus,
-            unusable_gpus=list(h.unusable_gpus or []),
-            reclaim_due=h.reclaim_due,
-            validation=None
-            if val is None
-            else {
-                "at": val.at,
-                "decision": str(val.decision),
-                "baseline": val.baseline,
-                "profiles": list(val.profiles or []),
-                "results": list(val.results or []),
-                "expires_at": val.expires_at,
-            },
-            alarms=open_alarms(s, [h.id]),
-            evidence=[
-                {
-                    "at": e.recorded_at,
-                    "kind": e.kind,
-                    "passed": e.passed,
-                    "summary": e.summary,
-                    "source": e.source,
-                    "actor": e.actor,
-                }
-                for e in evidence
-            ],
-            view=_view(h, snap),
-            facts=HostFacts.model_validate(snap.facts) if snap else None,
-            expected=dict(h.expected),
-            host_key=h.host_key,
-            events=[
-                {"at": e.at, "actor": e.actor, "kind": e.kind, "message": e.message, "data": e.data}
-                for e in evs
-            ],
-            collections=[
-                {
-                    "run_id": c.run_id,
-                    "outcome": c.outcome,
-                    "reason": c.reason,
-                    "duration_s": round(c.duration_s, 3),
-                }
-                for c in cols
-            ],
-        )
 
 
 def snapshot_count(fleet: Fleet, name: str) -> int:
