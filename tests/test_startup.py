@@ -585,17 +585,25 @@ def test_the_fast_reads_print_what_the_commands_print_on_both_databases(
     SQLite and PostgreSQL, in Chinese and in Shanghai's time too."""
     from datetime import timedelta
 
+    from gpufleet.domain.events import AlarmKind, AlarmSeverity
     from gpufleet.domain.placement import Request
     from gpufleet.service.allocation.allocation import allocate
+    from gpufleet.service.core.alarms import raise_alarm
     from gpufleet.service.hosts.validate import validate
+    from gpufleet.store.repo import host_by_name
 
-    enroll_lab(fleet, tmp_path / "lab", 4, models=["a100-8x", "h100-8x"],
+    models = ["a100-8x", "h100-8x", "a100-8x", "h100-8x", "ascend-910b3-8x", "mi100-4x"]
+    enroll_lab(fleet, tmp_path / "lab", 6, models=models,
                faults={"gpu-03": ["gpu-missing"]})  # fmt: skip
     validate(fleet)
+    with fleet.db.session() as s:  # an open alarm on the quarantined host
+        raise_alarm(s, fleet, host_by_name(s, "gpu-03"), AlarmKind.HOST_KEY_CHANGED,
+                    AlarmSeverity.CRITICAL, "host key changed: <b>[red]x[/]")  # fmt: skip
     got = allocate(fleet, Request(hosts=1), owner="team-a", purpose="llm",
                    until=fleet.clock() + timedelta(hours=20), users=["alice"])  # fmt: skip
     assert got.lease is not None
     free = next(f"gpu-0{i}" for i in (1, 2) if f"gpu-0{i}" not in got.lease.hosts)
+    leased = got.lease.hosts[0]
     env = _env(tmp_path / "home", TZ="Asia/Shanghai", GPUFLEET_LANG=lang)
     for argv in (
         ["hosts", "list", "pool:train-a100"],
@@ -606,16 +614,49 @@ def test_the_fast_reads_print_what_the_commands_print_on_both_databases(
         ["labels", free, "--json"],
         ["leases", "show", str(got.lease.id)],
         ["leases", "show", str(got.lease.id), "--json"],
+        ["hosts", "show", free],  # healthy
+        ["hosts", "show", free, "--json"],
+        ["hosts", "show", "gpu-03"],  # quarantined, with an open alarm
+        ["hosts", "show", "gpu-03", "--json"],
+        ["hosts", "show", "gpu-05"],  # Ascend NPUs
+        ["hosts", "show", "gpu-05", "--json"],
+        ["hosts", "show", "gpu-06"],  # AMD GPUs
+        ["hosts", "show", "gpu-06", "--json"],
+        ["hosts", "show", leased],  # leased: its lease and labels
+        ["hosts", "show", leased, "--json"],
     ):
         full = ["--db", fleet.db.url, *argv]
         code, body, err, loaded = _run("entry", env, *full)
         assert (code, err) == (0, ""), (argv, err)
-        assert not {"typer", "click", "sqlalchemy"} & set(loaded), (argv, loaded)
+        # a leased host's labels need its lease: its --json is read by the service
+        lean = not (argv[:2] == ["hosts", "show"] and argv[2] == leased and "--json" in argv)
+        if lean:
+            assert not {"typer", "click", "sqlalchemy"} & set(loaded), (argv, loaded)
+        else:
+            assert "typer" not in loaded, (argv, loaded)
         assert _fresh_typer(env, *full) == (0, body, ""), argv
+        if argv[:2] == ["hosts", "show"] and "--json" in argv:
+            assert json.loads(body)["host"]["name"] == argv[2]
+        if argv == ["hosts", "show", "gpu-03"]:
+            assert "host-key-changed" in body and "<b>[red]x[/]" in body, body
         if argv[0] == "leases" and "--json" not in argv:
             assert "CST" in body  # Shanghai's time
         if lang == "zh_CN" and argv == ["hosts", "list", "pool:train-a100"]:
             assert "台主机" in body, body
+    # no such host: the lean start declines; the command names the nearest known names
+    full = ["--db", fleet.db.url, "hosts", "show", "gpu-3"]
+    code, body, err, loaded = _run("entry", env, *full)
+    assert code == 4 and "gpu-03" in err and body == "", (code, err)
+    assert "typer" in loaded  # the command reported it
+    assert _fresh_typer_failing(env, *full) == (code, body, err)
+
+
+def _fresh_typer_failing(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of a failing Typer command in a fresh process."""
+    p = subprocess.run([sys.executable, "-c", _CODE, "typer", *argv], env=env,
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    body, loaded = p.stdout.rsplit("LOADED", 1)
+    return int(loaded.split()[0]), body, p.stderr
 
 
 def _fresh_typer(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
