@@ -312,7 +312,7 @@ class HostDetailOut(Schema):
     @classmethod
     def of(cls, d: HostDetail) -> HostDetailOut:
         """From ``service.hosts.HostDetail``."""
-        from gpufleet.domain.checks.accelerator import other_vendor_host
+        from gpufleet.domain.accelerators import other_vendor_host
         from gpufleet.service.views.accelerators import host_accelerators
 
         f: HostFacts | None = d.facts

@@ -261,3 +261,15 @@ def inventories_of(facts: HostFacts) -> tuple[AcceleratorInventory, ...]:
         )
         for v in vendors
     )
+
+
+def other_vendor_host(facts: HostFacts) -> bool:
+    """The host's accelerators are all of vendors other than NVIDIA: no NVIDIA GPU read or
+    on PCI, and another vendor's accelerators read, failed or on PCI (``nvidia-smi``'s
+    failure is then no news; :mod:`gpufleet.domain.checks.accelerator`)."""
+    if facts.gpus or facts.pci_gpus:
+        return False
+    devices = facts.pci_devices or []
+    others = {v for v, n in accelerators_on_bus(devices).items() if n and v != Vendor.NVIDIA}
+    unread = unread_on_bus(devices)
+    return bool(facts.accelerators or facts.accelerator_errors or others or unread)

@@ -27,6 +27,7 @@ from gpufleet.domain.accelerators import (
     accelerators_on_bus,
     unread_on_bus,
 )
+from gpufleet.domain.accelerators import other_vendor_host as other_vendor_host
 from gpufleet.domain.checks.base import (
     NUMBER,
     CheckContext,
@@ -45,15 +46,6 @@ DEFAULT_MAX_C = 90.0
 
 def _on_bus(facts: HostFacts) -> dict[Vendor, int]:
     return accelerators_on_bus(facts.pci_devices or [])
-
-
-def other_vendor_host(facts: HostFacts) -> bool:
-    """The host's accelerators are all of vendors other than NVIDIA (module docstring)."""
-    if facts.gpus or facts.pci_gpus:
-        return False
-    others = {v for v, n in _on_bus(facts).items() if n and v != Vendor.NVIDIA}
-    unread = unread_on_bus(facts.pci_devices or [])
-    return bool(facts.accelerators or facts.accelerator_errors or others or unread)
 
 
 def _name(a: Accelerator) -> str:

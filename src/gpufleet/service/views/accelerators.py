@@ -7,7 +7,7 @@ inventories_of`): NVIDIA GPUs mapped from ``nvidia-smi`` and every other vendor'
 its plugin reported them, so an Ascend, AMD or Hygon host shows its NPUs/GPUs/DCUs, health,
 error codes and its own software stack (driver, firmware, CANN/ROCm/DTK ...), and never an
 NVIDIA phrase: the ``nvidia-smi`` error is shown only on a host whose accelerators are not
-all of other vendors (:func:`~gpufleet.domain.checks.accelerator.other_vendor_host`).
+all of other vendors (:func:`~gpufleet.domain.accelerators.other_vendor_host`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.domain.accelerators import Health, Vendor, inventories_of
-from gpufleet.domain.checks.accelerator import other_vendor_host
+from gpufleet.domain.accelerators import Health, Vendor, inventories_of, other_vendor_host
 from gpufleet.domain.facts import HostFacts
 from gpufleet.domain.vendors import plugin
 from gpufleet.service.hosts.vendor_exports import accelerator_noun
