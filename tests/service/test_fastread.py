@@ -207,3 +207,43 @@ def test_the_host_list_json_is_the_apis_host_out(fleet: Fleet, tmp_path: Path) -
     assert any(r.last_collected_at is None for r in rows)
     for r in rows:
         assert list(host_json(r).items()) == list(HostOut.of(r).json_dict().items()), r.name
+
+
+def test_host_detail_is_the_same_on_both_connections_and_the_store(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """``hosts show``'s read (issue 30 item 3): the same page on the driver's connection and
+    the engine's; its events, open alarms and holding leases are the store's; an unknown name
+    is declined (None) and :func:`show_host` names the nearest hosts."""
+    from gpufleet.service.core.alarms import open_alarms
+    from gpufleet.service.views.hosts import list_events, show_host
+    from gpufleet.store.repo import host_by_name
+
+    _fleet(fleet, tmp_path)
+    got = allocate(fleet, Request(hosts=1), owner="o", purpose="p",
+                   until=fleet.clock() + timedelta(hours=2))  # fmt: skip
+    assert got.lease is not None
+    with open_read(fleet.db.url) as lean:
+        assert lean is not None
+        for name in ("gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-05"):
+            detail = fastread.host_detail(lean, name)
+            assert detail is not None, name
+            with fastread.fleet_read(fleet) as engine:
+                assert fastread.host_detail(engine, name) == detail, name
+            d, facts = detail
+            assert (facts is None) == (name == "gpu-05"), name
+            events = [{k: v for k, v in e.items() if k != "host"}
+                      for e in list_events(fleet, name, limit=15)]  # fmt: skip
+            assert d.events == events, name
+            with fleet.db.session() as s:
+                assert d.alarms == open_alarms(s, [host_by_name(s, name).id]), name
+            assert [lv.id for lv in d.leases] == (
+                [got.lease.id] if name in got.lease.hosts else []
+            ), name
+            shown = show_host(fleet, name)  # the command's read: the same, with its labels
+            assert (shown.view, shown.events, shown.leases) == (d.view, d.events, d.leases)
+            assert (shown.facts is None) == (facts is None)
+        assert fastread.host_detail(lean, "gpu-1") is None
+        assert fastread.host_detail(lean, "GPU-01") is None  # exactly the name
+    with pytest.raises(NotFound, match="gpu-01"):
+        show_host(fleet, "gpu-1")
