@@ -16,7 +16,8 @@ case the lean start declines (an error to report, a warning to print, remote mod
 Typer application (:data:`gpufleet.cli.main.app`), which parses and reports as usual. Only
 the shape of the command line is read here; what is printed is the commands' own code.
 
-``hosts list``, ``leases show`` and ``labels NAME`` read through the fast read layer
+``hosts list``, ``leases show``, ``hosts show`` and ``labels NAME`` read through the fast
+read layer
 (:func:`fast_read`, :mod:`gpufleet.service.core.fastread`; issues 25 and 30 item 3): the
 database opened by its driver, the settings read without pydantic
 (:func:`gpufleet.config_lean.lean_store`), the same reads the Typer commands make.
