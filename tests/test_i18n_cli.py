@@ -116,3 +116,54 @@ def test_the_settings_warning_and_the_remote_refusal(demo: Path) -> None:
     zh, en = (_run(demo, lang, "sweep", "--json", **remote) for lang in ("zh_CN", None))
     assert (zh.returncode, zh.stdout) == (en.returncode, en.stdout)
     assert '"code": "config"' in en.stdout and "is not available over GPUFLEET_URL" in en.stdout
+
+
+#: (argv, extra environment, the English line, the Chinese line): errors on stderr.
+ERRORS: list[tuple[tuple[str, ...], dict[str, str], str, str]] = [
+    (("hosts", "show", "gpu-99"), {},
+     "error: no host named 'gpu-99' (did you mean gpu-09 or gpu-19 or gpu-29?)",
+     "错误： 没有名为 'gpu-99' 的主机（是否想用 gpu-09 或 gpu-19 或 gpu-29？）"),
+    (("hosts", "list", "pool:trian-h100"), {},
+     "error: no pool named 'trian-h100' (did you mean train-h100?)",
+     "错误： 没有名为 'trian-h100' 的资源池（是否想用 train-h100？）"),
+    (("baseline", "show", "train-h100-rf"), {},
+     "error: no baseline named 'train-h100-rf' (did you mean train-h100-ref?)",
+     "错误： 没有名为 'train-h100-rf' 的基线（是否想用 train-h100-ref？）"),
+    (("racks", "show", "nvl01-t1"), {}, "error: no rack 'nvl01-t1'", "错误： 没有机柜 'nvl01-t1'"),
+    (("token", "revoke", "nope"), {}, "error: no token named 'nope' (gpufleet token list)",
+     "错误： 没有名为 'nope' 的令牌（gpufleet token list）"),
+    (("hosts", "list"), {"GPUFLEET_URL": "http://127.0.0.1:9"},
+     "error: gpufleet server http://127.0.0.1:9: Connection refused",
+     "错误： gpufleet 服务器 http://127.0.0.1:9：连接被拒绝"),
+]
+
+
+@pytest.mark.parametrize(("argv", "extra", "english", "chinese"), ERRORS,
+                         ids=[" ".join(e[0]) for e in ERRORS])
+def test_errors_speak_chinese_and_their_json_does_not(
+    demo: Path, argv: tuple[str, ...], extra: dict[str, str], english: str, chinese: str
+) -> None:
+    zh, en = _run(demo, "zh_CN", *argv, **extra), _run(demo, None, *argv, **extra)
+    assert zh.returncode == en.returncode != 0, (zh.stderr, en.stderr)
+    assert en.stderr.strip() == english  # English byte for byte as before
+    assert zh.stderr.strip() == chinese
+    zj, ej = (_run(demo, lang, *argv, "--json", **extra) for lang in ("zh_CN", None))
+    assert (zj.returncode, zj.stdout) == (ej.returncode, ej.stdout) == (en.returncode, ej.stdout)
+    assert english.removeprefix("error: ") in ej.stdout
+
+
+def test_an_unknown_message_stays_english_and_pieces_are_read_back() -> None:
+    from gpufleet.domain.error_texts import localize
+    from gpufleet.i18n import gettext_in
+
+    def zh(m: str) -> str:
+        return gettext_in("zh_CN", m)
+
+    assert localize("the flux capacitor is off", zh) == "the flux capacitor is off"
+    assert localize(
+        "no hosts match selector 'a pool:trian': no host named 'a'; no pool named 'trian' "
+        "(did you mean train?)", zh
+    ) == ("没有主机匹配选择器 'a pool:trian'：没有名为 'a' 的主机；"
+          "没有名为 'trian' 的资源池（是否想用 train？）")
+    assert localize("a campaign named 'x' exists; pick another name", zh) == (
+        "名为 'x' 的变更任务已存在；请换一个名称")

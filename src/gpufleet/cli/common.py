@@ -311,10 +311,18 @@ def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     if as_json:
         print_json(exc.as_json())
     else:
-        from gpufleet.i18n import _
+        from gpufleet.i18n import _, language
 
-        # the fixed part of the message translated (JSON keeps the English, __str__)
-        message = " ".join(exc.formatted(_(exc.template)).split("\n"))
+        # the message in the operator's language (JSON keeps the English, __str__): read back
+        # against the error templates, else the class's template translated
+        english = " ".join(str(exc).split("\n"))
+        message = english
+        if language() != "en":
+            from gpufleet.domain.error_texts import localize
+
+            message = localize(english, _)
+            if message == english:
+                message = " ".join(exc.formatted(_(exc.template)).split("\n"))
         label = _("error:")
         _err_console().print(f"[bold red]{label}[/] {lit(message)}", soft_wrap=True)
     import typer  # imported here: ``labels HOST`` runs without Typer (cli/entry.py)
