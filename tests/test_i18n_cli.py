@@ -167,3 +167,13 @@ def test_an_unknown_message_stays_english_and_pieces_are_read_back() -> None:
           "没有名为 'trian' 的资源池（是否想用 train？）")
     assert localize("a campaign named 'x' exists; pick another name", zh) == (
         "名为 'x' 的变更任务已存在；请换一个名称")
+
+
+def test_health_rule_findings_are_read_back() -> None:
+    from gpufleet.i18n import reason_text
+
+    assert reason_text("ecc: volatile_sbe +12 in 3600 s", "zh_CN") == (
+        "ecc：3600 秒内 volatile_sbe +12")
+    assert reason_text("link down (3 in 600 s)", "zh_CN") == "link down（600 秒内 3 次）"
+    assert reason_text("ecc: volatile_sbe +12 in 3600 s", "en") == (
+        "ecc: volatile_sbe +12 in 3600 s")

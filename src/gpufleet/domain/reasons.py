@@ -224,6 +224,8 @@ TEMPLATES: dict[str, str] = {
     # --- health rules' findings (domain/rules.py) and their alarms (service/health/inspect_act)
     "rule.xid_gpu": N_("GPU {gpu}: {n} x {xid} in {window} s"),
     "rule.xid": N_("{n} x {xid} in {window} s"),
+    "rule.metric": N_("{metric} +{n} in {window} s"),
+    "rule.hits": N_("{hit} ({n} in {window} s)"),
     "rule.recommended": N_("{what} (recommended: {rec})"),
     # --- validation holds (service/hosts/validate.py, domain/identity.py, core/lifecycle.py)
     "host.duplicate": N_(
