@@ -177,3 +177,29 @@ def test_health_rule_findings_are_read_back() -> None:
     assert reason_text("link down (3 in 600 s)", "zh_CN") == "link down（600 秒内 3 次）"
     assert reason_text("ecc: volatile_sbe +12 in 3600 s", "en") == (
         "ecc: volatile_sbe +12 in 3600 s")
+
+
+def test_remediate_sweep_and_bmc_lines_are_read_back() -> None:
+    """What the producers really say (domain/remediation.py, domain/bmc.py, the sweep's
+    action lines) is read back and shown in Chinese; English as it is."""
+    from gpufleet.domain.bmc import BmcOutcome, diagnose
+    from gpufleet.domain.events import CollectionOutcome
+    from gpufleet.domain.remediation import read_restart
+    from gpufleet.i18n import reason_text
+
+    ok, said = read_restart("kubelet", "@@restart\n@@rc 0\n@@active\nactive\n@@rc 0\n")
+    assert ok and said == "kubelet restarted, active"
+    assert reason_text(said, "zh_CN") == "kubelet 已重启，生效中"
+    assert reason_text(said, "en") == said
+    failed = read_restart("kubelet", "@@restart\nboom\n@@rc 1\n")[1]
+    assert reason_text(failed, "zh_CN") == "重启 kubelet 失败（rc 1）：boom"
+    down = diagnose(CollectionOutcome.UNREACHABLE, BmcOutcome.UNREACHABLE, None)
+    assert down is not None and reason_text(down, "zh_CN").startswith(
+        "SSH unreachable，BMC unreachable：机器、电源或机柜网络故障")
+    assert reason_text("alarm critical: ecc: volatile_sbe +12 in 3600 s", "zh_CN") == (
+        "严重告警：ecc：3600 秒内 volatile_sbe +12")
+    assert reason_text("findings cleared: back to validating", "zh_CN") == "问题已清除：回到验证中"
+    cycled = ("gpu reset failed; power cycled through the BMC (power On); "
+              "the host answers again")
+    assert reason_text(cycled, "zh_CN") == (
+        "gpu reset failed；已通过 BMC 重新上电（电源 On）；主机已重新应答")

@@ -13,7 +13,15 @@ import pytest
 from gpufleet.domain.checks import ActiveEvidence, CheckContext, CheckStatus
 from gpufleet.domain.checks.active import dcgm_diag, nccl
 from gpufleet.domain.facts import HostFacts
-from gpufleet.domain.reasons import FRAGMENTS, TEMPLATES, Reason, localize, parse, reason
+from gpufleet.domain.reasons import (
+    FRAGMENTS,
+    NUMBER_PARAMS,
+    TEMPLATES,
+    Reason,
+    localize,
+    parse,
+    reason,
+)
 from gpufleet.i18n import catalog_path, gettext_in, read_po, reason_text
 
 NOW = datetime(2026, 12, 5, tzinfo=UTC)
@@ -58,7 +66,8 @@ def test_a_text_message_gets_the_code_of_the_template_it_matches() -> None:
 
 @pytest.mark.parametrize("code", sorted(TEMPLATES))
 def test_every_template_reads_back_its_own_text(code: str) -> None:
-    params = {f: f"v{i}" for i, f in enumerate(sorted(_fields(TEMPLATES[code])))}
+    params = {f: str(i) if f in NUMBER_PARAMS else f"v{i}"  # a number field: digits only
+              for i, f in enumerate(sorted(_fields(TEMPLATES[code])))}
     text = Reason(code, params).text
     found = parse(text)
     assert found is not None and found.text == text, (code, text, found)

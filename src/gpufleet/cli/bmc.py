@@ -16,7 +16,7 @@ from gpufleet.cli.lifecycle import DRAIN_TIMEOUT_OPTION, NO_DRAIN_OPTION
 from gpufleet.cli.tables import WIDE_HELP, Col, show
 from gpufleet.domain.bmc import PowerAction
 from gpufleet.errors import ConfigError
-from gpufleet.i18n import _
+from gpufleet.i18n import _, language, reason_text
 from gpufleet.service.hosts import bmc as svc
 
 app = typer.Typer(no_args_is_help=True)
@@ -128,7 +128,7 @@ def show_bmc_status(rows: Sequence[svc.BmcStatus], as_json: bool) -> None:
                 lit(r.host), lit(r.outcome), lit(r.power_state or "-"), lit(r.health or "-"),
                 lit((r.identity or {}).get("serial") or "-"),
                 "-" if r.gpus is None else str(len(r.gpus)),
-                str(len(r.sel_new)), lit("; ".join(notes)),
+                str(len(r.sel_new)), lit(_("; ").join(_note(n) for n in notes)),
             ])
         show(cols, cells, title=_("BMC status"))
     if not all(r.ok for r in rows):
@@ -231,8 +231,18 @@ def show_action(res: svc.BmcAction, as_json: bool) -> None:
         state = _(", state {state}").format(state=lit(res.state)) if res.state else ""
         console.print(done + state)
         for n in res.notes:
-            console.print("  " + _("note: {note}").format(note=lit(n)))
+            console.print("  " + _("note: {note}").format(note=lit(_note(n))))
     else:
         err_console.print("[bold red]" + _("error:") + f"[/] {lit(res.reason)}", soft_wrap=True)
     if not res.ok:
         raise typer.Exit(1)
+
+
+def _note(text: str) -> str:
+    """A stored note (a diagnosis, an alarm, an error) in the operator's language."""
+    shown = reason_text(text)
+    if shown == text and language() != "en":
+        from gpufleet.domain.error_texts import localize
+
+        shown = localize(text, _)
+    return shown

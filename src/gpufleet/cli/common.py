@@ -303,6 +303,21 @@ def infrastructure_error(exc: BaseException) -> GpufleetError | None:
     return None
 
 
+def error_text(exc: GpufleetError) -> str:
+    """An error's message in the operator's language (JSON keeps the English, ``str(exc)``):
+    read back against :mod:`gpufleet.domain.error_texts`, else the class's template
+    translated; English: ``str(exc)`` itself."""
+    from gpufleet.i18n import _, language
+
+    english = str(exc)
+    if language() == "en":
+        return english
+    from gpufleet.domain.error_texts import localize
+
+    message = localize(english, _)
+    return message if message != english else exc.formatted(_(exc.template))
+
+
 def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     """Report ``exc`` the one way (a line on stderr, or the JSON shape on stdout) and return
     the exit to raise. Call it inside the ``except`` block (``--debug`` prints the traceback)."""
@@ -311,18 +326,9 @@ def fail(exc: GpufleetError, *, as_json: bool) -> typer.Exit:
     if as_json:
         print_json(exc.as_json())
     else:
-        from gpufleet.i18n import _, language
+        from gpufleet.i18n import _
 
-        # the message in the operator's language (JSON keeps the English, __str__): read back
-        # against the error templates, else the class's template translated
-        english = " ".join(str(exc).split("\n"))
-        message = english
-        if language() != "en":
-            from gpufleet.domain.error_texts import localize
-
-            message = localize(english, _)
-            if message == english:
-                message = " ".join(exc.formatted(_(exc.template)).split("\n"))
+        message = " ".join(error_text(exc).split("\n"))
         label = _("error:")
         _err_console().print(f"[bold red]{label}[/] {lit(message)}", soft_wrap=True)
     import typer  # imported here: ``labels HOST`` runs without Typer (cli/entry.py)

@@ -11,6 +11,7 @@ from gpufleet.cli.common import (
     cell,
     console,
     err_console,
+    error_text,
     lit,
     local_time,
     open_fleet,
@@ -135,21 +136,21 @@ def rekey_cmd(
     for r in rows:
         if r.error is not None:
             err_console.print("[bold red]" + _("error:") + f"[/] {lit(r.host)}: "
-                              f"{lit(str(r.error))}")
+                              f"{lit(error_text(r.error))}")
             continue
         if as_json:
             continue
         then = (
-            f"next collection accepts only {r.expected}"
+            _("next collection accepts only {key}").format(key=r.expected)
             if r.expected
-            else "next collection pins the key it is offered"
+            else _("next collection pins the key it is offered")
         )
-        console.print(f"{lit(r.host)}: host key {lit(r.old or 'none')} released; {lit(then)}")
+        console.print(_("{host}: host key {old} released; {then}").format(
+            host=lit(r.host), old=lit(r.old or _("none")), then=lit(then)))
         if r.state == "quarantined" and r.fault == "host_key_changed":
-            console.print(
-                f"[dim]note: {lit(r.host)} stays quarantined (host_key_changed); once the new "
-                f"key is pinned: gpufleet unquarantine {lit(r.host)} --reason ...[/]"
-            )
+            note = _("note: {host} stays quarantined (host_key_changed); once the new key is "
+                     "pinned: gpufleet unquarantine {host} --reason ...").format(host=lit(r.host))
+            console.print(f"[dim]{note}[/]")
     failed = [r.error for r in rows if r.error is not None]
     if failed:
         raise typer.Exit(failed[0].exit_code)

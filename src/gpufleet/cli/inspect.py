@@ -60,7 +60,7 @@ def _print_sweep(report: SweepReport) -> None:
         lines = [_("{severity}: {message} -> {action}").format(
             severity=_(f.severity.value), message=reason_text(f.message), action=f.action.value)
             for f in h.findings]
-        lines += h.actions + h.problems
+        lines += [reason_text(x) for x in h.actions + h.problems]
         if h.reason and not any(p in h.reason for p in h.problems):  # probe_failed: said
             lines.append(h.reason)
         cells.append([lit(h.host), lit(_(h.outcome)), lit("\n".join(lines) or "-")])

@@ -10,7 +10,7 @@ import typer
 from gpufleet.cli.common import boundary, console, lit, open_fleet, print_json
 from gpufleet.domain.remediation import Action
 from gpufleet.errors import UsageError
-from gpufleet.i18n import N_, _, state_name
+from gpufleet.i18n import N_, _, reason_text, state_name
 
 #: A remediation step's outcomes (``ok``, ``failed``, ``refused``), marked for display.
 STEP_OUTCOMES = (N_("ok"), N_("failed"), N_("refused"))
@@ -92,7 +92,8 @@ def print_report(rep: dict[str, Any], as_json: bool) -> None:
         host = lit(rep["host"])
         for st in rep["steps"]:
             outcome = _(st["outcome"])
-            console.print(f"{host}: {lit(st['action'])} {lit(outcome)}: {lit(st['detail'])}")
+            detail = reason_text(st["detail"])
+            console.print(f"{host}: {lit(st['action'])} {lit(outcome)}: {lit(detail)}")
         console.print(_("{host} is now {state}").format(host=host,
                                                           state=lit(state_name(rep["state"]))))
     if not rep["ok"]:

@@ -226,6 +226,55 @@ TEMPLATES: dict[str, str] = {
     "rule.xid": N_("{n} x {xid} in {window} s"),
     "rule.metric": N_("{metric} +{n} in {window} s"),
     "rule.hits": N_("{hit} ({n} in {window} s)"),
+    "rule.sweeps": N_("{finding} ({sweeps} sweeps in a row)"),
+    "rule.answer": N_("{metric} {value} ({n} of {expected} GPUs answer)"),
+    "rule.gpu": N_("GPU {gpu}: {finding}"),
+    "rule.port": N_("port {port}: {finding}"),
+    "rule.set": N_("{metric} set"),
+    "rule.under_load": N_("{metric} {value} under load, fleet median {median} for {model}"),
+    "rule.disk": N_("{path} {pct}% used"),
+    "inspect.restricted": N_("restricted: {finding}"),
+    # --- the inspect sweep's actions (service/health/inspect_act.py); {finding}: a message
+    "inspect.noted": N_("noted: {finding}"),
+    "inspect.alarm": N_("alarm {severity}: {finding}"),
+    "inspect.cleared": N_("cleared: {finding}"),
+    "inspect.closed": N_("closed: {finding}"),
+    "inspect.quarantined": N_("quarantined: {finding}"),
+    "inspect.guard": N_("quarantine held by the blast-radius guard"),
+    "inspect.back": N_("findings cleared: back to validating"),
+    "inspect.lease": N_("lease {id} owner {owner} notified (lease kept)"),
+    # --- bmc status: the NotReady runbook's first step (domain/bmc.py diagnose)
+    "bmc.all_down": N_(
+        "SSH {ssh} and BMC {bmc}: machine, power or rack network down (check PDU, cabling, "
+        "management network)"
+    ),
+    "bmc.off": N_("SSH down, BMC says power Off: powered off (power it on: gpufleet bmc power on)"),
+    "bmc.hung": N_(
+        "SSH down but BMC says On, health OK: OS hung or host network down (look at the "
+        "console / SEL before rebooting)"
+    ),
+    "bmc.fault": N_(
+        "SSH down, BMC says power {power}, health {health}: hardware fault likely (read the SEL)"
+    ),
+    # --- remediation steps' details (service/health/remediation*.py, domain/remediation.py)
+    "remedy.restarted": N_("{service} restarted, {state}"),
+    "remedy.not_active": N_("{service} restarted but is not active: {state}"),
+    "remedy.restart_failed": N_("restart {service} failed (rc {rc}): {output}"),
+    "remedy.plugin": N_(
+        "device plugin container stopped ({output}); the kubelet starts it again"
+    ),
+    "remedy.rebooted": N_("rebooted (systemctl reboot); the host answers again"),
+    "remedy.reboot_refused": N_("systemctl reboot refused: {output}"),
+    "remedy.not_back": N_("the host did not come back within {seconds} s"),
+    "remedy.cycled": N_("power cycled through the BMC (power {power})"),
+    "remedy.answers": N_("the host answers again"),
+    "remedy.no_answer": N_("the host did not answer within {seconds} s"),
+    "remedy.no_bmc": N_("no usable BMC: {error}"),
+    "remedy.cycle_failed": N_("BMC power cycle failed: {error}"),
+    "remedy.unknown_holder": N_("cannot tell who holds the GPU: {holders}"),
+    "remedy.in_use": N_(
+        "the GPU is in use: {holders} (policy: refuse; stop them or set holders: stop)"
+    ),
     "rule.recommended": N_("{what} (recommended: {rec})"),
     # --- validation holds (service/hosts/validate.py, domain/identity.py, core/lifecycle.py)
     "host.duplicate": N_(
@@ -330,8 +379,13 @@ FRAGMENTS: dict[str, str] = {
 
 #: Parameters whose value is a word or a :data:`FRAGMENTS` text (translated), not data.
 WORD_PARAMS = frozenset(
-    {"what", "since", "change", "outcome", "state", "actual", "error", "bstatus", "required"}
+    {"what", "since", "change", "outcome", "state", "actual", "error", "bstatus", "required",
+     "severity"}
 )
+#: Parameters that are a whole number (their pattern: digits only).
+NUMBER_PARAMS = frozenset({"sweeps"})
+#: Parameters whose value is a whole stored message of its own (read back by :func:`localize`).
+NESTED_PARAMS = frozenset({"finding"})
 
 #: The words of :data:`WORD_PARAMS` values, marked for extraction.
 WORDS = (
@@ -369,6 +423,8 @@ class Reason:
         for k, v in self.params.items():
             if isinstance(v, Reason):
                 values[k] = v.render(tr)
+            elif tr is not None and k in NESTED_PARAMS and isinstance(v, str):
+                values[k] = localize(v, tr)
             elif tr is not None and k in WORD_PARAMS and isinstance(v, str):
                 values[k] = tr(v)
             else:
@@ -411,7 +467,8 @@ def _pattern(template: str) -> str:
     for m in _FIELD.finditer(template):
         out.append(re.escape(template[pos : m.start()]))
         name = m.group(1)  # a field used twice ("{name}" of reclaim_owed) is the same text
-        out.append(f"(?P={name})" if name in seen else f"(?P<{name}>{_PARAM})")
+        param = r"\d+" if name in NUMBER_PARAMS else _PARAM
+        out.append(f"(?P={name})" if name in seen else f"(?P<{name}>{param})")
         seen.add(name)
         pos = m.end()
     out.append(re.escape(template[pos:]))
@@ -426,7 +483,8 @@ def _literal(template: str) -> int:
 def _compiled(kind: str) -> list[tuple[str, str, str, re.Pattern[str]]]:
     table = TEMPLATES if kind == "t" else FRAGMENTS
     # The most literal text first: "failed on GPU {gpus} ({error})" before "on GPU {gpus}".
-    codes = sorted(table, key=lambda c: -_literal(table[c]))
+    # (a tie: one that starts with text first, "alarm {severity}: ..." before "{metric} +...")
+    codes = sorted(table, key=lambda c: (-_literal(table[c]), table[c].startswith("{")))
     # Each with the literal text it starts and ends with: cheap tests before the pattern
     # (every check result is parsed when it is made).
     return [
