@@ -132,6 +132,13 @@ ERRORS: list[tuple[tuple[str, ...], dict[str, str], str, str]] = [
     (("racks", "show", "nvl01-t1"), {}, "error: no rack 'nvl01-t1'", "错误： 没有机柜 'nvl01-t1'"),
     (("token", "revoke", "nope"), {}, "error: no token named 'nope' (gpufleet token list)",
      "错误： 没有名为 'nope' 的令牌（gpufleet token list）"),
+    (("hosts", "lst"), {},
+     "error: gpufleet hosts: No such command 'lst'. Did you mean 'list'? "
+     "(see 'gpufleet hosts --help')",
+     "错误： gpufleet hosts：没有命令 'lst'。 是否想用 'list'？（参见 'gpufleet hosts --help'）"),
+    (("hosts", "show"), {},
+     "error: gpufleet hosts show: Missing argument 'name'. (see 'gpufleet hosts show --help')",
+     "错误： gpufleet hosts show：缺少参数 'name'。（参见 'gpufleet hosts show --help'）"),
     (("hosts", "list"), {"GPUFLEET_URL": "http://127.0.0.1:9"},
      "error: gpufleet server http://127.0.0.1:9: Connection refused",
      "错误： gpufleet 服务器 http://127.0.0.1:9：连接被拒绝"),

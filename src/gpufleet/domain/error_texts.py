@@ -73,6 +73,18 @@ TEMPLATES: dict[str, str] = {
     "bmc.none": N_("{host}: no BMC ({setting} not set)"),
     "bmc.no_user": N_("{host}: {setting} not set"),
     "bmc.power_cycle": N_("{host}: --action power-cycle needs a BMC (bmc set)"),
+    # --- command lines that do not parse (UsageError around Click's message)
+    "usage": N_("{command}: {cause} (see '{command} --help')"),
+    "usage.did_you_mean": N_("{cause} Did you mean {possibility}?"),
+    "usage.no_command": N_("No such command {name}."),
+    "usage.no_option": N_("No such option: {name}"),
+    "usage.missing_argument": N_("Missing argument {name}."),
+    "usage.missing_option": N_("Missing option {name}."),
+    "usage.missing_command": N_("Missing command."),
+    "usage.invalid": N_("Invalid value for {name}: {detail}"),
+    "usage.extra": N_("Got unexpected extra argument ({args})"),
+    "usage.extras": N_("Got unexpected extra arguments ({args})"),
+    "usage.extra_s": N_("Got unexpected extra argument(s) ({args})"),
     # --- remote mode, tokens, settings
     "remote.not_available": N_(
         "{what} is not available over GPUFLEET_URL; run it where the "
@@ -113,13 +125,17 @@ _NEAR = re.compile(r" \(did you mean (?P<names>.+?)\?\)\Z")
 
 
 def _pattern(template: str) -> re.Pattern[str]:
-    out, pos = [], 0
+    out, pos, seen = [], 0, set()
     for m in _FIELD.finditer(template):
         out.append(re.escape(template[pos : m.start()]))
-        name = m.group(1)
-        out.append(
-            r"(?P<near>(?: \(did you mean .+?\?\))?)" if name == "near" else f"(?P<{name}>{_PARAM})"
-        )
+        name = m.group(1)  # a field used twice ("{command}" of a usage error): the same text
+        if name in seen:
+            out.append(f"(?P={name})")
+        elif name == "near":
+            out.append(r"(?P<near>(?: \(did you mean .+?\?\))?)")
+        else:
+            out.append(f"(?P<{name}>{_PARAM})")
+        seen.add(name)
         pos = m.end()
     out.append(re.escape(template[pos:]))
     return re.compile("".join(out) + r"\Z", re.DOTALL)
