@@ -334,3 +334,25 @@ def test_allocate_and_failures_import_print_what_the_local_cli_prints(
     assert "f.csv:3:message:empty" in "".join(r.stderr.split())
     r = operator.run("failures", "import", code=2)
     assert "give a FILE or --slurm" in r.stderr
+
+
+def test_a_server_refusal_reads_in_chinese_and_its_json_does_not(
+    server: str, tmp_path: Path
+) -> None:
+    """Issue 29 item 8: the server's English refusal is shown in the operator's language;
+    ``--json`` and the exit code are the English ones."""
+    from gpufleet import i18n
+
+    args = ["allocate", "--gpus", "8", "--owner", "a", "--purpose", "b", "--for", "1h"]
+    viewer = remote_cli(server, TOKENS["viewer"], tmp_path)
+    en, en_json = viewer.run(*args, code=2), viewer.json(*args, code=2)
+    viewer.env["GPUFLEET_LANG"] = "zh_CN"
+    i18n.reset("zh_CN")
+    try:
+        zh, zh_json = viewer.run(*args, code=2), viewer.json(*args, code=2)
+    finally:
+        i18n.reset()
+    assert zh_json == en_json and en_json["error"]["code"] == "forbidden"
+    assert "may not" in en.stderr and "may not" not in zh.stderr
+    assert "无权执行" in zh.stderr and "请检查 GPUFLEET_TOKEN" in zh.stderr, zh.stderr
+    assert TOKENS["viewer"] not in zh.stdout + zh.stderr
