@@ -210,3 +210,14 @@ def test_remediate_sweep_and_bmc_lines_are_read_back() -> None:
               "the host answers again")
     assert reason_text(cycled, "zh_CN") == (
         "gpu reset failed；已通过 BMC 重新上电（电源 On）；主机已重新应答")
+
+
+def test_an_inventory_typo_reads_in_chinese(demo: Path) -> None:
+    bad = demo.parent / "typo.ini"
+    bad.write_text("[gpu]\nx1 ansible_host=10.0.0.1 gpufleet_bmc_adress=1.2.3.4\n")
+    zh, en = (_run(demo, lang, "enroll", "-i", str(bad)) for lang in ("zh_CN", None))
+    assert zh.returncode == en.returncode == 2
+    assert "unknown variable gpufleet_bmc_adress (did you mean gpufleet_bmc_address?)" in en.stderr
+    assert "未知变量 gpufleet_bmc_adress（是否想用 gpufleet_bmc_address？）" in zh.stderr
+    zj, ej = (_run(demo, lang, "enroll", "-i", str(bad), "--json") for lang in ("zh_CN", None))
+    assert (zj.returncode, zj.stdout) == (ej.returncode, ej.stdout)

@@ -49,6 +49,14 @@ TEMPLATES: dict[str, str] = {
     "gpu.unknown_serial": N_("no GPU with serial '{serial}' was ever seen"),
     "host.no_facts": N_("host '{name}' has no collected facts"),
     "baseline.exists": N_("baseline '{name}' exists (use --replace)"),
+    "profile.unknown_known": N_("unknown profile {name}{near} (known: {known})"),
+    "inventory.host": N_("host {name} is not in inventory {source}"),
+    "inventory.variable": N_("{where}: unknown variable {key}{near}; gpufleet reads: {known}"),
+    "inventory.column": N_(
+        "{where}: unknown CSV column {name}{near}: use {columns}, a gpufleet_* variable or an "
+        "ansible_* variable"
+    ),
+    "config.invalid": N_("invalid configuration: {cause}"),
     # --- selections
     "select.none": N_("no hosts match selector '{selector}'"),
     "select.none_why": N_("no hosts match selector '{selector}': {why}"),
