@@ -22,7 +22,6 @@ from sqlalchemy import select
 from gpufleet.api.app import PREFIX, create_app
 from gpufleet.api.schemas import Schema
 from gpufleet.cli.main import _REGISTER
-from gpufleet.cli.remote import HANDLER_ROUTES
 from gpufleet.cli.remote_table import NOT_REMOTE, READS, Read
 from gpufleet.domain.events import AlarmKind, AlarmSeverity
 from gpufleet.domain.placement import Request
@@ -89,7 +88,7 @@ def _problems(key: str, read: Read, commands: dict[str, object], routes: set[tup
     out += [f"{key}: the command has no argument {a}" for a in sorted(wanted - args)]
     if not (isinstance(read.schema, type) and issubclass(read.schema, Schema)):
         out.append(f"{key}: {read.schema} is not an API schema")
-    for hook in (read.prepare, read.follow):
+    for hook in (read.prepare, read.follow, read.build):
         if hook is not None:
             m, _, f = hook.partition(":")
             if getattr(importlib.import_module(m), f, None) is None:
@@ -189,12 +188,9 @@ def _route_of(read: Read) -> str:
 
 def test_every_api_route_is_served_in_remote_mode_or_named(fleet: Fleet) -> None:
     """Issue 29 item 7: every route the API publishes is a row of the table, a route of a
-    hand-written handler, or named in NOT_REMOTE with why; none is two of those."""
-    import gpufleet.cli.remote_reads
-    import gpufleet.cli.remote_runs  # noqa: F401  (they register their handlers)
-
+    route a row's ``follow`` calls, or named in NOT_REMOTE with why; none is two of those."""
     served = [_route_of(r) for r in READS.values()]
-    served += [r for routes in HANDLER_ROUTES.values() for r in routes]
+    served += [r for read in READS.values() for r in read.follows]
     published = {f"{m} {p}" for m, p in _routes(fleet)}
 
     def known(route: str, among: Iterable[str]) -> bool:

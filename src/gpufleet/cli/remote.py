@@ -4,9 +4,8 @@ for people without database access.
 
 The CLI's error boundary (:func:`gpufleet.cli.common.boundary`) hands every command to
 :func:`call_remote`. A read is a row of the table :data:`gpufleet.cli.remote_table.READS`
-(method, path, parameters, body, schema, paging, view, presenter) served by one handler;
-only the commands that follow a run on the server have a hand-written implementation
-(registered with :func:`remote` in :mod:`~gpufleet.cli.remote_runs`). Either calls the
+(method, path, parameters, body, schema, paging, view, presenter) served by one handler
+(the runs it follows on the server too: :mod:`~gpufleet.cli.remote_runs`). It calls the
 API, builds the service's read model from the answer and prints it with the command's own
 presenter, so ``--json`` and the tables are the local ones. Any other command fails
 closed: exit 2 with a message naming it; never a silent fall-back to a local database.
@@ -182,47 +181,20 @@ def client() -> Client:
     return Client(s.url, s.token.get_secret_value() if s.token is not None else None)
 
 
-Handler = Callable[..., None]
-HANDLERS: dict[str, Handler] = {}
-#: The API routes (``"METHOD path"``) each hand-written handler calls, by command.
-HANDLER_ROUTES: dict[str, tuple[str, ...]] = {}
-
-
-def remote(*keys: str, routes: tuple[str, ...]) -> Callable[[Handler], Handler]:
-    """Register the remote implementation of commands (``module.function`` of the command
-    under ``gpufleet.cli``) and the API routes (``"METHOD path"``) it calls."""
-
-    def register(fn: Handler) -> Handler:
-        for key in keys:
-            HANDLERS[f"gpufleet.cli.{key}"] = fn
-            HANDLER_ROUTES[key] = routes
-        return fn
-
-    return register
-
-
 def call_remote(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
-    """Run the command ``fn`` in remote mode: its remote implementation, the command itself
+    """Run the command ``fn`` in remote mode: its row of the table, the command itself
     when it needs no database (:data:`LOCAL_ONLY`), else the refusal."""
-    from gpufleet.cli import remote_runs  # noqa: F401  (it registers)
     from gpufleet.cli.remote_table import READS, serve
 
     key = f"{fn.__module__}.{fn.__qualname__}"
     if key in LOCAL_ONLY:
         return fn(**kwargs)
     read = READS.get(key.removeprefix("gpufleet.cli."))
-    handler = HANDLERS.get(key)
-    if read is None and handler is None:
+    if read is None:
         raise not_available()
     if OPTIONS.db_url is not None:
         raise ConfigError("--db and GPUFLEET_URL are both given; use one (unset GPUFLEET_URL)")
-    if read is not None:
-        serve(client(), read, kwargs)
-    else:
-        assert handler is not None
-        # --wide is read by the boundary (OPTIONS.wide): the handlers print through the
-        # same tables
-        handler(client(), **{k: v for k, v in kwargs.items() if k != "wide"})
+    serve(client(), read, kwargs)
     return None
 
 

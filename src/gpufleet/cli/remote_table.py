@@ -13,8 +13,9 @@ its ``follow`` follows work the route queued on the server's workers).
 
 Where the API's shape is not the read model's (a host's page, the summary, an allocation,
 a file's import), the row's ``view`` is a function of the validated answer in
-:mod:`~gpufleet.cli.remote_reads`, typed by the row's schema (mypy checks the pair). Only
-following a run keeps a hand-written handler (:mod:`~gpufleet.cli.remote_runs`).
+:mod:`~gpufleet.cli.remote_reads`, typed by the row's schema (mypy checks the pair). The
+hooks of the runs followed on the server (collect, validate, inspect, evidence, remediate)
+are in :mod:`~gpufleet.cli.remote_runs`.
 """
 
 from __future__ import annotations
@@ -57,10 +58,11 @@ from gpufleet.api.schemas_ops import (
     HostOutcomeOut,
 )
 from gpufleet.api.schemas_racks import RackOut
-from gpufleet.api.schemas_runs import CampaignOut
+from gpufleet.api.schemas_runs import CampaignOut, RunOut
 from gpufleet.api.schemas_summary import LabelsOut, SummaryOut
 from gpufleet.api.schemas_tokens import TokenOut
 from gpufleet.cli import remote_reads as rr
+from gpufleet.cli import remote_runs as runs
 from gpufleet.cli.remote import Client, refuse_options
 
 #: Hosts per page when a paged read fetches every page.
@@ -114,6 +116,8 @@ class Read(Generic[S]):
     #: the route's answer and the command's arguments, it follows the work to its end and
     #: returns the answer that is printed (of ``schema``).
     follow: str | None = None
+    #: The routes ``follow`` calls (``"METHOD path"``), where they are no row's.
+    follows: tuple[str, ...] = ()
     #: ``"module:function"`` making the body from the arguments named in ``body`` (by
     #: keyword) where they are not its fields (a file's text, say).
     build: str | None = None
@@ -434,6 +438,45 @@ READS |= {
     "campaign.resume_cmd": Read(
         "campaigns/{name}/resume", CampaignOut, "gpufleet.cli.campaign:show_finished",
         method="POST", follow="gpufleet.cli.campaign:follow_run", view=_CAMPAIGN,
+    ),
+}
+
+
+#: The runs followed on the server's workers (issue 25 item 2): the route queues the run,
+#: ``follow`` polls ``GET runs/{id}`` until it ends.
+_RUNS = "gpufleet.cli.remote_runs"
+READS |= {
+    "collect.collect_cmd": Read(
+        "runs", runs.FollowedRun, f"{_RUNS}:show_run", method="POST", body=("selector",),
+        build=f"{_RUNS}:collect_body", view="json", follow=f"{_RUNS}:follow_run",
+        follows=runs.RUN_ROUTES,
+        refuse=("--local=local", "--transport=transport", "--forks=forks", "--timeout=timeout"),
+    ),
+    "lifecycle.validate_cmd": Read(
+        "runs", runs.FollowedRun, f"{_RUNS}:show_run", method="POST", body=("selector",),
+        build=f"{_RUNS}:validate_body", view="json", follow=f"{_RUNS}:follow_run",
+        follows=runs.RUN_ROUTES,
+        refuse=("--transport=transport", "--no-collect=no_collect", "--forks=forks",
+                "--timeout=timeout"),
+    ),
+    "inspect.run_cmd": Read(
+        "inspect", runs.FollowedRun, f"{_RUNS}:show_run", method="POST", body=("selector",),
+        view="json", follow=f"{_RUNS}:follow_run", follows=runs.RUN_ROUTES,
+        refuse=("--every=every", "--transport=transport"),
+    ),
+    "lifecycle.evidence_run_cmd": Read(
+        "evidence", runs.FollowedRun, f"{_RUNS}:show_run", method="POST",
+        body=("selector", "kind", "level", "seconds"), view="json",
+        follow=f"{_RUNS}:follow_run", follows=runs.RUN_ROUTES,
+        refuse=("--command=command", "--timeout=timeout", "--forks=forks"),
+    ),
+    "remediate.remediate_cmd": Read(
+        "hosts/{host}/remediate", RunOut, "gpufleet.cli.remediate:print_report",
+        method="POST",
+        body=("action", "service", "override_identity", "gpu", "ticket", "eta", "reason",
+              "no_drain", "drain_timeout_s=drain_timeout"),
+        prepare=f"{_RUNS}:remediate_args", follow=f"{_RUNS}:follow_remediation",
+        follows=runs.RUN_ROUTES[:1], view=runs.remediation_report,
     ),
 }
 
