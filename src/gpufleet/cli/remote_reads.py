@@ -33,6 +33,9 @@ def host_detail(m: HostDetailOut) -> HostDetail:
     document as collected; the summary, GPU and NIC tables are made from them again)."""
     from pydantic import TypeAdapter
 
+    # HostDetail names HostFacts only for type checkers (the fast read layer does not import
+    # pydantic); TypeAdapter resolves that name in this frame's namespace
+    from gpufleet.domain.facts import HostFacts  # noqa: F401
     from gpufleet.service.views.hosts import HostDetail
 
     d = m.model_dump()
