@@ -42,7 +42,6 @@ from gpufleet.errors import (
     ServerUnavailable,
     Unauthorized,
 )
-from gpufleet.i18n import N_
 
 #: Commands that need no database and run as they are in remote mode.
 LOCAL_ONLY = frozenset({"gpufleet.cli.preflight.preflight_cmd"})
@@ -64,19 +63,14 @@ def command_name() -> str:
     return " ".join(reversed([n for n in names if n]))
 
 
-class NotRemote(ConfigError):
-    """A command (or option) remote mode does not offer: its template is translated on the
-    CLI's line, JSON keeps the English (code ``config``, exit 2)."""
-
-    template = N_(
-        "{what} is not available over GPUFLEET_URL; run it where the "
+def not_available(what: str | None = None) -> ConfigError:
+    """The refusal of a command (or an option of one) that remote mode does not offer (code
+    ``config``, exit 2; the CLI's line reads it back in the operator's language through
+    :mod:`gpufleet.domain.error_texts`, JSON keeps the English)."""
+    return ConfigError(
+        f"{what or command_name()} is not available over GPUFLEET_URL; run it where the "
         "database is reachable (unset GPUFLEET_URL)"
     )
-
-
-def not_available(what: str | None = None) -> ConfigError:
-    """The refusal of a command (or an option of one) that remote mode does not offer."""
-    return NotRemote(what=what or command_name())
 
 
 def _error_classes() -> dict[str, type[GpufleetError]]:
