@@ -53,6 +53,7 @@ from gpufleet.lab.renderers import render_sections
 from tests.export.test_k8s_sync import Kmock, _node
 from tests.slurmlab import SlurmLab, SlurmLabError, ensure_slurm
 from tests.sshlab_fixtures import SshLabFactory
+from tests.test_readme_tour import _comment_start  # one reading of a shell comment
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -235,20 +236,6 @@ def code_blocks_of(text: str, rel: str = "X.md") -> Iterator[Block]:
 
 def all_blocks() -> list[Block]:
     return [b for p in DOCS for b in code_blocks(p)]
-
-
-def _comment_start(line: str) -> int | None:
-    """Index of the ``#`` that starts the line's comment (outside quotes), or None."""
-    quote: str | None = None
-    for i, ch in enumerate(line):
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
-            return i
-    return None
 
 
 def _complete(text: str) -> bool:
