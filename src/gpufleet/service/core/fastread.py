@@ -18,7 +18,7 @@ query (:func:`gpufleet.service.views.hosts.list_hosts`), which reports in its on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -148,10 +148,14 @@ def host_list(read: Read, selector: str | None = None) -> list[HostView] | None:
     if not rows and is_explicit(selector):
         return None  # the store's query says which name is unknown
     lists: dict[str, list[str]] = {}
-    return [_host_view(r, lists) for r in rows]
+    return [host_view(r, lists) for r in rows]
 
 
-def _host_view(r: tuple[Any, ...], lists: dict[str, list[str]]) -> HostView:
+def host_view(r: Sequence[Any], lists: dict[str, list[str]]) -> HostView:
+    """A host-list row (the columns of ``_HOST_LIST``, which are ``service.views.hosts.
+    LIST_COLUMNS`` in the same order) as :class:`HostView`, from the driver's values or the
+    ORM's (already typed: the conversions take both); unpacked by position; ``lists``: the
+    JSON lists decoded so far, by their text (a fleet repeats a few)."""
     (name, address, state, health, fault, pool, groups, profiles, collected, outcome, reason,
      status, eta, gpu_count, gpu_model, driver, cuda) = r  # fmt: skip
     state = HostState(state)
@@ -393,7 +397,7 @@ def host_detail(
     if len(found) != 1:
         return None
     hid, expected, host_key, usable, unusable, reclaim, facts, *row = found[0]
-    view = _host_view(tuple(row), {})
+    view = host_view(tuple(row), {})
     holding = sorted(s.value for s in HOLDING)
     lease_ids = read.rows(
         _HOLDING.replace("{states}", ", ".join(["{p}"] * len(holding))), (*holding, hid)

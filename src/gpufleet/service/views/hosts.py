@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, Select, Text, cast, desc, func, select
+from sqlalchemy import Select, Text, cast, desc, func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.names import did_you_mean
@@ -119,41 +118,6 @@ def list_query(
     return stmt if limit is None else stmt.limit(limit)
 
 
-def _row_view(r: Row[*tuple[Any, ...]], lists: dict[str, list[str]]) -> HostView:
-    """A :data:`LIST_COLUMNS` row as :class:`HostView` (what :func:`_view` gives); unpacked
-    by position (a Row's attribute lookup by name costs more than the rest of the row);
-    ``lists``: the JSON lists decoded so far, by their text (a fleet repeats a few)."""
-    (name, address, state, health, fault, pool, groups, profiles, collected, outcome, reason,
-     status, eta, gpu_count, gpu_model, driver, cuda) = r  # fmt: skip
-    return HostView(
-        name=name,
-        address=address,
-        state=state,
-        health=health,
-        fault=fault,
-        pool=pool,
-        groups=_json_list(groups, lists),
-        gpu_count=gpu_count,
-        gpu_model=gpu_model,
-        driver=driver,
-        cuda=cuda,
-        profiles=_json_list(profiles, lists),
-        last_collected_at=collected,
-        last_outcome=outcome,
-        last_reason=reason,
-        status_reason=status,
-        eta=eta if state in (HostState.MAINTENANCE, HostState.QUARANTINED) else None,
-    )
-
-
-def _json_list(text: str, lists: dict[str, list[str]]) -> list[str]:
-    """A copy of the JSON list ``text``, decoded once per distinct text into ``lists``."""
-    got = lists.get(text)
-    if got is None:
-        got = lists[text] = json.loads(text)
-    return list(got)
-
-
 def list_hosts(
     fleet: Fleet,
     selector: str | None = None,
@@ -180,7 +144,7 @@ def list_hosts(
     with fleet.db.session() as s:
         got = execute_read(s, stmt, list_query(selector, **args, indexed=False))
         lists: dict[str, list[str]] = {}
-        rows = [_row_view(r, lists) for r in got]
+        rows = [fastread.host_view(r, lists) for r in got]
     if not rows and after is None and (is_explicit(selector) or group or model or state or pool):
         filters = [
             f"{k}:{v}"
