@@ -24,7 +24,7 @@ test: env system-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/pytest -n 4 --dist loadgroup
+	$(BIN)/pytest -n 3 --dist loadgroup
 
 ## The edit-test loop (under 3 minutes on 2 cores): lint, types, import contracts and the
 ## unit tests that need no service (domain, parsers, vendor plugins, settings, errors).
